@@ -1,0 +1,170 @@
+package dlm
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+)
+
+// Defaults of the Manager's options.
+const (
+	DefaultTTL           = 10 * time.Second
+	DefaultRetryMinDelay = 5 * time.Millisecond
+	DefaultRetryMaxDelay = 250 * time.Millisecond
+)
+
+// An Option configures a Manager. Options with bad values make New fail.
+type Option func(*options) error
+
+type options struct {
+	ttl                time.Duration
+	retryMin, retryMax time.Duration
+}
+
+// WithTTL sets the lease length of every lock the Manager takes.
+// The default is DefaultTTL (10s). The TTL must be positive; a strategy
+// refuses TTLs too short for its clock-drift margin.
+func WithTTL(ttl time.Duration) Option {
+	return func(o *options) error {
+		if ttl <= 0 {
+			return invalidf("WithTTL(%v): TTL must be positive", ttl)
+		}
+		o.ttl = ttl
+		return nil
+	}
+}
+
+// WithRetryDelay bounds the pause between two attempts of Lock: the pause
+// starts near min, doubles after each refusal up to max, is jittered, and is
+// never longer than the holder's remaining TTL when the strategy reports it.
+// The defaults are DefaultRetryMinDelay (5ms) and DefaultRetryMaxDelay (250ms).
+func WithRetryDelay(min, max time.Duration) Option {
+	return func(o *options) error {
+		if min <= 0 || max < min {
+			return invalidf("WithRetryDelay(%v, %v): need 0 < min <= max", min, max)
+		}
+		o.retryMin, o.retryMax = min, max
+		return nil
+	}
+}
+
+// A Manager takes locks through a Strategy. It is safe for concurrent use.
+type Manager struct {
+	s Strategy
+	o options
+}
+
+// New returns a Manager over s.
+func New(s Strategy, opts ...Option) (*Manager, error) {
+	if s == nil {
+		return nil, invalidf("New: nil Strategy")
+	}
+	m := &Manager{s: s, o: options{ttl: DefaultTTL, retryMin: DefaultRetryMinDelay, retryMax: DefaultRetryMaxDelay}}
+	var errs []error
+	for _, opt := range opts {
+		if opt == nil {
+			errs = append(errs, invalidf("New: nil Option"))
+			continue
+		}
+		if err := opt(&m.o); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// TTL returns the lease length of the Manager's locks.
+func (m *Manager) TTL() time.Duration { return m.o.ttl }
+
+// TryLock makes one attempt to take key. When another owner holds it, the
+// error matches ErrNotAcquired (and HeldError with errors.As).
+func (m *Manager) TryLock(ctx context.Context, key string) (*Lock, error) {
+	if key == "" {
+		return nil, invalidf("empty key")
+	}
+	token := newToken()
+	lease, err := m.s.Acquire(ctx, key, token, m.o.ttl)
+	if err != nil {
+		return nil, withContext(ctx, err)
+	}
+	return newLock(m, key, token, lease), nil
+}
+
+// Lock takes key, waiting while others hold it, until it succeeds or ctx
+// ends. Failed attempts, including node failures, are retried with jittered
+// backoff; only invalid arguments end the wait early. When ctx ends first the
+// error matches ErrNotAcquired, ctx's error, and the last attempt's error.
+func (m *Manager) Lock(ctx context.Context, key string) (*Lock, error) {
+	if key == "" {
+		return nil, invalidf("empty key")
+	}
+	token := newToken()
+	delay := m.o.retryMin
+	var timer *time.Timer
+	var prev error // the last refusal not caused by ctx ending
+	for {
+		lease, err := m.s.Acquire(ctx, key, token, m.o.ttl)
+		if err == nil {
+			return newLock(m, key, token, lease), nil
+		}
+		if ctx.Err() != nil && prev != nil && errors.Is(err, ctx.Err()) {
+			err = prev // say why the lock was busy, not only that time ran out
+		}
+		if errors.Is(err, ErrInvalid) || ctx.Err() != nil {
+			return nil, withContext(ctx, err)
+		}
+		prev = err
+		// Full jitter over [delay/2, delay], capped by the holder's lease.
+		wait := delay/2 + rand.N(delay/2+1)
+		if rem, ok := RetryAfter(err); ok && rem < wait {
+			wait = rem + time.Millisecond
+		}
+		delay = min(2*delay, m.o.retryMax)
+		if timer == nil {
+			timer = time.NewTimer(wait)
+			defer timer.Stop()
+		} else {
+			timer.Reset(wait)
+		}
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+			return nil, withContext(ctx, err)
+		}
+	}
+}
+
+// withContext joins err with ctx's cause when ctx has ended, so the result
+// matches ErrNotAcquired, the context's error and err.
+func withContext(ctx context.Context, err error) error {
+	if ctx.Err() == nil {
+		return err
+	}
+	cause := context.Cause(ctx)
+	if !errors.Is(cause, ctx.Err()) {
+		cause = errors.Join(ctx.Err(), cause)
+	}
+	if errors.Is(err, cause) {
+		cause = nil
+	}
+	if !errors.Is(err, ErrNotAcquired) {
+		err = fmt.Errorf("%w: %w", ErrNotAcquired, err)
+	}
+	return errors.Join(err, cause)
+}
+
+// newToken returns 20 random bytes, hex-encoded.
+func newToken() string {
+	var b [20]byte
+	var h [40]byte
+	_, _ = crand.Read(b[:]) // never fails; see crypto/rand.Read
+	hex.Encode(h[:], b[:])
+	return string(h[:])
+}

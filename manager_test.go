@@ -1,0 +1,289 @@
+package dlm_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/driver/goredis"
+	"github.com/dlmgo/dlm/internal/redistest"
+	"github.com/dlmgo/dlm/strategy"
+)
+
+// newManager returns a Manager over a fresh real redis-server.
+func newManager(t testing.TB, opts ...dlm.Option) (*dlm.Manager, *redis.Client) {
+	t.Helper()
+	c := redistest.Start(t).Client(t)
+	s, err := strategy.NewSingle(goredis.New(c))
+	require.NoError(t, err)
+	m, err := dlm.New(s, opts...)
+	require.NoError(t, err)
+	return m, c
+}
+
+func TestMutualExclusion32Goroutines(t *testing.T) {
+	m, _ := newManager(t, dlm.WithTTL(5*time.Second), dlm.WithRetryDelay(time.Millisecond, 10*time.Millisecond))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const workers, rounds = 32, 20
+	var holders, maxHolders atomic.Int32
+	counter := 0 // guarded only by the distributed lock
+	var lastFence atomic.Uint64
+	var fenceErrs atomic.Int32
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range rounds {
+				l, err := m.Lock(ctx, "counter")
+				if err != nil {
+					errs <- err
+					return
+				}
+				if h := holders.Add(1); h > maxHolders.Load() {
+					maxHolders.Store(h)
+				}
+				if f := l.Fence(); f <= lastFence.Load() {
+					fenceErrs.Add(1)
+				} else {
+					lastFence.Store(f)
+				}
+				v := counter
+				time.Sleep(50 * time.Microsecond)
+				counter = v + 1
+				holders.Add(-1)
+				if err := l.Unlock(context.Background()); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	assert.Equal(t, int32(1), maxHolders.Load(), "most holders at once")
+	assert.Equal(t, workers*rounds, counter, "shared counter")
+	assert.Zero(t, fenceErrs.Load(), "fences that did not increase")
+	assert.Equal(t, uint64(workers*rounds), lastFence.Load())
+}
+
+func TestLockExpiresAndPassesOn(t *testing.T) {
+	m, _ := newManager(t, dlm.WithTTL(200*time.Millisecond))
+	ctx := context.Background()
+	first, err := m.TryLock(ctx, "expiring")
+	require.NoError(t, err)
+
+	_, err = m.TryLock(ctx, "expiring")
+	require.ErrorIs(t, err, dlm.ErrNotAcquired)
+	var held *dlm.HeldError
+	require.ErrorAs(t, err, &held)
+	assert.Greater(t, held.Remaining, time.Duration(0))
+	assert.LessOrEqual(t, held.Remaining, 200*time.Millisecond)
+
+	// Never unlocked: Lock waits for the TTL to run out, no longer.
+	start := time.Now()
+	second, err := m.Lock(ctx, "expiring")
+	require.NoError(t, err)
+	assert.Less(t, time.Since(start), 2*time.Second)
+	assert.Greater(t, second.Fence(), first.Fence())
+
+	// The first holder's lease is gone: its context ended and it can neither
+	// extend nor release.
+	<-first.Context().Done()
+	assert.ErrorIs(t, context.Cause(first.Context()), dlm.ErrLost)
+	assert.ErrorIs(t, first.Extend(ctx, time.Second), dlm.ErrNotHeld)
+	assert.ErrorIs(t, first.Unlock(ctx), dlm.ErrNotHeld)
+	require.NoError(t, second.Unlock(ctx))
+}
+
+func TestOnlyOwnerExtendsAndReleases(t *testing.T) {
+	m, c := newManager(t, dlm.WithTTL(time.Second))
+	ctx := context.Background()
+	l, err := m.TryLock(ctx, "owned")
+	require.NoError(t, err)
+	assert.Equal(t, "owned", l.Key())
+	assert.Len(t, l.Token(), 40)
+
+	// Another token can neither extend nor release it.
+	s, err := strategy.NewSingle(goredis.New(c))
+	require.NoError(t, err)
+	_, err = s.Extend(ctx, "owned", "intruder", time.Minute)
+	assert.ErrorIs(t, err, dlm.ErrNotHeld)
+	assert.ErrorIs(t, s.Release(ctx, "owned", "intruder"), dlm.ErrNotHeld)
+	// A token that shares a prefix with the owner's is still another token.
+	assert.ErrorIs(t, s.Release(ctx, "owned", l.Token()[:39]), dlm.ErrNotHeld)
+
+	before := l.Until()
+	time.Sleep(10 * time.Millisecond)
+	require.NoError(t, l.Extend(ctx, 5*time.Second))
+	assert.True(t, l.Until().After(before.Add(3*time.Second)), "Until moved forward")
+	pttl, err := c.PTTL(ctx, "dlm:{owned}").Result()
+	require.NoError(t, err)
+	assert.Greater(t, pttl, 4*time.Second)
+
+	lctx := l.Context()
+	require.NoError(t, l.Unlock(ctx))
+	<-lctx.Done()
+	assert.ErrorIs(t, context.Cause(lctx), dlm.ErrUnlocked)
+	assert.ErrorIs(t, l.Unlock(ctx), dlm.ErrNotHeld, "second unlock")
+	assert.ErrorIs(t, l.Extend(ctx, time.Second), dlm.ErrNotHeld, "extend after unlock")
+	n, err := c.Exists(ctx, "dlm:{owned}").Result()
+	require.NoError(t, err)
+	assert.Zero(t, n)
+}
+
+func TestReleaseAfterExpiry(t *testing.T) {
+	m, _ := newManager(t, dlm.WithTTL(50*time.Millisecond))
+	ctx := context.Background()
+	l, err := m.TryLock(ctx, "short")
+	require.NoError(t, err)
+	time.Sleep(150 * time.Millisecond)
+	assert.ErrorIs(t, l.Unlock(ctx), dlm.ErrNotHeld)
+}
+
+func TestCancelledContext(t *testing.T) {
+	m, _ := newManager(t)
+	held, err := m.TryLock(context.Background(), "busy")
+	require.NoError(t, err)
+	defer held.Unlock(context.Background())
+
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(30*time.Millisecond, cancel)
+	_, err = m.Lock(ctx, "busy")
+	assert.ErrorIs(t, err, dlm.ErrNotAcquired)
+	assert.ErrorIs(t, err, context.Canceled)
+
+	// Already cancelled: TryLock reports both too.
+	_, err = m.TryLock(ctx, "free")
+	assert.ErrorIs(t, err, dlm.ErrNotAcquired)
+	assert.ErrorIs(t, err, context.Canceled)
+
+	dctx, dcancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	defer dcancel()
+	_, err = m.Lock(dctx, "busy")
+	assert.ErrorIs(t, err, dlm.ErrNotAcquired)
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	var heldErr *dlm.HeldError
+	assert.ErrorAs(t, err, &heldErr, "the last attempt's error is kept")
+}
+
+func TestFencesIncrease(t *testing.T) {
+	m, _ := newManager(t)
+	ctx := context.Background()
+	var last uint64
+	for i := range 20 {
+		l, err := m.TryLock(ctx, "fenced")
+		require.NoError(t, err)
+		require.Greater(t, l.Fence(), last, "acquisition %d", i)
+		last = l.Fence()
+		require.NoError(t, l.Unlock(ctx))
+	}
+	// A different key has a counter of its own.
+	l, err := m.TryLock(ctx, "other")
+	require.NoError(t, err)
+	assert.Equal(t, uint64(1), l.Fence())
+}
+
+func TestBadInput(t *testing.T) {
+	_, err := dlm.New(nil)
+	assert.ErrorIs(t, err, dlm.ErrInvalid)
+
+	_, err = strategy.NewSingle(nil)
+	assert.ErrorIs(t, err, dlm.ErrInvalid)
+	_, err = strategy.NewSingle(goredis.New(nil))
+	assert.ErrorIs(t, err, dlm.ErrInvalid, "a nil client makes a nil node")
+
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer c.Close()
+	s, err := strategy.NewSingle(goredis.New(c))
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		name string
+		opts []dlm.Option
+	}{
+		{"zero TTL", []dlm.Option{dlm.WithTTL(0)}},
+		{"negative TTL", []dlm.Option{dlm.WithTTL(-time.Second)}},
+		{"zero retry delay", []dlm.Option{dlm.WithRetryDelay(0, time.Second)}},
+		{"max below min", []dlm.Option{dlm.WithRetryDelay(time.Second, time.Millisecond)}},
+		{"nil option", []dlm.Option{nil}},
+	} {
+		_, err := dlm.New(s, tc.opts...)
+		assert.ErrorIs(t, err, dlm.ErrInvalid, tc.name)
+	}
+	for _, tc := range []struct {
+		name string
+		opt  strategy.Option
+	}{
+		{"drift factor 0.5", strategy.WithDriftFactor(0.5)},
+		{"negative drift factor", strategy.WithDriftFactor(-0.1)},
+		{"negative timeout", strategy.WithTimeout(-1)},
+		{"nil option", nil},
+	} {
+		_, err := strategy.NewSingle(goredis.New(c), tc.opt)
+		assert.ErrorIs(t, err, dlm.ErrInvalid, tc.name)
+	}
+
+	m, err := dlm.New(s, dlm.WithTTL(2*time.Millisecond)) // below the drift margin
+	require.NoError(t, err)
+	ctx := context.Background()
+	_, err = m.TryLock(ctx, "k")
+	assert.ErrorIs(t, err, dlm.ErrInvalid, "TTL below drift margin")
+	_, err = m.Lock(ctx, "k")
+	assert.ErrorIs(t, err, dlm.ErrInvalid, "Lock does not wait on invalid input")
+
+	m, err = dlm.New(s)
+	require.NoError(t, err)
+	_, err = m.TryLock(ctx, "")
+	assert.ErrorIs(t, err, dlm.ErrInvalid, "empty key")
+	_, err = m.Lock(ctx, "")
+	assert.ErrorIs(t, err, dlm.ErrInvalid, "empty key")
+	_, err = m.TryLock(ctx, "}x")
+	assert.ErrorIs(t, err, dlm.ErrInvalid, "key breaking the hash tag")
+	_, err = s.Acquire(ctx, "k", "", time.Second)
+	assert.ErrorIs(t, err, dlm.ErrInvalid, "empty token")
+	assert.ErrorIs(t, s.Release(ctx, "", "t"), dlm.ErrInvalid)
+	_, err = s.Extend(ctx, "k", "t", 0)
+	assert.ErrorIs(t, err, dlm.ErrInvalid)
+}
+
+func TestNodeFailureIsReported(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	s, err := strategy.NewSingle(goredis.New(c), strategy.WithTimeout(200*time.Millisecond))
+	require.NoError(t, err)
+	m, err := dlm.New(s)
+	require.NoError(t, err)
+	srv.Kill(t)
+	_, err = m.TryLock(context.Background(), "down")
+	assert.ErrorIs(t, err, dlm.ErrNotAcquired)
+	var ne *dlm.NodeError
+	require.ErrorAs(t, err, &ne)
+	assert.Equal(t, "acquire", ne.Op)
+	assert.Contains(t, ne.Node, srv.Addr)
+}
+
+func TestReacquireWithSameToken(t *testing.T) {
+	c := redistest.Start(t).Client(t)
+	s, err := strategy.NewSingle(goredis.New(c))
+	require.NoError(t, err)
+	ctx := context.Background()
+	a, err := s.Acquire(ctx, "again", "tok", time.Second)
+	require.NoError(t, err)
+	b, err := s.Acquire(ctx, "again", "tok", time.Second)
+	require.NoError(t, err, "a retry after a lost reply succeeds")
+	assert.Equal(t, a.Fence, b.Fence, "and does not advance the fence")
+	_, err = s.Acquire(ctx, "again", "other", time.Second)
+	assert.ErrorIs(t, err, dlm.ErrNotAcquired)
+}

@@ -1,0 +1,8 @@
+-- Deletes a lock the token holds.
+-- KEYS[1] lock key. ARGV[1] token.
+-- Replies {1} when deleted, {0} when the token does not hold it.
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  return {1}
+end
+return {0}

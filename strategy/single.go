@@ -1,0 +1,108 @@
+package strategy
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/dlmgo/dlm"
+)
+
+// Single locks on one Redis endpoint: SET NX PX with a fencing counter,
+// compare-and-pexpire to extend, compare-and-delete to release.
+//
+// Its guarantees are those of the endpoint: a failover to a replica that had
+// not yet received the lock, or a restart without persistence, lets a second
+// owner in. See the failover strategy for a primary with replicas.
+type Single struct {
+	node dlm.Node
+	name string
+	cfg  config
+}
+
+var _ dlm.Strategy = (*Single)(nil)
+
+// NewSingle returns the single-instance strategy over node.
+// Options: WithDriftFactor, WithTimeout.
+func NewSingle(node dlm.Node, opts ...Option) (*Single, error) {
+	if isNil(node) {
+		return nil, fmt.Errorf("%w: NewSingle: nil Node", dlm.ErrInvalid)
+	}
+	s := &Single{node: node, name: dlm.NodeName(node, 0), cfg: defaultConfig()}
+	if err := applyOptions(&s.cfg, opts); err != nil {
+		return nil, fmt.Errorf("NewSingle: %w", err)
+	}
+	return s, nil
+}
+
+// Acquire implements dlm.Strategy.
+func (s *Single) Acquire(ctx context.Context, key, token string, ttl time.Duration) (dlm.Lease, error) {
+	if err := s.cfg.checkCall(key, token, ttl, true); err != nil {
+		return dlm.Lease{}, err
+	}
+	start := time.Now()
+	cctx, cancel := s.cfg.withTimeout(ctx)
+	r, err := acquireScript.Run(cctx, s.node, lockKeys(key), token, ms(ttl))
+	cancel()
+	if err == nil && (len(r) != 2 || r[0] != 0 && r[0] != 1) {
+		err = errReply(r)
+	}
+	if err != nil {
+		// The script may have run even though the reply was lost: undo it.
+		rctx, cancel := s.cfg.cleanupContext(ctx)
+		_, _ = releaseScript.Run(rctx, s.node, lockKeys(key), token)
+		cancel()
+		return dlm.Lease{}, fmt.Errorf("%w: %w", dlm.ErrNotAcquired, &dlm.NodeError{Node: s.name, Op: "acquire", Err: err})
+	}
+	if r[0] == 0 {
+		return dlm.Lease{}, &dlm.HeldError{Key: key, Remaining: time.Duration(r[1]) * time.Millisecond}
+	}
+	return s.lease(start, ttl, r[1]), nil
+}
+
+// Extend implements dlm.Strategy.
+func (s *Single) Extend(ctx context.Context, key, token string, ttl time.Duration) (dlm.Lease, error) {
+	if err := s.cfg.checkCall(key, token, ttl, true); err != nil {
+		return dlm.Lease{}, err
+	}
+	start := time.Now()
+	cctx, cancel := s.cfg.withTimeout(ctx)
+	defer cancel()
+	r, err := extendScript.Run(cctx, s.node, lockKeys(key), token, ms(ttl))
+	if err == nil && len(r) != 2 {
+		err = errReply(r)
+	}
+	if err != nil {
+		return dlm.Lease{}, &dlm.NodeError{Node: s.name, Op: "extend", Err: err}
+	}
+	if r[0] != 1 {
+		return dlm.Lease{}, fmt.Errorf("%w: %q is not held by this token on %s", dlm.ErrNotHeld, key, s.name)
+	}
+	return s.lease(start, ttl, r[1]), nil
+}
+
+// Release implements dlm.Strategy.
+func (s *Single) Release(ctx context.Context, key, token string) error {
+	if err := s.cfg.checkCall(key, token, 0, false); err != nil {
+		return err
+	}
+	cctx, cancel := s.cfg.withTimeout(ctx)
+	defer cancel()
+	r, err := releaseScript.Run(cctx, s.node, lockKeys(key)[:1], token)
+	if err == nil && len(r) != 1 {
+		err = errReply(r)
+	}
+	if err != nil {
+		return &dlm.NodeError{Node: s.name, Op: "release", Err: err}
+	}
+	if r[0] != 1 {
+		return fmt.Errorf("%w: %q is not held by this token on %s", dlm.ErrNotHeld, key, s.name)
+	}
+	return nil
+}
+
+// lease is valid for ttl less the drift margin, counted from before the
+// request was sent.
+func (s *Single) lease(start time.Time, ttl time.Duration, fence int64) dlm.Lease {
+	return dlm.Lease{Fence: uint64(fence), Until: start.Add(ttl - s.cfg.driftMargin(ttl))}
+}

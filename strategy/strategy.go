@@ -1,0 +1,159 @@
+// Package strategy provides the locking algorithms of dlm: a single
+// instance, Redlock over independent masters, and a primary with replicas
+// behind Sentinel.
+//
+// Every strategy stores a lock for key K in the Redis key "dlm:{K}" and its
+// fencing counter in "dlm:{K}:fence". The braces are a Redis Cluster hash tag
+// that keeps both keys in one slot. Fencing counters are never deleted: one
+// small key stays per lock key ever used.
+package strategy
+
+import (
+	"context"
+	"embed"
+	"fmt"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/dlmgo/dlm"
+)
+
+//go:embed scripts/*.lua
+var scriptFS embed.FS
+
+func mustScript(name string) *dlm.Script {
+	b, err := scriptFS.ReadFile("scripts/" + name)
+	if err != nil {
+		panic(err) // the file is embedded at build time
+	}
+	return dlm.NewScript(string(b))
+}
+
+var (
+	acquireScript = mustScript("acquire.lua")
+	extendScript  = mustScript("extend.lua")
+	releaseScript = mustScript("release.lua")
+)
+
+// DefaultDriftFactor is the default share of the TTL taken off a lease's
+// validity for clock drift between client and servers.
+const DefaultDriftFactor = 0.01
+
+// minDrift is added to the drift margin for the granularity of Redis expiry.
+const minDrift = 2 * time.Millisecond
+
+// An Option configures a strategy. A constructor rejects an option that does
+// not apply to its strategy or whose value is bad.
+type Option func(*config) error
+
+type config struct {
+	driftFactor float64
+	timeout     time.Duration
+}
+
+func defaultConfig() config { return config{driftFactor: DefaultDriftFactor} }
+
+// WithDriftFactor sets the share of the TTL taken off every lease for clock
+// drift; the margin is TTL×f + 2ms. The default is DefaultDriftFactor (0.01).
+// f must be in [0, 0.5).
+func WithDriftFactor(f float64) Option {
+	return func(c *config) error {
+		if !(f >= 0 && f < 0.5) {
+			return fmt.Errorf("%w: WithDriftFactor(%v): must be in [0, 0.5)", dlm.ErrInvalid, f)
+		}
+		c.driftFactor = f
+		return nil
+	}
+}
+
+// WithTimeout bounds every call to a node. The default, 0, leaves the bound
+// to the caller's context.
+func WithTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		if d < 0 {
+			return fmt.Errorf("%w: WithTimeout(%v): must not be negative", dlm.ErrInvalid, d)
+		}
+		c.timeout = d
+		return nil
+	}
+}
+
+func applyOptions(c *config, opts []Option) error {
+	for _, o := range opts {
+		if o == nil {
+			return fmt.Errorf("%w: nil Option", dlm.ErrInvalid)
+		}
+		if err := o(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// isNil reports whether n is nil or a nil pointer in an interface.
+func isNil(n dlm.Node) bool {
+	if n == nil {
+		return true
+	}
+	v := reflect.ValueOf(n)
+	switch v.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan, reflect.Interface:
+		return v.IsNil()
+	}
+	return false
+}
+
+// driftMargin is the validity taken off a lease of the given TTL.
+func (c *config) driftMargin(ttl time.Duration) time.Duration {
+	return time.Duration(float64(ttl)*c.driftFactor) + minDrift
+}
+
+// checkCall validates the arguments every strategy method shares.
+func (c *config) checkCall(key, token string, ttl time.Duration, needTTL bool) error {
+	switch {
+	case key == "":
+		return fmt.Errorf("%w: empty key", dlm.ErrInvalid)
+	case strings.HasPrefix(key, "}"):
+		return fmt.Errorf("%w: key %q must not begin with '}' (it would break the hash tag)", dlm.ErrInvalid, key)
+	case token == "":
+		return fmt.Errorf("%w: empty token", dlm.ErrInvalid)
+	case !needTTL:
+		return nil
+	case ttl < time.Millisecond:
+		return fmt.Errorf("%w: TTL %v is below Redis' 1ms resolution", dlm.ErrInvalid, ttl)
+	case ttl <= c.driftMargin(ttl):
+		return fmt.Errorf("%w: TTL %v is not above its clock-drift margin %v", dlm.ErrInvalid, ttl, c.driftMargin(ttl))
+	}
+	return nil
+}
+
+// withTimeout applies the per-node timeout, if any, to ctx.
+func (c *config) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	if c.timeout > 0 {
+		return context.WithTimeout(ctx, c.timeout)
+	}
+	return ctx, func() {}
+}
+
+// cleanupContext returns a context for undoing partial work after ctx ended.
+func (c *config) cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	d := c.timeout
+	if d == 0 {
+		d = time.Second
+	}
+	return context.WithTimeout(context.WithoutCancel(ctx), d)
+}
+
+// lockKeys returns the Redis keys of key's lock and fencing counter (the
+// lock key is a prefix of the counter's, so both share one allocation).
+func lockKeys(key string) []string {
+	f := "dlm:{" + key + "}:fence"
+	return []string{f[:len(f)-len(":fence")], f}
+}
+
+func ms(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
+
+// errReply reports a script reply of an unexpected shape.
+func errReply(r []int64) error { return fmt.Errorf("dlm: unexpected script reply %v", r) }

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Runs every check the project has, after installing what the tests need.
+# Usage: ./test.sh [extra go test flags]
+set -euo pipefail
+cd "$(dirname "$0")"
+
+if ! command -v redis-server >/dev/null || ! command -v redis-sentinel >/dev/null; then
+	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+		echo "test.sh: installing redis-server and redis-sentinel from Debian's packages" >&2
+		apt-get update -qq
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server redis-sentinel >/dev/null
+	else
+		echo "test.sh: redis-server or redis-sentinel is missing and cannot be installed here;" \
+			"tests that need them will skip (set DLM_REQUIRE_REDIS=1 to make that a failure)" >&2
+	fi
+fi
+
+unformatted=$(gofmt -l .)
+if [ -n "$unformatted" ]; then
+	echo "test.sh: gofmt would change:" >&2
+	echo "$unformatted" >&2
+	exit 1
+fi
+go vet ./...
+go test -race -count=1 -timeout 30m "$@" ./...
