@@ -1,7 +1,9 @@
 // Command dlm works with dlm locks from the shell.
 //
-//	dlm demo [flags]   run concurrent workers against one lock and report
-//	                   what shows it is safe (on embedded Redis by default)
+//	dlm demo [flags]              run concurrent workers against one lock and report
+//	                              what shows it is safe (on embedded Redis by default)
+//	dlm run --key K -- CMD ARGS   run a command while holding a lock
+//	dlm doctor                    check a deployment for what makes locks unsafe or slow
 package main
 
 import (
@@ -17,6 +19,8 @@ const usage = `usage: dlm <command> [flags]
 commands:
   demo    run concurrent workers through one lock and report whether it held
           (embedded Redis when no --addr is given)
+  run     run a command while holding a lock: dlm run --key K -- CMD ARGS
+  doctor  check a Redis deployment for what makes locks unsafe or slow
 
 Run 'dlm <command> -h' for a command's flags.
 `
@@ -36,6 +40,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "demo":
 		return demo(ctx, args[1:], stdout, stderr)
+	case "run":
+		return runCmd(ctx, args[1:], stdout, stderr)
+	case "doctor":
+		return doctor(ctx, args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -1,0 +1,161 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/dlmgo/dlm"
+)
+
+// Exit codes of dlm run besides the command's own status.
+const (
+	exitNotLocked = 75 // EX_TEMPFAIL: the lock could not be taken
+	exitLost      = 76 // the lock was lost while the command ran
+)
+
+const runUsage = `usage: dlm run --key KEY [flags] -- COMMAND [ARGS...]
+
+Takes the lock on KEY (waiting up to --wait), runs COMMAND while renewing the
+lock, and releases it when COMMAND exits. COMMAND gets DLM_KEY and DLM_FENCE
+(the fencing token) in its environment. Signals dlm receives (INT, TERM, HUP,
+QUIT, USR1, USR2) are forwarded to COMMAND.
+
+Exit status: COMMAND's own (128+N when signal N ended it), 75 when the lock
+could not be taken, 76 when the lock was lost while COMMAND ran, 2 on usage
+errors.
+
+flags:
+`
+
+func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("dlm run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, runUsage); fs.PrintDefaults() }
+	tf := addTargetFlags(fs)
+	key := fs.String("key", "", "lock key (required)")
+	ttl := fs.Duration("ttl", 0, "lock TTL; renewed every TTL/3 (default: the config's ttl, else 10s)")
+	wait := fs.Duration("wait", 0, "how long to wait for the lock; 0 makes one attempt")
+	onLost := fs.String("on-lost", "term", "what to do with COMMAND when the lock is lost: term (SIGTERM, then SIGKILL after --grace), kill, or ignore")
+	grace := fs.Duration("grace", 5*time.Second, "time between SIGTERM and SIGKILL when the lock is lost")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	cmdArgs := fs.Args()
+	switch {
+	case *key == "":
+		fmt.Fprintln(stderr, "dlm run: --key is required")
+		return 2
+	case len(cmdArgs) == 0:
+		fmt.Fprintln(stderr, "dlm run: no command given (put it after --)")
+		return 2
+	case *onLost != "term" && *onLost != "kill" && *onLost != "ignore":
+		fmt.Fprintf(stderr, "dlm run: --on-lost %q: want term, kill or ignore\n", *onLost)
+		return 2
+	case *wait < 0 || *ttl < 0 || *grace < 0:
+		fmt.Fprintln(stderr, "dlm run: --wait, --ttl and --grace must not be negative")
+		return 2
+	}
+	cfg, err := tf.load()
+	if err != nil {
+		fmt.Fprintln(stderr, "dlm run:", err)
+		return 2
+	}
+	if *ttl == 0 {
+		*ttl = time.Duration(cfg.TTL)
+	}
+	if *ttl == 0 {
+		*ttl = dlm.DefaultTTL
+	}
+	t, err := connect(cfg)
+	if err != nil {
+		fmt.Fprintln(stderr, "dlm run:", err)
+		return 2
+	}
+	defer t.Close()
+	m, err := dlm.New(t.strat, dlm.WithTTL(*ttl))
+	if err != nil {
+		fmt.Fprintln(stderr, "dlm run:", err)
+		return 2
+	}
+
+	var lock *dlm.Lock
+	if *wait == 0 {
+		lock, err = m.TryLock(ctx, *key)
+	} else {
+		wctx, cancel := context.WithTimeout(ctx, *wait)
+		lock, err = m.Lock(wctx, *key)
+		cancel()
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "dlm run: could not lock %q: %v\n", *key, err)
+		return exitNotLocked
+	}
+	defer func() { _ = lock.Unlock(context.WithoutCancel(ctx)) }()
+
+	cmd := exec.Command(cmdArgs[0], cmdArgs[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
+	cmd.Env = append(os.Environ(), "DLM_KEY="+*key, "DLM_FENCE="+strconv.FormatUint(lock.Fence(), 10))
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)
+	defer signal.Stop(sigs)
+	if err := cmd.Start(); err != nil {
+		fmt.Fprintf(stderr, "dlm run: %v\n", err)
+		return 127
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+
+	renew := time.NewTicker(*ttl / 3)
+	defer renew.Stop()
+	lost := lock.Context().Done()
+	wasLost := false
+	var killAt <-chan time.Time
+	for {
+		select {
+		case <-exited:
+			if wasLost && *onLost != "ignore" {
+				return exitLost
+			}
+			return exitStatus(cmd.ProcessState)
+		case s := <-sigs:
+			_ = cmd.Process.Signal(s)
+		case <-renew.C:
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), *ttl/3) // COMMAND decides when to stop
+			if err := lock.Extend(rctx, *ttl); err != nil && !errors.Is(err, dlm.ErrNotHeld) {
+				fmt.Fprintf(stderr, "dlm run: renewing %q: %v (will retry)\n", *key, err)
+			}
+			cancel()
+		case <-lost:
+			lost = nil
+			wasLost = true
+			renew.Stop()
+			fmt.Fprintf(stderr, "dlm run: lost the lock on %q: %v\n", *key, context.Cause(lock.Context()))
+			switch *onLost {
+			case "term":
+				_ = cmd.Process.Signal(syscall.SIGTERM)
+				killAt = time.After(*grace)
+			case "kill":
+				_ = cmd.Process.Kill()
+			}
+		case <-killAt:
+			_ = cmd.Process.Kill()
+		}
+	}
+}
+
+// exitStatus is the shell's view of how a process ended.
+func exitStatus(ps *os.ProcessState) int {
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ps.ExitCode()
+}
