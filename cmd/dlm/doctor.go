@@ -72,7 +72,9 @@ func doctor(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // checkServer inspects one server.
 func checkServer(ctx context.Context, c redis.UniversalClient, strat string) []finding {
 	var out []finding
-	add := func(level, format string, args ...any) { out = append(out, finding{level, fmt.Sprintf(format, args...)}) }
+	add := func(level, format string, args ...any) {
+		out = append(out, finding{level, fmt.Sprintf(format, args...)})
+	}
 
 	start := time.Now()
 	if err := c.Ping(ctx).Err(); err != nil {
