@@ -1,0 +1,60 @@
+package redistest
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestMissingServerHelper is run in a subprocess by TestMissingServer, with
+// a PATH where redis-server cannot be found.
+func TestMissingServerHelper(t *testing.T) {
+	if os.Getenv("REDISTEST_HELPER") != "1" {
+		t.Skip("run by TestMissingServer")
+	}
+	Start(t)
+	t.Log("started a server without redis-server on PATH")
+}
+
+func TestMissingServer(t *testing.T) {
+	for _, tc := range []struct {
+		require  string
+		wantFail bool
+	}{{"", false}, {"1", true}} {
+		cmd := exec.Command(os.Args[0], "-test.run", "^TestMissingServerHelper$", "-test.v")
+		cmd.Env = append(os.Environ(), "PATH=/nonexistent", "REDISTEST_HELPER=1", RequireEnv+"="+tc.require)
+		out, err := cmd.CombinedOutput()
+		if tc.wantFail {
+			assert.Error(t, err, "%s", out)
+			assert.Contains(t, string(out), "--- FAIL")
+			assert.Contains(t, string(out), RequireEnv+"=1 requires it")
+		} else {
+			assert.NoError(t, err, "%s", out)
+			assert.Contains(t, string(out), "--- SKIP")
+			assert.Contains(t, string(out), "redis-server not found on PATH")
+		}
+	}
+}
+
+func TestFreezeKillRestart(t *testing.T) {
+	s := Start(t, "--appendonly", "yes", "--appendfsync", "always")
+	c := s.Client(t)
+	ctx := context.Background()
+	require.NoError(t, c.Set(ctx, "k", "v", 0).Err())
+
+	s.Freeze(t)
+	assert.Error(t, ping(s.Addr), "a frozen server does not answer (ping waits 1s)")
+	s.Thaw(t)
+	require.NoError(t, ping(s.Addr))
+
+	s.Kill(t)
+	assert.Error(t, ping(s.Addr), "a killed server does not answer")
+	s.Restart(t)
+	v, err := c.Get(ctx, "k").Result()
+	require.NoError(t, err)
+	assert.Equal(t, "v", v, "AOF kept the data across the restart on the same port")
+}
