@@ -1,0 +1,110 @@
+// Package rueidis adapts a rueidis client (github.com/redis/rueidis) to
+// dlm.Node.
+//
+// Any rueidis.Client works: standalone, Sentinel (ClientOption.Sentinel)
+// and Cluster clients, as rueidis.NewClient returns them. Concurrent calls
+// share connections through rueidis' automatic pipelining, which makes many
+// locks per second cheap.
+//
+// Every call honours its context: rueidis sets the socket deadline from the
+// context's deadline on a dedicated call and, for pipelined calls, returns
+// as soon as the context ends (the reply, when it comes, is discarded).
+//
+// On a Cluster client the keys of one call must share a hash slot (dlm's
+// scripts always do); otherwise the call fails with an error.
+package rueidis
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/redis/rueidis"
+
+	"github.com/dlmgo/dlm"
+)
+
+// Node is a dlm.Node over a rueidis.Client. It does not close the client.
+type Node struct {
+	c    rueidis.Client
+	name string
+}
+
+var _ dlm.Node = (*Node)(nil)
+
+// New returns a Node over c, or nil when c is nil (which strategies reject).
+// It is named after the addresses c knows when New is called.
+func New(c rueidis.Client) *Node {
+	if c == nil {
+		return nil
+	}
+	addrs := slices.Sorted(maps.Keys(c.Nodes()))
+	return &Node{c: c, name: "rueidis(" + strings.Join(addrs, ",") + ")"}
+}
+
+// String names the node by its client's addresses.
+func (n *Node) String() string { return n.name }
+
+// Client returns the wrapped client.
+func (n *Node) Client() rueidis.Client { return n.c }
+
+// EvalSHA implements dlm.Node.
+func (n *Node) EvalSHA(ctx context.Context, sha1 string, keys []string, args ...string) ([]int64, error) {
+	cmd, err := build(func() rueidis.Completed {
+		return n.c.B().Evalsha().Sha1(sha1).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
+	})
+	if err != nil {
+		return nil, err
+	}
+	return ints(n.c.Do(ctx, cmd))
+}
+
+// Eval implements dlm.Node.
+func (n *Node) Eval(ctx context.Context, src string, keys []string, args ...string) ([]int64, error) {
+	cmd, err := build(func() rueidis.Completed {
+		return n.c.B().Eval().Script(src).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
+	})
+	if err != nil {
+		return nil, err
+	}
+	return ints(n.c.Do(ctx, cmd))
+}
+
+// build turns the command builder's panic on keys in different Cluster hash
+// slots into an error.
+func build(f func() rueidis.Completed) (cmd rueidis.Completed, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("%w: rueidis: %v", dlm.ErrInvalid, p)
+		}
+	}()
+	return f(), nil
+}
+
+// ints converts a script's reply to []int64.
+func ints(res rueidis.RedisResult) ([]int64, error) {
+	if err := res.Error(); err != nil {
+		if re, ok := rueidis.IsRedisErr(err); ok && re.IsNoScript() {
+			return nil, fmt.Errorf("%w: %w", dlm.ErrNoScript, err)
+		}
+		if rueidis.IsRedisNil(err) {
+			return nil, fmt.Errorf("dlm: script replied nil, want an array of integers")
+		}
+		return nil, err
+	}
+	arr, err := res.ToArray()
+	if err != nil {
+		return nil, fmt.Errorf("dlm: script reply is not an array of integers: %w", err)
+	}
+	out := make([]int64, len(arr))
+	for i := range arr {
+		x, err := arr[i].ToInt64()
+		if err != nil {
+			return nil, fmt.Errorf("dlm: script reply element %d: %w", i, err)
+		}
+		out[i] = x
+	}
+	return out, nil
+}
