@@ -30,7 +30,8 @@ type Fault struct {
 	Delay time.Duration
 	// LoseReply lets every call reach the node and run there, then replaces
 	// its reply with ErrReplyLost: the command was applied, the caller cannot
-	// know it.
+	// know it. Error replies (NOSCRIPT among them) come through, so a
+	// caller's EVALSHA-then-EVAL fallback still runs the script.
 	LoseReply bool
 }
 
@@ -141,7 +142,7 @@ func (f *FaultyNode) call(ctx context.Context, do func() ([]int64, error)) ([]in
 	}
 	f.reached.Add(1)
 	r, err := do()
-	if fault.LoseReply {
+	if fault.LoseReply && err == nil {
 		return nil, ErrReplyLost
 	}
 	return r, err

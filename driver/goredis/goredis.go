@@ -70,7 +70,10 @@ func (n *Node) do(ctx context.Context, bySHA bool, script string, keys, args []s
 }
 
 func (n *Node) call(ctx context.Context, bySHA bool, script string, keys, args []string) ([]int64, error) {
-	if n.ctxOnWire || ctx.Done() == nil {
+	// go-redis puts a context's deadline on the socket, but never watches
+	// for cancellation: only a context that cannot end before its deadline
+	// takes the direct path.
+	if _, ok := ctx.Deadline(); ctx.Done() == nil || n.ctxOnWire && ok {
 		return n.do(ctx, bySHA, script, keys, args)
 	}
 	if err := ctx.Err(); err != nil {

@@ -6,9 +6,14 @@
 // share connections through rueidis' automatic pipelining, which makes many
 // locks per second cheap.
 //
-// Every call honours its context: rueidis sets the socket deadline from the
-// context's deadline on a dedicated call and, for pipelined calls, returns
-// as soon as the context ends (the reply, when it comes, is discarded).
+// Every call honours its context. rueidis returns a pipelined call as soon
+// as its context ends (the reply, when it comes, is discarded), and sets the
+// socket deadline from the context's deadline on a dedicated connection. A
+// context that can be canceled but has no deadline is not watched on a
+// dedicated connection (DisableAutoPipelining), so for such a context the
+// Node waits for the reply in a separate goroutine and returns when the
+// context ends; the abandoned call ends when the server answers or the
+// client's ConnWriteTimeout passes.
 //
 // On a Cluster client the keys of one call must share a hash slot (dlm's
 // scripts always do); otherwise the call fails with an error.
@@ -58,7 +63,7 @@ func (n *Node) EvalSHA(ctx context.Context, sha1 string, keys []string, args ...
 	if err != nil {
 		return nil, err
 	}
-	return ints(n.c.Do(ctx, cmd))
+	return n.do(ctx, cmd)
 }
 
 // Eval implements dlm.Node.
@@ -69,7 +74,31 @@ func (n *Node) Eval(ctx context.Context, src string, keys []string, args ...stri
 	if err != nil {
 		return nil, err
 	}
-	return ints(n.c.Do(ctx, cmd))
+	return n.do(ctx, cmd)
+}
+
+func (n *Node) do(ctx context.Context, cmd rueidis.Completed) ([]int64, error) {
+	if _, ok := ctx.Deadline(); ok || ctx.Done() == nil {
+		return ints(n.c.Do(ctx, cmd))
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	type result struct {
+		r   []int64
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		r, err := ints(n.c.Do(ctx, cmd))
+		ch <- result{r, err}
+	}()
+	select {
+	case res := <-ch:
+		return res.r, res.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 // build turns the command builder's panic on keys in different Cluster hash
