@@ -18,6 +18,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/gomodule/redigo/redis"
 
@@ -74,8 +76,8 @@ func (n *Node) do(ctx context.Context, cmd, script string, keys, args []string) 
 		return nil, err
 	}
 	defer c.Close()
-	argv := make([]any, 0, 2+len(keys)+len(args))
-	argv = append(argv, script, len(keys))
+	ap := argvPool.Get().(*[]any)
+	argv := append((*ap)[:0], boxScript(cmd, script), len(keys))
 	for _, k := range keys {
 		argv = append(argv, k)
 	}
@@ -87,12 +89,60 @@ func (n *Node) do(ctx context.Context, cmd, script string, keys, args []string) 
 		reply, err = c.Do(cmd, argv...) // nothing can end this context: skip DoContext's goroutine
 	} else {
 		reply, err = redis.DoContext(c, ctx, cmd, argv...)
-		if err != nil && ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
-			// The read deadline, set from ctx's, fired first: say so.
-			err = fmt.Errorf("%w: %w", ctx.Err(), err)
+		if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+			// The read deadline, set from ctx's, may fire before ctx's own
+			// timer: say that the context ran out.
+			cerr := ctx.Err()
+			if dl, ok := ctx.Deadline(); cerr == nil && ok && !time.Now().Before(dl) {
+				cerr = context.DeadlineExceeded
+			}
+			if cerr != nil {
+				err = fmt.Errorf("%w: %w", cerr, err)
+			}
 		}
 	}
+	if ctx.Err() == nil { // else DoContext may have left a goroutine still writing argv
+		clear(argv)
+		*ap = argv
+		argvPool.Put(ap)
+	}
 	return ints(reply, err)
+}
+
+// argvPool recycles argument lists: redigo takes arguments as []any.
+var argvPool = sync.Pool{New: func() any { return new([]any) }}
+
+// boxedSHAs holds script digests already converted to interface values, so
+// the same few digests are not boxed again on every call.
+var boxedSHAs struct {
+	sync.RWMutex
+	m map[string]any
+}
+
+const maxBoxedSHAs = 256
+
+// boxScript returns script as an interface value, without allocating for a
+// digest seen before.
+func boxScript(cmd, script string) any {
+	if cmd != "EVALSHA" {
+		return script
+	}
+	boxedSHAs.RLock()
+	v, ok := boxedSHAs.m[script]
+	boxedSHAs.RUnlock()
+	if ok {
+		return v
+	}
+	v = script
+	boxedSHAs.Lock()
+	if boxedSHAs.m == nil {
+		boxedSHAs.m = make(map[string]any)
+	}
+	if len(boxedSHAs.m) < maxBoxedSHAs {
+		boxedSHAs.m[script] = v
+	}
+	boxedSHAs.Unlock()
+	return v
 }
 
 // ints converts a script's reply to []int64.

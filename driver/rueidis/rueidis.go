@@ -6,14 +6,12 @@
 // share connections through rueidis' automatic pipelining, which makes many
 // locks per second cheap.
 //
-// Every call honours its context. rueidis returns a pipelined call as soon
-// as its context ends (the reply, when it comes, is discarded), and sets the
-// socket deadline from the context's deadline on a dedicated connection. A
-// context that can be canceled but has no deadline is not watched on a
-// dedicated connection (DisableAutoPipelining), so for such a context the
-// Node waits for the reply in a separate goroutine and returns when the
-// context ends; the abandoned call ends when the server answers or the
-// client's ConnWriteTimeout passes.
+// Every call honours its context's deadline: rueidis puts it on the socket.
+// Cancellation of a context without a deadline is honoured by rueidis'
+// automatic pipelining (the default), which returns as soon as the context
+// ends and discards the reply when it comes. A client built with
+// DisableAutoPipelining does not watch cancellation; build its Node with
+// WithCancelWatch.
 //
 // On a Cluster client the keys of one call must share a hash slot (dlm's
 // scripts always do); otherwise the call fails with an error.
@@ -33,8 +31,9 @@ import (
 
 // Node is a dlm.Node over a rueidis.Client. It does not close the client.
 type Node struct {
-	c    rueidis.Client
-	name string
+	c           rueidis.Client
+	name        string
+	watchCancel bool
 }
 
 var _ dlm.Node = (*Node)(nil)
@@ -47,6 +46,17 @@ func New(c rueidis.Client) *Node {
 	}
 	addrs := slices.Sorted(maps.Keys(c.Nodes()))
 	return &Node{c: c, name: "rueidis(" + strings.Join(addrs, ",") + ")"}
+}
+
+// WithCancelWatch returns a copy of n that honours cancellation of contexts
+// without a deadline itself, for a client built with DisableAutoPipelining:
+// for such a context the Node waits for the reply in a separate goroutine
+// and returns when the context ends; the abandoned call ends when the
+// server answers or the client's ConnWriteTimeout passes.
+func (n *Node) WithCancelWatch() *Node {
+	c := *n
+	c.watchCancel = true
+	return &c
 }
 
 // String names the node by its client's addresses.
@@ -78,7 +88,7 @@ func (n *Node) Eval(ctx context.Context, src string, keys []string, args ...stri
 }
 
 func (n *Node) do(ctx context.Context, cmd rueidis.Completed) ([]int64, error) {
-	if _, ok := ctx.Deadline(); ok || ctx.Done() == nil {
+	if _, ok := ctx.Deadline(); ok || !n.watchCancel || ctx.Done() == nil {
 		return ints(n.c.Do(ctx, cmd))
 	}
 	if err := ctx.Err(); err != nil {

@@ -44,7 +44,7 @@ func TestConformanceStandalone(t *testing.T) {
 
 func TestConformanceNoAutoPipelining(t *testing.T) {
 	srv := redistest.Start(t)
-	node := rueidisnode.New(newClient(t, rueidis.ClientOption{InitAddress: []string{srv.Addr}, DisableAutoPipelining: true}))
+	node := rueidisnode.New(newClient(t, rueidis.ClientOption{InitAddress: []string{srv.Addr}, DisableAutoPipelining: true})).WithCancelWatch()
 	conformance.RunNode(t, func(*testing.T) dlm.Node { return node })
 }
 

@@ -1,0 +1,45 @@
+package rueidis_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/redis/rueidis"
+
+	"github.com/dlmgo/dlm"
+	rueidisnode "github.com/dlmgo/dlm/driver/rueidis"
+	"github.com/dlmgo/dlm/internal/redistest"
+	"github.com/dlmgo/dlm/strategy"
+)
+
+// BenchmarkLockUnlock is TryLock+Unlock through the single-instance strategy:
+// two round trips, with rueidis' automatic pipelining (the default) and
+// without it.
+func BenchmarkLockUnlock(b *testing.B) {
+	srv := redistest.Start(b)
+	for _, tc := range []struct {
+		name string
+		opt  rueidis.ClientOption
+	}{
+		{"autopipelining", rueidis.ClientOption{InitAddress: []string{srv.Addr}}},
+		{"dedicated", rueidis.ClientOption{InitAddress: []string{srv.Addr}, DisableAutoPipelining: true, BlockingPoolSize: redistest.BenchGoroutines}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			s, err := strategy.NewSingle(rueidisnode.New(newClient(b, tc.opt)))
+			if err != nil {
+				b.Fatal(err)
+			}
+			m, err := dlm.New(s)
+			if err != nil {
+				b.Fatal(err)
+			}
+			redistest.BenchLockUnlock(b, func(ctx context.Context, key string) error {
+				l, err := m.TryLock(ctx, key)
+				if err != nil {
+					return err
+				}
+				return l.Unlock(ctx)
+			})
+		})
+	}
+}
