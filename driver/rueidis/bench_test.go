@@ -3,6 +3,7 @@ package rueidis_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/redis/rueidis"
 
@@ -13,8 +14,9 @@ import (
 )
 
 // BenchmarkLockUnlock is TryLock+Unlock through the single-instance strategy:
-// two round trips, with rueidis' automatic pipelining (the default) and
-// without it.
+// two round trips, with rueidis' automatic pipelining (the default; then
+// with fewer, fuller batches: a flush delay of up to 20µs, or one
+// pipelining connection) and without it (a dedicated connection per call).
 func BenchmarkLockUnlock(b *testing.B) {
 	srv := redistest.Start(b)
 	for _, tc := range []struct {
@@ -22,6 +24,8 @@ func BenchmarkLockUnlock(b *testing.B) {
 		opt  rueidis.ClientOption
 	}{
 		{"autopipelining", rueidis.ClientOption{InitAddress: []string{srv.Addr}}},
+		{"autopipelining-flushdelay20us", rueidis.ClientOption{InitAddress: []string{srv.Addr}, MaxFlushDelay: 20 * time.Microsecond}},
+		{"autopipelining-1conn", rueidis.ClientOption{InitAddress: []string{srv.Addr}, PipelineMultiplex: -1}},
 		{"dedicated", rueidis.ClientOption{InitAddress: []string{srv.Addr}, DisableAutoPipelining: true, BlockingPoolSize: redistest.BenchGoroutines}},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
