@@ -8,7 +8,9 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -49,6 +51,9 @@ func (b brokenNode) do(ctx context.Context, call func(context.Context) ([]int64,
 			r[i] = int64(uint32(r[i])) // read as a 32-bit unsigned integer
 		}
 		return r, err
+	case "Hangs":
+		time.Sleep(time.Hour) // ignores ctx altogether
+		return nil, errors.New("unreachable")
 	case "DropsReply":
 		_, err := call(ctx) // applied on the server; the reply is dropped
 		return nil, err
@@ -73,51 +78,83 @@ func TestBrokenDriver(t *testing.T) {
 // Each driver broken on purpose makes the suite fail, naming the broken
 // rule; the same wrapper breaking nothing passes.
 func TestBrokenDriversFail(t *testing.T) {
+	checkBroken(t, "TestBrokenDriver", []breakage{
+		{name: "None"},
+		{name: "IgnoresNX", rules: []string{"SetNX", "OneWinner"}},
+		{name: "MistypesReplies", rules: []string{"IntegerReplies"}},
+		{name: "IgnoresDeadline", rules: []string{"Deadline", "Cancel", "CanceledContext"}},
+		{name: "DropsReply", rules: []string{"IntegerReplies", "SetNX", "ConcurrentUse"}},
+		// The watchdog ends the binary, naming the first rule, which hangs.
+		{name: "Hangs", watchdog: "2s", output: "conformance: TestBrokenDriver/NoScript did not finish within 2s"},
+	})
+}
+
+type breakage struct {
+	name     string
+	rules    []string // rules that must fail (others may too); none: the suite must pass
+	watchdog string   // DLM_CONFORMANCE_WATCHDOG for the subprocess
+	output   string   // text the subprocess must print
+}
+
+// checkBroken runs test in a subprocess once per breakage and checks the verdict.
+func checkBroken(t *testing.T, test string, cases []breakage) {
 	if os.Getenv(brokenEnv) != "" {
 		t.Skip("in the subprocess")
 	}
 	redistest.Binary(t, "redis-server")
-	for _, tc := range []struct {
-		breakage string
-		rules    []string // rules that must fail, all others may
-	}{
-		{"None", nil},
-		{"IgnoresNX", []string{"SetNX", "OneWinner"}},
-		{"MistypesReplies", []string{"IntegerReplies"}},
-		{"IgnoresDeadline", []string{"Deadline", "Cancel", "CanceledContext"}},
-		{"DropsReply", []string{"IntegerReplies", "SetNX", "ConcurrentUse"}},
-	} {
-		t.Run(tc.breakage, func(t *testing.T) {
-			t.Parallel()
-			cmd := exec.Command(os.Args[0], "-test.run=^TestBrokenDriver$", "-test.v", "-test.count=1", "-test.timeout=2m")
-			cmd.Env = append(os.Environ(), brokenEnv+"="+tc.breakage)
+	// The subprocesses mostly wait on their servers: run four at a time.
+	type result struct {
+		out []byte
+		err error
+	}
+	results := make([]result, len(cases))
+	sem := make(chan struct{}, 4)
+	var wg sync.WaitGroup
+	for i, tc := range cases {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$", "-test.v", "-test.count=1", "-test.timeout=2m")
+			cmd.Env = append(os.Environ(), brokenEnv+"="+tc.name)
+			if tc.watchdog != "" {
+				cmd.Env = append(cmd.Env, conformance.WatchdogEnv+"="+tc.watchdog)
+			}
 			out, err := cmd.CombinedOutput()
-			failed := failedRules(string(out))
-			t.Logf("breakage %s: suite failed rules %v", tc.breakage, failed)
-			if tc.rules == nil {
+			results[i] = result{out, err}
+		})
+	}
+	wg.Wait()
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			out, err := results[i].out, results[i].err
+			failed := failedRules(test, string(out))
+			t.Logf("%s: the suite failed rules %v", tc.name, failed)
+			if tc.rules == nil && tc.output == "" {
 				if err != nil {
-					t.Fatalf("the suite failed on a correct driver: %v\n%s", err, out)
+					t.Fatalf("the suite failed on a correct implementation: %v\n%s", err, out)
 				}
 				return
 			}
 			var exit *exec.ExitError
 			if !errors.As(err, &exit) {
-				t.Fatalf("the suite passed a driver that %s (exit: %v)\n%s", tc.breakage, err, out)
+				t.Fatalf("the suite passed an implementation that %s (exit: %v)\n%s", tc.name, err, out)
 			}
 			for _, r := range tc.rules {
 				if !slices.Contains(failed, r) {
-					t.Errorf("the suite did not fail rule %s for a driver that %s; failed: %v\n%s", r, tc.breakage, failed, out)
+					t.Errorf("the suite did not fail rule %s for an implementation that %s; failed: %v\n%s", r, tc.name, failed, out)
 				}
+			}
+			if tc.output != "" && !strings.Contains(string(out), tc.output) {
+				t.Errorf("the output lacks %q:\n%s", tc.output, out)
 			}
 		})
 	}
 }
 
-var failLine = regexp.MustCompile(`(?m)^\s*--- FAIL: TestBrokenDriver/(\S+)`)
-
-func failedRules(out string) []string {
+func failedRules(test, out string) []string {
+	re := regexp.MustCompile(`(?m)^\s*--- FAIL: ` + test + `/(\S+)`)
 	var rules []string
-	for _, m := range failLine.FindAllStringSubmatch(out, -1) {
+	for _, m := range re.FindAllStringSubmatch(out, -1) {
 		rules = append(rules, m[1])
 	}
 	return rules

@@ -11,7 +11,8 @@
 // broke ("TestConformance/SetNX"). Each subtest uses keys of its own (all in
 // one Redis Cluster hash slot, expiring within a minute) and runs under a
 // watchdog: a call that ignores its context makes the test binary fail with
-// the rule's name instead of hanging. Optional abilities are found by type
+// the rule's name instead of hanging (after 60s, or the duration in
+// DLM_CONFORMANCE_WATCHDOG). Optional abilities are found by type
 // assertion; a subtest for an ability the node lacks is skipped with the
 // reason.
 //
@@ -31,6 +32,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -42,9 +44,26 @@ import (
 const (
 	// callTimeout bounds every call the suite makes that is not about timing.
 	callTimeout = 10 * time.Second
-	// watchdogLimit ends the test binary when one rule runs longer.
-	watchdogLimit = 60 * time.Second
+	// defaultWatchdog ends the test binary when one rule runs longer.
+	defaultWatchdog = 60 * time.Second
 )
+
+// WatchdogEnv names the environment variable that overrides how long one
+// rule may run before the watchdog ends the test binary (a Go duration,
+// default 60s).
+const WatchdogEnv = "DLM_CONFORMANCE_WATCHDOG"
+
+// watchdogLimit returns the limit, from WatchdogEnv when set and valid.
+func watchdogLimit(t *testing.T) time.Duration {
+	if v := os.Getenv(WatchdogEnv); v != "" {
+		d, err := time.ParseDuration(v)
+		if err == nil && d > 0 {
+			return d
+		}
+		t.Logf("conformance: ignoring %s=%q: want a positive duration", WatchdogEnv, v)
+	}
+	return defaultWatchdog
+}
 
 // runID makes keys and script sources unique to one run of a suite, so runs
 // against a shared server do not meet.
@@ -87,7 +106,7 @@ func watchdog(t *testing.T, limit time.Duration) {
 // subtest runs f as a subtest under the watchdog.
 func subtest(t *testing.T, name string, f func(t *testing.T)) bool {
 	return t.Run(name, func(t *testing.T) {
-		watchdog(t, watchdogLimit)
+		watchdog(t, watchdogLimit(t))
 		f(t)
 	})
 }
