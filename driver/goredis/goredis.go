@@ -9,6 +9,8 @@
 // Node waits for the reply in a separate goroutine and returns as soon as the
 // context ends, and the abandoned command finishes in the background within
 // the client's ReadTimeout. Set ContextTimeoutEnabled for the cheaper path.
+// go-redis never watches cancellation, so a context that can be canceled but
+// has no deadline always takes the goroutine path.
 package goredis
 
 import (
