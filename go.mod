@@ -4,7 +4,9 @@ go 1.26.8
 
 require (
 	github.com/alicebob/miniredis/v2 v2.40.0
+	github.com/gomodule/redigo v1.9.3
 	github.com/redis/go-redis/v9 v9.23.0
+	github.com/redis/rueidis v1.0.79
 	github.com/stretchr/testify v1.12.1
 )
 

@@ -9,6 +9,8 @@
 // Node waits for the reply in a separate goroutine and returns as soon as the
 // context ends, and the abandoned command finishes in the background within
 // the client's ReadTimeout. Set ContextTimeoutEnabled for the cheaper path.
+// go-redis never watches cancellation, so a context that can be canceled but
+// has no deadline always takes the goroutine path.
 package goredis
 
 import (
@@ -70,7 +72,10 @@ func (n *Node) do(ctx context.Context, bySHA bool, script string, keys, args []s
 }
 
 func (n *Node) call(ctx context.Context, bySHA bool, script string, keys, args []string) ([]int64, error) {
-	if n.ctxOnWire || ctx.Done() == nil {
+	// go-redis puts a context's deadline on the socket, but never watches
+	// for cancellation: only a context that cannot end before its deadline
+	// takes the direct path.
+	if _, ok := ctx.Deadline(); ctx.Done() == nil || n.ctxOnWire && ok {
 		return n.do(ctx, bySHA, script, keys, args)
 	}
 	if err := ctx.Err(); err != nil {

@@ -1,0 +1,86 @@
+package conformance_test
+
+import (
+	"context"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/conformance"
+	"github.com/dlmgo/dlm/driver/goredis"
+	"github.com/dlmgo/dlm/internal/redistest"
+	"github.com/dlmgo/dlm/strategy"
+)
+
+// A brokenStrategy wraps the single-instance strategy and breaks one rule.
+type brokenStrategy struct {
+	dlm.Strategy
+	breakage string
+
+	mu      sync.Mutex
+	holders map[string]string // key → token of the last successful Acquire
+}
+
+func (b *brokenStrategy) Acquire(ctx context.Context, key, token string, ttl time.Duration) (dlm.Lease, error) {
+	l, err := b.Strategy.Acquire(ctx, key, token, ttl)
+	switch b.breakage {
+	case "SharesLocks": // grants a held lock anyway
+		if err != nil {
+			return dlm.Lease{Fence: 1, Until: time.Now().Add(ttl / 2)}, nil
+		}
+	case "LeaseFromReply": // counts the lease from the reply, not the request
+		l.Until = time.Now().Add(ttl)
+	case "ConstantFence":
+		l.Fence = 1
+	}
+	if err == nil {
+		b.mu.Lock()
+		b.holders[key] = token
+		b.mu.Unlock()
+	}
+	return l, err
+}
+
+func (b *brokenStrategy) Release(ctx context.Context, key, token string) error {
+	if b.breakage == "ReleasesForAnyone" {
+		b.mu.Lock()
+		if h, ok := b.holders[key]; ok {
+			token = h
+		}
+		b.mu.Unlock()
+	}
+	return b.Strategy.Release(ctx, key, token)
+}
+
+// TestBrokenStrategy runs RunStrategy over the broken strategy named by
+// DLM_CONFORMANCE_BROKEN; TestBrokenStrategiesFail runs it in a subprocess.
+func TestBrokenStrategy(t *testing.T) {
+	breakage := os.Getenv(brokenEnv)
+	if breakage == "" {
+		t.Skip(brokenEnv + " is not set; TestBrokenStrategiesFail runs this test in a subprocess")
+	}
+	srv := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	node := goredis.New(c)
+	conformance.RunStrategy(t, conformance.Topology{Nodes: func(*testing.T) []dlm.Node { return []dlm.Node{node} }},
+		func(nodes []dlm.Node) (dlm.Strategy, error) {
+			s, err := strategy.NewSingle(nodes[0])
+			return &brokenStrategy{Strategy: s, breakage: breakage, holders: map[string]string{}}, err
+		})
+}
+
+// Each strategy broken on purpose makes RunStrategy fail, naming the rule.
+func TestBrokenStrategiesFail(t *testing.T) {
+	checkBroken(t, "TestBrokenStrategy", []breakage{
+		{name: "None"},
+		{name: "SharesLocks", rules: []string{"MutualExclusion", "OneWinner", "ReleaseOwnerOnly"}},
+		{name: "LeaseFromReply", rules: []string{"Lease", "SlowLease"}},
+		{name: "ConstantFence", rules: []string{"FencesIncrease"}},
+		{name: "ReleasesForAnyone", rules: []string{"ReleaseOwnerOnly"}},
+	})
+}

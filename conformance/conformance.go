@@ -1,0 +1,137 @@
+// Package conformance checks that a [dlm.Node] (a driver) or a
+// [dlm.Strategy] keeps the rules dlm relies on, against a real Redis server.
+//
+// A driver's tests run the suite in three lines:
+//
+//	func TestConformance(t *testing.T) {
+//		conformance.RunNode(t, func(t *testing.T) dlm.Node { return mydriver.New(client) })
+//	}
+//
+// Every rule is a subtest named after it, so a failure names the rule that
+// broke ("TestConformance/SetNX"). Each subtest uses keys of its own (all in
+// one Redis Cluster hash slot, expiring within a minute) and runs under a
+// watchdog: a call that ignores its context makes the test binary fail with
+// the rule's name instead of hanging (after 60s, or the duration in
+// DLM_CONFORMANCE_WATCHDOG). Optional abilities are found by type
+// assertion; a subtest for an ability the node lacks is skipped with the
+// reason.
+//
+// RunNode briefly blocks the server it talks to (a Lua script that
+// busy-waits about 1.5 seconds) to check that deadlines and cancellation are
+// enforced while the server does not answer, so point it at a server used
+// only by tests.
+//
+// The fault wrappers ([FaultyNode], [Down], [Slow], [ReplyLost]) work around
+// any Node, in this suite and in a user's own tests.
+//
+// The package imports only the standard library and dlm.
+package conformance
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// Bounds of the suite. A healthy call on a loaded machine takes
+// milliseconds; these leave room for a slow CI machine.
+const (
+	// callTimeout bounds every call the suite makes that is not about timing.
+	callTimeout = 10 * time.Second
+	// defaultWatchdog ends the test binary when one rule runs longer.
+	defaultWatchdog = 60 * time.Second
+)
+
+// WatchdogEnv names the environment variable that overrides how long one
+// rule may run before the watchdog ends the test binary (a Go duration,
+// default 60s).
+const WatchdogEnv = "DLM_CONFORMANCE_WATCHDOG"
+
+// watchdogLimit returns the limit, from WatchdogEnv when set and valid.
+func watchdogLimit(t *testing.T) time.Duration {
+	if v := os.Getenv(WatchdogEnv); v != "" {
+		d, err := time.ParseDuration(v)
+		if err == nil && d > 0 {
+			return d
+		}
+		t.Logf("conformance: ignoring %s=%q: want a positive duration", WatchdogEnv, v)
+	}
+	return defaultWatchdog
+}
+
+// runID makes keys and script sources unique to one run of a suite, so runs
+// against a shared server do not meet.
+func runID() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// keyspace hands out keys for one subtest, all in one hash slot.
+type keyspace struct{ prefix string }
+
+var subtestSeq atomic.Int64
+
+func newKeyspace(run string) keyspace {
+	return keyspace{prefix: fmt.Sprintf("dlm-conformance:{%s-%d}:", run, subtestSeq.Add(1))}
+}
+
+func (k keyspace) key(name string) string { return k.prefix + name }
+
+// ctx returns a context bounded by callTimeout.
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), callTimeout)
+	t.Cleanup(cancel)
+	return c
+}
+
+// watchdog ends the process, naming the subtest, when the subtest has not
+// finished within limit. A hung call cannot be interrupted from outside the
+// goroutine that made it, and t.Fatal works only in that goroutine, so
+// ending the process is the only way to fail rather than hang.
+func watchdog(t *testing.T, limit time.Duration) {
+	name := t.Name()
+	timer := time.AfterFunc(limit, func() {
+		panic(fmt.Sprintf("conformance: %s did not finish within %v: a call does not honour its context", name, limit))
+	})
+	t.Cleanup(func() { timer.Stop() })
+}
+
+// subtest runs f as a subtest under the watchdog.
+func subtest(t *testing.T, name string, f func(t *testing.T)) bool {
+	return t.Run(name, func(t *testing.T) {
+		watchdog(t, watchdogLimit(t))
+		f(t)
+	})
+}
+
+// quote shows binary strings readably in failure messages.
+func quote(s string) string {
+	if len(s) > 60 {
+		return fmt.Sprintf("%q… (%d bytes)", s[:60], len(s))
+	}
+	return fmt.Sprintf("%q", s)
+}
+
+func ints(xs []int64) string {
+	var b strings.Builder
+	b.WriteByte('[')
+	for i, x := range xs {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		if i == 40 {
+			fmt.Fprintf(&b, "… (%d values)", len(xs))
+			break
+		}
+		fmt.Fprint(&b, x)
+	}
+	b.WriteByte(']')
+	return b.String()
+}

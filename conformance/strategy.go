@@ -1,0 +1,448 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dlmgo/dlm"
+)
+
+// A Topology supplies the nodes a strategy runs over.
+type Topology struct {
+	// Nodes returns the nodes for one subtest; it is called once per
+	// subtest and may return Nodes over shared clients and servers. It may
+	// use t (t.Cleanup, t.Fatal).
+	Nodes func(t *testing.T) []dlm.Node
+	// Quorum is how many nodes must take part for the strategy to grant a
+	// lock: 1 for a single endpoint, a majority for Redlock. Zero means a
+	// majority, len(nodes)/2 + 1.
+	Quorum int
+}
+
+// RunStrategy checks that the strategies newStrategy builds keep every rule
+// of the dlm.Strategy contract, each in a subtest named after the rule.
+// Before calling newStrategy it wraps every node in a [FaultyNode], and it
+// injects faults through those wrappers:
+//
+//   - MutualExclusion: a held key is refused to another token with an error
+//     matching dlm.ErrNotAcquired, and granted to it after release.
+//   - OneWinner: of 32 tokens racing for one key, exactly one wins.
+//   - Reacquire: the holder's token acquires again (a lost reply may be retried).
+//   - Lease: Until lies between the call's return and its start plus the TTL.
+//   - Expiry: a lock whose TTL passed is granted to another token.
+//   - ExtendOwnerOnly: only the holder extends; the lease moves forward.
+//   - ExtendAfterExpiry: extending an expired lock fails with dlm.ErrNotHeld.
+//   - ReleaseOwnerOnly: only the holder releases; a second release fails
+//     with dlm.ErrNotHeld.
+//   - FencesIncrease: fences grow strictly across acquisitions, also after
+//     expiry.
+//   - InvalidArguments: empty key or token and a zero TTL fail with
+//     dlm.ErrInvalid, without a panic.
+//   - DownTolerated, DownBeyondQuorum: with as many nodes down as the quorum
+//     allows the lock is granted; with one more it is refused, and nothing
+//     is left behind that blocks the next owner once the nodes are back.
+//   - ReplyLostTolerated, ReplyLostBeyondQuorum: the same with nodes that
+//     apply commands and lose the replies; the strategy undoes writes it
+//     never saw answered.
+//   - SlowBeyondDeadline: with too many nodes slower than the context
+//     allows, Acquire returns near the deadline, refused.
+//   - SlowLease: the lease counts from before the request, so a slow node
+//     shortens it.
+//
+// Rules that need more nodes than the topology can lose are skipped with the
+// reason (a single endpoint tolerates no failed node).
+func RunStrategy(t *testing.T, topology Topology, newStrategy func(nodes []dlm.Node) (dlm.Strategy, error)) {
+	t.Helper()
+	if topology.Nodes == nil || newStrategy == nil {
+		t.Fatal("conformance.RunStrategy: nil Topology.Nodes or newStrategy")
+	}
+	run := runID()
+	for _, rule := range strategyRules {
+		subtest(t, rule.name, func(t *testing.T) {
+			nodes := topology.Nodes(t)
+			if len(nodes) == 0 {
+				t.Fatal("Topology.Nodes returned no nodes")
+			}
+			c := &strategyCase{keyspace: newKeyspace(run), quorum: topology.Quorum}
+			if c.quorum == 0 {
+				c.quorum = len(nodes)/2 + 1
+			}
+			if c.quorum > len(nodes) {
+				t.Fatalf("Topology.Quorum %d exceeds the %d nodes", c.quorum, len(nodes))
+			}
+			wrapped := make([]dlm.Node, len(nodes))
+			for i, n := range nodes {
+				c.faulty = append(c.faulty, Wrap(n))
+				wrapped[i] = c.faulty[i]
+			}
+			s, err := newStrategy(wrapped)
+			if err != nil {
+				t.Fatalf("newStrategy: %v", err)
+			}
+			c.Strategy = s
+			rule.run(t, c)
+		})
+	}
+}
+
+type strategyCase struct {
+	dlm.Strategy
+	keyspace
+	faulty []*FaultyNode
+	quorum int
+}
+
+// tolerated is how many nodes may fail while locks are still granted.
+func (c *strategyCase) tolerated() int { return len(c.faulty) - c.quorum }
+
+// inject sets fault on the first n nodes and heals the rest.
+func (c *strategyCase) inject(n int, fault Fault) {
+	for i, f := range c.faulty {
+		if i < n {
+			f.Set(fault)
+		} else {
+			f.Heal()
+		}
+	}
+}
+
+func (c *strategyCase) acquire(t *testing.T, key, token string, ttl time.Duration) dlm.Lease {
+	t.Helper()
+	l, err := c.Acquire(ctx(t), key, token, ttl)
+	if err != nil {
+		t.Fatalf("Acquire(%q, %q, %v): %v", key, token, ttl, err)
+	}
+	return l
+}
+
+func (c *strategyCase) refused(t *testing.T, key, token string, ttl time.Duration, why string) {
+	t.Helper()
+	l, err := c.Acquire(ctx(t), key, token, ttl)
+	if err == nil {
+		t.Fatalf("Acquire(%q, %q) granted %+v %s", key, token, l, why)
+	}
+	if !errors.Is(err, dlm.ErrNotAcquired) {
+		t.Errorf("Acquire(%q, %q) %s: error %v does not match dlm.ErrNotAcquired", key, token, why, err)
+	}
+}
+
+type strategyRule struct {
+	name string
+	run  func(t *testing.T, c *strategyCase)
+}
+
+var strategyRules = []strategyRule{
+	{"MutualExclusion", testMutualExclusion},
+	{"OneWinner", testStrategyOneWinner},
+	{"Reacquire", testReacquire},
+	{"Lease", testLease},
+	{"Expiry", testStrategyExpiry},
+	{"ExtendOwnerOnly", testExtendOwnerOnly},
+	{"ExtendAfterExpiry", testExtendAfterExpiry},
+	{"ReleaseOwnerOnly", testReleaseOwnerOnly},
+	{"FencesIncrease", testFencesIncrease},
+	{"InvalidArguments", testInvalidArguments},
+	{"DownTolerated", faultTolerated(Fault{Down: true})},
+	{"DownBeyondQuorum", faultBeyondQuorum(Fault{Down: true})},
+	{"ReplyLostTolerated", faultTolerated(Fault{LoseReply: true})},
+	{"ReplyLostBeyondQuorum", faultBeyondQuorum(Fault{LoseReply: true})},
+	{"SlowBeyondDeadline", testSlowBeyondDeadline},
+	{"SlowLease", testSlowLease},
+}
+
+const ttl = 10 * time.Second
+
+func testMutualExclusion(t *testing.T, c *strategyCase) {
+	k := c.key("k")
+	c.acquire(t, k, "A", ttl)
+	c.refused(t, k, "B", ttl, "while A holds it")
+	if err := c.Release(ctx(t), k, "A"); err != nil {
+		t.Fatalf("Release by the holder: %v", err)
+	}
+	c.acquire(t, k, "B", ttl)
+	c.refused(t, k, "A", ttl, "while B holds it")
+	if err := c.Release(ctx(t), k, "B"); err != nil {
+		t.Fatalf("Release by the holder: %v", err)
+	}
+}
+
+func testStrategyOneWinner(t *testing.T, c *strategyCase) {
+	const n = 32
+	k := c.key("k")
+	var (
+		wg    sync.WaitGroup
+		start = make(chan struct{})
+		mu    sync.Mutex
+		wins  []string
+		errs  []error
+	)
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			cx, cancel := context.WithTimeout(context.Background(), callTimeout)
+			defer cancel()
+			token := "T" + strconv.Itoa(i)
+			_, err := c.Acquire(cx, k, token, ttl)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				wins = append(wins, token)
+			case !errors.Is(err, dlm.ErrNotAcquired):
+				errs = append(errs, err)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	if len(wins) > 1 {
+		t.Fatalf("%d tokens raced for one key and %d won: %v", n, len(wins), wins)
+	}
+	if len(errs) > 0 {
+		t.Errorf("refusals that do not match dlm.ErrNotAcquired: %v", errors.Join(errs...))
+	}
+	if len(wins) == 0 {
+		// A strategy may refuse everyone under contention (Redlock split
+		// votes), but with healthy nodes someone must then get it.
+		c.acquire(t, k, "late", ttl)
+	}
+}
+
+func testReacquire(t *testing.T, c *strategyCase) {
+	k := c.key("k")
+	first := c.acquire(t, k, "A", ttl)
+	again := c.acquire(t, k, "A", ttl)
+	if again.Fence < first.Fence {
+		t.Errorf("reacquiring with the holder's token moved the fence back: %d then %d", first.Fence, again.Fence)
+	}
+	c.refused(t, k, "B", ttl, "after A reacquired it")
+}
+
+func testLease(t *testing.T, c *strategyCase) {
+	before := time.Now()
+	l := c.acquire(t, c.key("k"), "A", ttl)
+	after := time.Now()
+	if l.Until.After(before.Add(ttl)) {
+		t.Errorf("Until %v is later than the request's start plus the TTL (%v): the lease must count from before the request", l.Until.Sub(before), ttl)
+	}
+	if !l.Until.After(after) {
+		t.Errorf("the lease granted is already over: Until is %v before Acquire returned", after.Sub(l.Until))
+	}
+	if d := before.Add(ttl).Sub(l.Until); d > ttl/2 {
+		t.Errorf("Until is %v short of start+TTL with healthy nodes; the drift margin should be far smaller", d)
+	}
+	l2, err := c.Extend(ctx(t), c.key("k"), "A", ttl)
+	if err != nil {
+		t.Fatalf("Extend: %v", err)
+	}
+	if l2.Until.After(time.Now().Add(ttl)) {
+		t.Errorf("extended Until is later than now plus the TTL")
+	}
+}
+
+// waitExpired acquires key for token, retrying until the lock of a
+// previous owner with the given TTL has expired.
+func waitExpired(t *testing.T, c *strategyCase, key, token string, ttl time.Duration) dlm.Lease {
+	t.Helper()
+	deadline := time.Now().Add(ttl + 5*time.Second)
+	for {
+		l, err := c.Acquire(ctx(t), key, token, ttl)
+		if err == nil {
+			return l
+		}
+		if !errors.Is(err, dlm.ErrNotAcquired) {
+			t.Fatalf("Acquire after expiry: %v", err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a lock with a %v TTL was still refused to another token after %v: %v", ttl, ttl+5*time.Second, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func testStrategyExpiry(t *testing.T, c *strategyCase) {
+	k := c.key("k")
+	const short = 200 * time.Millisecond
+	c.acquire(t, k, "A", short)
+	waitExpired(t, c, k, "B", short)
+	c.refused(t, k, "A", ttl, "after its lease expired and B took the key")
+}
+
+func testExtendOwnerOnly(t *testing.T, c *strategyCase) {
+	k := c.key("k")
+	const short = time.Second
+	l := c.acquire(t, k, "A", short)
+	if _, err := c.Extend(ctx(t), k, "B", ttl); !errors.Is(err, dlm.ErrNotHeld) {
+		t.Errorf("Extend by a token that does not hold the key: error %v, want one matching dlm.ErrNotHeld", err)
+	}
+	l2, err := c.Extend(ctx(t), k, "A", ttl)
+	if err != nil {
+		t.Fatalf("Extend by the holder: %v", err)
+	}
+	if !l2.Until.After(l.Until) {
+		t.Errorf("Extend to %v did not move Until forward from the %v lease", ttl, short)
+	}
+	if l2.Fence != l.Fence {
+		t.Errorf("Extend changed the fence from %d to %d", l.Fence, l2.Fence)
+	}
+	time.Sleep(short + 200*time.Millisecond) // past the first TTL, within the extended one
+	c.refused(t, k, "B", ttl, "after A extended its lease")
+}
+
+func testExtendAfterExpiry(t *testing.T, c *strategyCase) {
+	k := c.key("k")
+	const short = 200 * time.Millisecond
+	c.acquire(t, k, "A", short)
+	time.Sleep(short + 300*time.Millisecond)
+	if _, err := c.Extend(ctx(t), k, "A", ttl); !errors.Is(err, dlm.ErrNotHeld) {
+		t.Errorf("Extend of an expired lock: error %v, want one matching dlm.ErrNotHeld", err)
+	}
+	if _, err := c.Extend(ctx(t), c.key("never"), "A", ttl); !errors.Is(err, dlm.ErrNotHeld) {
+		t.Errorf("Extend of a key never locked: error %v, want one matching dlm.ErrNotHeld", err)
+	}
+}
+
+func testReleaseOwnerOnly(t *testing.T, c *strategyCase) {
+	k := c.key("k")
+	c.acquire(t, k, "A", ttl)
+	if err := c.Release(ctx(t), k, "B"); !errors.Is(err, dlm.ErrNotHeld) {
+		t.Errorf("Release by a token that does not hold the key: error %v, want one matching dlm.ErrNotHeld", err)
+	}
+	c.refused(t, k, "B", ttl, "after B tried to release A's lock")
+	if err := c.Release(ctx(t), k, "A"); err != nil {
+		t.Fatalf("Release by the holder: %v", err)
+	}
+	if err := c.Release(ctx(t), k, "A"); !errors.Is(err, dlm.ErrNotHeld) {
+		t.Errorf("second Release: error %v, want one matching dlm.ErrNotHeld", err)
+	}
+}
+
+func testFencesIncrease(t *testing.T, c *strategyCase) {
+	k := c.key("k")
+	var last uint64
+	for i := range 5 {
+		token := "T" + strconv.Itoa(i)
+		l := c.acquire(t, k, token, ttl)
+		if i > 0 && l.Fence <= last {
+			t.Errorf("acquisition %d got fence %d after %d; fences must increase strictly", i+1, l.Fence, last)
+		}
+		last = l.Fence
+		if err := c.Release(ctx(t), k, token); err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+	}
+	const short = 200 * time.Millisecond
+	e := c.acquire(t, k, "expiring", short)
+	if e.Fence <= last {
+		t.Errorf("fence %d after %d; fences must increase strictly", e.Fence, last)
+	}
+	l := waitExpired(t, c, k, "after-expiry", short)
+	if l.Fence <= e.Fence {
+		t.Errorf("after a lease with fence %d expired, the next owner got fence %d; fences must increase strictly", e.Fence, l.Fence)
+	}
+}
+
+func testInvalidArguments(t *testing.T, c *strategyCase) {
+	check := func(what string, f func() error) {
+		t.Helper()
+		var err error
+		func() {
+			defer func() {
+				if p := recover(); p != nil {
+					err = fmt.Errorf("panic: %v", p)
+				}
+			}()
+			err = f()
+		}()
+		if !errors.Is(err, dlm.ErrInvalid) {
+			t.Errorf("%s: error %v, want one matching dlm.ErrInvalid", what, err)
+		}
+	}
+	k := c.key("k")
+	acq := func(key, token string, ttl time.Duration) func() error {
+		return func() error { _, err := c.Acquire(ctx(t), key, token, ttl); return err }
+	}
+	check("Acquire with an empty key", acq("", "A", ttl))
+	check("Acquire with an empty token", acq(k, "", ttl))
+	check("Acquire with a zero TTL", acq(k, "A", 0))
+	check("Acquire with a negative TTL", acq(k, "A", -time.Second))
+	check("Extend with an empty key", func() error { _, err := c.Extend(ctx(t), "", "A", ttl); return err })
+	check("Extend with a zero TTL", func() error { _, err := c.Extend(ctx(t), k, "A", 0); return err })
+	check("Release with an empty token", func() error { return c.Release(ctx(t), k, "") })
+}
+
+func faultTolerated(fault Fault) func(t *testing.T, c *strategyCase) {
+	return func(t *testing.T, c *strategyCase) {
+		f := c.tolerated()
+		if f == 0 {
+			t.Skipf("a quorum of %d of %d nodes tolerates no %s node", c.quorum, len(c.faulty), fault)
+		}
+		k := c.key("k")
+		c.inject(f, fault)
+		c.acquire(t, k, "A", ttl)
+		c.refused(t, k, "B", ttl, fmt.Sprintf("while A holds it, with %d nodes %s", f, fault))
+		if _, err := c.Extend(ctx(t), k, "A", ttl); err != nil {
+			t.Errorf("Extend with %d of %d nodes %s: %v", f, len(c.faulty), fault, err)
+		}
+		_ = c.Release(ctx(t), k, "A") // a node that lost the reply may make it report an error
+		c.inject(0, Fault{})
+		c.acquire(t, k, "B", ttl) // released everywhere, the nodes that had faults included
+	}
+}
+
+func faultBeyondQuorum(fault Fault) func(t *testing.T, c *strategyCase) {
+	return func(t *testing.T, c *strategyCase) {
+		k := c.key("k")
+		n := c.tolerated() + 1
+		c.inject(n, fault)
+		c.refused(t, k, "A", ttl, fmt.Sprintf("with %d of %d nodes %s (quorum %d)", n, len(c.faulty), fault, c.quorum))
+		c.inject(0, Fault{})
+		l, err := c.Acquire(ctx(t), k, "B", ttl)
+		if err != nil {
+			t.Fatalf("after A was refused with %d nodes %s and the nodes recovered, B was refused too: %v; the strategy must undo its partial work, on nodes whose reply it never saw too", n, fault, err)
+		}
+		_ = l
+	}
+}
+
+func testSlowBeyondDeadline(t *testing.T, c *strategyCase) {
+	const deadline = 200 * time.Millisecond
+	k := c.key("k")
+	n := c.tolerated() + 1
+	c.inject(n, Fault{Delay: 30 * time.Second})
+	cx, cancel := context.WithTimeout(context.Background(), deadline)
+	defer cancel()
+	start := time.Now()
+	l, err := c.Acquire(cx, k, "A", ttl)
+	took := time.Since(start)
+	if err == nil {
+		t.Fatalf("Acquire with %d of %d nodes slower than its %v deadline granted %+v", n, len(c.faulty), deadline, l)
+	}
+	if !errors.Is(err, dlm.ErrNotAcquired) {
+		t.Errorf("Acquire with too many slow nodes: error %v does not match dlm.ErrNotAcquired", err)
+	}
+	// A strategy may spend a bounded cleanup after the deadline.
+	if took > deadline+3*time.Second {
+		t.Errorf("Acquire with a %v deadline returned after %v", deadline, took.Round(time.Millisecond))
+	}
+	c.inject(0, Fault{})
+	c.acquire(t, k, "B", ttl)
+}
+
+func testSlowLease(t *testing.T, c *strategyCase) {
+	const delay = 300 * time.Millisecond
+	c.inject(len(c.faulty), Fault{Delay: delay})
+	before := time.Now()
+	l := c.acquire(t, c.key("k"), "A", ttl)
+	if limit := before.Add(ttl); l.Until.After(limit) {
+		t.Errorf("with every node %v slow, Until is %v past the request's start plus the TTL: the lease must count from before the request", delay, l.Until.Sub(limit))
+	}
+	if !l.Until.After(time.Now()) {
+		t.Error("the lease granted is already over")
+	}
+}

@@ -1,0 +1,42 @@
+package goredis_test
+
+import (
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/conformance"
+	"github.com/dlmgo/dlm/driver/goredis"
+	"github.com/dlmgo/dlm/internal/redistest"
+	"github.com/dlmgo/dlm/strategy"
+)
+
+func TestConformance(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, tc := range []struct {
+		name      string
+		ctxOnWire bool
+	}{{"ContextTimeoutEnabled", true}, {"Default", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: tc.ctxOnWire})
+			t.Cleanup(func() { _ = c.Close() })
+			node := goredis.New(c)
+			t.Run("Node", func(t *testing.T) {
+				conformance.RunNode(t, func(*testing.T) dlm.Node { return node })
+			})
+			t.Run("Single", func(t *testing.T) {
+				conformance.RunStrategy(t, conformance.Topology{Nodes: func(*testing.T) []dlm.Node { return []dlm.Node{node} }},
+					func(nodes []dlm.Node) (dlm.Strategy, error) { return strategy.NewSingle(nodes[0]) })
+			})
+		})
+	}
+}
+
+func TestConformanceCluster(t *testing.T) {
+	nodes := redistest.StartCluster(t, 3)
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{nodes[0].Addr}, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	node := goredis.New(c)
+	conformance.RunNode(t, func(*testing.T) dlm.Node { return node })
+}

@@ -1,0 +1,49 @@
+package rueidis_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/dlmgo/dlm"
+	rueidisnode "github.com/dlmgo/dlm/driver/rueidis"
+	"github.com/dlmgo/dlm/internal/redistest"
+	"github.com/dlmgo/dlm/strategy"
+)
+
+// BenchmarkLockUnlock is TryLock+Unlock through the single-instance strategy:
+// two round trips, with rueidis' automatic pipelining (the default; then
+// with fewer, fuller batches: a flush delay of up to 20µs, or one
+// pipelining connection) and without it (a dedicated connection per call).
+func BenchmarkLockUnlock(b *testing.B) {
+	srv := redistest.Start(b)
+	for _, tc := range []struct {
+		name string
+		opt  rueidis.ClientOption
+	}{
+		{"autopipelining", rueidis.ClientOption{InitAddress: []string{srv.Addr}}},
+		{"autopipelining-flushdelay20us", rueidis.ClientOption{InitAddress: []string{srv.Addr}, MaxFlushDelay: 20 * time.Microsecond}},
+		{"autopipelining-1conn", rueidis.ClientOption{InitAddress: []string{srv.Addr}, PipelineMultiplex: -1}},
+		{"dedicated", rueidis.ClientOption{InitAddress: []string{srv.Addr}, DisableAutoPipelining: true, BlockingPoolSize: redistest.BenchGoroutines}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			s, err := strategy.NewSingle(rueidisnode.New(newClient(b, tc.opt)))
+			if err != nil {
+				b.Fatal(err)
+			}
+			m, err := dlm.New(s)
+			if err != nil {
+				b.Fatal(err)
+			}
+			redistest.BenchLockUnlock(b, func(ctx context.Context, key string) error {
+				l, err := m.TryLock(ctx, key)
+				if err != nil {
+					return err
+				}
+				return l.Unlock(ctx)
+			})
+		})
+	}
+}

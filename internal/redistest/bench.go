@@ -1,0 +1,50 @@
+package redistest
+
+import (
+	"context"
+	"runtime"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// BenchGoroutines is how many goroutines BenchLockUnlock's parallel
+// benchmark runs.
+const BenchGoroutines = 64
+
+// BenchLockUnlock runs two sub-benchmarks of lockUnlock, which takes and
+// releases one lock: "serial", on one key, and "parallel", from
+// BenchGoroutines goroutines (rounded down to a multiple of GOMAXPROCS)
+// on distinct keys. Both report allocations and
+// ops/s (lock+unlock pairs per second).
+func BenchLockUnlock(b *testing.B, lockUnlock func(ctx context.Context, key string) error) {
+	b.Run("serial", func(b *testing.B) {
+		ctx := context.Background()
+		b.ReportAllocs()
+		start := time.Now()
+		for b.Loop() {
+			if err := lockUnlock(ctx, "bench:serial"); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "ops/s")
+	})
+	b.Run("parallel", func(b *testing.B) {
+		ctx := context.Background()
+		var next atomic.Int64
+		b.ReportAllocs()
+		b.SetParallelism(max(1, BenchGoroutines/runtime.GOMAXPROCS(0))) // RunParallel starts parallelism×GOMAXPROCS goroutines
+		start := time.Now()
+		b.RunParallel(func(pb *testing.PB) {
+			key := "bench:parallel:" + strconv.FormatInt(next.Add(1), 10)
+			for pb.Next() {
+				if err := lockUnlock(ctx, key); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+		b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "ops/s")
+	})
+}
