@@ -1,0 +1,279 @@
+package dlm
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Lock takes key, waiting while others hold it, until it succeeds or ctx
+// ends. Failed attempts, including node failures, are retried; only invalid
+// arguments end the wait early. When ctx ends first the error matches
+// ErrNotAcquired, ctx's error, and the last attempt's error.
+//
+// How it waits: calls of one Manager that wait for the same key queue up
+// in arrival order, and a new call joins the end of a queue instead of
+// trying ahead of it. When the strategy is a ReleaseWatcher, the queue
+// subscribes to the key's release notifications and each notification wakes
+// the first waiter only, which then tries within one round trip of the
+// release; other processes' waiters each get their own. Notifications are
+// only hints: every wait is also bounded by the holder's remaining TTL (as
+// the strategy reports it, see RetryAfter), so expiry is noticed at once,
+// and by the maximum retry delay (WithRetryDelay), so a lost notification
+// never parks a waiter. Without notifications (the strategy or its nodes
+// cannot notify) waiters poll with jittered exponential backoff between the
+// bounds of WithRetryDelay, also capped by the holder's remaining TTL.
+func (m *Manager) Lock(ctx context.Context, key string) (*Lock, error) {
+	if key == "" {
+		return nil, invalidf("empty key")
+	}
+	token := newToken()
+	var prev error // the last refusal not caused by ctx ending
+	w := &m.waits
+	if !w.queued(key) {
+		if l, err, done := m.attempt(ctx, key, token, &prev); done {
+			return l, err
+		}
+	}
+	q, me, creator := w.join(ctx, key)
+	acquired := false
+	defer func() { w.leave(q, me, acquired) }()
+	select {
+	case <-q.ready:
+	case <-ctx.Done():
+		return nil, m.giveUp(ctx, prev)
+	}
+	delay := m.o.retryMin
+	try := creator // the creator tries once its subscription is active
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		if try {
+			l, err, done := m.attempt(ctx, key, token, &prev)
+			if done {
+				acquired = l != nil
+				return l, err
+			}
+			if w.tried(q, me, err) {
+				continue // a release was announced during the attempt
+			}
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		timer.Reset(w.pause(q, me, &delay))
+		select {
+		case <-me.wake:
+		case <-timer.C:
+			w.mark(me)
+		case <-ctx.Done():
+			return nil, m.giveUp(ctx, prev)
+		}
+		try = true
+	}
+}
+
+// attempt makes one acquisition attempt. done reports that Lock must return
+// (l, err): on success, on invalid input, or when ctx has ended.
+func (m *Manager) attempt(ctx context.Context, key, token string, prev *error) (l *Lock, err error, done bool) {
+	start := time.Now()
+	lease, err := m.s.Acquire(ctx, key, token, m.o.ttl)
+	if err == nil {
+		return m.held(key, token, start, lease), nil, true
+	}
+	if ctx.Err() != nil && *prev != nil && errors.Is(err, ctx.Err()) {
+		err = *prev // say why the lock was busy, not only that time ran out
+	}
+	if errors.Is(err, ErrInvalid) || ctx.Err() != nil {
+		return nil, withContext(ctx, err), true
+	}
+	*prev = err
+	return nil, err, false
+}
+
+// giveUp is Lock's error when ctx ends while waiting.
+func (m *Manager) giveUp(ctx context.Context, prev error) error {
+	if prev == nil {
+		prev = ErrNotAcquired
+	}
+	return withContext(ctx, prev)
+}
+
+// waits holds a Manager's queues of waiting Lock calls, one per key.
+type waits struct {
+	m  *Manager
+	rw ReleaseWatcher // nil when the strategy cannot notify
+	mu sync.Mutex
+	q  map[string]*waitQueue
+}
+
+type waitQueue struct {
+	key     string
+	waiters []*waiter     // in arrival order
+	ready   chan struct{} // closed once the subscription attempt ended
+	notify  bool          // release notifications are active
+	stop    func()        // ends the subscription
+	pending bool          // a release was announced while a waiter was trying
+	expires time.Time     // when the holder's lease ends, as last reported
+}
+
+type waiter struct {
+	wake   chan struct{} // buffered: a notification for this waiter
+	trying bool          // woken, or attempting
+}
+
+func (w *waits) init(m *Manager) {
+	w.m = m
+	w.q = map[string]*waitQueue{}
+	w.rw, _ = m.s.(ReleaseWatcher)
+}
+
+// queued reports whether calls wait for key.
+func (w *waits) queued(key string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.q[key] != nil
+}
+
+// join appends a waiter to key's queue, creating the queue and its
+// subscription when there is none. creator reports that this call made the
+// queue; it closes q.ready when the subscription is active or has failed.
+func (w *waits) join(ctx context.Context, key string) (q *waitQueue, me *waiter, creator bool) {
+	w.mu.Lock()
+	q = w.q[key]
+	if q == nil {
+		creator = true
+		q = &waitQueue{key: key, ready: make(chan struct{})}
+		w.q[key] = q
+	}
+	me = &waiter{wake: make(chan struct{}, 1)}
+	q.waiters = append(q.waiters, me)
+	w.mu.Unlock()
+	if creator {
+		if w.rw != nil {
+			// On failure (the nodes cannot notify, or a node error) this
+			// queue polls for as long as it lives.
+			stop, err := w.rw.WatchRelease(ctx, key, func() { w.released(q) })
+			if err == nil {
+				w.mu.Lock()
+				q.notify, q.stop = true, stop
+				w.mu.Unlock()
+			}
+		}
+		close(q.ready)
+	}
+	return q, me, creator
+}
+
+// leave removes me from q, passing on a notification it did not use, and
+// ends the queue and its subscription when it was the last waiter.
+func (w *waits) leave(q *waitQueue, me *waiter, acquired bool) {
+	w.mu.Lock()
+	if i := slices.Index(q.waiters, me); i >= 0 {
+		q.waiters = slices.Delete(q.waiters, i, i+1)
+	}
+	if acquired {
+		q.pending = false // announced releases all came before this acquisition
+	} else {
+		select {
+		case <-me.wake:
+			w.wakeLocked(q)
+		default:
+		}
+	}
+	var stop func()
+	if len(q.waiters) == 0 && w.q[q.key] == q {
+		delete(w.q, q.key)
+		stop = q.stop
+	}
+	w.mu.Unlock()
+	if stop != nil {
+		go stop()
+	}
+}
+
+// released is called when the key of q may have been released.
+func (w *waits) released(q *waitQueue) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.q[q.key] == q {
+		w.wakeLocked(q)
+	}
+}
+
+// wakeLocked wakes the first waiter, unless one is already trying: that
+// one will try again (pending), so one release wakes one waiter.
+func (w *waits) wakeLocked(q *waitQueue) {
+	for _, x := range q.waiters {
+		if x.trying {
+			q.pending = true
+			return
+		}
+	}
+	if len(q.waiters) > 0 {
+		x := q.waiters[0]
+		x.trying = true
+		select {
+		case x.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// mark records that me woke on its own timer and is about to try.
+func (w *waits) mark(me *waiter) {
+	w.mu.Lock()
+	me.trying = true
+	w.mu.Unlock()
+}
+
+// tried records a failed attempt and reports whether to try again at once
+// because a release was announced meanwhile.
+func (w *waits) tried(q *waitQueue, me *waiter, err error) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if d, ok := RetryAfter(err); ok {
+		q.expires = time.Now().Add(d)
+	} else {
+		q.expires = time.Time{}
+	}
+	again := q.pending
+	q.pending = false
+	me.trying = again
+	select {
+	case <-me.wake: // woken during the attempt: that release came too late for it
+		again, me.trying = true, true
+	default:
+	}
+	return again
+}
+
+// pause is how long me sleeps before trying again unless woken: the poll
+// interval (the retry delay, doubling, when there are no notifications; the
+// maximum retry delay when there are), capped by the holder's remaining TTL.
+// Waiters further back in the queue wait a little longer past the TTL, so
+// that an expiry does not make them all try at once.
+func (w *waits) pause(q *waitQueue, me *waiter, delay *time.Duration) time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	maxPoll := w.m.o.retryMax
+	var d time.Duration
+	if q.notify {
+		d = maxPoll/2 + rand.N(maxPoll/2+1)
+	} else {
+		d = *delay/2 + rand.N(*delay/2+1)
+		*delay = min(2**delay, maxPoll)
+	}
+	if !q.expires.IsZero() {
+		pos := max(slices.Index(q.waiters, me), 0)
+		rem := time.Until(q.expires) + time.Millisecond + time.Duration(pos)*time.Millisecond + rand.N(time.Millisecond)
+		d = max(min(d, rem), 0)
+	}
+	return d
+}
