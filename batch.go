@@ -52,34 +52,37 @@ func (s *Script) RunMany(ctx context.Context, n Node, calls []ScriptCall) ([]Scr
 		return nil, err
 	}
 	// Calls that met NOSCRIPT: load the script with one EVAL, then pipeline
-	// the rest again.
-	var retry []int
-	for i := range out {
-		if out[i].Err != nil && errors.Is(out[i].Err, ErrNoScript) {
-			retry = append(retry, i)
+	// the rest again. On a Cluster every master caches scripts on its own, so
+	// this may take a round per master.
+	for range 16 {
+		var retry []int
+		for i := range out {
+			if out[i].Err != nil && errors.Is(out[i].Err, ErrNoScript) {
+				retry = append(retry, i)
+			}
 		}
-	}
-	if len(retry) == 0 {
-		return out, nil
-	}
-	first := retry[0]
-	out[first].Reply, out[first].Err = n.Eval(ctx, s.src, calls[first].Keys, calls[first].Args...)
-	if len(retry) == 1 {
-		return out, nil
-	}
-	again := make([]ScriptCall, len(retry)-1)
-	for j, i := range retry[1:] {
-		again[j] = calls[i]
-	}
-	res, err := p.EvalSHAMany(ctx, s.SHA1(), again)
-	if err != nil {
-		for _, i := range retry[1:] {
-			out[i] = ScriptResult{Err: err}
+		if len(retry) == 0 {
+			return out, nil
 		}
-		return out, nil
-	}
-	for j, i := range retry[1:] {
-		out[i] = res[j]
+		first := retry[0]
+		out[first].Reply, out[first].Err = n.Eval(ctx, s.src, calls[first].Keys, calls[first].Args...)
+		if len(retry) == 1 {
+			return out, nil
+		}
+		again := make([]ScriptCall, len(retry)-1)
+		for j, i := range retry[1:] {
+			again[j] = calls[i]
+		}
+		res, err := p.EvalSHAMany(ctx, s.SHA1(), again)
+		if err != nil {
+			for _, i := range retry[1:] {
+				out[i] = ScriptResult{Err: err}
+			}
+			return out, nil
+		}
+		for j, i := range retry[1:] {
+			out[i] = res[j]
+		}
 	}
 	return out, nil
 }
