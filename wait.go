@@ -20,10 +20,11 @@ import (
 // subscribes to the key's release notifications and each notification wakes
 // the first waiter only, which then tries within one round trip of the
 // release; other processes' waiters each get their own. Notifications are
-// only hints: every wait is also bounded by the holder's remaining TTL (as
-// the strategy reports it, see RetryAfter), so expiry is noticed at once,
-// and by the maximum retry delay (WithRetryDelay), so a lost notification
-// never parks a waiter. Without notifications (the strategy or its nodes
+// only hints: the first waiter's wait is also bounded by the holder's
+// remaining TTL (as the strategy reports it, see RetryAfter), so expiry is
+// noticed at once, and by the maximum retry delay (WithRetryDelay), so a
+// lost notification never parks the queue; every waiter becomes the first
+// within the time the others ahead of it take. Without notifications (the strategy or its nodes
 // cannot notify) waiters poll with jittered exponential backoff between the
 // bounds of WithRetryDelay, also capped by the holder's remaining TTL.
 func (m *Manager) Lock(ctx context.Context, key string) (*Lock, error) {
@@ -70,12 +71,13 @@ func (m *Manager) Lock(ctx context.Context, key string) (*Lock, error) {
 		timer.Reset(w.pause(q, me, &delay))
 		select {
 		case <-me.wake:
+			try = true
 		case <-timer.C:
-			w.mark(me)
+			try = w.timedOut(q, me)
+
 		case <-ctx.Done():
 			return nil, m.giveUp(ctx, prev)
 		}
-		try = true
 	}
 }
 
@@ -226,11 +228,19 @@ func (w *waits) wakeLocked(q *waitQueue) {
 	}
 }
 
-// mark records that me woke on its own timer and is about to try.
-func (w *waits) mark(me *waiter) {
+// timedOut is called when me's timer fires, and reports whether it is to
+// try now. With notifications only the first waiter tries on a timer (the
+// safety net against a lost notification, and how expiry is noticed); the
+// others keep their places, so a timer never lets a later arrival jump the
+// queue.
+func (w *waits) timedOut(q *waitQueue, me *waiter) bool {
 	w.mu.Lock()
+	defer w.mu.Unlock()
+	if q.notify && len(q.waiters) > 0 && q.waiters[0] != me {
+		return false
+	}
 	me.trying = true
-	w.mu.Unlock()
+	return true
 }
 
 // tried records a failed attempt and reports whether to try again at once
