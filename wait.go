@@ -161,7 +161,11 @@ func (w *waits) join(ctx context.Context, key string) (q *waitQueue, me *waiter,
 		if w.rw != nil {
 			// On failure (the nodes cannot notify, or a node error) this
 			// queue polls for as long as it lives.
-			stop, err := w.rw.WatchRelease(ctx, key, func() { w.released(q) })
+			// Bounded by the poll interval, so that an unreachable node
+			// delays the queue no more than polling would.
+			sctx, cancel := context.WithTimeout(ctx, w.m.o.retryMax)
+			stop, err := w.rw.WatchRelease(sctx, key, func() { w.released(q) })
+			cancel()
 			if err == nil {
 				w.mu.Lock()
 				q.notify, q.stop = true, stop
