@@ -229,3 +229,62 @@ func BenchmarkNotifyMechanism(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkContended16Procs is BenchmarkContended16 with the 16 goroutines
+// spread over 4 Managers, each with its own client and subscription
+// connection, as 4 processes would be: the queue is FIFO only within a
+// Manager, and the Managers' first waiters race for each release.
+func BenchmarkContended16Procs(b *testing.B) {
+	srv := redistest.Start(b)
+	var ms []*dlm.Manager
+	var cs []*countingStrategy
+	for range 4 {
+		st := &countingStrategy{Strategy: newSingle(b, goredis.New(ctxClient(b, srv.Addr)))}
+		cs = append(cs, st)
+		ms = append(ms, newM(b, st, dlm.WithTTL(10*time.Second)))
+	}
+	ctx := context.Background()
+	var count atomic.Int64
+	var mu sync.Mutex
+	var waits []time.Duration
+	var wins [4]int
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	for g := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m := ms[g%4]
+			for count.Add(1) <= int64(b.N) {
+				start := time.Now()
+				l, err := m.Lock(ctx, "contended")
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				w := time.Since(start)
+				mu.Lock()
+				waits = append(waits, w)
+				wins[g%4]++
+				mu.Unlock()
+				time.Sleep(time.Millisecond)
+				if err := l.Unlock(ctx); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
+	b.Logf("acquisitions per Manager: %v", wins)
+	var attempts int64
+	for _, st := range cs {
+		attempts += st.acquires.Load()
+	}
+	b.ReportMetric(float64(attempts)/float64(b.N), "attempts/op")
+	if len(waits) > 32 {
+		waits = waits[16:]
+	}
+	reportQuantiles(b, waits, "wait")
+}
