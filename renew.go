@@ -133,9 +133,7 @@ func (r *renewer) loop() {
 		select {
 		case <-timer.C:
 		case <-r.kick:
-			if !timer.Stop() {
-				<-timer.C
-			}
+			timer.Stop() // since Go 1.23 no stale value is left to drain
 		}
 	}
 }

@@ -62,13 +62,7 @@ func (m *Manager) Lock(ctx context.Context, key string) (*Lock, error) {
 				continue // a release was announced during the attempt
 			}
 		}
-		if !timer.Stop() {
-			select {
-			case <-timer.C:
-			default:
-			}
-		}
-		timer.Reset(w.pause(q, me, &delay))
+		timer.Reset(w.pause(q, me, &delay)) // since Go 1.23 Reset drops a stale value
 		select {
 		case <-me.wake:
 			try = true
