@@ -110,6 +110,7 @@ func (m *Manager) TryLock(ctx context.Context, key string) (*Lock, error) {
 func (m *Manager) held(key, token string, start time.Time, lease Lease) *Lock {
 	l := newLock(m, key, token, start, lease)
 	m.renewer.add(l)
+	m.waits.acquired(key, lease.Fence)
 	return l
 }
 

@@ -125,3 +125,62 @@ func TestStressOneKey(t *testing.T) {
 		q(0.5), q(0.9), q(0.99), q(0.999), q(1), maxFree.Round(time.Microsecond))
 	assert.Less(t, maxFree, time.Second, "a waiter waited while the lock was free")
 }
+
+// TestStressManyManagers has 16 goroutines over 4 Managers (as 4 processes
+// would be) take one key in turn, checks exclusion and that nobody waits
+// long, and reports the spread of waits.
+func TestStressManyManagers(t *testing.T) {
+	const managers, per, rounds = 4, 4, 60
+	srv := redistest.Start(t)
+	var ms []*dlm.Manager
+	for range managers {
+		ms = append(ms, newM(t, newSingle(t, goredis.New(ctxClient(t, srv.Addr))), dlm.WithTTL(10*time.Second)))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var mu sync.Mutex
+	inside, overlaps := 0, 0
+	var waits []time.Duration
+	var wg sync.WaitGroup
+	errs := make(chan error, managers*per)
+	for g := range managers * per {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range rounds {
+				start := time.Now()
+				l, err := ms[g%managers].Lock(ctx, "shared")
+				if err != nil {
+					errs <- err
+					return
+				}
+				mu.Lock()
+				waits = append(waits, time.Since(start))
+				inside++
+				if inside > 1 {
+					overlaps++
+				}
+				mu.Unlock()
+				time.Sleep(200 * time.Microsecond)
+				mu.Lock()
+				inside--
+				mu.Unlock()
+				if err := l.Unlock(ctx); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	assert.Zero(t, overlaps)
+	slices.Sort(waits)
+	q := func(p float64) time.Duration { return waits[int(p*float64(len(waits)-1))].Round(time.Microsecond) }
+	t.Logf("%d Managers × %d goroutines × %d acquisitions: wait p50 %v p99 %v max %v",
+		managers, per, rounds, q(0.5), q(0.99), q(1))
+	assert.Less(t, q(1), 10*time.Second, "longest wait")
+}

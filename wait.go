@@ -40,8 +40,8 @@ func (m *Manager) Lock(ctx context.Context, key string) (*Lock, error) {
 		}
 	}
 	q, me, creator := w.join(ctx, key)
-	acquired := false
-	defer func() { w.leave(q, me, acquired) }()
+	var won *Lock
+	defer func() { w.leave(q, me, won) }()
 	select {
 	case <-q.ready:
 	case <-ctx.Done():
@@ -55,7 +55,7 @@ func (m *Manager) Lock(ctx context.Context, key string) (*Lock, error) {
 		if try {
 			l, err, done := m.attempt(ctx, key, token, &prev)
 			if done {
-				acquired = l != nil
+				won = l
 				return l, err
 			}
 			if w.tried(q, me, err) {
@@ -117,12 +117,28 @@ type waitQueue struct {
 	stop    func()        // ends the subscription
 	pending bool          // a release was announced while a waiter was trying
 	expires time.Time     // when the holder's lease ends, as last reported
+
+	// Other processes contend for the key: a notified waiter lost the race,
+	// or this Manager's acquisitions skipped fences. Until then, each
+	// notification wakes the first waiter after a random delay, so that
+	// subscription order (Redis notifies subscribers in a fixed order) does
+	// not decide every race between processes.
+	contended time.Time
+	lastFence uint64 // of this Manager's last acquisition while the queue lived
 }
 
 type waiter struct {
-	wake   chan struct{} // buffered: a notification for this waiter
-	trying bool          // woken, or attempting
+	wake     chan struct{} // buffered: a notification for this waiter
+	trying   bool          // woken, or attempting
+	notified bool          // woken by a notification
 }
+
+// Cross-process fairness: how long contention is remembered, and the
+// largest random delay before a notification wakes the first waiter.
+const (
+	contendedFor  = time.Second
+	contendJitter = 300 * time.Microsecond
+)
 
 func (w *waits) init(m *Manager) {
 	w.m = m
@@ -173,12 +189,12 @@ func (w *waits) join(ctx context.Context, key string) (q *waitQueue, me *waiter,
 
 // leave removes me from q, passing on a notification it did not use, and
 // ends the queue and its subscription when it was the last waiter.
-func (w *waits) leave(q *waitQueue, me *waiter, acquired bool) {
+func (w *waits) leave(q *waitQueue, me *waiter, won *Lock) {
 	w.mu.Lock()
 	if i := slices.Index(q.waiters, me); i >= 0 {
 		q.waiters = slices.Delete(q.waiters, i, i+1)
 	}
-	if acquired {
+	if won != nil {
 		q.pending = false // announced releases all came before this acquisition
 	} else {
 		select {
@@ -198,13 +214,40 @@ func (w *waits) leave(q *waitQueue, me *waiter, acquired bool) {
 	}
 }
 
+// acquired records an acquisition of key by this Manager (Lock or
+// TryLock): when fences were skipped since the last one, other processes
+// took the key in between.
+func (w *waits) acquired(key string, fence uint64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	q := w.q[key]
+	if q == nil {
+		return
+	}
+	if q.lastFence != 0 && fence != q.lastFence+1 {
+		q.contended = time.Now().Add(contendedFor)
+	}
+	q.lastFence = fence
+}
+
 // released is called when the key of q may have been released.
 func (w *waits) released(q *waitQueue) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.q[q.key] == q {
-		w.wakeLocked(q)
+	if w.q[q.key] != q {
+		return
 	}
+	if time.Now().Before(q.contended) {
+		time.AfterFunc(rand.N(contendJitter), func() {
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			if w.q[q.key] == q {
+				w.wakeLocked(q)
+			}
+		})
+		return
+	}
+	w.wakeLocked(q)
 }
 
 // wakeLocked wakes the first waiter, unless one is already trying: that
@@ -218,7 +261,7 @@ func (w *waits) wakeLocked(q *waitQueue) {
 	}
 	if len(q.waiters) > 0 {
 		x := q.waiters[0]
-		x.trying = true
+		x.trying, x.notified = true, true
 		select {
 		case x.wake <- struct{}{}:
 		default:
@@ -248,12 +291,15 @@ func (w *waits) tried(q *waitQueue, me *waiter, err error) bool {
 	defer w.mu.Unlock()
 	if d, ok := RetryAfter(err); ok {
 		q.expires = time.Now().Add(d)
+		if me.notified {
+			q.contended = time.Now().Add(contendedFor) // lost the race to another process
+		}
 	} else {
 		q.expires = time.Time{}
 	}
 	again := q.pending
 	q.pending = false
-	me.trying = again
+	me.trying, me.notified = again, false
 	select {
 	case <-me.wake: // woken during the attempt: that release came too late for it
 		again, me.trying = true, true
