@@ -19,7 +19,10 @@ import (
 // trying ahead of it. When the strategy is a ReleaseWatcher, the queue
 // subscribes to the key's release notifications and each notification wakes
 // the first waiter only, which then tries within one round trip of the
-// release; other processes' waiters each get their own. Notifications are
+// release; other processes' waiters each get their own (when other
+// processes contend, after a random delay of up to 300µs, so that the fixed
+// order in which Redis notifies subscribers does not pick the winner every
+// time). Notifications are
 // only hints: the first waiter's wait is also bounded by the holder's
 // remaining TTL (as the strategy reports it, see RetryAfter), so expiry is
 // noticed at once, and by the maximum retry delay (WithRetryDelay), so a
