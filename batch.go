@@ -3,6 +3,7 @@ package dlm
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 )
 
@@ -31,19 +32,32 @@ type Pipeliner interface {
 	EvalSHAMany(ctx context.Context, sha1 string, calls []ScriptCall) ([]ScriptResult, error)
 }
 
+// runManyParallel bounds the concurrent calls of RunMany on a Node that is
+// not a Pipeliner.
+const runManyParallel = 16
+
 // RunMany runs the script once per call on n: pipelined when n is a
-// Pipeliner (a few round trips in all), otherwise one call after another.
+// Pipeliner (a few round trips in all), otherwise one call each, 16 at a
+// time.
 // It returns one result per call in order, or an error when the batch as a
 // whole failed.
 func (s *Script) RunMany(ctx context.Context, n Node, calls []ScriptCall) ([]ScriptResult, error) {
 	p, ok := n.(Pipeliner)
 	if !ok {
 		out := make([]ScriptResult, len(calls))
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, runManyParallel)
 		for i, c := range calls {
-			if err := ctx.Err(); err != nil {
-				return nil, err
-			}
-			out[i].Reply, out[i].Err = s.Run(ctx, n, c.Keys, c.Args...)
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				out[i].Reply, out[i].Err = s.Run(ctx, n, c.Keys, c.Args...)
+			}()
+		}
+		wg.Wait()
+		if err := ctx.Err(); err != nil {
+			return nil, err
 		}
 		return out, nil
 	}
