@@ -19,17 +19,19 @@ import (
 // trying ahead of it. When the strategy is a ReleaseWatcher, the queue
 // subscribes to the key's release notifications and each notification wakes
 // the first waiter only, which then tries within one round trip of the
-// release; other processes' waiters each get their own (when other
-// processes contend, after a random delay of up to 300µs, so that the fixed
-// order in which Redis notifies subscribers does not pick the winner every
-// time). Notifications are
-// only hints: the first waiter's wait is also bounded by the holder's
-// remaining TTL (as the strategy reports it, see RetryAfter), so expiry is
-// noticed at once, and by the maximum retry delay (WithRetryDelay), so a
-// lost notification never parks the queue; every waiter becomes the first
-// within the time the others ahead of it take. Without notifications (the strategy or its nodes
-// cannot notify) waiters poll with jittered exponential backoff between the
-// bounds of WithRetryDelay, also capped by the holder's remaining TTL.
+// release. Other processes' waiters each get their own notification; when
+// other processes contend, the first waiter is woken after a random delay
+// of up to 300µs, so that the fixed order in which Redis notifies
+// subscribers does not pick the same winner every time.
+//
+// Notifications are only hints: the first waiter's wait is also bounded by
+// the holder's remaining TTL (as the strategy reports it, see RetryAfter),
+// so expiry is noticed at once, and by the maximum retry delay
+// (WithRetryDelay), so a lost notification never parks the queue; every
+// waiter becomes the first within the time the others ahead of it take.
+// Without notifications (the strategy or its nodes cannot notify) waiters
+// poll with jittered exponential backoff between the bounds of
+// WithRetryDelay, also capped by the holder's remaining TTL.
 func (m *Manager) Lock(ctx context.Context, key string) (*Lock, error) {
 	if key == "" {
 		return nil, invalidf("empty key")
@@ -71,7 +73,6 @@ func (m *Manager) Lock(ctx context.Context, key string) (*Lock, error) {
 			try = true
 		case <-timer.C:
 			try = w.timedOut(q, me)
-
 		case <-ctx.Done():
 			return nil, m.giveUp(ctx, prev)
 		}
