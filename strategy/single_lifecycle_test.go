@@ -15,15 +15,15 @@ import (
 	"github.com/dlmgo/dlm/strategy"
 )
 
-// plainNode hides every optional ability of a Node.
-type plainNode struct{ dlm.Node }
+// lifecyclePlainNode hides every optional ability of a Node.
+type lifecyclePlainNode struct{ dlm.Node }
 
 func TestSingleExtendMany(t *testing.T) {
 	c := redistest.Start(t).Client(t)
 	for _, tc := range []struct {
 		name string
 		node dlm.Node
-	}{{"pipelined", goredis.New(c)}, {"one-by-one", plainNode{goredis.New(c)}}} {
+	}{{"pipelined", goredis.New(c)}, {"one-by-one", lifecyclePlainNode{goredis.New(c)}}} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, err := strategy.NewSingle(tc.node)
 			require.NoError(t, err)
@@ -63,7 +63,7 @@ func TestSingleWatchRelease(t *testing.T) {
 	c := redistest.Start(t).Client(t)
 	ctx := context.Background()
 
-	plain, err := strategy.NewSingle(plainNode{goredis.New(c)})
+	plain, err := strategy.NewSingle(lifecyclePlainNode{goredis.New(c)})
 	require.NoError(t, err)
 	_, err = plain.WatchRelease(ctx, "k", func() {})
 	assert.ErrorIs(t, err, errors.ErrUnsupported)
