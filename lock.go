@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -13,18 +14,34 @@ type Lock struct {
 	m     *Manager
 	key   string
 	token string
+	base  time.Time // acquisition start, carrying a monotonic clock reading
+
+	// untilNs is lease.Until-base, and over is set once the lease ended:
+	// both let Context().Err() check the clock without taking mu.
+	untilNs atomic.Int64
+	over    atomic.Bool
 
 	mu       sync.Mutex
 	lease    Lease
 	released bool
-	ended    error           // why the lease ended, once it has
-	ctx      context.Context // created by the first call to Context
+	ended    error     // why the lease ended, once it has
+	ctx      *leaseCtx // created by the first call to Context
 	cancel   context.CancelCauseFunc
 	timer    *time.Timer // ends ctx when the lease runs out
+
+	lastErr error // the last renewal's error, if it failed
+	capped  bool  // renewals stopped at the maximum hold time
+
+	// auto-renewal, guarded by the renewer's mutex
+	renewing bool      // registered with the renewer
+	due      time.Time // when the next renewal is due
+	inflight bool      // a renewal of this lock is under way
 }
 
-func newLock(m *Manager, key, token string, lease Lease) *Lock {
-	return &Lock{m: m, key: key, token: token, lease: lease}
+func newLock(m *Manager, key, token string, start time.Time, lease Lease) *Lock {
+	l := &Lock{m: m, key: key, token: token, base: start, lease: lease}
+	l.untilNs.Store(int64(lease.Until.Sub(start)))
+	return l
 }
 
 // Key returns the locked key.
@@ -42,7 +59,8 @@ func (l *Lock) Fence() uint64 {
 	return l.lease.Fence
 }
 
-// Until returns the local time after which the lease must not be trusted.
+// Until returns the local time after which the lease must not be trusted:
+// the validity last confirmed by the servers. Renewals move it later.
 func (l *Lock) Until() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -50,15 +68,30 @@ func (l *Lock) Until() time.Time {
 }
 
 // Context returns a context that ends when the lease can no longer be
-// trusted: when its validity runs out, when an extension finds the lock held
-// by someone else, or when Unlock is called. context.Cause reports why: an
-// error matching ErrLost, or ErrUnlocked after Unlock. The context reports no
-// Deadline because extensions move the end of the lease; Until reports it.
+// trusted, never later than the validity last confirmed (Until):
+//
+//   - when that validity runs out (Err checks the monotonic clock on every
+//     call, so it reports the end even before the timer that closes Done
+//     has run);
+//   - when a renewal or an Extend learns from the servers that the key was
+//     deleted or now belongs to another owner;
+//   - when auto-renewal fails until the validity runs out, or stops at the
+//     maximum hold time;
+//   - when Unlock is called.
+//
+// context.Cause reports why: an error matching ErrLost (wrapping the
+// renewal's error when there was one), or ErrUnlocked after Unlock.
+//
+// Deadline reports the validity last confirmed, Until. Unlike most
+// contexts, successive calls may report a later time after a renewal; a
+// deadline read once (as by context.WithTimeout or a socket deadline) is
+// therefore a safe, possibly early, bound on the lease.
 func (l *Lock) Context() context.Context {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.ctx == nil {
-		l.ctx, l.cancel = context.WithCancelCause(context.Background())
+		inner, cancel := context.WithCancelCause(context.Background())
+		l.ctx, l.cancel = &leaseCtx{Context: inner, l: l}, cancel
 		if l.ended != nil {
 			l.cancel(l.ended)
 		} else {
@@ -68,59 +101,143 @@ func (l *Lock) Context() context.Context {
 	return l.ctx
 }
 
-// armLocked (re)starts the timer that ends the context at the lease's end.
-func (l *Lock) armLocked() {
-	until := l.lease.Until
-	d := time.Until(until)
-	if l.timer != nil {
-		l.timer.Stop()
-	}
-	l.timer = time.AfterFunc(d, func() {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		if l.lease.Until.Equal(until) {
-			l.endLocked(fmt.Errorf("%w: lease on %q ran out at %s", ErrLost, l.key, until.Format(time.RFC3339Nano)))
-		}
-	})
+// leaseCtx is a cancel-cause context whose Err and Value (hence
+// context.Cause) check the lease's validity against the clock first.
+type leaseCtx struct {
+	context.Context
+	l *Lock
 }
 
-// endLocked ends the context, if any, with cause.
+func (c *leaseCtx) Deadline() (time.Time, bool) { return c.l.Until(), true }
+func (c *leaseCtx) Err() error                  { c.l.checkExpired(); return c.Context.Err() }
+func (c *leaseCtx) Value(key any) any           { c.l.checkExpired(); return c.Context.Value(key) }
+func (c *leaseCtx) String() string              { return "dlm.Lock(" + c.l.key + ").Context" }
+
+// checkExpired ends the lease if its validity has run out. It must not be
+// called with mu held.
+func (l *Lock) checkExpired() {
+	if l.over.Load() || time.Since(l.base) < time.Duration(l.untilNs.Load()) {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.expireLocked()
+}
+
+// expireLocked ends the lease when its validity has run out, and reports
+// whether it has ended.
+func (l *Lock) expireLocked() bool {
+	if l.ended != nil {
+		return true
+	}
+	if time.Now().Before(l.lease.Until) {
+		return false
+	}
+	why := "validity ran out"
+	switch {
+	case l.capped:
+		why = "maximum hold time reached, renewal stopped"
+	case l.lastErr != nil:
+		why = "validity ran out; last renewal failed: " + l.lastErr.Error()
+	}
+	l.endLocked(&lostError{key: l.key, why: why, until: l.lease.Until, err: l.lastErr})
+	return true
+}
+
+// A lostError is the cause of a lease that ended without Unlock.
+type lostError struct {
+	key   string
+	why   string
+	until time.Time
+	err   error // the server's or renewal's error, if any
+}
+
+func (e *lostError) Error() string {
+	return fmt.Sprintf("dlm: lock lost: %q: %s (valid until %s)", e.key, e.why, e.until.Format(time.RFC3339Nano))
+}
+func (e *lostError) Is(target error) bool { return target == ErrLost }
+func (e *lostError) Unwrap() error        { return e.err }
+
+// armLocked (re)starts the timer that ends the context at the lease's end.
+func (l *Lock) armLocked() {
+	if l.ctx == nil || l.ended != nil {
+		return
+	}
+	d := time.Until(l.lease.Until)
+	if l.timer == nil {
+		l.timer = time.AfterFunc(d, func() {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			if !l.expireLocked() {
+				l.timer.Reset(time.Until(l.lease.Until)) // extended meanwhile
+			}
+		})
+		return
+	}
+	l.timer.Reset(d)
+}
+
+// endLocked ends the lease, and its context if any, with cause.
 func (l *Lock) endLocked(cause error) {
 	if l.ended == nil {
 		l.ended = cause
 	}
+	l.over.Store(true)
 	if l.timer != nil {
 		l.timer.Stop()
 	}
 	if l.cancel != nil {
-		l.cancel(cause)
+		l.cancel(l.ended)
 	}
+}
+
+// setLeaseLocked adopts a lease from a successful extension, unless the old
+// one has already run out: a lease that ended is never revived.
+func (l *Lock) setLeaseLocked(lease Lease) bool {
+	if l.expireLocked() {
+		return false
+	}
+	// A shorter extension shortens the lease too: the servers' TTL was
+	// reset, so the old validity no longer holds.
+	l.lease = lease
+	l.untilNs.Store(int64(lease.Until.Sub(l.base)))
+	l.armLocked()
+	return true
+}
+
+// lostLocked ends the lease because the servers said it is no longer held.
+func (l *Lock) lostLocked(err error) {
+	l.endLocked(&lostError{key: l.key, why: "the servers no longer hold it for this token: " + err.Error(), until: l.lease.Until, err: err})
 }
 
 // Extend resets the lease to ttl from now. When the lock is no longer held
 // the error matches ErrNotHeld and the Lock's context ends with ErrLost.
+// Extending a lease that has already run out fails with ErrNotHeld even if
+// the servers still had it: its context has ended and stays ended.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if ttl <= 0 {
 		return invalidf("Extend: TTL %v must be positive", ttl)
 	}
 	l.mu.Lock()
-	released := l.released
+	released, ended := l.released, l.ended
 	l.mu.Unlock()
 	if released {
 		return fmt.Errorf("%w: %q was unlocked", ErrNotHeld, l.key)
+	}
+	if ended != nil {
+		return fmt.Errorf("%w: %w", ErrNotHeld, ended)
 	}
 	lease, err := l.m.s.Extend(ctx, l.key, l.token, ttl)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err != nil {
 		if errors.Is(err, ErrNotHeld) {
-			l.endLocked(fmt.Errorf("%w: %w", ErrLost, err))
+			l.lostLocked(err)
 		}
 		return err
 	}
-	l.lease = lease
-	if l.ctx != nil && l.ended == nil {
-		l.armLocked()
+	if !l.setLeaseLocked(lease) {
+		return fmt.Errorf("%w: %w", ErrNotHeld, l.ended)
 	}
 	return nil
 }
@@ -139,6 +256,7 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	}
 	l.endLocked(ErrUnlocked)
 	l.mu.Unlock()
+	l.m.renewer.remove(l)
 	err := l.m.s.Release(ctx, l.key, l.token)
 	if err == nil || errors.Is(err, ErrNotHeld) {
 		l.mu.Lock()

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
 )
 
@@ -23,6 +22,8 @@ type Option func(*options) error
 type options struct {
 	ttl                time.Duration
 	retryMin, retryMax time.Duration
+	renewFraction      float64       // 0: no auto-renewal
+	maxHold            time.Duration // with auto-renewal
 }
 
 // WithTTL sets the lease length of every lock the Manager takes.
@@ -38,9 +39,12 @@ func WithTTL(ttl time.Duration) Option {
 	}
 }
 
-// WithRetryDelay bounds the pause between two attempts of Lock: the pause
-// starts near min, doubles after each refusal up to max, is jittered, and is
-// never longer than the holder's remaining TTL when the strategy reports it.
+// WithRetryDelay bounds the pause between two attempts of Lock when it has
+// to poll: the pause starts near min, doubles after each refusal up to max,
+// is jittered, and is never longer than the holder's remaining TTL when the
+// strategy reports it. When the strategy can notify (ReleaseWatcher), a
+// waiter is woken by the release and max is only the safety net: no wait
+// is longer than max, or than the holder's remaining TTL.
 // The defaults are DefaultRetryMinDelay (5ms) and DefaultRetryMaxDelay (250ms).
 func WithRetryDelay(min, max time.Duration) Option {
 	return func(o *options) error {
@@ -54,8 +58,10 @@ func WithRetryDelay(min, max time.Duration) Option {
 
 // A Manager takes locks through a Strategy. It is safe for concurrent use.
 type Manager struct {
-	s Strategy
-	o options
+	s       Strategy
+	o       options
+	renewer *renewer // nil without auto-renewal
+	waits   waits
 }
 
 // New returns a Manager over s.
@@ -77,6 +83,8 @@ func New(s Strategy, opts ...Option) (*Manager, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
+	m.renewer = newRenewer(s, m.o)
+	m.waits.init(m)
 	return m, nil
 }
 
@@ -90,55 +98,20 @@ func (m *Manager) TryLock(ctx context.Context, key string) (*Lock, error) {
 		return nil, invalidf("empty key")
 	}
 	token := newToken()
+	start := time.Now()
 	lease, err := m.s.Acquire(ctx, key, token, m.o.ttl)
 	if err != nil {
 		return nil, withContext(ctx, err)
 	}
-	return newLock(m, key, token, lease), nil
+	return m.held(key, token, start, lease), nil
 }
 
-// Lock takes key, waiting while others hold it, until it succeeds or ctx
-// ends. Failed attempts, including node failures, are retried with jittered
-// backoff; only invalid arguments end the wait early. When ctx ends first the
-// error matches ErrNotAcquired, ctx's error, and the last attempt's error.
-func (m *Manager) Lock(ctx context.Context, key string) (*Lock, error) {
-	if key == "" {
-		return nil, invalidf("empty key")
-	}
-	token := newToken()
-	delay := m.o.retryMin
-	var timer *time.Timer
-	var prev error // the last refusal not caused by ctx ending
-	for {
-		lease, err := m.s.Acquire(ctx, key, token, m.o.ttl)
-		if err == nil {
-			return newLock(m, key, token, lease), nil
-		}
-		if ctx.Err() != nil && prev != nil && errors.Is(err, ctx.Err()) {
-			err = prev // say why the lock was busy, not only that time ran out
-		}
-		if errors.Is(err, ErrInvalid) || ctx.Err() != nil {
-			return nil, withContext(ctx, err)
-		}
-		prev = err
-		// Full jitter over [delay/2, delay], capped by the holder's lease.
-		wait := delay/2 + rand.N(delay/2+1)
-		if rem, ok := RetryAfter(err); ok && rem < wait {
-			wait = rem + time.Millisecond
-		}
-		delay = min(2*delay, m.o.retryMax)
-		if timer == nil {
-			timer = time.NewTimer(wait)
-			defer timer.Stop()
-		} else {
-			timer.Reset(wait)
-		}
-		select {
-		case <-timer.C:
-		case <-ctx.Done():
-			return nil, withContext(ctx, err)
-		}
-	}
+// held wraps a granted lease in a Lock and starts renewing it if asked to.
+func (m *Manager) held(key, token string, start time.Time, lease Lease) *Lock {
+	l := newLock(m, key, token, start, lease)
+	m.renewer.add(l)
+	m.waits.acquired(key, lease.Fence)
+	return l
 }
 
 // withContext joins err with ctx's cause when ctx has ended, so the result

@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/redis/go-redis/v9"
 
@@ -29,6 +30,9 @@ type Node struct {
 	c         redis.UniversalClient
 	ctxOnWire bool // the client applies context deadlines to its sockets
 	name      string
+
+	hubMu sync.Mutex
+	hub   *hub // the pub/sub connection of Watch, created on first use
 }
 
 var _ dlm.Node = (*Node)(nil)

@@ -1,0 +1,169 @@
+package goredis_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/driver/goredis"
+	"github.com/dlmgo/dlm/internal/redistest"
+)
+
+// pubsubClients counts the server's connections in pub/sub mode.
+func pubsubClients(t *testing.T, c *redis.Client) int {
+	list, err := c.ClientList(context.Background()).Result()
+	require.NoError(t, err)
+	n := 0
+	for _, line := range strings.Split(list, "\n") {
+		if strings.Contains(line, " sub=") && !strings.Contains(line, " sub=0 ") {
+			n++
+		}
+	}
+	return n
+}
+
+func TestWatch(t *testing.T) {
+	c := redistest.Start(t).Client(t)
+	n := goredis.New(c)
+	var _ dlm.Notifier = n
+	ctx := context.Background()
+	got1, got2 := make(chan string, 10), make(chan string, 10)
+	stop1, err := n.Watch(ctx, "ch", func(p string) { got1 <- p })
+	require.NoError(t, err)
+	stop2, err := n.Watch(ctx, "ch", func(p string) { got2 <- p })
+	require.NoError(t, err)
+	// Confirmed subscription: a message published right after Watch returns
+	// arrives.
+	require.NoError(t, c.Publish(ctx, "ch", "one").Err())
+	assert.Equal(t, "one", <-got1)
+	assert.Equal(t, "one", <-got2)
+	assert.Equal(t, 1, pubsubClients(t, c), "one connection for all channels")
+
+	stop1()
+	stop1() // idempotent
+	require.NoError(t, c.Publish(ctx, "ch", "two").Err())
+	assert.Equal(t, "two", <-got2)
+	stop2()
+	require.NoError(t, c.Publish(ctx, "ch", "three").Err())
+	time.Sleep(50 * time.Millisecond)
+	assert.Empty(t, got1)
+	assert.Empty(t, got2)
+	// The connection closes once unused for a while.
+	deadline := time.Now().Add(5 * time.Second)
+	for pubsubClients(t, c) != 0 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	assert.Zero(t, pubsubClients(t, c), "idle subscription connection closed")
+	// and reopens on demand.
+	stop, err := n.Watch(ctx, "ch", func(p string) { got1 <- p })
+	require.NoError(t, err)
+	defer stop()
+	require.NoError(t, c.Publish(ctx, "ch", "four").Err())
+	assert.Equal(t, "four", <-got1)
+}
+
+func TestWatchCancelled(t *testing.T) {
+	n := goredis.New(redistest.Start(t).Client(t))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := n.Watch(ctx, "ch", func(string) {})
+	assert.ErrorIs(t, err, context.Canceled)
+}
+
+func TestWatchCluster(t *testing.T) {
+	nodes := redistest.StartCluster(t, 3)
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{nodes[0].Addr}})
+	defer c.Close()
+	n := goredis.New(c)
+	ctx := context.Background()
+	var count atomic.Int64
+	// Channels of keys on every master; PUBLISH reaches every node.
+	for i := range 6 {
+		ch := "dlm:{k" + strconv.Itoa(i) + "}"
+		stop, err := n.Watch(ctx, ch, func(string) { count.Add(1) })
+		require.NoError(t, err)
+		defer stop()
+		require.NoError(t, c.Publish(ctx, ch, "released").Err())
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for count.Load() < 6 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	assert.Equal(t, int64(6), count.Load())
+}
+
+func TestEvalSHAMany(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		client func(t *testing.T) redis.UniversalClient
+	}{
+		{"client", func(t *testing.T) redis.UniversalClient { return redistest.Start(t).Client(t) }},
+		{"client-noctxtimeout-deadline", func(t *testing.T) redis.UniversalClient { return redistest.Start(t).Client(t) }},
+		{"cluster", func(t *testing.T) redis.UniversalClient {
+			nodes := redistest.StartCluster(t, 3)
+			c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{nodes[0].Addr}})
+			t.Cleanup(func() { c.Close() })
+			return c
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := tc.client(t)
+			n := goredis.New(c)
+			var _ dlm.Pipeliner = n
+			s := dlm.NewScript("return {tonumber(ARGV[1]), redis.call('INCR', KEYS[1])}")
+			ctx := context.Background()
+			if tc.name == "client-noctxtimeout-deadline" {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
+				defer cancel()
+			}
+			calls := make([]dlm.ScriptCall, 50)
+			for i := range calls {
+				calls[i] = dlm.ScriptCall{Keys: []string{"k" + strconv.Itoa(i%7)}, Args: []string{strconv.Itoa(i)}}
+			}
+			// The script is not cached: the first pipeline meets NOSCRIPT,
+			// RunMany loads it and runs the rest again.
+			res, err := s.RunMany(ctx, n, calls)
+			require.NoError(t, err)
+			require.Len(t, res, len(calls))
+			perKey := map[string]int64{}
+			for i, r := range res {
+				require.NoError(t, r.Err, "call %d", i)
+				require.Len(t, r.Reply, 2)
+				assert.Equal(t, int64(i), r.Reply[0])
+				perKey[calls[i].Keys[0]]++
+				assert.Equal(t, perKey[calls[i].Keys[0]], r.Reply[1], "call %d ran once, in order", i)
+			}
+			// A call that fails does not fail the others.
+			bad := dlm.NewScript("if ARGV[1] == 'x' then return redis.error_reply('boom') end return {1}")
+			res, err = bad.RunMany(ctx, n, []dlm.ScriptCall{{Keys: []string{"a"}, Args: []string{"1"}}, {Keys: []string{"a"}, Args: []string{"x"}}, {Keys: []string{"a"}, Args: []string{"2"}}})
+			require.NoError(t, err)
+			assert.NoError(t, res[0].Err)
+			assert.ErrorContains(t, res[1].Err, "boom")
+			assert.NoError(t, res[2].Err)
+		})
+	}
+}
+
+func TestEvalSHAManyDeadline(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t) // without ContextTimeoutEnabled
+	n := goredis.New(c)
+	require.NoError(t, c.Ping(context.Background()).Err())
+	srv.Freeze(t)
+	defer srv.Thaw(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := n.EvalSHAMany(ctx, "0000000000000000000000000000000000000000", []dlm.ScriptCall{{Keys: []string{"a"}}})
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Less(t, time.Since(start), 2*time.Second)
+}

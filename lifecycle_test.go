@@ -1,0 +1,464 @@
+package dlm_test
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/driver/goredis"
+	"github.com/dlmgo/dlm/internal/redistest"
+	"github.com/dlmgo/dlm/strategy"
+)
+
+// countingNode counts the round trips made through a Node, passing its
+// optional abilities on.
+type countingNode struct {
+	dlm.Node
+	calls, batches, batched atomic.Int64
+	batchNs                 atomic.Int64 // longest EvalSHAMany
+}
+
+func (n *countingNode) EvalSHA(ctx context.Context, sha string, keys []string, args ...string) ([]int64, error) {
+	n.calls.Add(1)
+	return n.Node.EvalSHA(ctx, sha, keys, args...)
+}
+
+func (n *countingNode) Eval(ctx context.Context, src string, keys []string, args ...string) ([]int64, error) {
+	n.calls.Add(1)
+	return n.Node.Eval(ctx, src, keys, args...)
+}
+
+func (n *countingNode) EvalSHAMany(ctx context.Context, sha string, calls []dlm.ScriptCall) ([]dlm.ScriptResult, error) {
+	n.batches.Add(1)
+	n.batched.Add(int64(len(calls)))
+	start := time.Now()
+	defer func() {
+		d := int64(time.Since(start))
+		for old := n.batchNs.Load(); d > old && !n.batchNs.CompareAndSwap(old, d); old = n.batchNs.Load() {
+		}
+	}()
+	return n.Node.(dlm.Pipeliner).EvalSHAMany(ctx, sha, calls)
+}
+
+func (n *countingNode) Watch(ctx context.Context, ch string, f func(string)) (func(), error) {
+	return n.Node.(dlm.Notifier).Watch(ctx, ch, f)
+}
+
+// plainNode hides every optional ability of a Node.
+type plainNode struct{ dlm.Node }
+
+// countingStrategy counts Acquire calls and remembers when the last
+// successful one was sent.
+type countingStrategy struct {
+	dlm.Strategy
+	acquires atomic.Int64
+	probe    atomic.Pointer[func() error] // called just before each request is sent
+
+	mu              sync.Mutex
+	lastWinner      time.Time // when the last successful request was sent
+	lastWinnerProbe error     // what probe returned then
+}
+
+func (s *countingStrategy) Acquire(ctx context.Context, key, token string, ttl time.Duration) (dlm.Lease, error) {
+	s.acquires.Add(1)
+	var probed error
+	if p := s.probe.Load(); p != nil {
+		probed = (*p)()
+	}
+	sent := time.Now()
+	l, err := s.Strategy.Acquire(ctx, key, token, ttl)
+	if err == nil {
+		s.mu.Lock()
+		s.lastWinner, s.lastWinnerProbe = sent, probed
+		s.mu.Unlock()
+	}
+	return l, err
+}
+
+func (s *countingStrategy) WatchRelease(ctx context.Context, key string, f func()) (func(), error) {
+	rw, ok := s.Strategy.(dlm.ReleaseWatcher)
+	if !ok {
+		return nil, errors.ErrUnsupported
+	}
+	return rw.WatchRelease(ctx, key, f)
+}
+
+func newSingle(t testing.TB, n dlm.Node, opts ...strategy.Option) *strategy.Single {
+	t.Helper()
+	s, err := strategy.NewSingle(n, opts...)
+	require.NoError(t, err)
+	return s
+}
+
+func newM(t testing.TB, s dlm.Strategy, opts ...dlm.Option) *dlm.Manager {
+	t.Helper()
+	m, err := dlm.New(s, opts...)
+	require.NoError(t, err)
+	return m
+}
+
+func ctxClient(t testing.TB, addr string) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, PoolSize: 64,
+		MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func TestContextDeadlineIsValidity(t *testing.T) {
+	m, _ := newManager(t, dlm.WithTTL(300*time.Millisecond))
+	l, err := m.TryLock(context.Background(), "validity")
+	require.NoError(t, err)
+	ctx := l.Context()
+	d, ok := ctx.Deadline()
+	require.True(t, ok)
+	assert.Equal(t, l.Until(), d)
+	assert.NoError(t, ctx.Err())
+	// Err checks the clock itself: at the validity it reports the end even
+	// if the timer that closes Done has not run yet.
+	time.Sleep(time.Until(l.Until()))
+	require.Error(t, ctx.Err())
+	assert.ErrorIs(t, context.Cause(ctx), dlm.ErrLost)
+	assert.NotErrorIs(t, context.Cause(ctx), dlm.ErrUnlocked)
+	<-ctx.Done()
+	// A child created afterwards is done at once.
+	child, cancel := context.WithCancel(ctx)
+	defer cancel()
+	<-child.Done()
+	assert.ErrorIs(t, context.Cause(child), dlm.ErrLost)
+}
+
+func TestAutoRenewKeepsLockPastSeveralTTLs(t *testing.T) {
+	const ttl = 300 * time.Millisecond
+	m, c := newManager(t, dlm.WithTTL(ttl), dlm.WithAutoRenew(1.0/3, time.Minute))
+	ctx := context.Background()
+	l, err := m.TryLock(ctx, "renewed")
+	require.NoError(t, err)
+	lctx := l.Context()
+	first := l.Until()
+	time.Sleep(5 * ttl)
+	require.NoError(t, lctx.Err(), "context alive after 5 TTLs")
+	assert.True(t, l.Until().After(first.Add(3*ttl)), "validity moved on")
+	d, _ := lctx.Deadline()
+	assert.True(t, d.After(time.Now()), "deadline is the current validity")
+	_, err = m.TryLock(ctx, "renewed")
+	assert.ErrorIs(t, err, dlm.ErrNotAcquired, "still held on the server")
+	pttl, err := c.PTTL(ctx, "dlm:{renewed}").Result()
+	require.NoError(t, err)
+	assert.Greater(t, pttl, time.Duration(0))
+	require.NoError(t, l.Unlock(ctx))
+	<-lctx.Done()
+	assert.ErrorIs(t, context.Cause(lctx), dlm.ErrUnlocked)
+	assert.NotErrorIs(t, context.Cause(lctx), dlm.ErrLost)
+}
+
+func TestRenewalRefusedEndsContextWithErrLost(t *testing.T) {
+	const ttl = 2 * time.Second
+	m, c := newManager(t, dlm.WithTTL(ttl), dlm.WithAutoRenew(0.1, time.Minute))
+	ctx := context.Background()
+	l, err := m.TryLock(ctx, "deleted")
+	require.NoError(t, err)
+	lctx := l.Context()
+	require.NoError(t, c.Del(ctx, "dlm:{deleted}").Err()) // someone deletes the key
+	select {
+	case <-lctx.Done():
+	case <-time.After(ttl):
+		t.Fatal("context still alive a TTL after the key was deleted")
+	}
+	cause := context.Cause(lctx)
+	assert.ErrorIs(t, cause, dlm.ErrLost)
+	assert.ErrorIs(t, cause, dlm.ErrNotHeld, "the servers' refusal is the cause")
+	assert.True(t, time.Now().Before(l.Until()), "ended by the renewal, before the validity ran out")
+	assert.ErrorIs(t, l.Extend(ctx, ttl), dlm.ErrNotHeld)
+}
+
+func TestRenewalFailingEndsContextAtValidity(t *testing.T) {
+	const ttl = 300 * time.Millisecond
+	srv := redistest.Start(t)
+	s := newSingle(t, goredis.New(ctxClient(t, srv.Addr)), strategy.WithTimeout(50*time.Millisecond))
+	m := newM(t, s, dlm.WithTTL(ttl), dlm.WithAutoRenew(1.0/3, time.Minute))
+	l, err := m.TryLock(context.Background(), "failing")
+	require.NoError(t, err)
+	lctx := l.Context()
+	srv.Kill(t)
+	<-lctx.Done()
+	ended := time.Now()
+	cause := context.Cause(lctx)
+	assert.ErrorIs(t, cause, dlm.ErrLost)
+	var ne *dlm.NodeError
+	assert.ErrorAs(t, cause, &ne, "the last renewal's error is kept: %v", cause)
+	assert.False(t, ended.Before(l.Until()), "not before the confirmed validity ran out")
+	assert.Less(t, ended.Sub(l.Until()), ttl, "and soon after it")
+}
+
+func TestMaxHoldStopsRenewal(t *testing.T) {
+	const ttl = 200 * time.Millisecond
+	m, _ := newManager(t, dlm.WithTTL(ttl), dlm.WithAutoRenew(0.25, 300*time.Millisecond))
+	start := time.Now()
+	l, err := m.TryLock(context.Background(), "capped")
+	require.NoError(t, err)
+	lctx := l.Context()
+	<-lctx.Done()
+	held := time.Since(start)
+	assert.ErrorIs(t, context.Cause(lctx), dlm.ErrLost)
+	assert.Contains(t, context.Cause(lctx).Error(), "maximum hold time")
+	assert.GreaterOrEqual(t, held, 300*time.Millisecond)
+	assert.Less(t, held, 300*time.Millisecond+ttl+time.Second)
+}
+
+func TestAutoRenewBadOptions(t *testing.T) {
+	s := newSingle(t, goredis.New(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})))
+	for _, o := range []dlm.Option{
+		dlm.WithAutoRenew(0, time.Minute), dlm.WithAutoRenew(1, time.Minute),
+		dlm.WithAutoRenew(-0.5, time.Minute), dlm.WithAutoRenew(0.5, 0),
+	} {
+		_, err := dlm.New(s, o)
+		assert.ErrorIs(t, err, dlm.ErrInvalid)
+	}
+}
+
+// TestPartitionedHolderEndsBeforeOthersAcquire puts the holder behind a
+// proxy that silently drops its traffic at a random point of its renewal
+// cycle, and checks, in every trial, that the holder's context had ended
+// before the other client sent the request that won the lock: its validity
+// (the context's deadline) lies before that moment, and its Err, read just
+// before the request was sent, was already non-nil. It also records when a
+// goroutine blocked on Done saw the end: that depends on timers and the
+// scheduler, so it is reported, not asserted.
+func TestPartitionedHolderEndsBeforeOthersAcquire(t *testing.T) {
+	const ttl = 400 * time.Millisecond
+	srv := redistest.Start(t)
+	proxy := redistest.StartProxy(t, srv.Addr)
+	holderStrat := newSingle(t, goredis.New(ctxClient(t, proxy.Addr)), strategy.WithTimeout(100*time.Millisecond))
+	holder := newM(t, holderStrat, dlm.WithTTL(ttl), dlm.WithAutoRenew(1.0/3, time.Minute))
+	other := &countingStrategy{Strategy: newSingle(t, goredis.New(ctxClient(t, srv.Addr)))}
+	others := newM(t, other, dlm.WithTTL(ttl), dlm.WithRetryDelay(time.Millisecond, 20*time.Millisecond))
+
+	const trials = 10
+	doneFirst := 0
+	for i := range trials {
+		proxy.Blackhole(false)
+		proxy.CloseConns()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		key := "partitioned"
+		var l *dlm.Lock
+		var err error
+		for range 50 { // the holder's pool may first meet closed connections
+			if l, err = holder.TryLock(ctx, key); err == nil {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		require.NoError(t, err, "trial %d", i)
+		lctx := l.Context()
+		probe := func() error { return lctx.Err() }
+		other.probe.Store(&probe)
+		endCh := make(chan time.Time, 1)
+		go func() { <-lctx.Done(); endCh <- time.Now() }()
+		time.Sleep(rand.N(ttl)) // cut it at any point of the renewal cycle
+		proxy.Blackhole(true)
+		cut := time.Now()
+		won, err := others.Lock(ctx, key)
+		require.NoError(t, err, "trial %d", i)
+		other.mu.Lock()
+		sent, probed := other.lastWinner, other.lastWinnerProbe
+		other.mu.Unlock()
+		ended := <-endCh
+		deadline, _ := lctx.Deadline()
+		if ended.Before(sent) {
+			doneFirst++
+		}
+		t.Logf("trial %d: cut %v into the lease; holder validity ended %v after the cut and %v before the winning request was sent; Done seen %v after the validity",
+			i, cut.Sub(l.Until().Add(-ttl)).Round(time.Millisecond), deadline.Sub(cut).Round(time.Millisecond),
+			sent.Sub(deadline).Round(time.Millisecond), ended.Sub(deadline).Round(time.Microsecond))
+		assert.ErrorIs(t, context.Cause(lctx), dlm.ErrLost, "trial %d", i)
+		assert.True(t, deadline.Before(sent), "trial %d: holder valid until %v, other's winning request sent at %v (overlap %v)",
+			i, deadline, sent, deadline.Sub(sent))
+		assert.ErrorIs(t, probed, context.Canceled, "trial %d: holder's ctx.Err() just before the winning request", i)
+		assert.Greater(t, won.Fence(), l.Fence())
+		other.probe.Store(nil)
+		require.NoError(t, won.Unlock(context.Background()))
+		cancel()
+	}
+	t.Logf("%d of %d trials: a goroutine blocked on Done saw the end before the winning request was sent", doneFirst, trials)
+}
+
+func TestWaiterWokenByRelease(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		notify bool
+		wrap   func(dlm.Strategy) dlm.Strategy
+	}{
+		{"notified", true, nil},
+		{"polling-node-cannot-notify", false, nil},
+		{"polling-strategy-cannot-notify", false, func(s dlm.Strategy) dlm.Strategy { return struct{ dlm.Strategy }{s} }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := redistest.Start(t).Client(t)
+			var n dlm.Node = goredis.New(c)
+			if !tc.notify && tc.wrap == nil {
+				n = plainNode{n}
+			}
+			strat := &countingStrategy{Strategy: newSingle(t, n)}
+			var used dlm.Strategy = strat
+			if tc.wrap != nil {
+				used = tc.wrap(strat) // hides ReleaseWatcher
+				_, ok := used.(dlm.ReleaseWatcher)
+				require.False(t, ok)
+			}
+			maxPoll := 3 * time.Second
+			if !tc.notify {
+				maxPoll = 100 * time.Millisecond
+			}
+			m := newM(t, used, dlm.WithTTL(time.Minute), dlm.WithRetryDelay(5*time.Millisecond, maxPoll))
+			ctx := context.Background()
+			held, err := m.TryLock(ctx, "woken")
+			require.NoError(t, err)
+			got := make(chan time.Time, 1)
+			go func() {
+				l, err := m.Lock(ctx, "woken")
+				if err == nil {
+					got <- time.Now()
+					_ = l.Unlock(ctx)
+				}
+				close(got)
+			}()
+			time.Sleep(300 * time.Millisecond) // let it park
+			before := strat.acquires.Load()
+			released := time.Now()
+			require.NoError(t, held.Unlock(ctx))
+			at, ok := <-got
+			require.True(t, ok, "waiter failed")
+			if tc.notify {
+				// Polling alone would take 1.5s or more here.
+				assert.Less(t, at.Sub(released), time.Second, "woken by the release")
+				assert.Equal(t, int64(1), strat.acquires.Load()-before, "one attempt after the release")
+			} else {
+				assert.Less(t, at.Sub(released), 2*time.Second)
+			}
+		})
+	}
+}
+
+func TestWaiterNotParkedWithoutNotification(t *testing.T) {
+	c := redistest.Start(t).Client(t)
+	strat := newSingle(t, goredis.New(c))
+	ctx := context.Background()
+
+	// Expiry publishes nothing: the waiter tries when the holder's TTL ends.
+	m := newM(t, strat, dlm.WithTTL(300*time.Millisecond), dlm.WithRetryDelay(time.Millisecond, time.Minute))
+	_, err := m.TryLock(ctx, "expires")
+	require.NoError(t, err)
+	start := time.Now()
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	l, err := m.Lock(wctx, "expires")
+	require.NoError(t, err)
+	assert.Less(t, time.Since(start), 2*time.Second, "woken by the holder's TTL, not the one-minute poll")
+	require.NoError(t, l.Unlock(ctx))
+
+	// A deletion that publishes nothing (a lost notification): the poll bound.
+	m = newM(t, strat, dlm.WithTTL(time.Minute), dlm.WithRetryDelay(time.Millisecond, 200*time.Millisecond))
+	_, err = m.TryLock(ctx, "deleted")
+	require.NoError(t, err)
+	time.AfterFunc(100*time.Millisecond, func() { c.Del(context.Background(), "dlm:{deleted}") })
+	start = time.Now()
+	l, err = m.Lock(wctx, "deleted")
+	require.NoError(t, err)
+	assert.Less(t, time.Since(start), 3*time.Second)
+	require.NoError(t, l.Unlock(ctx))
+}
+
+func TestWaitCancelled(t *testing.T) {
+	m, _ := newManager(t, dlm.WithTTL(time.Minute))
+	ctx := context.Background()
+	held, err := m.TryLock(ctx, "cancelled")
+	require.NoError(t, err)
+	// Several queued waiters give up; a later one still gets the lock.
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+			defer cancel()
+			_, err := m.Lock(c, "cancelled")
+			assert.ErrorIs(t, err, dlm.ErrNotAcquired)
+			assert.ErrorIs(t, err, context.DeadlineExceeded)
+		}()
+	}
+	wg.Wait()
+	got := make(chan error, 1)
+	go func() {
+		c, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		l, err := m.Lock(c, "cancelled")
+		if err == nil {
+			err = l.Unlock(ctx)
+		}
+		got <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	require.NoError(t, held.Unlock(ctx))
+	require.NoError(t, <-got)
+}
+
+// TestRenewTenThousandLocks holds 10,000 locks on one node with
+// auto-renewal and counts the round trips renewal makes per period.
+func TestRenewTenThousandLocks(t *testing.T) {
+	if testing.Short() {
+		t.Skip("10,000 locks")
+	}
+	const n, ttl, fraction = 10000, 3 * time.Second, 1.0 / 3
+	period := time.Duration(float64(ttl) * fraction)
+	srv := redistest.Start(t)
+	node := &countingNode{Node: goredis.New(ctxClient(t, srv.Addr))}
+	m := newM(t, newSingle(t, node), dlm.WithTTL(ttl), dlm.WithAutoRenew(fraction, time.Hour))
+	ctx := context.Background()
+	locks := make([]*dlm.Lock, n)
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	for w := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < n; i += 16 {
+				l, err := m.TryLock(ctx, "many:"+strconv.Itoa(i))
+				if err != nil {
+					failed.Add(1)
+					continue
+				}
+				locks[i] = l
+			}
+		}()
+	}
+	wg.Wait()
+	require.Zero(t, failed.Load())
+	time.Sleep(period) // let renewals fall into step
+	calls0, batches0, batched0 := node.calls.Load(), node.batches.Load(), node.batched.Load()
+	const periods = 3
+	time.Sleep(periods * period)
+	calls, batches, batched := node.calls.Load()-calls0, node.batches.Load()-batches0, node.batched.Load()-batched0
+	t.Logf("%d locks, TTL %v, renewal period %v: %.1f pipelined round trips and %.1f single calls per period, %.0f extensions per period; longest pipeline %v",
+		n, ttl, period, float64(batches)/periods, float64(calls)/periods, float64(batched)/periods, time.Duration(node.batchNs.Load()).Round(time.Millisecond))
+	assert.Zero(t, calls, "no per-lock round trips")
+	assert.LessOrEqual(t, float64(batches)/periods, 4.0, "a few pipelines per period")
+	assert.GreaterOrEqual(t, batched, int64(n*(periods-1)), "every lock renewed each period")
+	for i, l := range locks {
+		if err := l.Context().Err(); err != nil {
+			t.Fatalf("lock %d lost: %v", i, context.Cause(l.Context()))
+		}
+	}
+	for _, l := range locks {
+		_ = l.Unlock(ctx)
+	}
+}

@@ -1,0 +1,229 @@
+package dlm
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+)
+
+// WithAutoRenew makes the Manager renew every lock it hands out until the
+// lock is unlocked or lost. A lock is renewed once fraction of the TTL has
+// passed since its validity was last confirmed (fraction in (0, 1); 1/3 is a
+// good choice: two renewals can fail before the lease runs out). Renewal
+// stops once a lock has been held for maxHold (> 0); its lease then runs out
+// within one TTL and its context ends with ErrLost.
+//
+// One goroutine per Manager renews all its locks, in batches: locks due
+// within half a renewal period of each other are renewed together, through
+// BatchExtender when the strategy has it (one pipelined round trip per node
+// for the whole batch), else one Extend call each, 16 at a time. A renewal
+// that the servers refuse (ErrNotHeld) ends the lock's context at once with
+// ErrLost; one that fails otherwise is retried until the validity runs out.
+// Auto-renewal is off by default.
+func WithAutoRenew(fraction float64, maxHold time.Duration) Option {
+	return func(o *options) error {
+		if !(fraction > 0 && fraction < 1) {
+			return invalidf("WithAutoRenew(%v, %v): fraction must be in (0, 1)", fraction, maxHold)
+		}
+		if maxHold <= 0 {
+			return invalidf("WithAutoRenew(%v, %v): maximum hold time must be positive", fraction, maxHold)
+		}
+		o.renewFraction, o.maxHold = fraction, maxHold
+		return nil
+	}
+}
+
+// fallbackParallel bounds concurrent Extend calls when the strategy is not a
+// BatchExtender.
+const fallbackParallel = 16
+
+// A renewer renews the locks of one Manager from one goroutine.
+type renewer struct {
+	s       Strategy
+	ttl     time.Duration
+	period  time.Duration // renew this long after validity was confirmed
+	maxHold time.Duration
+
+	mu      sync.Mutex
+	locks   map[*Lock]struct{}
+	running bool
+	kick    chan struct{}
+}
+
+func newRenewer(s Strategy, o options) *renewer {
+	if o.renewFraction == 0 {
+		return nil
+	}
+	return &renewer{
+		s: s, ttl: o.ttl, maxHold: o.maxHold,
+		period: max(time.Duration(float64(o.ttl)*o.renewFraction), time.Millisecond),
+		locks:  map[*Lock]struct{}{}, kick: make(chan struct{}, 1),
+	}
+}
+
+// add starts renewing l, whose validity was confirmed at l.base.
+func (r *renewer) add(l *Lock) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	l.renewing, l.due = true, l.base.Add(r.period)
+	r.locks[l] = struct{}{}
+	if !r.running {
+		r.running = true
+		go r.loop()
+		return
+	}
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+}
+
+// remove stops renewing l.
+func (r *renewer) remove(l *Lock) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if l.renewing {
+		l.renewing = false
+		delete(r.locks, l)
+	}
+}
+
+func (r *renewer) loop() {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		r.mu.Lock()
+		if len(r.locks) == 0 {
+			r.running = false
+			r.mu.Unlock()
+			return
+		}
+		now := time.Now()
+		var first time.Time
+		for l := range r.locks {
+			if !l.inflight && (first.IsZero() || l.due.Before(first)) {
+				first = l.due
+			}
+		}
+		var batch []*Lock
+		if !first.After(now) {
+			// Renew with it everything due within half a period, so that
+			// locks taken at different times fall into step.
+			horizon := now.Add(r.period / 2)
+			for l := range r.locks {
+				if !l.inflight && !l.due.After(horizon) {
+					l.inflight = true
+					batch = append(batch, l)
+				}
+			}
+		}
+		r.mu.Unlock()
+		if len(batch) > 0 {
+			r.renew(batch)
+			continue
+		}
+		timer.Reset(time.Until(first))
+		select {
+		case <-timer.C:
+		case <-r.kick:
+			timer.Stop() // since Go 1.23 no stale value is left to drain
+		}
+	}
+}
+
+// renew extends batch and applies the results.
+func (r *renewer) renew(batch []*Lock) {
+	start := time.Now()
+	live := batch[:0:0]
+	var drop []*Lock
+	deadline := start
+	for _, l := range batch {
+		l.mu.Lock()
+		switch {
+		case l.ended != nil || l.released || l.expireLocked():
+			drop = append(drop, l)
+		case start.Sub(l.base) >= r.maxHold:
+			l.capped = true
+			drop = append(drop, l)
+		default:
+			live = append(live, l)
+			if l.lease.Until.After(deadline) {
+				deadline = l.lease.Until
+			}
+		}
+		l.mu.Unlock()
+	}
+	results := make([]ExtendResult, len(live))
+	if len(live) > 0 {
+		// No reply is worth waiting for once every lease has run out.
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		if b, ok := r.s.(BatchExtender); ok {
+			keys := make([]HeldKey, len(live))
+			for i, l := range live {
+				keys[i] = HeldKey{Key: l.key, Token: l.token}
+			}
+			results = b.ExtendMany(ctx, keys, r.ttl)
+		} else {
+			var wg sync.WaitGroup
+			sem := make(chan struct{}, fallbackParallel)
+			for i, l := range live {
+				wg.Add(1)
+				sem <- struct{}{}
+				go func() {
+					defer func() { <-sem; wg.Done() }()
+					results[i].Lease, results[i].Err = r.s.Extend(ctx, l.key, l.token, r.ttl)
+				}()
+			}
+			wg.Wait()
+		}
+		cancel()
+	}
+	retry := max(r.period/4, 5*time.Millisecond)
+	now := time.Now()
+	ended := make([]bool, len(live))
+	for i, l := range live {
+		res := results[i]
+		l.mu.Lock()
+		switch {
+		case res.Err == nil:
+			l.lastErr = nil
+			l.setLeaseLocked(res.Lease)
+		case errors.Is(res.Err, ErrNotHeld):
+			l.lostLocked(res.Err)
+		default:
+			l.lastErr = res.Err
+			l.expireLocked()
+		}
+		ended[i] = l.ended != nil
+		l.mu.Unlock()
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, l := range drop {
+		l.inflight = false
+		if l.renewing {
+			l.renewing = false
+			delete(r.locks, l)
+		}
+	}
+	for i, l := range live {
+		l.inflight = false
+		switch {
+		case !l.renewing: // unlocked meanwhile
+		case ended[i]:
+			l.renewing = false
+			delete(r.locks, l)
+		case results[i].Err == nil:
+			l.due = start.Add(r.period)
+		default:
+			l.due = now.Add(retry)
+		}
+	}
+}

@@ -1,0 +1,90 @@
+package strategy_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/driver/goredis"
+	"github.com/dlmgo/dlm/internal/redistest"
+	"github.com/dlmgo/dlm/strategy"
+)
+
+// lifecyclePlainNode hides every optional ability of a Node.
+type lifecyclePlainNode struct{ dlm.Node }
+
+func TestSingleExtendMany(t *testing.T) {
+	c := redistest.Start(t).Client(t)
+	for _, tc := range []struct {
+		name string
+		node dlm.Node
+	}{{"pipelined", goredis.New(c)}, {"one-by-one", lifecyclePlainNode{goredis.New(c)}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := strategy.NewSingle(tc.node)
+			require.NoError(t, err)
+			ctx := context.Background()
+			k := func(s string) string { return tc.name + ":" + s }
+			for _, key := range []string{"a", "b"} {
+				_, err := s.Acquire(ctx, k(key), "mine", time.Second)
+				require.NoError(t, err)
+			}
+			_, err = s.Acquire(ctx, k("c"), "theirs", time.Second)
+			require.NoError(t, err)
+			start := time.Now()
+			res := s.ExtendMany(ctx, []dlm.HeldKey{
+				{Key: k("a"), Token: "mine"}, {Key: k("b"), Token: "mine"},
+				{Key: k("c"), Token: "mine"}, {Key: "", Token: "mine"}, {Key: k("gone"), Token: "mine"},
+			}, 10*time.Second)
+			require.Len(t, res, 5)
+			for _, i := range []int{0, 1} {
+				require.NoError(t, res[i].Err)
+				assert.Equal(t, uint64(1), res[i].Lease.Fence)
+				assert.WithinDuration(t, start.Add(10*time.Second-strategy.DriftMarginForTest(10*time.Second)), res[i].Lease.Until, 50*time.Millisecond)
+				pttl, err := c.PTTL(ctx, "dlm:{"+k([]string{"a", "b"}[i])+"}").Result()
+				require.NoError(t, err)
+				assert.Greater(t, pttl, 9*time.Second)
+			}
+			assert.ErrorIs(t, res[2].Err, dlm.ErrNotHeld)
+			assert.ErrorIs(t, res[3].Err, dlm.ErrInvalid)
+			assert.ErrorIs(t, res[4].Err, dlm.ErrNotHeld)
+			pttl, err := c.PTTL(ctx, "dlm:{"+k("c")+"}").Result()
+			require.NoError(t, err)
+			assert.LessOrEqual(t, pttl, time.Second, "another owner's lock untouched")
+		})
+	}
+}
+
+func TestSingleWatchRelease(t *testing.T) {
+	c := redistest.Start(t).Client(t)
+	ctx := context.Background()
+
+	plain, err := strategy.NewSingle(lifecyclePlainNode{goredis.New(c)})
+	require.NoError(t, err)
+	_, err = plain.WatchRelease(ctx, "k", func() {})
+	assert.ErrorIs(t, err, errors.ErrUnsupported)
+
+	s, err := strategy.NewSingle(goredis.New(c))
+	require.NoError(t, err)
+	_, err = s.WatchRelease(ctx, "", func() {})
+	assert.ErrorIs(t, err, dlm.ErrInvalid)
+	woken := make(chan struct{}, 10)
+	stop, err := s.WatchRelease(ctx, "k", func() { woken <- struct{}{} })
+	require.NoError(t, err)
+	defer stop()
+	_, err = s.Acquire(ctx, "k", "tok", time.Minute)
+	require.NoError(t, err)
+	assert.ErrorIs(t, s.Release(ctx, "k", "other"), dlm.ErrNotHeld)
+	require.NoError(t, s.Release(ctx, "k", "tok"))
+	select {
+	case <-woken:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no notification after the release")
+	}
+	time.Sleep(50 * time.Millisecond)
+	assert.Empty(t, woken, "one notification per release; none for a refused one")
+}

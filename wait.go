@@ -1,0 +1,337 @@
+package dlm
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Lock takes key, waiting while others hold it, until it succeeds or ctx
+// ends. Failed attempts, including node failures, are retried; only invalid
+// arguments end the wait early. When ctx ends first the error matches
+// ErrNotAcquired, ctx's error, and the last attempt's error.
+//
+// How it waits: calls of one Manager that wait for the same key queue up
+// in arrival order, and a new call joins the end of a queue instead of
+// trying ahead of it. When the strategy is a ReleaseWatcher, the queue
+// subscribes to the key's release notifications and each notification wakes
+// the first waiter only, which then tries within one round trip of the
+// release. Other processes' waiters each get their own notification; when
+// other processes contend, the first waiter is woken after a random delay
+// of up to 300µs, so that the fixed order in which Redis notifies
+// subscribers does not pick the same winner every time.
+//
+// Notifications are only hints: the first waiter's wait is also bounded by
+// the holder's remaining TTL (as the strategy reports it, see RetryAfter),
+// so expiry is noticed at once, and by the maximum retry delay
+// (WithRetryDelay), so a lost notification never parks the queue; every
+// waiter becomes the first within the time the others ahead of it take.
+// Without notifications (the strategy or its nodes cannot notify) waiters
+// poll with jittered exponential backoff between the bounds of
+// WithRetryDelay, also capped by the holder's remaining TTL.
+func (m *Manager) Lock(ctx context.Context, key string) (*Lock, error) {
+	if key == "" {
+		return nil, invalidf("empty key")
+	}
+	token := newToken()
+	var prev error // the last refusal not caused by ctx ending
+	w := &m.waits
+	if !w.queued(key) {
+		if l, err, done := m.attempt(ctx, key, token, &prev); done {
+			return l, err
+		}
+	}
+	q, me, creator := w.join(ctx, key)
+	var won *Lock
+	defer func() { w.leave(q, me, won) }()
+	select {
+	case <-q.ready:
+	case <-ctx.Done():
+		return nil, m.giveUp(ctx, prev)
+	}
+	delay := m.o.retryMin
+	try := creator // the creator tries once its subscription is active
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		if try {
+			l, err, done := m.attempt(ctx, key, token, &prev)
+			if done {
+				won = l
+				return l, err
+			}
+			if w.tried(q, me, err) {
+				continue // a release was announced during the attempt
+			}
+		}
+		timer.Reset(w.pause(q, me, &delay)) // since Go 1.23 Reset drops a stale value
+		select {
+		case <-me.wake:
+			try = true
+		case <-timer.C:
+			try = w.timedOut(q, me)
+		case <-ctx.Done():
+			return nil, m.giveUp(ctx, prev)
+		}
+	}
+}
+
+// attempt makes one acquisition attempt. done reports that Lock must return
+// (l, err): on success, on invalid input, or when ctx has ended.
+func (m *Manager) attempt(ctx context.Context, key, token string, prev *error) (l *Lock, err error, done bool) {
+	start := time.Now()
+	lease, err := m.s.Acquire(ctx, key, token, m.o.ttl)
+	if err == nil {
+		return m.held(key, token, start, lease), nil, true
+	}
+	if ctx.Err() != nil && *prev != nil && errors.Is(err, ctx.Err()) {
+		err = *prev // say why the lock was busy, not only that time ran out
+	}
+	if errors.Is(err, ErrInvalid) || ctx.Err() != nil {
+		return nil, withContext(ctx, err), true
+	}
+	*prev = err
+	return nil, err, false
+}
+
+// giveUp is Lock's error when ctx ends while waiting.
+func (m *Manager) giveUp(ctx context.Context, prev error) error {
+	if prev == nil {
+		prev = ErrNotAcquired
+	}
+	return withContext(ctx, prev)
+}
+
+// waits holds a Manager's queues of waiting Lock calls, one per key.
+type waits struct {
+	m  *Manager
+	rw ReleaseWatcher // nil when the strategy cannot notify
+	mu sync.Mutex
+	q  map[string]*waitQueue
+}
+
+type waitQueue struct {
+	key     string
+	waiters []*waiter     // in arrival order
+	ready   chan struct{} // closed once the subscription attempt ended
+	notify  bool          // release notifications are active
+	stop    func()        // ends the subscription
+	pending bool          // a release was announced while a waiter was trying
+	expires time.Time     // when the holder's lease ends, as last reported
+
+	// Other processes contend for the key: a notified waiter lost the race,
+	// or this Manager's acquisitions skipped fences. Until then, each
+	// notification wakes the first waiter after a random delay, so that
+	// subscription order (Redis notifies subscribers in a fixed order) does
+	// not decide every race between processes.
+	contended time.Time
+	lastFence uint64 // of this Manager's last acquisition while the queue lived
+}
+
+type waiter struct {
+	wake     chan struct{} // buffered: a notification for this waiter
+	trying   bool          // woken, or attempting
+	notified bool          // woken by a notification
+}
+
+// Cross-process fairness: how long contention is remembered, and the
+// largest random delay before a notification wakes the first waiter.
+const (
+	contendedFor  = time.Second
+	contendJitter = 300 * time.Microsecond
+)
+
+func (w *waits) init(m *Manager) {
+	w.m = m
+	w.q = map[string]*waitQueue{}
+	w.rw, _ = m.s.(ReleaseWatcher)
+}
+
+// queued reports whether calls wait for key.
+func (w *waits) queued(key string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.q[key] != nil
+}
+
+// join appends a waiter to key's queue, creating the queue and its
+// subscription when there is none. creator reports that this call made the
+// queue; it closes q.ready when the subscription is active or has failed.
+func (w *waits) join(ctx context.Context, key string) (q *waitQueue, me *waiter, creator bool) {
+	w.mu.Lock()
+	q = w.q[key]
+	if q == nil {
+		creator = true
+		q = &waitQueue{key: key, ready: make(chan struct{})}
+		w.q[key] = q
+	}
+	me = &waiter{wake: make(chan struct{}, 1)}
+	q.waiters = append(q.waiters, me)
+	w.mu.Unlock()
+	if creator {
+		if w.rw != nil {
+			// On failure (the nodes cannot notify, or a node error) this
+			// queue polls for as long as it lives.
+			// Bounded by the poll interval, so that an unreachable node
+			// delays the queue no more than polling would.
+			sctx, cancel := context.WithTimeout(ctx, w.m.o.retryMax)
+			stop, err := w.rw.WatchRelease(sctx, key, func() { w.released(q) })
+			cancel()
+			if err == nil {
+				w.mu.Lock()
+				q.notify, q.stop = true, stop
+				w.mu.Unlock()
+			}
+		}
+		close(q.ready)
+	}
+	return q, me, creator
+}
+
+// leave removes me from q, passing on a notification it did not use, and
+// ends the queue and its subscription when it was the last waiter.
+func (w *waits) leave(q *waitQueue, me *waiter, won *Lock) {
+	w.mu.Lock()
+	if i := slices.Index(q.waiters, me); i >= 0 {
+		q.waiters = slices.Delete(q.waiters, i, i+1)
+	}
+	if won != nil {
+		q.pending = false // announced releases all came before this acquisition
+	} else {
+		select {
+		case <-me.wake:
+			w.wakeLocked(q)
+		default:
+		}
+	}
+	var stop func()
+	if len(q.waiters) == 0 && w.q[q.key] == q {
+		delete(w.q, q.key)
+		stop = q.stop
+	}
+	w.mu.Unlock()
+	if stop != nil {
+		go stop()
+	}
+}
+
+// acquired records an acquisition of key by this Manager (Lock or
+// TryLock): when fences were skipped since the last one, other processes
+// took the key in between.
+func (w *waits) acquired(key string, fence uint64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	q := w.q[key]
+	if q == nil {
+		return
+	}
+	if q.lastFence != 0 && fence != q.lastFence+1 {
+		q.contended = time.Now().Add(contendedFor)
+	}
+	q.lastFence = fence
+}
+
+// released is called when the key of q may have been released.
+func (w *waits) released(q *waitQueue) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.q[q.key] != q {
+		return
+	}
+	if time.Now().Before(q.contended) {
+		time.AfterFunc(rand.N(contendJitter), func() {
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			if w.q[q.key] == q {
+				w.wakeLocked(q)
+			}
+		})
+		return
+	}
+	w.wakeLocked(q)
+}
+
+// wakeLocked wakes the first waiter, unless one is already trying: that
+// one will try again (pending), so one release wakes one waiter.
+func (w *waits) wakeLocked(q *waitQueue) {
+	for _, x := range q.waiters {
+		if x.trying {
+			q.pending = true
+			return
+		}
+	}
+	if len(q.waiters) > 0 {
+		x := q.waiters[0]
+		x.trying, x.notified = true, true
+		select {
+		case x.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// timedOut is called when me's timer fires, and reports whether it is to
+// try now. With notifications only the first waiter tries on a timer (the
+// safety net against a lost notification, and how expiry is noticed); the
+// others keep their places, so a timer never lets a later arrival jump the
+// queue.
+func (w *waits) timedOut(q *waitQueue, me *waiter) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if q.notify && len(q.waiters) > 0 && q.waiters[0] != me {
+		return false
+	}
+	me.trying = true
+	return true
+}
+
+// tried records a failed attempt and reports whether to try again at once
+// because a release was announced meanwhile.
+func (w *waits) tried(q *waitQueue, me *waiter, err error) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if d, ok := RetryAfter(err); ok {
+		q.expires = time.Now().Add(d)
+		if me.notified {
+			q.contended = time.Now().Add(contendedFor) // lost the race to another process
+		}
+	} else {
+		q.expires = time.Time{}
+	}
+	again := q.pending
+	q.pending = false
+	me.trying, me.notified = again, false
+	select {
+	case <-me.wake: // woken during the attempt: that release came too late for it
+		again, me.trying = true, true
+	default:
+	}
+	return again
+}
+
+// pause is how long me sleeps before trying again unless woken: the poll
+// interval (the retry delay, doubling, when there are no notifications; the
+// maximum retry delay when there are), capped by the holder's remaining TTL.
+// Waiters further back in the queue wait a little longer past the TTL, so
+// that an expiry does not make them all try at once.
+func (w *waits) pause(q *waitQueue, me *waiter, delay *time.Duration) time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	maxPoll := w.m.o.retryMax
+	var d time.Duration
+	if q.notify {
+		d = maxPoll/2 + rand.N(maxPoll/2+1)
+	} else {
+		d = *delay/2 + rand.N(*delay/2+1)
+		*delay = min(2**delay, maxPoll)
+	}
+	if !q.expires.IsZero() {
+		pos := max(slices.Index(q.waiters, me), 0)
+		rem := time.Until(q.expires) + time.Millisecond + time.Duration(pos)*time.Millisecond + rand.N(time.Millisecond)
+		d = max(min(d, rem), 0)
+	}
+	return d
+}
