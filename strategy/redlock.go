@@ -46,11 +46,11 @@ var fenceScript = mustScript("redlock_fence.lua")
 // Acquiring again with the token that holds the lock refreshes it on every
 // node and returns the same fence.
 type Redlock struct {
-	nodes  []dlm.Node
-	names  []string
-	quorum int
-	cfg    config
-	holds  *holds // nil without an extension bound
+	nodes   []dlm.Node
+	names   []string
+	quorum  int
+	cfg     config
+	holds   *holds // nil without an extension bound
 	flights flights
 }
 
