@@ -139,7 +139,7 @@ func (s *Redlock) fanOut(ctx context.Context, op string, idx []int, want int, ca
 		if idx != nil {
 			i = idx[k]
 		}
-		go func() {
+		workers.run(func() {
 			cctx, cancel := context.WithTimeout(ctx, s.cfg.timeout)
 			r, err := call(cctx, s.nodes[i])
 			cancel()
@@ -154,7 +154,7 @@ func (s *Redlock) fanOut(ctx context.Context, op string, idx []int, want int, ca
 				err = &dlm.NodeError{Node: s.names[i], Op: op, Err: err}
 			}
 			ch <- reply{i: i, r: r, err: err}
-		}()
+		})
 	}
 	return ch
 }
