@@ -159,16 +159,59 @@ func (s *Redlock) fanOut(ctx context.Context, op string, idx []int, want int, ca
 	return ch
 }
 
-// collect passes replies to handle until it reports the outcome decided, all
-// n replies arrived, or ctx ended. It returns how many replies are still to come.
-func collect(ctx context.Context, ch <-chan reply, n int, handle func(reply) bool) (left int) {
+// collect passes the replies of the nodes listed in idx (all when nil) to
+// handle until it reports the outcome decided, all replies arrived, or ctx
+// ended. A node that has not replied shortly after the per-node timeout (a
+// Node that ignores its deadline) is handed to handle as failed, and its
+// reply, when it comes, is ignored. collect returns how many replies are
+// still to come on ch.
+func (s *Redlock) collect(ctx context.Context, op string, ch <-chan reply, idx []int, handle func(reply) bool) (left int) {
+	n := len(idx)
+	if idx == nil {
+		n = len(s.nodes)
+	}
+	var seen uint64 // bit i: node i's outcome is known (at most 64 nodes use the bitmap)
+	var seenMore map[int]bool
+	mark := func(i int) bool { // reports whether i was already marked
+		if i < 64 {
+			was := seen&(1<<i) != 0
+			seen |= 1 << i
+			return was
+		}
+		if seenMore == nil {
+			seenMore = map[int]bool{}
+		}
+		was := seenMore[i]
+		seenMore[i] = true
+		return was
+	}
+	timer := time.NewTimer(s.cfg.timeout + s.cfg.timeout/8 + time.Millisecond)
+	defer timer.Stop()
 	for left = n; left > 0; {
 		select {
 		case rp := <-ch:
 			left--
+			if mark(rp.i) {
+				continue
+			}
 			if handle(rp) {
 				return left
 			}
+		case <-timer.C:
+			for k := range n {
+				i := k
+				if idx != nil {
+					i = idx[k]
+				}
+				if mark(i) {
+					continue
+				}
+				err := &dlm.NodeError{Node: s.names[i], Op: op, Err: fmt.Errorf("%w %v (the node ignored its deadline)", ErrNodeTimeout, s.cfg.timeout)}
+				if handle(reply{i: i, err: err}) {
+					return left
+				}
+			}
+			return left
 		case <-ctx.Done():
 			return left
 		}
@@ -204,7 +247,7 @@ func (s *Redlock) Acquire(ctx context.Context, key, token string, ttl time.Durat
 		return acquireScript.Run(c, nd, keys, token, ttlArg)
 	})
 	granted, answered := 0, 0
-	left := collect(ctx, ch, n, func(rp reply) bool {
+	left := s.collect(ctx, "acquire", ch, nil, func(rp reply) bool {
 		answered++
 		switch {
 		case rp.err != nil:
@@ -278,7 +321,7 @@ func (s *Redlock) writeBackFence(ctx context.Context, keys []string, res []NodeR
 		return fenceScript.Run(c, nd, keys[1:], arg)
 	})
 	answered := 0
-	collect(ctx, ch, len(low), func(rp reply) bool {
+	s.collect(ctx, "fence", ch, low, func(rp reply) bool {
 		answered++
 		switch {
 		case rp.err != nil:
@@ -315,9 +358,7 @@ func (s *Redlock) undo(ctx context.Context, key string, keys []string, token str
 	}
 	if len(idx) > 0 {
 		ch := s.fanOut(cctx, "release", idx, 1, release)
-		for range idx {
-			<-ch
-		}
+		s.collect(cctx, "release", ch, idx, func(reply) bool { return false })
 	}
 }
 
@@ -348,7 +389,7 @@ func (s *Redlock) Extend(ctx context.Context, key, token string, ttl time.Durati
 		return extendScript.Run(c, nd, keys, token, ttlArg)
 	})
 	extended, refused, answered := 0, 0, 0
-	left := collect(ctx, ch, n, func(rp reply) bool {
+	left := s.collect(ctx, "extend", ch, nil, func(rp reply) bool {
 		answered++
 		switch {
 		case rp.err != nil:
@@ -409,7 +450,7 @@ func (s *Redlock) Release(ctx context.Context, key, token string) error {
 		return releaseScript.Run(c, nd, keys[:1], token)
 	})
 	released, notHeld, answered := 0, 0, 0
-	left := collect(ctx, ch, n, func(rp reply) bool {
+	left := s.collect(ctx, "release", ch, nil, func(rp reply) bool {
 		answered++
 		switch {
 		case rp.err != nil:

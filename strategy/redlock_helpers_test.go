@@ -106,6 +106,16 @@ func (c *cluster) holder(t testing.TB, i int, key string) string {
 	return v
 }
 
+// holdsAll reports whether token holds key on every server.
+func (c *cluster) holdsAll(t testing.TB, key, token string) bool {
+	for i := range c.servers {
+		if c.holder(t, i, key) != token {
+			return false
+		}
+	}
+	return true
+}
+
 // counter returns the fencing counter of key on server i.
 func (c *cluster) counter(t testing.TB, i int, key string) int64 {
 	t.Helper()
@@ -180,3 +190,21 @@ func eventually(d time.Duration, cond func() bool) bool {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// deafNode ignores its context: it answers only after delay.
+type deafNode struct {
+	dlm.Node
+	delay time.Duration
+}
+
+func (n deafNode) EvalSHA(_ context.Context, sha string, keys []string, args ...string) ([]int64, error) {
+	time.Sleep(n.delay)
+	return n.Node.EvalSHA(context.Background(), sha, keys, args...)
+}
+
+func (n deafNode) Eval(_ context.Context, src string, keys []string, args ...string) ([]int64, error) {
+	time.Sleep(n.delay)
+	return n.Node.Eval(context.Background(), src, keys, args...)
+}
+
+func (n deafNode) String() string { return "deaf " + n.Node.(interface{ String() string }).String() }

@@ -413,7 +413,7 @@ func TestRedlockExtendLostOnMajority(t *testing.T) {
 	ctx := context.Background()
 	_, err := r.Acquire(ctx, "k", "A", 5*time.Second)
 	require.NoError(t, err)
-	require.True(t, eventually(time.Second, func() bool { return c.holder(t, 4, "k") == "A" }))
+	require.True(t, eventually(time.Second, func() bool { return c.holdsAll(t, "k", "A") }))
 	for i := range 3 {
 		require.NoError(t, c.clients[i].Del(ctx, "dlm:{k}").Err())
 	}
@@ -437,7 +437,7 @@ func TestRedlockReleaseMajority(t *testing.T) {
 	ctx := context.Background()
 	_, err := r.Acquire(ctx, "k", "A", 5*time.Second)
 	require.NoError(t, err)
-	require.True(t, eventually(time.Second, func() bool { return c.holder(t, 4, "k") == "A" }))
+	require.True(t, eventually(time.Second, func() bool { return c.holdsAll(t, "k", "A") }))
 	for i := range 2 {
 		require.NoError(t, c.clients[i].Del(ctx, "dlm:{k}").Err())
 	}
@@ -593,4 +593,33 @@ func TestRedlockDefaultClients(t *testing.T) {
 	require.NoError(t, err)
 	assert.EqualValues(t, 1, l.Fence)
 	require.NoError(t, r.Release(context.Background(), "k", "A"))
+}
+
+// The per-node timeout holds even over a Node that ignores its deadline.
+func TestRedlockNodeIgnoringDeadline(t *testing.T) {
+	c := startCluster(t, 5)
+	nodes := append([]dlm.Node(nil), c.nodes...)
+	for _, i := range []int{0, 1, 2} {
+		nodes[i] = deafNode{Node: c.nodes[i], delay: 3 * time.Second}
+	}
+	r, err := strategy.NewRedlock(nodes, strategy.WithTimeout(100*time.Millisecond))
+	require.NoError(t, err)
+	start := time.Now()
+	_, err = r.Acquire(context.Background(), "k", "A", 10*time.Second)
+	d := time.Since(start)
+	require.ErrorIs(t, err, dlm.ErrNotAcquired)
+	assert.ErrorIs(t, err, strategy.ErrNodeTimeout)
+	assert.Less(t, d, 2*time.Second, "bounded by the per-node timeout, not by the deaf nodes")
+	for _, i := range []int{3, 4} {
+		assert.Empty(t, c.holder(t, i, "k"), "server %d", i)
+	}
+	// The deaf nodes' acquisitions land late and are released as they do.
+	assert.True(t, eventually(10*time.Second, func() bool {
+		for _, i := range []int{0, 1, 2} {
+			if c.counter(t, i, "k") == 0 || c.holder(t, i, "k") != "" {
+				return false
+			}
+		}
+		return true
+	}), "late grants released")
 }
