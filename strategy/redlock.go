@@ -124,25 +124,33 @@ type reply struct {
 
 type nodeCall func(ctx context.Context, n dlm.Node) ([]int64, error)
 
+// A fan is one script sent to several nodes at once.
+type fan struct {
+	ch     chan reply      // every reply, with room for all of them
+	ctx    context.Context // ends at the per-node timeout, or when all replied
+	cancel context.CancelFunc
+}
+
 // fanOut runs call on the nodes listed in idx (all nodes when idx is nil),
-// in parallel, each bounded by the per-node timeout. Every reply arrives on
-// the returned channel, which has room for all of them, so no goroutine
-// outlives its call. A reply whose length is not want is an error.
-func (s *Redlock) fanOut(ctx context.Context, op string, idx []int, want int, call nodeCall) <-chan reply {
+// in parallel, bounded by the per-node timeout. Every reply arrives on the
+// fan's channel, so no goroutine outlives its call. A reply whose length is
+// not want is an error.
+func (s *Redlock) fanOut(ctx context.Context, op string, idx []int, want int, call nodeCall) *fan {
 	n := len(idx)
 	if idx == nil {
 		n = len(s.nodes)
 	}
-	ch := make(chan reply, n)
+	cctx, cancel := context.WithTimeout(ctx, s.cfg.timeout)
+	f := &fan{ch: make(chan reply, n), ctx: cctx, cancel: cancel}
+	var running atomic.Int32
+	running.Store(int32(n))
 	for k := range n {
 		i := k
 		if idx != nil {
 			i = idx[k]
 		}
 		workers.run(func() {
-			cctx, cancel := context.WithTimeout(ctx, s.cfg.timeout)
 			r, err := call(cctx, s.nodes[i])
-			cancel()
 			if err == nil && (len(r) != want || op == "acquire" && r[0] != 0 && r[0] != 1) {
 				err = errReply(r)
 			}
@@ -153,24 +161,27 @@ func (s *Redlock) fanOut(ctx context.Context, op string, idx []int, want int, ca
 				}
 				err = &dlm.NodeError{Node: s.names[i], Op: op, Err: err}
 			}
-			ch <- reply{i: i, r: r, err: err}
+			f.ch <- reply{i: i, r: r, err: err}
+			if running.Add(-1) == 0 {
+				f.cancel()
+			}
 		})
 	}
-	return ch
+	return f
 }
 
 // collect passes the replies of the nodes listed in idx (all when nil) to
 // handle until it reports the outcome decided, all replies arrived, or ctx
-// ended. A node that has not replied shortly after the per-node timeout (a
-// Node that ignores its deadline) is handed to handle as failed, and its
-// reply, when it comes, is ignored. collect returns how many replies are
-// still to come on ch.
-func (s *Redlock) collect(ctx context.Context, op string, ch <-chan reply, idx []int, handle func(reply) bool) (left int) {
+// ended. A node that has not replied by the per-node timeout (even a Node
+// that ignores its deadline) is handed to handle as failed, and its reply,
+// when it comes, is ignored. collect returns how many replies are still to
+// come on the fan's channel.
+func (s *Redlock) collect(ctx context.Context, op string, f *fan, idx []int, handle func(reply) bool) (left int) {
 	n := len(idx)
 	if idx == nil {
 		n = len(s.nodes)
 	}
-	var seen uint64 // bit i: node i's outcome is known (at most 64 nodes use the bitmap)
+	var seen uint64 // bit i: node i's outcome is known
 	var seenMore map[int]bool
 	mark := func(i int) bool { // reports whether i was already marked
 		if i < 64 {
@@ -185,34 +196,64 @@ func (s *Redlock) collect(ctx context.Context, op string, ch <-chan reply, idx [
 		seenMore[i] = true
 		return was
 	}
-	timer := time.NewTimer(s.cfg.timeout + s.cfg.timeout/8 + time.Millisecond)
-	defer timer.Stop()
+	take := func(rp reply) bool {
+		left--
+		return !mark(rp.i) && handle(rp)
+	}
 	for left = n; left > 0; {
 		select {
-		case rp := <-ch:
-			left--
-			if mark(rp.i) {
-				continue
-			}
-			if handle(rp) {
+		case rp := <-f.ch:
+			if take(rp) {
 				return left
 			}
-		case <-timer.C:
-			for k := range n {
-				i := k
-				if idx != nil {
-					i = idx[k]
-				}
-				if mark(i) {
-					continue
-				}
-				err := &dlm.NodeError{Node: s.names[i], Op: op, Err: fmt.Errorf("%w %v (the node ignored its deadline)", ErrNodeTimeout, s.cfg.timeout)}
-				if handle(reply{i: i, err: err}) {
+			continue
+		case <-f.ctx.Done():
+		}
+		// Replies that came with the deadline count.
+		for more := true; more && left > 0; {
+			select {
+			case rp := <-f.ch:
+				if take(rp) {
 					return left
 				}
+			default:
+				more = false
 			}
+		}
+		if left == 0 || ctx.Err() != nil {
 			return left
-		case <-ctx.Done():
+		}
+		for k := range n {
+			i := k
+			if idx != nil {
+				i = idx[k]
+			}
+			if mark(i) {
+				continue
+			}
+			err := &dlm.NodeError{Node: s.names[i], Op: op, Err: fmt.Errorf("%w %v", ErrNodeTimeout, s.cfg.timeout)}
+			if handle(reply{i: i, err: err}) {
+				return left
+			}
+		}
+		return left
+	}
+	return left
+}
+
+// linger passes up to left more replies on f to handle, for at most grace,
+// and returns how many are still to come.
+func (s *Redlock) linger(f *fan, left int, grace time.Duration, handle func(reply) bool) int {
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	for left > 0 {
+		select {
+		case rp := <-f.ch:
+			left--
+			handle(rp)
+		case <-t.C:
+			return left
+		case <-f.ctx.Done():
 			return left
 		}
 	}
@@ -247,7 +288,7 @@ func (s *Redlock) Acquire(ctx context.Context, key, token string, ttl time.Durat
 		return acquireScript.Run(c, nd, keys, token, ttlArg)
 	})
 	granted, answered := 0, 0
-	left := s.collect(ctx, "acquire", ch, nil, func(rp reply) bool {
+	handle := func(rp reply) bool {
 		answered++
 		switch {
 		case rp.err != nil:
@@ -263,10 +304,17 @@ func (s *Redlock) Acquire(ctx context.Context, key, token string, ttl time.Durat
 			}
 		}
 		return granted >= q || granted+n-answered < q
-	})
+	}
+	left := s.collect(ctx, "acquire", ch, nil, handle)
 
 	reason := ""
 	if granted >= q {
+		if left > 0 {
+			// The other nodes usually answer within moments: give them as
+			// long again as the quorum took, so that their grants need no
+			// tracking and count for the fence.
+			left = s.linger(ch, left, time.Since(start), handle)
+		}
 		fence, err := s.writeBackFence(ctx, keys, res, counters)
 		until := start.Add(ttl - s.cfg.driftMargin(ttl))
 		switch now := time.Now(); {
@@ -339,10 +387,12 @@ func (s *Redlock) writeBackFence(ctx context.Context, keys []string, res []NodeR
 	return fence, ""
 }
 
-// undo releases a failed acquisition on every node that granted it or whose
-// reply was lost, before returning, and on every node whose reply is still
-// to come (left replies on late) as soon as it arrives.
-func (s *Redlock) undo(ctx context.Context, key string, keys []string, token string, res []NodeResult, late <-chan reply, left int) {
+// undo releases a failed acquisition: before returning on every node that
+// granted it or failed at once (its reply may have been lost), and in the
+// background on the nodes that timed out and on those whose reply is still
+// to come (left replies on late), as each arrives. An acquisition by the same
+// token waits for the background releases.
+func (s *Redlock) undo(ctx context.Context, key string, keys []string, token string, res []NodeResult, late *fan, left int) {
 	cctx := context.WithoutCancel(ctx)
 	release := func(c context.Context, nd dlm.Node) ([]int64, error) {
 		return releaseScript.Run(c, nd, keys[:1], token)
@@ -350,16 +400,30 @@ func (s *Redlock) undo(ctx context.Context, key string, keys []string, token str
 	if left > 0 {
 		s.drain(key, token, keys, late, left, true)
 	}
-	var idx []int
+	var now, later []int
 	for i, r := range res {
-		if r.Outcome == Granted || r.Outcome == Failed {
-			idx = append(idx, i)
+		switch {
+		case r.Outcome == Failed && timedOut(r.Err):
+			later = append(later, i)
+		case r.Outcome == Granted || r.Outcome == Failed:
+			now = append(now, i)
 		}
 	}
-	if len(idx) > 0 {
-		ch := s.fanOut(cctx, "release", idx, 1, release)
-		s.collect(cctx, "release", ch, idx, func(reply) bool { return false })
+	if len(later) > 0 {
+		f := s.flights.add(key, token, true)
+		go func() {
+			defer s.flights.done(f)
+			s.collect(cctx, "release", s.fanOut(cctx, "release", later, 1, release), later, func(reply) bool { return false })
+		}()
 	}
+	if len(now) > 0 {
+		s.collect(cctx, "release", s.fanOut(cctx, "release", now, 1, release), now, func(reply) bool { return false })
+	}
+}
+
+// timedOut reports whether a node's error says it did not answer in time.
+func timedOut(err error) bool {
+	return errors.Is(err, ErrNodeTimeout) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
 }
 
 // Extend implements dlm.Strategy. It succeeds when a majority extends the
@@ -446,11 +510,12 @@ func (s *Redlock) Release(ctx context.Context, key, token string) error {
 	}
 	keys := lockKeys(key)
 	n, q := len(s.nodes), s.quorum
+	start := time.Now()
 	ch := s.fanOut(ctx, "release", nil, 1, func(c context.Context, nd dlm.Node) ([]int64, error) {
 		return releaseScript.Run(c, nd, keys[:1], token)
 	})
 	released, notHeld, answered := 0, 0, 0
-	left := s.collect(ctx, "release", ch, nil, func(rp reply) bool {
+	handle := func(rp reply) bool {
 		answered++
 		switch {
 		case rp.err != nil:
@@ -466,7 +531,12 @@ func (s *Redlock) Release(ctx context.Context, key, token string) error {
 		return notHeld >= q || // not held: final
 			released+notHeld >= q && notHeld+pending < q || // released: final
 			released+notHeld+pending < q // too many failed: final
-	})
+	}
+	left := s.collect(ctx, "release", ch, nil, handle)
+	if left > 0 && ctx.Err() == nil {
+		// As in Acquire: the others usually answer within moments.
+		left = s.linger(ch, left, time.Since(start), handle)
+	}
 	if left > 0 {
 		// The release goes on; a new acquisition by token waits for it.
 		s.drain(key, token, nil, ch, left, true)
@@ -485,12 +555,12 @@ func (s *Redlock) Release(ctx context.Context, key, token string) error {
 // or once a Release of key by token begins, each late grant or lost reply
 // of an acquisition (keys != nil) is released as it arrives. An acquisition
 // of key by token waits until no such release is running.
-func (s *Redlock) drain(key, token string, keys []string, late <-chan reply, left int, releasing bool) {
+func (s *Redlock) drain(key, token string, keys []string, late *fan, left int, releasing bool) {
 	f := s.flights.add(key, token, releasing)
 	go func() {
 		defer s.flights.done(f)
 		for range left {
-			rp := <-late
+			rp := <-late.ch
 			if keys == nil || rp.err == nil && rp.r[0] != 1 || !s.flights.releasing(f) {
 				continue
 			}
