@@ -289,6 +289,9 @@ func (s *Redlock) Acquire(ctx context.Context, key, token string, ttl time.Durat
 	})
 	granted, answered := 0, 0
 	handle := func(rp reply) bool {
+		if res[rp.i].Outcome != Pending {
+			return false // given up on at the timeout; its late reply does not count
+		}
 		answered++
 		switch {
 		case rp.err != nil:
@@ -454,6 +457,9 @@ func (s *Redlock) Extend(ctx context.Context, key, token string, ttl time.Durati
 	})
 	extended, refused, answered := 0, 0, 0
 	left := s.collect(ctx, "extend", ch, nil, func(rp reply) bool {
+		if res[rp.i].Outcome != Pending {
+			return false // given up on at the timeout; its late reply does not count
+		}
 		answered++
 		switch {
 		case rp.err != nil:
@@ -516,6 +522,9 @@ func (s *Redlock) Release(ctx context.Context, key, token string) error {
 	})
 	released, notHeld, answered := 0, 0, 0
 	handle := func(rp reply) bool {
+		if res[rp.i].Outcome != Pending {
+			return false // given up on at the timeout; its late reply does not count
+		}
 		answered++
 		switch {
 		case rp.err != nil:
