@@ -117,13 +117,15 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "dlm demo:", err)
 		return 1
 	}
-	// Redlock contenders that retry at once split the votes again: back off
-	// for longer than an acquisition takes, as the algorithm advises.
+	// Redlock waiters retry sooner: a split vote costs more than a retry,
+	// and the Manager's jitter keeps contenders apart.
 	retryMin, retryMax := time.Millisecond, 20*time.Millisecond
 	if *strat == "redlock" {
-		retryMin, retryMax = 2*time.Millisecond, 50*time.Millisecond
+		retryMin, retryMax = time.Millisecond, 10*time.Millisecond
 	}
-	m, err := dlm.New(s, dlm.WithTTL(*ttl), dlm.WithRetryDelay(retryMin, retryMax))
+	var stopped atomic.Bool
+	counted := &countingStrategy{Strategy: s, stopped: &stopped}
+	m, err := dlm.New(counted, dlm.WithTTL(*ttl), dlm.WithRetryDelay(retryMin, retryMax))
 	if err != nil {
 		fmt.Fprintln(stderr, "dlm demo:", err)
 		return 2
@@ -135,7 +137,6 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "dlm demo: Redlock strategy over %s, quorum %d, per-node timeout %v\n", where, quorum, *nodeTimeout)
 	}
 	fmt.Fprintf(stdout, "%d workers for %v, each holding %q for %v (TTL %v)\n", *workers, *duration, *key, *hold, *ttl)
-	var stopped atomic.Bool
 	var (
 		stopMu  sync.Mutex
 		stopMsg string
@@ -164,7 +165,8 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		defer timer.Stop()
 	}
 	fmt.Fprintln(stdout)
-	r := runWorkers(ctx, m, *key, *workers, *duration, *hold, &stopped)
+	r := runWorkers(ctx, m, *key, *workers, *duration, *hold)
+	r.afterStop = counted.afterStop.Load()
 	if toStop > 0 {
 		stopMu.Lock()
 		r.stop = &stopReport{msg: stopMsg, left: n - toStop, quorum: quorum}
@@ -199,6 +201,23 @@ func startEmbedded() (addr string, stop func(), err error) {
 	return srv.Addr(), func() { once.Do(func() { close(done); srv.Close() }) }, nil
 }
 
+// countingStrategy counts the acquisitions whose attempt began after the
+// nodes stopped: those were granted by the remaining nodes alone.
+type countingStrategy struct {
+	dlm.Strategy
+	stopped   *atomic.Bool
+	afterStop atomic.Int64
+}
+
+func (c *countingStrategy) Acquire(ctx context.Context, key, token string, ttl time.Duration) (dlm.Lease, error) {
+	began := c.stopped.Load()
+	l, err := c.Strategy.Acquire(ctx, key, token, ttl)
+	if err == nil && began {
+		c.afterStop.Add(1)
+	}
+	return l, err
+}
+
 // quietLogger drops go-redis' log lines.
 type quietLogger struct{}
 
@@ -214,7 +233,7 @@ type results struct {
 	waits         []time.Duration
 	errs          []error
 	lastErr       error
-	afterStop     int64       // acquisitions begun after nodes stopped
+	afterStop     int64       // acquisitions whose attempt began after nodes stopped
 	stop          *stopReport // nil when no node was stopped
 }
 
@@ -223,7 +242,7 @@ type stopReport struct {
 	left, quorum int
 }
 
-func runWorkers(ctx context.Context, m *dlm.Manager, key string, workers int, duration, hold time.Duration, stopped *atomic.Bool) *results {
+func runWorkers(ctx context.Context, m *dlm.Manager, key string, workers int, duration, hold time.Duration) *results {
 	ctx, cancel := context.WithTimeout(ctx, duration)
 	defer cancel()
 	var (
@@ -240,7 +259,6 @@ func runWorkers(ctx context.Context, m *dlm.Manager, key string, workers int, du
 			defer func() { mu.Lock(); r.waits = append(r.waits, waits...); mu.Unlock() }()
 			for ctx.Err() == nil {
 				start := time.Now()
-				began := stopped.Load() // count only attempts begun after the stop
 				l, err := m.Lock(ctx, key)
 				if err != nil {
 					mu.Lock()
@@ -264,9 +282,6 @@ func runWorkers(ctx context.Context, m *dlm.Manager, key string, workers int, du
 				}
 				r.lastFence = max(r.lastFence, l.Fence())
 				r.acquisitions++
-				if began {
-					r.afterStop++
-				}
 				mu.Unlock()
 				// The shared resource: a read-modify-write that only the
 				// lock keeps exact.
