@@ -105,6 +105,10 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		client := redis.NewClient(&redis.Options{Addr: a, ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1})
 		defer client.Close()
 		dnodes = append(dnodes, goredis.New(client))
+		// Best effort: open a connection before the clock starts.
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		_ = client.Ping(pctx).Err()
+		cancel()
 	}
 	var s dlm.Strategy
 	var err error
