@@ -52,6 +52,7 @@ type Redlock struct {
 	cfg     config
 	holds   *holds // nil without an extension bound
 	flights flights
+	slow    []atomic.Bool // node i's last call ran into the per-node timeout
 }
 
 var _ dlm.Strategy = (*Redlock)(nil)
@@ -70,6 +71,7 @@ func NewRedlock(nodes []dlm.Node, opts ...Option) (*Redlock, error) {
 		names:  make([]string, len(nodes)),
 		quorum: len(nodes)/2 + 1,
 		cfg:    defaultConfig(),
+		slow:   make([]atomic.Bool, len(nodes)),
 	}
 	s.cfg.timeout = DefaultNodeTimeout
 	seen := make(map[string]int, len(nodes))
@@ -154,10 +156,15 @@ func (s *Redlock) fanOut(ctx context.Context, op string, idx []int, want int, ca
 			if err == nil && (len(r) != want || op == "acquire" && r[0] != 0 && r[0] != 1) {
 				err = errReply(r)
 			}
+			slow := err != nil && isTimeout(err)
+			s.slow[i].Store(slow)
 			if err != nil {
-				if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+				switch {
+				case slow && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
 					// Not the caller's deadline: do not report it as one.
 					err = fmt.Errorf("%w %v", ErrNodeTimeout, s.cfg.timeout)
+				case slow && ctx.Err() == nil:
+					err = fmt.Errorf("%w %v: %w", ErrNodeTimeout, s.cfg.timeout, err) // a socket deadline
 				}
 				err = &dlm.NodeError{Node: s.names[i], Op: op, Err: err}
 			}
@@ -241,6 +248,16 @@ func (s *Redlock) collect(ctx context.Context, op string, f *fan, idx []int, han
 	return left
 }
 
+// anySlow reports whether a node still pending in res timed out last time.
+func (s *Redlock) anySlow(res []NodeResult) bool {
+	for i, r := range res {
+		if r.Outcome == Pending && s.slow[i].Load() {
+			return true
+		}
+	}
+	return false
+}
+
 // linger passes up to left more replies on f to handle, for at most grace,
 // and returns how many are still to come.
 func (s *Redlock) linger(f *fan, left int, grace time.Duration, handle func(reply) bool) int {
@@ -312,7 +329,7 @@ func (s *Redlock) Acquire(ctx context.Context, key, token string, ttl time.Durat
 
 	reason := ""
 	if granted >= q {
-		if left > 0 {
+		if left > 0 && !s.anySlow(res) {
 			// The other nodes usually answer within moments: give them as
 			// long again as the quorum took, so that their grants need no
 			// tracking and count for the fence.
@@ -426,7 +443,14 @@ func (s *Redlock) undo(ctx context.Context, key string, keys []string, token str
 
 // timedOut reports whether a node's error says it did not answer in time.
 func timedOut(err error) bool {
-	return errors.Is(err, ErrNodeTimeout) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
+	return errors.Is(err, ErrNodeTimeout) || errors.Is(err, context.Canceled) || isTimeout(err)
+}
+
+// isTimeout reports whether err says a deadline passed (a context's, or a
+// socket's: net and os errors report Timeout).
+func isTimeout(err error) bool {
+	var t interface{ Timeout() bool }
+	return errors.As(err, &t) && t.Timeout()
 }
 
 // Extend implements dlm.Strategy. It succeeds when a majority extends the
@@ -542,7 +566,7 @@ func (s *Redlock) Release(ctx context.Context, key, token string) error {
 			released+notHeld+pending < q // too many failed: final
 	}
 	left := s.collect(ctx, "release", ch, nil, handle)
-	if left > 0 && ctx.Err() == nil {
+	if left > 0 && ctx.Err() == nil && !s.anySlow(res) {
 		// As in Acquire: the others usually answer within moments.
 		left = s.linger(ch, left, time.Since(start), handle)
 	}
