@@ -102,10 +102,18 @@ func NewRedlock(nodes []dlm.Node, opts ...Option) (*Redlock, error) {
 	return s, nil
 }
 
-// sameNode reports whether a and b are the same comparable value.
-func sameNode(a, b dlm.Node) bool {
-	ta, tb := reflect.TypeOf(a), reflect.TypeOf(b)
-	return ta == tb && ta.Comparable() && a == b
+// sameNode reports whether a and b are equal values; values that cannot be
+// compared (== would panic) are not the same.
+func sameNode(a, b dlm.Node) (same bool) {
+	if ta := reflect.TypeOf(a); ta != reflect.TypeOf(b) || !ta.Comparable() {
+		return false
+	}
+	defer func() {
+		if recover() != nil {
+			same = false // an interface field holds an uncomparable value
+		}
+	}()
+	return a == b
 }
 
 // Quorum returns the number of nodes that must agree: ⌊N/2⌋+1.
