@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,7 +22,11 @@ import (
 func demo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("dlm demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	addr := fs.String("addr", "", "Redis address host:port (default: an embedded in-process Redis)")
+	addr := fs.String("addr", "", "Redis address host:port, or several separated by commas for Redlock (default: embedded in-process Redis nodes)")
+	strat := fs.String("strategy", "", "single or redlock (default: redlock, or single when --addr names one server)")
+	nodes := fs.Int("nodes", 5, "embedded Redis nodes for Redlock")
+	stop := fs.Int("stop", -1, "embedded nodes to stop halfway through (default: as many as the Redlock quorum survives)")
+	nodeTimeout := fs.Duration("node-timeout", 200*time.Millisecond, "Redlock's per-node timeout")
 	workers := fs.Int("workers", 8, "concurrent workers")
 	duration := fs.Duration("duration", 3*time.Second, "how long the workers run")
 	hold := fs.Duration("hold", time.Millisecond, "how long each worker holds the lock")
@@ -34,34 +39,143 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "dlm demo: --workers must be at least 1, --duration positive, --hold not negative")
 		return 2
 	}
-
-	target := *addr
-	where := "Redis at " + target
-	if target == "" {
-		srv, stop, err := startEmbedded()
-		if err != nil {
-			fmt.Fprintln(stderr, "dlm demo:", err)
-			return 1
-		}
-		defer stop()
-		target, where = srv, "1 embedded Redis node (miniredis, in-process)"
+	var addrs []string
+	if *addr != "" {
+		addrs = strings.Split(*addr, ",")
 	}
-	client := redis.NewClient(&redis.Options{Addr: target, ContextTimeoutEnabled: true})
-	defer client.Close()
-	single, err := strategy.NewSingle(goredis.New(client), strategy.WithTimeout(time.Second))
+	switch {
+	case *strat == "" && len(addrs) == 1:
+		*strat = "single"
+	case *strat == "":
+		*strat = "redlock"
+	case *strat != "single" && *strat != "redlock":
+		fmt.Fprintf(stderr, "dlm demo: --strategy %q: want single or redlock\n", *strat)
+		return 2
+	}
+	if *strat == "single" && len(addrs) > 1 {
+		fmt.Fprintln(stderr, "dlm demo: --strategy single takes one --addr")
+		return 2
+	}
+	n := len(addrs)
+	if n == 0 {
+		n = 1
+		if *strat == "redlock" {
+			n = *nodes
+		}
+	}
+	if n < 1 || *nodeTimeout <= 0 {
+		fmt.Fprintln(stderr, "dlm demo: --nodes must be at least 1 and --node-timeout positive")
+		return 2
+	}
+	quorum := n/2 + 1
+	toStop := 0
+	if len(addrs) == 0 && *strat == "redlock" {
+		toStop = n - quorum
+		if *stop >= 0 {
+			toStop = *stop
+		}
+		if toStop > n {
+			fmt.Fprintf(stderr, "dlm demo: --stop %d: there are only %d nodes\n", toStop, n)
+			return 2
+		}
+	}
+
+	var stoppers []func()
+	where := "Redis at " + *addr
+	if len(addrs) == 0 {
+		for range n {
+			srv, stopSrv, err := startEmbedded()
+			if err != nil {
+				fmt.Fprintln(stderr, "dlm demo:", err)
+				return 1
+			}
+			defer stopSrv()
+			addrs = append(addrs, srv)
+			stoppers = append(stoppers, stopSrv)
+		}
+		where = fmt.Sprintf("%d embedded Redis node%s (miniredis, in-process)", n, map[bool]string{true: "", false: "s"}[n == 1])
+	}
+	// The stopped nodes would fill stderr with the client's redial messages.
+	redis.SetLogger(quietLogger{})
+	var dnodes []dlm.Node
+	for _, a := range addrs {
+		// One round trip per call: no client-side retries, and a stopped
+		// node fails at once rather than after go-redis' five redials
+		// 100ms apart.
+		client := redis.NewClient(&redis.Options{Addr: a, ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1})
+		defer client.Close()
+		dnodes = append(dnodes, goredis.New(client))
+		// Best effort: open a connection before the clock starts.
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		_ = client.Ping(pctx).Err()
+		cancel()
+	}
+	var s dlm.Strategy
+	var err error
+	if *strat == "single" {
+		s, err = strategy.NewSingle(dnodes[0], strategy.WithTimeout(time.Second))
+	} else {
+		s, err = strategy.NewRedlock(dnodes, strategy.WithTimeout(*nodeTimeout))
+	}
 	if err != nil {
 		fmt.Fprintln(stderr, "dlm demo:", err)
 		return 1
 	}
-	m, err := dlm.New(single, dlm.WithTTL(*ttl), dlm.WithRetryDelay(time.Millisecond, 20*time.Millisecond))
+	// Redlock waiters retry sooner: a split vote costs more than a retry,
+	// and the Manager's jitter keeps contenders apart.
+	retryMin, retryMax := time.Millisecond, 20*time.Millisecond
+	if *strat == "redlock" {
+		retryMin, retryMax = time.Millisecond, 10*time.Millisecond
+	}
+	var stopped atomic.Bool
+	counted := &countingStrategy{Strategy: s, stopped: &stopped}
+	m, err := dlm.New(counted, dlm.WithTTL(*ttl), dlm.WithRetryDelay(retryMin, retryMax))
 	if err != nil {
 		fmt.Fprintln(stderr, "dlm demo:", err)
 		return 2
 	}
 
-	fmt.Fprintf(stdout, "dlm demo: single-instance strategy over %s\n", where)
-	fmt.Fprintf(stdout, "%d workers for %v, each holding %q for %v (TTL %v)\n\n", *workers, *duration, *key, *hold, *ttl)
+	if *strat == "single" {
+		fmt.Fprintf(stdout, "dlm demo: single-instance strategy over %s\n", where)
+	} else {
+		fmt.Fprintf(stdout, "dlm demo: Redlock strategy over %s, quorum %d, per-node timeout %v\n", where, quorum, *nodeTimeout)
+	}
+	fmt.Fprintf(stdout, "%d workers for %v, each holding %q for %v (TTL %v)\n", *workers, *duration, *key, *hold, *ttl)
+	var (
+		stopMu  sync.Mutex
+		stopMsg string
+	)
+	if toStop > 0 {
+		fmt.Fprintf(stdout, "halfway through, %d of the %d nodes stop\n", toStop, n)
+		// Stop every other node, so the survivors are not simply the first ones.
+		var victims []int
+		for i := 1; len(victims) < toStop; i = (i + 2) % (n + n%2 + 1) {
+			if i < n && !slices.Contains(victims, i) {
+				victims = append(victims, i)
+			}
+		}
+		slices.Sort(victims)
+		timer := time.AfterFunc(*duration/2, func() {
+			var names []string
+			for _, i := range victims {
+				stoppers[i]()
+				names = append(names, fmt.Sprintf("node %d (%s)", i+1, addrs[i]))
+			}
+			stopMu.Lock()
+			stopMsg = fmt.Sprintf("at %v: %s", (*duration / 2).Round(time.Millisecond), strings.Join(names, ", "))
+			stopMu.Unlock()
+			stopped.Store(true)
+		})
+		defer timer.Stop()
+	}
+	fmt.Fprintln(stdout)
 	r := runWorkers(ctx, m, *key, *workers, *duration, *hold)
+	r.afterStop = counted.afterStop.Load()
+	if toStop > 0 {
+		stopMu.Lock()
+		r.stop = &stopReport{msg: stopMsg, left: n - toStop, quorum: quorum}
+		stopMu.Unlock()
+	}
 	return r.report(stdout)
 }
 
@@ -87,8 +201,31 @@ func startEmbedded() (addr string, stop func(), err error) {
 			}
 		}
 	}()
-	return srv.Addr(), func() { close(done); srv.Close() }, nil
+	var once sync.Once
+	return srv.Addr(), func() { once.Do(func() { close(done); srv.Close() }) }, nil
 }
+
+// countingStrategy counts the acquisitions whose attempt began after the
+// nodes stopped: those were granted by the remaining nodes alone.
+type countingStrategy struct {
+	dlm.Strategy
+	stopped   *atomic.Bool
+	afterStop atomic.Int64
+}
+
+func (c *countingStrategy) Acquire(ctx context.Context, key, token string, ttl time.Duration) (dlm.Lease, error) {
+	began := c.stopped.Load()
+	l, err := c.Strategy.Acquire(ctx, key, token, ttl)
+	if err == nil && began {
+		c.afterStop.Add(1)
+	}
+	return l, err
+}
+
+// quietLogger drops go-redis' log lines.
+type quietLogger struct{}
+
+func (quietLogger) Printf(context.Context, string, ...any) {}
 
 type results struct {
 	acquisitions  int64
@@ -100,6 +237,13 @@ type results struct {
 	waits         []time.Duration
 	errs          []error
 	lastErr       error
+	afterStop     int64       // acquisitions whose attempt began after nodes stopped
+	stop          *stopReport // nil when no node was stopped
+}
+
+type stopReport struct {
+	msg          string
+	left, quorum int
 }
 
 func runWorkers(ctx context.Context, m *dlm.Manager, key string, workers int, duration, hold time.Duration) *results {
@@ -171,6 +315,9 @@ func (r *results) report(w io.Writer) int {
 		return r.waits[int(p*float64(len(r.waits)-1))]
 	}
 	ok := r.acquisitions > 0 && r.maxHolders == 1 && r.fenceBackward == 0 && r.counter == r.acquisitions && len(r.errs) == 0
+	if r.stop != nil && r.afterStop == 0 {
+		ok = false
+	}
 	yes := func(b bool) string {
 		if b {
 			return "yes"
@@ -182,6 +329,21 @@ func (r *results) report(w io.Writer) int {
 	fmt.Fprintf(w, "fences                  %d..%d, strictly increasing: %s\n", r.firstFence, r.lastFence, yes(r.fenceBackward == 0))
 	fmt.Fprintf(w, "shared counter          %d (must equal acquisitions: %s)\n", r.counter, yes(r.counter == r.acquisitions))
 	fmt.Fprintf(w, "wait p50 / p99 / max    %v / %v / %v\n", round(pct(0.5)), round(pct(0.99)), round(pct(1)))
+	if r.stop != nil {
+		msg := r.stop.msg
+		if msg == "" {
+			msg = "none: the run ended first"
+		}
+		fmt.Fprintf(w, "nodes stopped           %s\n", msg)
+		switch {
+		case r.afterStop > 0:
+			fmt.Fprintf(w, "acquisitions after      %d: the lock kept working on the %d remaining nodes (quorum %d)\n", r.afterStop, r.stop.left, r.stop.quorum)
+		case r.stop.left < r.stop.quorum:
+			fmt.Fprintf(w, "acquisitions after      0: the %d remaining nodes are fewer than the quorum of %d, so no one may lock\n", r.stop.left, r.stop.quorum)
+		default:
+			fmt.Fprintf(w, "acquisitions after      0 (must be more)\n")
+		}
+	}
 	if len(r.errs) == 0 && r.acquisitions == 0 && r.lastErr != nil {
 		r.errs = append(r.errs, r.lastErr)
 	}

@@ -5,18 +5,21 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // A Proxy is an in-process TCP proxy on a loopback port that forwards every
-// connection to a target address and can be told to drop traffic silently:
-// while blackholed, bytes read from either side are discarded, connections
-// stay open and nobody is told, as in a network partition.
+// connection to a target address. It can be told to drop traffic silently
+// (while blackholed, bytes read from either side are discarded, connections
+// stay open and nobody is told, as in a network partition) or to hold back
+// every reply by a fixed delay (a slow link).
 type Proxy struct {
 	Addr string // 127.0.0.1:port to connect to instead of the target
 
 	target string
 	ln     net.Listener
 	drop   atomic.Bool
+	delay  atomic.Int64 // nanoseconds added before each server-to-client write
 	wg     sync.WaitGroup
 
 	mu    sync.Mutex
@@ -41,6 +44,10 @@ func StartProxy(t testing.TB, target string) *Proxy {
 // blackholed are gone: a client that resumes sees a broken protocol stream
 // and must reconnect.
 func (p *Proxy) Blackhole(on bool) { p.drop.Store(on) }
+
+// SetDelay makes the proxy hold back everything the server sends by d
+// before passing it on; 0 forwards at once.
+func (p *Proxy) SetDelay(d time.Duration) { p.delay.Store(int64(d)) }
 
 // Blackholed reports whether traffic is being dropped.
 func (p *Proxy) Blackholed() bool { return p.drop.Load() }
@@ -109,19 +116,24 @@ func (p *Proxy) serve(client net.Conn) {
 	}
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); p.pipe(server, client) }()
-	go func() { defer wg.Done(); p.pipe(client, server) }()
+	go func() { defer wg.Done(); p.pipe(server, client, false) }()
+	go func() { defer wg.Done(); p.pipe(client, server, true) }()
 	wg.Wait()
 }
 
 // pipe copies src to dst until either fails, dropping bytes while
-// blackholed, and then closes both.
-func (p *Proxy) pipe(dst, src net.Conn) {
+// blackholed and delaying replies when asked, and then closes both.
+func (p *Proxy) pipe(dst, src net.Conn, reply bool) {
 	defer p.untrack(dst)
 	defer p.untrack(src)
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
+		if n > 0 && reply {
+			if d := time.Duration(p.delay.Load()); d > 0 {
+				time.Sleep(d)
+			}
+		}
 		if n > 0 && !p.drop.Load() {
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return

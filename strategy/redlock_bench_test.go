@@ -1,0 +1,129 @@
+package strategy_test
+
+import (
+	"context"
+	"runtime"
+	"slices"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/strategy"
+)
+
+func benchClient(b *testing.B, addr string) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 128, MaxRetries: -1, ContextTimeoutEnabled: true})
+	b.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// benchManager returns a Manager over one server (single-instance
+// strategy) and one over five (Redlock), with the same client settings.
+func benchManager(b *testing.B, n int, opts ...strategy.Option) (*dlm.Manager, *cluster) {
+	c := startClusterWith(b, n, func(t testing.TB, addr string) *redis.Client { return benchClient(b, addr) })
+	var s dlm.Strategy
+	var err error
+	if n == 1 {
+		s, err = strategy.NewSingle(c.nodes[0])
+	} else {
+		s, err = strategy.NewRedlock(c.nodes, opts...)
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	m, err := dlm.New(s, dlm.WithTTL(10*time.Second))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return m, c
+}
+
+// BenchmarkRedlockLockUnlock is one uncontended TryLock and Unlock in a
+// loop: single-node strategy against Redlock over five servers.
+func BenchmarkRedlockLockUnlock(b *testing.B) {
+	for _, n := range []int{1, 5} {
+		b.Run("nodes="+strconv.Itoa(n), func(b *testing.B) {
+			m, _ := benchManager(b, n)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			b.ReportAllocs()
+			for b.Loop() {
+				l, err := m.TryLock(ctx, "bench")
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := l.Unlock(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkRedlockParallel runs TryLock and Unlock on distinct keys from 64
+// goroutines; ops/s is lock+unlock pairs per second. With 64 callers on two
+// cores a call waits tens of milliseconds for the CPU, so the per-node
+// timeout is raised to 1s here.
+func BenchmarkRedlockParallel(b *testing.B) {
+	for _, n := range []int{1, 5} {
+		b.Run("nodes="+strconv.Itoa(n), func(b *testing.B) {
+			m, _ := benchManager(b, n, strategy.WithTimeout(time.Second))
+			ctx := context.Background()
+			var next atomic.Int64
+			b.ReportAllocs()
+			b.SetParallelism(max(1, 64/runtimeProcs()))
+			start := time.Now()
+			b.RunParallel(func(pb *testing.PB) {
+				key := "bench:" + strconv.FormatInt(next.Add(1), 10)
+				for pb.Next() {
+					l, err := m.TryLock(ctx, key)
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					if err := l.Unlock(ctx); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "ops/s")
+		})
+	}
+}
+
+// BenchmarkRedlockOneSilent measures TryLock latency with one of five
+// servers frozen (SIGSTOP): p50 and p99 are reported in microseconds.
+func BenchmarkRedlockOneSilent(b *testing.B) {
+	m, c := benchManager(b, 5)
+	ctx := context.Background()
+	l, err := m.TryLock(ctx, "warm")
+	if err != nil {
+		b.Fatal(err)
+	}
+	_ = l.Unlock(ctx)
+	c.freeze(b, 2)
+	lat := make([]time.Duration, 0, b.N)
+	for b.Loop() {
+		start := time.Now()
+		l, err := m.TryLock(ctx, "bench")
+		lat = append(lat, time.Since(start))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	slices.Sort(lat)
+	pct := func(p float64) float64 { return float64(lat[int(p*float64(len(lat)-1))].Microseconds()) }
+	b.ReportMetric(pct(0.5), "p50-µs")
+	b.ReportMetric(pct(0.99), "p99-µs")
+	b.ReportMetric(float64(strategy.DefaultNodeTimeout.Microseconds()), "node-timeout-µs")
+}
+
+func runtimeProcs() int { return runtime.GOMAXPROCS(0) }

@@ -1,0 +1,227 @@
+package strategy
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/dlmgo/dlm"
+)
+
+// ErrExtendLimit reports that Redlock refused an extension because the
+// acquisition reached its WithMaxExtensions or WithMaxHold bound. Errors
+// matching it also match dlm.ErrNotHeld: the holder must stop trusting the
+// lock when its current lease ends.
+var ErrExtendLimit = errors.New("dlm: extension limit reached")
+
+// ErrNodeTimeout is wrapped by the *dlm.NodeError of a node that did not
+// reply within the per-node timeout. It does not match
+// context.DeadlineExceeded, which is kept for the caller's own deadline.
+var ErrNodeTimeout = errors.New("no reply within the per-node timeout")
+
+// Outcome is how one node answered one call of a quorum strategy.
+type Outcome int
+
+const (
+	// Pending: the node had not answered when the call's outcome was decided.
+	Pending Outcome = iota
+	// Granted: the node acquired, extended or released the lock.
+	Granted
+	// Refused: another token holds the lock there (acquire), or the token
+	// does not hold it there (extend, release).
+	Refused
+	// Failed: the call failed (an error, or no reply within the per-node
+	// timeout); NodeResult.Err says why.
+	Failed
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case Pending:
+		return "pending"
+	case Granted:
+		return "granted"
+	case Refused:
+		return "refused"
+	case Failed:
+		return "failed"
+	}
+	return fmt.Sprintf("Outcome(%d)", int(o))
+}
+
+// NodeResult is one node's answer to one call.
+type NodeResult struct {
+	Node    string // the node's name, see dlm.NodeName
+	Outcome Outcome
+	// Remaining is, for an acquisition Refused because another token holds
+	// the lock, the holder's remaining TTL on that node; negative when unknown.
+	Remaining time.Duration
+	// Err is the *dlm.NodeError of a Failed call.
+	Err error
+}
+
+// QuorumError reports a Redlock call that did not reach its quorum, with
+// every node's answer. Use errors.As to get it.
+//
+// An acquisition's error matches dlm.ErrNotAcquired; when refusals kept it
+// from the quorum it also holds a *dlm.HeldError, and RetryAfter reports when
+// enough holders' leases run out. An extension or release matches
+// dlm.ErrNotHeld when a majority of nodes said the token does not hold the
+// lock. A call cut short by its context matches the context's error and cause.
+type QuorumError struct {
+	Op     string // "acquire", "extend" or "release"
+	Key    string
+	Quorum int          // the number of nodes that must agree
+	Nodes  []NodeResult // one per node, in the strategy's order
+	// Reason says why, when the node counts alone do not: the validity was
+	// used up, or the fence could not be written back to a majority.
+	Reason string
+
+	sentinel   error // dlm.ErrNotAcquired, dlm.ErrNotHeld or nil
+	cause      error // the context's error and cause, when it ended
+	held       *dlm.HeldError
+	retryAfter time.Duration // < 0 when unknown
+}
+
+// Count returns how many nodes answered with o.
+func (e *QuorumError) Count(o Outcome) int {
+	n := 0
+	for _, r := range e.Nodes {
+		if r.Outcome == o {
+			n++
+		}
+	}
+	return n
+}
+
+// NodesWith returns the names of the nodes that answered with o.
+func (e *QuorumError) NodesWith(o Outcome) []string {
+	var s []string
+	for _, r := range e.Nodes {
+		if r.Outcome == o {
+			s = append(s, r.Node)
+		}
+	}
+	return s
+}
+
+func (e *QuorumError) Error() string {
+	var b strings.Builder
+	if e.sentinel != nil {
+		b.WriteString(e.sentinel.Error())
+		b.WriteString(": ")
+	} else {
+		b.WriteString("dlm: ")
+	}
+	verb := map[string]string{"acquire": "granted", "extend": "extended", "release": "released"}[e.Op]
+	fmt.Fprintf(&b, "redlock %s %q: %d of %d nodes %s, quorum %d", e.Op, e.Key, e.Count(Granted), len(e.Nodes), verb, e.Quorum)
+	if e.Reason != "" {
+		b.WriteString(", ")
+		b.WriteString(e.Reason)
+	}
+	for _, o := range []Outcome{Granted, Refused, Failed, Pending} {
+		var parts []string
+		for _, r := range e.Nodes {
+			if r.Outcome != o {
+				continue
+			}
+			switch {
+			case o == Failed && r.Err != nil:
+				var ne *dlm.NodeError
+				if errors.As(r.Err, &ne) {
+					parts = append(parts, ne.Node+" ("+ne.Err.Error()+")")
+				} else {
+					parts = append(parts, r.Node+" ("+r.Err.Error()+")")
+				}
+			case o == Refused && e.Op == "acquire" && r.Remaining >= 0:
+				parts = append(parts, fmt.Sprintf("%s (held for %v more)", r.Node, r.Remaining))
+			default:
+				parts = append(parts, r.Node)
+			}
+		}
+		if len(parts) > 0 {
+			fmt.Fprintf(&b, "; %s: %s", o, strings.Join(parts, ", "))
+		}
+	}
+	if e.cause != nil {
+		b.WriteString("; ")
+		b.WriteString(e.cause.Error())
+	}
+	return b.String()
+}
+
+// Is reports whether target is the sentinel this error matches.
+func (e *QuorumError) Is(target error) bool { return e.sentinel != nil && target == e.sentinel }
+
+// Unwrap returns the context's error and cause, the *dlm.HeldError when
+// refusals decided the outcome, and every node's error.
+func (e *QuorumError) Unwrap() []error {
+	var errs []error
+	if e.cause != nil {
+		errs = append(errs, e.cause)
+	}
+	if e.held != nil {
+		errs = append(errs, e.held)
+	}
+	for _, r := range e.Nodes {
+		if r.Err != nil {
+			errs = append(errs, r.Err)
+		}
+	}
+	return errs
+}
+
+// RetryAfter reports how long until enough holders' leases run out for an
+// acquisition to reach the quorum, when the refusing nodes reported them.
+func (e *QuorumError) RetryAfter() (time.Duration, bool) {
+	return e.retryAfter, e.retryAfter >= 0
+}
+
+// newQuorumError builds the error of a call that did not succeed.
+// ctxErr is the context's error and cause when it ended (else nil).
+func newQuorumError(op, key string, quorum int, nodes []NodeResult, sentinel, ctxErr error, reason string) *QuorumError {
+	e := &QuorumError{Op: op, Key: key, Quorum: quorum, Nodes: nodes, Reason: reason, sentinel: sentinel, cause: ctxErr, retryAfter: -1}
+	if op != "acquire" {
+		return e
+	}
+	// Refusals kept the acquisition from the quorum when the nodes that did
+	// not refuse are too few. Then report when enough leases end: the
+	// need-th shortest remaining TTL among the refusing nodes.
+	refused := e.Count(Refused)
+	if refused == 0 || len(nodes)-refused >= quorum {
+		return e
+	}
+	need := quorum - e.Count(Granted)
+	var rem []time.Duration
+	known := true
+	for _, r := range nodes {
+		if r.Outcome == Refused {
+			if r.Remaining < 0 {
+				known = false
+			}
+			rem = append(rem, r.Remaining)
+		}
+	}
+	e.held = &dlm.HeldError{Key: key, Remaining: -1}
+	if known && need >= 1 && need <= len(rem) {
+		slices.Sort(rem)
+		e.retryAfter = rem[need-1]
+		e.held.Remaining = e.retryAfter
+	}
+	return e
+}
+
+// contextError returns ctx's error joined with its cause, or nil while ctx is live.
+func contextError(err, cause error) error {
+	switch {
+	case err == nil:
+		return nil
+	case cause == nil:
+		return err
+	case errors.Is(cause, err):
+		return cause
+	}
+	return errors.Join(err, cause)
+}

@@ -1,0 +1,210 @@
+package strategy_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/driver/goredis"
+	"github.com/dlmgo/dlm/internal/redistest"
+	"github.com/dlmgo/dlm/strategy"
+)
+
+// slowSocketClient returns a go-redis client whose own socket timeouts are
+// far longer than any per-node timeout, and that does not apply context
+// deadlines to its sockets: only the strategy's per-node timeout can bound a
+// call to a silent server.
+func slowSocketClient(t testing.TB, addr string) *redis.Client {
+	c := redis.NewClient(&redis.Options{
+		Addr:         addr,
+		ReadTimeout:  30 * time.Second,
+		WriteTimeout: 30 * time.Second,
+		DialTimeout:  time.Second,
+		MaxRetries:   -1, // a Node makes one round trip
+		PoolSize:     64,
+	})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// cluster is N independent redis-server processes and what talks to them.
+type cluster struct {
+	servers []*redistest.Server
+	clients []*redis.Client
+	nodes   []dlm.Node
+	frozen  map[int]bool
+}
+
+// ctxClient returns a go-redis client that applies context deadlines to its
+// sockets, so that a call abandoned at its deadline ends there too.
+func ctxClient(t testing.TB, addr string) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, ContextTimeoutEnabled: true, PoolSize: 64})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func startCluster(t testing.TB, n int, args ...string) *cluster {
+	t.Helper()
+	return startClusterWith(t, n, slowSocketClient, args...)
+}
+
+func startClusterWith(t testing.TB, n int, newClient func(testing.TB, string) *redis.Client, args ...string) *cluster {
+	t.Helper()
+	c := &cluster{servers: redistest.StartN(t, n, args...), frozen: map[int]bool{}}
+	for _, s := range c.servers {
+		cl := newClient(t, s.Addr)
+		c.clients = append(c.clients, cl)
+		c.nodes = append(c.nodes, goredis.New(cl))
+	}
+	// Frozen servers must resume before the cleanup kills them, so that
+	// the clients' pending commands end.
+	t.Cleanup(func() {
+		for i := range c.frozen {
+			c.thaw(t, i)
+		}
+	})
+	return c
+}
+
+// freeze stops server i with SIGSTOP.
+func (c *cluster) freeze(t testing.TB, i int) {
+	t.Helper()
+	c.servers[i].Freeze(t)
+	c.frozen[i] = true
+}
+
+// thaw resumes server i.
+func (c *cluster) thaw(t testing.TB, i int) {
+	t.Helper()
+	if c.frozen[i] {
+		c.servers[i].Thaw(t)
+		delete(c.frozen, i)
+	}
+}
+
+func (c *cluster) redlock(t testing.TB, opts ...strategy.Option) *strategy.Redlock {
+	t.Helper()
+	r, err := strategy.NewRedlock(c.nodes, opts...)
+	require.NoError(t, err)
+	return r
+}
+
+// holder returns the token holding key on server i ("" when none).
+func (c *cluster) holder(t testing.TB, i int, key string) string {
+	t.Helper()
+	v, err := c.clients[i].Get(context.Background(), "dlm:{"+key+"}").Result()
+	if errors.Is(err, redis.Nil) {
+		return ""
+	}
+	require.NoError(t, err)
+	return v
+}
+
+// holdsAll reports whether token holds key on every server.
+func (c *cluster) holdsAll(t testing.TB, key, token string) bool {
+	for i := range c.servers {
+		if c.holder(t, i, key) != token {
+			return false
+		}
+	}
+	return true
+}
+
+// counter returns the fencing counter of key on server i.
+func (c *cluster) counter(t testing.TB, i int, key string) int64 {
+	t.Helper()
+	v, err := c.clients[i].Get(context.Background(), "dlm:{"+key+"}:fence").Int64()
+	if errors.Is(err, redis.Nil) {
+		return 0
+	}
+	require.NoError(t, err)
+	return v
+}
+
+// lossyNode runs every script on the real node and then reports its reply
+// lost, like a connection that breaks after the command went out.
+type lossyNode struct{ dlm.Node }
+
+var errLost = errors.New("test: reply lost")
+
+func (n lossyNode) EvalSHA(ctx context.Context, sha string, keys []string, args ...string) ([]int64, error) {
+	if _, err := n.Node.EvalSHA(ctx, sha, keys, args...); err != nil {
+		return nil, err
+	}
+	return nil, errLost
+}
+
+func (n lossyNode) Eval(ctx context.Context, src string, keys []string, args ...string) ([]int64, error) {
+	if _, err := n.Node.Eval(ctx, src, keys, args...); err != nil {
+		return nil, err
+	}
+	return nil, errLost
+}
+
+func (n lossyNode) String() string { return "lossy " + n.Node.(interface{ String() string }).String() }
+
+// countingNode counts the calls in flight through it.
+type countingNode struct {
+	dlm.Node
+	inflight *atomic.Int32
+}
+
+func (n countingNode) EvalSHA(ctx context.Context, sha string, keys []string, args ...string) ([]int64, error) {
+	n.inflight.Add(1)
+	defer n.inflight.Add(-1)
+	return n.Node.EvalSHA(ctx, sha, keys, args...)
+}
+
+func (n countingNode) Eval(ctx context.Context, src string, keys []string, args ...string) ([]int64, error) {
+	n.inflight.Add(1)
+	defer n.inflight.Add(-1)
+	return n.Node.Eval(ctx, src, keys, args...)
+}
+
+func (n countingNode) String() string { return n.Node.(interface{ String() string }).String() }
+
+// sliceNode is a Node type whose values cannot be compared with ==.
+type sliceNode struct {
+	dlm.Node
+	tags []string
+}
+
+func (n sliceNode) String() string { return n.tags[0] }
+
+// eventually polls cond every 10ms until it holds or d passes.
+func eventually(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// deafNode ignores its context: it answers only after delay.
+type deafNode struct {
+	dlm.Node
+	delay time.Duration
+}
+
+func (n deafNode) EvalSHA(_ context.Context, sha string, keys []string, args ...string) ([]int64, error) {
+	time.Sleep(n.delay)
+	return n.Node.EvalSHA(context.Background(), sha, keys, args...)
+}
+
+func (n deafNode) Eval(_ context.Context, src string, keys []string, args ...string) ([]int64, error) {
+	time.Sleep(n.delay)
+	return n.Node.Eval(context.Background(), src, keys, args...)
+}
+
+func (n deafNode) String() string { return "deaf " + n.Node.(interface{ String() string }).String() }
