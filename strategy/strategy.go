@@ -51,6 +51,7 @@ type Option func(*config) error
 type config struct {
 	driftFactor float64
 	timeout     time.Duration
+	failover    *failoverConfig // set by NewFailover; its options need it
 }
 
 func defaultConfig() config { return config{driftFactor: DefaultDriftFactor} }
