@@ -419,6 +419,30 @@ func TestFailoverSentinel(t *testing.T) {
 	})
 }
 
+// BenchmarkFailover measures Acquire+Release on a primary with two healthy
+// replicas, per policy: what waiting for acknowledgements costs.
+func BenchmarkFailover(b *testing.B) {
+	topo := redistest.StartReplicated(b, redistest.ReplicatedOptions{})
+	c := redis.NewClient(&redis.Options{Addr: topo.Primary.Addr, ContextTimeoutEnabled: true})
+	defer c.Close()
+	ctx := context.Background()
+	for _, p := range []strategy.AckPolicy{strategy.AckNone(), strategy.AckN(1), strategy.AckAll()} {
+		b.Run(p.String(), func(b *testing.B) {
+			f, err := strategy.NewFailover(goredis.New(c), strategy.WithAcks(p))
+			require.NoError(b, err)
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := f.Acquire(ctx, "bench", "tok", 10*time.Second); err != nil {
+					b.Fatal(err)
+				}
+				if err := f.Release(ctx, "bench", "tok"); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
 // The failover strategy over a go-redis Sentinel client: every lock is
 // granted only after both replicas acknowledged it.
 func ExampleNewFailover() {
