@@ -63,6 +63,14 @@ func StartReplicated(t testing.TB, o ReplicatedOptions) *Replicated {
 		s.ReplicaOf(t, r.Primary)
 		r.Replicas = append(r.Replicas, s)
 	}
+	// A replica's link is up, and the primary lists it online, before the
+	// primary streams writes to it: after a diskless full sync the stream
+	// starts with the replica's first REPLCONF ACK, up to a second later,
+	// and until then WAIT cannot count it. Wait until a write is acknowledged
+	// by every replica.
+	waitFor(t, 10*time.Second, "every replica to acknowledge a write", func() bool {
+		return r.Primary.acked(o.Replicas)
+	})
 	conf := fmt.Sprintf("sentinel monitor %[1]s 127.0.0.1 %[2]d %[3]d\n"+
 		"sentinel down-after-milliseconds %[1]s %[4]d\n"+
 		"sentinel failover-timeout %[1]s %[5]d\n",
@@ -149,6 +157,21 @@ func (s *Sentinel) masterState(master string) (map[string]string, error) {
 	c := redis.NewSentinelClient(&redis.Options{Addr: s.Addr, DialTimeout: time.Second, ReadTimeout: time.Second})
 	defer c.Close()
 	return c.Master(context.Background(), master).Result()
+}
+
+// acked writes a scratch key and reports whether n replicas acknowledged it
+// within 100ms.
+func (s *Server) acked(n int) bool {
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, DialTimeout: time.Second, ReadTimeout: time.Second, MaxRetries: -1, PoolSize: 1})
+	defer c.Close()
+	ctx := context.Background()
+	var wait *redis.IntCmd
+	_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.Incr(ctx, "redistest:replicated")
+		wait = redis.NewIntCmd(ctx, "WAIT", n, 100)
+		return p.Process(ctx, wait)
+	})
+	return err == nil && wait.Val() >= int64(n)
 }
 
 // role returns the server's role from INFO replication ("master", "slave"),
