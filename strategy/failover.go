@@ -156,8 +156,8 @@ func WithReplicas(n int) Option {
 }
 
 // WithWaitAOF makes the strategy wait with WAITAOF instead of WAIT: a replica
-// acknowledges once the write is fsynced to its append-only file (replicas
-// must run with appendonly yes, or they never count). With local
+// acknowledges once the write is fsynced to its append-only file (so replicas
+// should run with appendonly yes). With local
 // set, the primary's own fsync is required too (the primary must run with
 // appendonly yes). WAITAOF needs Redis 7.2 or later: the strategy probes the
 // server before its first write and refuses, with an error matching
