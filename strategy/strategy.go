@@ -54,6 +54,7 @@ type config struct {
 	// Redlock only: bounds on extending one acquisition (0 = no bound).
 	maxExtensions int
 	maxHold       time.Duration
+	failover      *failoverConfig // set by NewFailover; its options need it
 }
 
 func defaultConfig() config { return config{driftFactor: DefaultDriftFactor} }

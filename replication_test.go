@@ -1,0 +1,49 @@
+package dlm_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dlmgo/dlm"
+)
+
+func TestWaitCommand(t *testing.T) {
+	for _, tc := range []struct {
+		w    dlm.Wait
+		want []string
+	}{
+		{dlm.Wait{Replicas: 2, Timeout: 100 * time.Millisecond}, []string{"WAIT", "2", "100"}},
+		{dlm.Wait{Replicas: 1, Timeout: 1500 * time.Microsecond}, []string{"WAIT", "1", "2"}}, // rounded up
+		{dlm.Wait{Replicas: 0, Timeout: time.Millisecond, AOF: true}, []string{"WAITAOF", "0", "0", "1"}},
+		{dlm.Wait{Replicas: 2, Timeout: time.Second, AOF: true, Local: true}, []string{"WAITAOF", "1", "2", "1000"}},
+	} {
+		got, err := tc.w.Command()
+		require.NoError(t, err, "%+v", tc.w)
+		assert.Equal(t, tc.want, got)
+	}
+	for _, bad := range []dlm.Wait{
+		{Replicas: 1},                            // WAIT 0 would block forever
+		{Replicas: 1, Timeout: time.Microsecond}, // likewise after truncation
+		{Replicas: -1, Timeout: time.Second},
+		{Replicas: 1, Timeout: time.Second, Local: true}, // Local without AOF
+	} {
+		_, err := bad.Command()
+		assert.ErrorIs(t, err, dlm.ErrInvalid, "%+v", bad)
+	}
+}
+
+func TestWaitParseAcks(t *testing.T) {
+	a, err := dlm.Wait{}.ParseAcks([]int64{2})
+	require.NoError(t, err)
+	assert.Equal(t, dlm.Acks{Replicas: 2}, a)
+	a, err = dlm.Wait{AOF: true}.ParseAcks([]int64{1, 1})
+	require.NoError(t, err)
+	assert.Equal(t, dlm.Acks{Replicas: 1, Local: true}, a)
+	_, err = dlm.Wait{}.ParseAcks([]int64{1, 1})
+	assert.Error(t, err)
+	_, err = dlm.Wait{AOF: true}.ParseAcks([]int64{1})
+	assert.Error(t, err)
+}
