@@ -8,7 +8,8 @@ import (
 )
 
 // WriteSVG draws one horizontal bar panel per scenario, for the scenario's
-// headline figure: dlm's bars in blue, peers' in grey.
+// headline figure: dlm's bars in blue, peers' in grey, single-instance and
+// five-node contenders apart (ratios compare within a group).
 func (r *Report) WriteSVG(w io.Writer) error {
 	const (
 		width  = 960
@@ -43,9 +44,15 @@ func (r *Report) WriteSVG(w io.Writer) error {
 			panels = append(panels, panel{title: fmt.Sprintf("%s — %s (%s)", s.Title, unit, dir), rows: s.Rows, key: m.Key})
 		}
 	}
+	const groupGap = 10 // between the 1-node and the 5-node contenders
 	height := 60
 	for _, p := range panels {
 		height += headH + len(p.rows)*rowH + gap
+		for i := 1; i < len(p.rows); i++ {
+			if p.rows[i].Nodes != p.rows[i-1].Nodes {
+				height += groupGap
+			}
+		}
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", width, height, width, height)
@@ -56,6 +63,8 @@ func (r *Report) WriteSVG(w io.Writer) error {
 	}
 	fmt.Fprintf(&b, `<text x="%d" y="22" font-size="16" font-weight="bold">dlm against other Go lock libraries</text>`+"\n", left)
 	fmt.Fprintf(&b, `<text x="%d" y="42" fill="#555">%s</text>`+"\n", left, html.EscapeString(sub))
+	fmt.Fprintf(&b, `<rect x="%d" y="10" width="12" height="12" fill="#1a73e8"/><text x="%d" y="21">dlm</text>`+"\n", width-150, width-134)
+	fmt.Fprintf(&b, `<rect x="%d" y="10" width="12" height="12" fill="#9aa0a6"/><text x="%d" y="21">peers</text>`+"\n", width-95, width-79)
 	y := 60
 	for _, p := range panels {
 		fmt.Fprintf(&b, `<text x="%d" y="%d" font-weight="bold">%s</text>`+"\n", left, y+20, html.EscapeString(p.title))
@@ -64,7 +73,11 @@ func (r *Report) WriteSVG(w io.Writer) error {
 		for _, row := range p.rows {
 			maxV = max(maxV, row.Median[p.key])
 		}
-		for _, row := range p.rows {
+		for i, row := range p.rows {
+			if i > 0 && row.Nodes != p.rows[i-1].Nodes {
+				fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%d" y2="%d" stroke="#ccc" stroke-dasharray="4 3"/>`+"\n", left, width-left, y+groupGap/2-3, y+groupGap/2-3)
+				y += groupGap
+			}
 			v, ok := row.Median[p.key]
 			name := row.Contender
 			if row.Nodes > 1 {
