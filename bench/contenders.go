@@ -20,7 +20,8 @@ var contenders = []Contender{
 	dlmContender("dlm single/goredis", 1, goredisNode, singleStrategy),
 
 	bsmContender("bsm/redislock"),
-	rueidislockContender("rueidislock"),
+	rueidislockContender("rueidislock", 1),
+	rueidislockContender("rueidislock 3 keys (default)", 2),
 	redsyncContender("redsync/goredis", 1, false, redsyncGoredis),
 	redsyncContender("redsync/redigo", 1, false, redsyncRedigo),
 	redsyncContender("redsync/rueidis", 1, false, redsyncRueidis),

@@ -159,19 +159,21 @@ func (h bsmHeld) Unlock(ctx context.Context) error { return h.l.Release(ctx) }
 
 // ---- rueidislock ----
 
-// rueidislockContender is rueidislock with one key per lock (KeyMajority 1),
-// so it does the same work on the server as the other single-instance
-// contenders. It waits by client-side-caching invalidation, not by polling,
-// and renews every held lock at TTL/2 (its default).
-func rueidislockContender(name string) Contender {
+// rueidislockContender is rueidislock taking a majority of 2×majority−1
+// keys per lock on one server. With majority 1 it sets one key per lock and
+// does the same work on the server as the other single-instance contenders;
+// its default is 2 (three keys). It waits by client-side-caching
+// invalidation, not by polling, and renews every held lock at TTL/2.
+func rueidislockContender(name string, majority int32) Contender {
 	return Contender{Name: name, Lib: "rueidislock", Nodes: 1, Renews: true,
-		Note: "KeyMajority=1, KeyValidity=TTL, TryNextAfter=NodeTimeout, ExtendInterval=TTL/2, NoLoopTracking on Redis >= 7.0.5; waits on invalidations",
+		Note: fmt.Sprintf("KeyMajority=%d (%d keys per lock), KeyValidity=TTL, TryNextAfter=NodeTimeout, ExtendInterval=TTL/2 (default), "+
+			"NoLoopTracking on Redis >= 7.0.5; waits on invalidations, renews by itself", majority, 2*majority-1),
 		New: func(e Env) (Locker, error) {
 			lk, err := rueidislock.NewLocker(rueidislock.LockerOption{
 				ClientOption:   rueidis.ClientOption{InitAddress: []string{e.Addrs[0]}},
 				KeyValidity:    e.TTL,
 				TryNextAfter:   e.NodeTimeout,
-				KeyMajority:    1,
+				KeyMajority:    majority,
 				NoLoopTracking: versionAtLeast(e.RedisVersion, 7, 0, 5),
 			})
 			if err != nil {
