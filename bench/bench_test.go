@@ -137,6 +137,9 @@ func TestCommand(t *testing.T) {
 	if rep.Note != "test" || rep.Machine.Cores == 0 || rep.Machine.Go == "" || rep.Machine.RedisVersion == "" {
 		t.Errorf("machine description incomplete: note %q, %+v", rep.Note, rep.Machine)
 	}
+	if want := smokeConfig(); rep.Config != want {
+		t.Errorf("config read back from results.json = %+v, want %+v", rep.Config, want)
+	}
 	if len(rep.Scenarios) != 2 || len(rep.Scenarios[0].Rows) != 2 || len(rep.Scenarios[1].Rows) != 1 {
 		t.Errorf("results.json: want serial with 2 rows and silent with 1, got %+v", rep.Scenarios)
 	}
