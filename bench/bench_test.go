@@ -156,6 +156,15 @@ func TestCommand(t *testing.T) {
 	}
 	checkXML(t, svg)
 
+	// -render writes the same tables again from results.json.
+	var again bytes.Buffer
+	if err := mainErr([]string{"-render", filepath.Join(dir, "results.json"), "-out", t.TempDir()}, &again, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if again.String() != stdout.String() {
+		t.Errorf("-render wrote other tables:\n%s\nwant:\n%s", again.String(), stdout.String())
+	}
+
 	if err := mainErr([]string{"-scenarios", "nope"}, io.Discard, io.Discard); err == nil {
 		t.Error("an unknown scenario was accepted")
 	}

@@ -54,18 +54,21 @@ func (r *Report) WriteSVG(w io.Writer) error {
 			}
 		}
 	}
+	noteLines := wrap(r.Note, 130)
+	height += 18 * len(noteLines)
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", width, height, width, height)
 	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
-	sub := fmt.Sprintf("%s · %d cores · %s · Redis %s · median of %d", r.Machine.Date, r.Machine.Cores, r.Machine.Go, r.Machine.RedisVersion, r.Config.Reps)
-	if r.Note != "" {
-		sub += " · " + r.Note
-	}
+	sub := fmt.Sprintf("%s · %s, %d cores · %s · Redis %s · median of %d · load %s", r.Machine.Date, r.Machine.CPU, r.Machine.Cores, r.Machine.Go, r.Machine.RedisVersion, r.Config.Reps, r.Machine.LoadStart)
 	fmt.Fprintf(&b, `<text x="%d" y="22" font-size="16" font-weight="bold">dlm against other Go lock libraries</text>`+"\n", left)
 	fmt.Fprintf(&b, `<text x="%d" y="42" fill="#555">%s</text>`+"\n", left, html.EscapeString(sub))
 	fmt.Fprintf(&b, `<rect x="%d" y="10" width="12" height="12" fill="#1a73e8"/><text x="%d" y="21">dlm</text>`+"\n", width-150, width-134)
 	fmt.Fprintf(&b, `<rect x="%d" y="10" width="12" height="12" fill="#9aa0a6"/><text x="%d" y="21">peers</text>`+"\n", width-95, width-79)
 	y := 60
+	for _, l := range noteLines {
+		fmt.Fprintf(&b, `<text x="%d" y="%d" fill="#b3261e">%s</text>`+"\n", left, y, html.EscapeString(l))
+		y += 18
+	}
 	for _, p := range panels {
 		fmt.Fprintf(&b, `<text x="%d" y="%d" font-weight="bold">%s</text>`+"\n", left, y+20, html.EscapeString(p.title))
 		y += headH
@@ -110,4 +113,24 @@ func (r *Report) WriteSVG(w io.Writer) error {
 	b.WriteString("</svg>\n")
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// wrap splits s into lines of at most n bytes at spaces.
+func wrap(s string, n int) []string {
+	var lines []string
+	var cur string
+	for _, w := range strings.Fields(s) {
+		if cur != "" && len(cur)+1+len(w) > n {
+			lines = append(lines, cur)
+			cur = ""
+		}
+		if cur != "" {
+			cur += " "
+		}
+		cur += w
+	}
+	if cur != "" {
+		lines = append(lines, cur)
+	}
+	return lines
 }

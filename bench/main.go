@@ -48,6 +48,7 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 	scen := fs.String("scenarios", "", "comma-separated scenarios to run (serial,distinct,contended,handoff,silent,renewal); default all")
 	note := fs.String("note", "", "a note written into the results (e.g. that the machine was busy)")
 	list := fs.Bool("list", false, "list the contenders and exit")
+	render := fs.String("render", "", "write results.md and chart.svg again from this results.json (into -out, default its directory), without measuring")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -56,6 +57,13 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 			fmt.Fprintf(stdout, "%-32s %-14s nodes=%d renews=%v\n", c.Name, c.Lib, c.Nodes, c.Renews)
 		}
 		return nil
+	}
+	if *render != "" {
+		dir := *out
+		if dir == "" {
+			dir = filepath.Dir(*render)
+		}
+		return rerender(*render, dir, stdout)
 	}
 	cfg := fullConfig()
 	if *smoke {
@@ -153,4 +161,27 @@ func writeResults(dir string, rep *Report) error {
 		return err
 	}
 	return os.WriteFile(filepath.Join(dir, "chart.svg"), []byte(svg.String()), 0o644)
+}
+
+// rerender reads a results.json and writes its tables and chart again, with
+// the metric definitions of this version of the code.
+func rerender(file, dir string, stdout io.Writer) error {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return err
+	}
+	var rep Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		return fmt.Errorf("%s: %w", file, err)
+	}
+	for i := range rep.Scenarios {
+		s := &rep.Scenarios[i]
+		for _, def := range scenarios {
+			if def.Name == s.Name {
+				s.Metrics = def.Metrics
+			}
+		}
+	}
+	rep.WriteMarkdown(stdout)
+	return writeResults(dir, &rep)
 }

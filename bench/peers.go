@@ -166,7 +166,7 @@ func (h bsmHeld) Unlock(ctx context.Context) error { return h.l.Release(ctx) }
 // invalidation, not by polling, and renews every held lock at TTL/2.
 func rueidislockContender(name string, majority int32) Contender {
 	return Contender{Name: name, Lib: "rueidislock", Nodes: 1, Renews: true,
-		Note: fmt.Sprintf("KeyMajority=%d (%d keys per lock), KeyValidity=TTL, TryNextAfter=NodeTimeout, ExtendInterval=TTL/2 (default), "+
+		Note: fmt.Sprintf("KeyMajority=%d (keys per lock: %d), KeyValidity=TTL, TryNextAfter=NodeTimeout, ExtendInterval=TTL/2 (default), "+
 			"NoLoopTracking on Redis >= 7.0.5; waits on invalidations, renews by itself", majority, 2*majority-1),
 		New: func(e Env) (Locker, error) {
 			lk, err := rueidislock.NewLocker(rueidislock.LockerOption{
