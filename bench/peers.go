@@ -186,39 +186,43 @@ func rueidislockContender(name string, majority int32) Contender {
 type rueidisLocker struct{ l rueidislock.Locker }
 
 // A rueidislock lock lives as long as the context it was taken with, and its
-// lease is cut short to that context's deadline; so locks are taken with a
-// context of their own, cancelled if ctx ends before the call returns.
-func (l *rueidisLocker) take(ctx context.Context, key string, try bool) (Held, error) {
+// lease is cut short to that context's deadline, so a lock is not taken with
+// the caller's ctx (which bounds only the call).
+//
+// TryLock passes context.Background(): rueidislock bounds one attempt by
+// TryNextAfter per key itself, so nothing is added to its cost.
+func (l *rueidisLocker) TryLock(ctx context.Context, key string) (Held, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	held, release, err := l.l.TryWithContext(context.Background(), key)
+	if err != nil {
+		return nil, rueidisErr(err)
+	}
+	return &rueidisHeld{ctx: held, release: release}, nil
+}
+
+// Lock waits with a context of its own, cancelled if ctx ends first.
+func (l *rueidisLocker) Lock(ctx context.Context, key string) (Held, error) {
 	lctx, cancel := context.WithCancel(context.Background())
 	stop := context.AfterFunc(ctx, cancel)
-	var held context.Context
-	var release context.CancelFunc
-	var err error
-	if try {
-		held, release, err = l.l.TryWithContext(lctx, key)
-	} else {
-		held, release, err = l.l.WithContext(lctx, key)
-	}
+	held, release, err := l.l.WithContext(lctx, key)
 	if !stop() && err == nil {
 		release()
 		err = ctx.Err()
 	}
 	if err != nil {
 		cancel()
-		if errors.Is(err, rueidislock.ErrNotLocked) {
-			err = fmt.Errorf("%w: %w", errBusy, err)
-		}
-		return nil, err
+		return nil, rueidisErr(err)
 	}
 	return &rueidisHeld{ctx: held, release: release, cancel: cancel}, nil
 }
 
-func (l *rueidisLocker) TryLock(ctx context.Context, key string) (Held, error) {
-	return l.take(ctx, key, true)
-}
-
-func (l *rueidisLocker) Lock(ctx context.Context, key string) (Held, error) {
-	return l.take(ctx, key, false)
+func rueidisErr(err error) error {
+	if errors.Is(err, rueidislock.ErrNotLocked) {
+		return fmt.Errorf("%w: %w", errBusy, err)
+	}
+	return err
 }
 
 func (l *rueidisLocker) Close() error { l.l.Close(); return nil }
@@ -226,19 +230,20 @@ func (l *rueidisLocker) Close() error { l.l.Close(); return nil }
 type rueidisHeld struct {
 	ctx     context.Context
 	release context.CancelFunc
-	cancel  context.CancelFunc
+	cancel  context.CancelFunc // nil after TryLock
 }
 
 // Unlock releases the lock; rueidislock's release function waits until the
 // key is deleted.
 func (h *rueidisHeld) Unlock(context.Context) error {
-	if h.ctx.Err() != nil {
-		h.release()
+	lost := h.ctx.Err() != nil
+	h.release()
+	if h.cancel != nil {
 		h.cancel()
+	}
+	if lost {
 		return errors.New("rueidislock: lock was lost before unlock")
 	}
-	h.release()
-	h.cancel()
 	return nil
 }
 
