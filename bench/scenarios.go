@@ -146,6 +146,7 @@ var scenarios = []Scenario{
 		Metrics: []Metric{
 			{Key: "p50_ms", Label: "p50", Unit: "ms", Chart: true},
 			{Key: "p90_ms", Label: "p90", Unit: "ms"},
+			{Key: "failed", Label: "failed rounds", Unit: ""},
 		},
 		Applies: always, Run: runHandoff,
 	},
@@ -176,16 +177,23 @@ var scenarios = []Scenario{
 	},
 }
 
-// warm runs lock+unlock pairs so pools are filled and scripts cached.
+// warm runs lock+unlock pairs so pools are filled and scripts cached. It
+// fails only when most pairs fail.
 func warm(ctx context.Context, r *runner, c *entry, key string) error {
+	failed := 0
+	var first error
 	for range r.cfg.Warmup {
 		h, err := c.locker.TryLock(ctx, key)
+		if err == nil {
+			err = unlock(ctx, h)
+		}
 		if err != nil {
-			return fmt.Errorf("warm-up lock: %w", err)
+			failed++
+			first = cmp.Or(first, err)
 		}
-		if err := h.Unlock(ctx); err != nil {
-			return fmt.Errorf("warm-up unlock: %w", err)
-		}
+	}
+	if failed > r.cfg.Warmup/2 {
+		return fmt.Errorf("warm-up: %d of %d pairs failed, first: %w", failed, r.cfg.Warmup, first)
 	}
 	return nil
 }
@@ -349,8 +357,15 @@ func runHandoff(ctx context.Context, r *runner, c *entry, rep int) (map[string]f
 		err error
 	}
 	var samples []time.Duration
+	failedRounds := 0
+	var firstErr error
 	for range r.cfg.HandoffRounds {
 		holder, err := c.locker.TryLock(ctx, key)
+		if err != nil && !errors.Is(err, errBusy) {
+			failedRounds++ // a node call failed; try the next round
+			firstErr = cmp.Or(firstErr, err)
+			continue
+		}
 		if err != nil {
 			return nil, fmt.Errorf("holder lock: %w", err)
 		}
@@ -377,7 +392,10 @@ func runHandoff(ctx context.Context, r *runner, c *entry, rep int) (map[string]f
 			winners = append(winners, first.h)
 			samples = append(samples, first.at.Sub(released))
 		} else {
-			errs = append(errs, fmt.Errorf("first waiter: %w", first.err))
+			// A waiter gave up on a node error (bsm/redislock does):
+			// the round has no sample.
+			failedRounds++
+			firstErr = cmp.Or(firstErr, first.err)
 		}
 		for range r.cfg.HandoffWaiters - 1 {
 			g := <-ch
@@ -397,7 +415,14 @@ func runHandoff(ctx context.Context, r *runner, c *entry, rep int) (map[string]f
 			return nil, err
 		}
 	}
-	return map[string]float64{"p50_ms": ms(pct(samples, 50)), "p90_ms": ms(pct(samples, 90))}, nil
+	if len(samples) == 0 || failedRounds > r.cfg.HandoffRounds/2 {
+		return nil, fmt.Errorf("%d of %d rounds failed, first: %w", failedRounds, r.cfg.HandoffRounds, firstErr)
+	}
+	return map[string]float64{
+		"p50_ms": ms(pct(samples, 50)),
+		"p90_ms": ms(pct(samples, 90)),
+		"failed": float64(failedRounds),
+	}, nil
 }
 
 func runSilent(ctx context.Context, r *runner, c *entry, rep int) (map[string]float64, error) {
@@ -458,20 +483,23 @@ func runRenewal(ctx context.Context, r *runner, c *entry, rep int) (map[string]f
 	g0 := runtime.NumGoroutine()
 
 	// Take n locks from 32 goroutines.
-	var next atomic.Int64
+	// A lock that cannot be taken (a node call timing out on a loaded
+	// machine) is counted and left out.
+	var next, failed atomic.Int64
 	errs := make([]error, 32)
 	var wg sync.WaitGroup
 	for w := range errs {
 		wg.Go(func() {
 			for {
 				i := int(next.Add(1)) - 1
-				if i >= n {
+				if i >= n || ctx.Err() != nil {
 					return
 				}
 				h, err := l.TryLock(ctx, c.key("renew", rep, i))
 				if err != nil {
-					errs[w] = err
-					return
+					failed.Add(1)
+					errs[w] = cmp.Or(errs[w], err)
+					continue
 				}
 				held[i] = h
 			}
@@ -506,9 +534,9 @@ func runRenewal(ctx context.Context, r *runner, c *entry, rep int) (map[string]f
 		}
 		return nil
 	}
-	if err := errors.Join(errs...); err != nil {
+	if f := failed.Load(); f > int64(n/100) {
 		_ = release()
-		return nil, fmt.Errorf("lock: %w", err)
+		return nil, fmt.Errorf("%d of %d locks not taken: %w", f, n, errors.Join(errs...))
 	}
 	runtime.GC()
 	runtime.ReadMemStats(&m1)
@@ -535,6 +563,7 @@ func runRenewal(ctx context.Context, r *runner, c *entry, rep int) (map[string]f
 			lost++
 		}
 	}
+	nHeld := float64(n) - float64(failed.Load())
 	if err := release(); err != nil && lost == 0 {
 		return nil, err
 	}
@@ -542,8 +571,8 @@ func runRenewal(ctx context.Context, r *runner, c *entry, rep int) (map[string]f
 		"client_cpu":          float64((cpu1 - cpu0).Milliseconds()) / window.Seconds(),
 		"server_cpu":          (s1.CPU - s0.CPU) * 1000 / window.Seconds(),
 		"server_cmds":         float64(s1.Calls-s0.Calls-1) / window.Seconds(), // less the INFO itself
-		"heap_per_lock":       float64(int64(m1.HeapAlloc)-int64(m0.HeapAlloc)) / float64(n),
-		"goroutines_per_lock": float64(g1-g0) / float64(n),
+		"heap_per_lock":       float64(int64(m1.HeapAlloc)-int64(m0.HeapAlloc)) / nHeld,
+		"goroutines_per_lock": float64(g1-g0) / nHeld,
 		"lost":                float64(lost),
 	}, nil
 }
