@@ -75,6 +75,7 @@ func run(ctx context.Context, cfg Config, top Topology, o Options, progress io.W
 	if len(entries) == 0 {
 		return nil, errors.New("no contender selected")
 	}
+	fmt.Fprintf(progress, "%d contenders, %d repetitions per figure (silent-node: %d)\n", len(entries), cfg.Reps, cfg.SilentReps)
 
 	for _, s := range scenarios {
 		if len(o.Scenarios) > 0 && !slices.Contains(o.Scenarios, s.Name) {
@@ -94,6 +95,7 @@ func run(ctx context.Context, cfg Config, top Topology, o Options, progress io.W
 			reps = s.Reps(cfg)
 		}
 		sr := ScenarioResult{Name: s.Name, Title: s.Title, Metrics: s.Metrics, Reps: reps}
+		sStart := time.Now()
 		rows := make([]*Row, len(in))
 		for i, e := range in {
 			rows[i] = &Row{Contender: e.Name, Lib: e.Lib, Nodes: e.Nodes, Samples: map[string][]float64{}}
@@ -135,6 +137,7 @@ func run(ctx context.Context, cfg Config, top Topology, o Options, progress io.W
 		}
 		sr.ratios()
 		rep.Scenarios = append(rep.Scenarios, sr)
+		fmt.Fprintf(progress, "%s done in %s (%s since start)\n", s.Name, time.Since(sStart).Round(time.Second), time.Since(began).Round(time.Second))
 	}
 	rep.Machine.LoadEnd = loadAvg()
 	rep.Elapsed = time.Since(began).Round(time.Second).String()
