@@ -1,0 +1,263 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"encoding/xml"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlmgo/dlm/internal/redistest"
+)
+
+// logWriter sends progress lines to t.Log.
+type logWriter struct{ t *testing.T }
+
+func (w logWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// TestSmoke runs every contender through every scenario with tiny counts on
+// real servers and checks that each produced every figure, without errors.
+func TestSmoke(t *testing.T) {
+	srv := redistest.StartN(t, 6)
+	byAddr := map[string]*redistest.Server{}
+	for _, s := range srv {
+		byAddr[s.Addr] = s
+	}
+	top := Topology{
+		Single: []string{srv[0].Addr},
+		Multi:  []string{srv[1].Addr, srv[2].Addr, srv[3].Addr, srv[4].Addr, srv[5].Addr},
+		// run calls these from the test's goroutine.
+		Freeze: func(a string) error { byAddr[a].Freeze(t); return nil },
+		Thaw:   func(a string) error { byAddr[a].Thaw(t); return nil },
+	}
+	rep, err := run(context.Background(), smokeConfig(), top, Options{Note: "smoke"}, logWriter{t})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range rep.Errors() {
+		t.Error(e)
+	}
+	if len(rep.Scenarios) != len(scenarios) {
+		t.Errorf("%d scenarios ran, want %d", len(rep.Scenarios), len(scenarios))
+	}
+	for _, s := range rep.Scenarios {
+		def := scenarioByName(s.Name)
+		want := 0
+		for _, c := range contenders {
+			if def.Applies(c, top) {
+				want++
+			}
+		}
+		if len(s.Rows) != want {
+			t.Errorf("%s: %d rows, want %d", s.Name, len(s.Rows), want)
+		}
+		for _, row := range s.Rows {
+			for _, m := range s.Metrics {
+				if _, ok := row.Median[m.Key]; !ok && len(row.Errors) == 0 {
+					t.Errorf("%s / %s: no %s", s.Name, row.Contender, m.Key)
+				}
+			}
+			if s.Name == "renewal" && row.Median["lost"] != 0 {
+				t.Errorf("renewal / %s: %v locks lost although the library renews", row.Contender, row.Median["lost"])
+			}
+			if s.Name == "serial" && row.Median["p50_us"] <= 0 {
+				t.Errorf("serial / %s: p50 %v", row.Contender, row.Median["p50_us"])
+			}
+		}
+	}
+
+	var md bytes.Buffer
+	rep.WriteMarkdown(&md)
+	for _, c := range contenders {
+		if !strings.Contains(md.String(), "| "+c.Name+" |") {
+			t.Errorf("markdown has no row for %s", c.Name)
+		}
+	}
+	var svg bytes.Buffer
+	if err := rep.WriteSVG(&svg); err != nil {
+		t.Fatal(err)
+	}
+	checkXML(t, svg.Bytes())
+}
+
+func scenarioByName(name string) Scenario {
+	for _, s := range scenarios {
+		if s.Name == name {
+			return s
+		}
+	}
+	return Scenario{}
+}
+
+func checkXML(t *testing.T, b []byte) {
+	t.Helper()
+	d := xml.NewDecoder(bytes.NewReader(b))
+	for {
+		_, err := d.Token()
+		if errors.Is(err, io.EOF) {
+			return
+		}
+		if err != nil {
+			t.Fatalf("chart is not well-formed XML: %v", err)
+		}
+	}
+}
+
+// TestCommand runs the command as a user would, with servers it starts
+// itself, and checks the files it writes.
+func TestCommand(t *testing.T) {
+	redistest.Binary(t, "redis-server") // skips or fails as the other tests do
+	dir := t.TempDir()
+	var stdout, stderr bytes.Buffer
+	err := mainErr([]string{"-smoke", "-out", dir, "-only", `^(dlm single/goredis|redsync/redigo x5)$`,
+		"-scenarios", "serial,silent", "-note", "test"}, &stdout, &stderr)
+	if err != nil {
+		t.Fatalf("%v\nstderr:\n%s", err, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "silent    rep 1/1  redsync/redigo x5") {
+		t.Errorf("no progress line for the silent scenario on stderr:\n%s", stderr.String())
+	}
+	var rep Report
+	b, err := os.ReadFile(filepath.Join(dir, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Note != "test" || rep.Machine.Cores == 0 || rep.Machine.Go == "" || rep.Machine.RedisVersion == "" {
+		t.Errorf("machine description incomplete: note %q, %+v", rep.Note, rep.Machine)
+	}
+	if want := smokeConfig(); rep.Config != want {
+		t.Errorf("config read back from results.json = %+v, want %+v", rep.Config, want)
+	}
+	if len(rep.Scenarios) != 2 || len(rep.Scenarios[0].Rows) != 2 || len(rep.Scenarios[1].Rows) != 1 {
+		t.Errorf("results.json: want serial with 2 rows and silent with 1, got %+v", rep.Scenarios)
+	}
+	md, err := os.ReadFile(filepath.Join(dir, "results.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(bytes.TrimSuffix(md, []byte("\n![chart](chart.svg)\n")), stdout.Bytes()) {
+		t.Error("results.md differs from the tables on stdout")
+	}
+	svg, err := os.ReadFile(filepath.Join(dir, "chart.svg"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkXML(t, svg)
+
+	// -render writes the same tables again from results.json.
+	var again bytes.Buffer
+	if err := mainErr([]string{"-render", filepath.Join(dir, "results.json"), "-out", t.TempDir()}, &again, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if again.String() != stdout.String() {
+		t.Errorf("-render wrote other tables:\n%s\nwant:\n%s", again.String(), stdout.String())
+	}
+
+	if err := mainErr([]string{"-scenarios", "nope"}, io.Discard, io.Discard); err == nil {
+		t.Error("an unknown scenario was accepted")
+	}
+}
+
+// brokenLocker grants every request: a lock without mutual exclusion.
+type brokenLocker struct{}
+
+type nopHeld struct{}
+
+func (nopHeld) Unlock(context.Context) error { return nil }
+
+func (brokenLocker) TryLock(context.Context, string) (Held, error) { return nopHeld{}, nil }
+func (brokenLocker) Lock(context.Context, string) (Held, error)    { return nopHeld{}, nil }
+func (brokenLocker) Close() error                                  { return nil }
+
+// TestContendedCatchesBrokenLock: the exclusion check of the contended and
+// hand-off scenarios must fail a lock that lets two holders in.
+func TestContendedCatchesBrokenLock(t *testing.T) {
+	cfg := smokeConfig()
+	cfg.ContendedHold = 5 * time.Millisecond
+	r := &runner{cfg: cfg, progress: io.Discard}
+	e := &entry{Contender: Contender{Name: "broken"}, locker: brokenLocker{}}
+	if _, err := runContended(context.Background(), r, e, 0); err == nil || !strings.Contains(err.Error(), "mutual exclusion violated") {
+		t.Errorf("contended: err = %v, want a mutual exclusion violation", err)
+	}
+	if _, err := runHandoff(context.Background(), r, e, 0); err == nil || !strings.Contains(err.Error(), "mutual exclusion violated") {
+		t.Errorf("handoff: err = %v, want a mutual exclusion violation", err)
+	}
+}
+
+func TestBackoff(t *testing.T) {
+	e := Env{RetryMin: 4 * time.Millisecond, RetryMax: 32 * time.Millisecond}
+	b := newBackoff(e)
+	caps := []time.Duration{4, 8, 16, 32, 32, 32}
+	for i, c := range caps {
+		c *= time.Millisecond
+		if d := b.Next(); d < c/2 || d > c {
+			t.Errorf("pause %d = %v, want in [%v, %v]", i+1, d, c/2, c)
+		}
+		if d := nthBackoff(e, i+1); d < c/2 || d > c {
+			t.Errorf("nthBackoff(%d) = %v, want in [%v, %v]", i+1, d, c/2, c)
+		}
+	}
+}
+
+func TestStats(t *testing.T) {
+	d := []time.Duration{5, 1, 4, 2, 3, 6, 7, 8, 9, 10}
+	if p := pct(d, 50); p != 5 {
+		t.Errorf("p50 = %v, want 5", p)
+	}
+	if p := pct(d, 99); p != 10 {
+		t.Errorf("p99 = %v, want 10", p)
+	}
+	if m := median([]float64{3, 1, 2, 10}); m != 2.5 {
+		t.Errorf("median = %v, want 2.5", m)
+	}
+	if c := cv([]int{5, 5, 5}); c != 0 {
+		t.Errorf("cv of equal counts = %v", c)
+	}
+	if c := cv([]int{0, 10}); c != 1 {
+		t.Errorf("cv{0,10} = %v, want 1", c)
+	}
+	for _, tc := range []struct {
+		v    string
+		want bool
+	}{{"7.0.5", true}, {"7.0.15", true}, {"7.2.0", true}, {"6.2.14", false}, {"7.0.4", false}, {"", false}} {
+		if got := versionAtLeast(tc.v, 7, 0, 5); got != tc.want {
+			t.Errorf("versionAtLeast(%q) = %v", tc.v, got)
+		}
+	}
+	if s := num(1234567.4); s != "1,234,567" {
+		t.Errorf("num = %q", s)
+	}
+}
+
+func TestRatios(t *testing.T) {
+	s := ScenarioResult{
+		Metrics: []Metric{{Key: "lat"}, {Key: "ops", Higher: true}},
+		Rows: []Row{
+			{Contender: "dlm", Lib: "dlm", Nodes: 1, Median: map[string]float64{"lat": 50, "ops": 300}},
+			{Contender: "a", Lib: "a", Nodes: 1, Median: map[string]float64{"lat": 100, "ops": 200}},
+			{Contender: "b", Lib: "b", Nodes: 1, Median: map[string]float64{"lat": 200, "ops": 100}},
+			{Contender: "c5", Lib: "c", Nodes: 5, Median: map[string]float64{"lat": 1000, "ops": 10}},
+		},
+	}
+	s.ratios()
+	want := []map[string]float64{{"lat": 0.5, "ops": 1.5}, {"lat": 1, "ops": 1}, {"lat": 2, "ops": 0.5}, {"lat": 1, "ops": 1}}
+	for i, w := range want {
+		for k, v := range w {
+			if got := s.Rows[i].Ratio[k]; got != v {
+				t.Errorf("row %s %s ratio = %v, want %v", s.Rows[i].Contender, k, got, v)
+			}
+		}
+	}
+}

@@ -1,0 +1,187 @@
+// Command dlmbench measures dlm against redsync, bsm/redislock and
+// rueidislock on the same Redis servers, in one run.
+//
+//	cd bench && go run . -out results      # full run, ~10 minutes on 2 cores
+//	cd bench && go run . -smoke -out ""    # seconds; what CI runs
+//
+// By default it starts its own redis-server processes on loopback ports (one
+// for single-instance contenders, five for Redlock contenders) and kills them
+// at the end. With -single and -redlock it uses the given servers instead
+// (it writes and deletes keys containing "bench:c"; the silent-node scenario
+// needs servers it started, so it is skipped).
+//
+// Progress goes to stderr; the tables go to stdout and, with -out, to
+// results.md, results.json and chart.svg in that directory. Contenders are
+// listed in contenders.go.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+)
+
+func main() {
+	if err := mainErr(os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "dlmbench:", err)
+		os.Exit(1)
+	}
+}
+
+func mainErr(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("dlmbench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	smoke := fs.Bool("smoke", false, "tiny counts, one repetition: checks that every contender runs every scenario")
+	reps := fs.Int("reps", 0, "repetitions per figure (default 5, or 1 with -smoke)")
+	out := fs.String("out", "", `directory for results.md, results.json and chart.svg ("" writes none)`)
+	single := fs.String("single", "", "address of a Redis server for single-instance contenders (default: start one)")
+	redlock := fs.String("redlock", "", "five comma-separated addresses of independent masters for Redlock contenders (default: start five)")
+	only := fs.String("only", "", "run only contenders whose name matches this regular expression")
+	scen := fs.String("scenarios", "", "comma-separated scenarios to run (serial,distinct,contended,handoff,silent,renewal); default all")
+	note := fs.String("note", "", "a note written into the results (e.g. that the machine was busy)")
+	list := fs.Bool("list", false, "list the contenders and exit")
+	render := fs.String("render", "", "write results.md and chart.svg again from this results.json (into -out, default its directory), without measuring")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *list {
+		for _, c := range contenders {
+			fmt.Fprintf(stdout, "%-32s %-14s nodes=%d renews=%v\n", c.Name, c.Lib, c.Nodes, c.Renews)
+		}
+		return nil
+	}
+	if *render != "" {
+		dir := *out
+		if dir == "" {
+			dir = filepath.Dir(*render)
+		}
+		return rerender(*render, dir, stdout)
+	}
+	cfg := fullConfig()
+	if *smoke {
+		cfg = smokeConfig()
+	}
+	if *reps > 0 {
+		cfg.Reps = *reps
+		cfg.SilentReps = min(cfg.SilentReps, *reps)
+	}
+	var o Options
+	if *only != "" {
+		re, err := regexp.Compile(*only)
+		if err != nil {
+			return fmt.Errorf("-only: %w", err)
+		}
+		o.Only = re
+	}
+	if *scen != "" {
+		o.Scenarios = strings.Split(*scen, ",")
+		for _, s := range o.Scenarios {
+			if !knownScenario(s) {
+				return fmt.Errorf("-scenarios: unknown scenario %q", s)
+			}
+		}
+	}
+	o.Note = *note
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	var top Topology
+	if *single != "" || *redlock != "" {
+		if *single == "" {
+			return fmt.Errorf("-redlock needs -single as well")
+		}
+		top.Single = []string{*single}
+		if *redlock != "" {
+			top.Multi = strings.Split(*redlock, ",")
+		}
+	} else {
+		srv, addrs, err := startServers(6)
+		if err != nil {
+			return err
+		}
+		defer srv.stop()
+		top = Topology{Single: addrs[:1], Multi: addrs[1:], Freeze: srv.Freeze, Thaw: srv.Thaw}
+		fmt.Fprintf(stderr, "started redis-server on %s (single) and %s (redlock)\n", addrs[0], strings.Join(addrs[1:], ", "))
+	}
+
+	rep, err := run(ctx, cfg, top, o, stderr)
+	if err != nil {
+		return err
+	}
+	rep.WriteMarkdown(stdout)
+	if *out != "" {
+		if err := writeResults(*out, rep); err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "wrote %s\n", filepath.Join(*out, "{results.md,results.json,chart.svg}"))
+	}
+	if errs := rep.Errors(); len(errs) > 0 {
+		return fmt.Errorf("%d measurements failed:\n  %s", len(errs), strings.Join(errs, "\n  "))
+	}
+	return nil
+}
+
+func knownScenario(name string) bool {
+	for _, s := range scenarios {
+		if s.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+func writeResults(dir string, rep *Report) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	var md strings.Builder
+	rep.WriteMarkdown(&md)
+	md.WriteString("\n![chart](chart.svg)\n")
+	if err := os.WriteFile(filepath.Join(dir, "results.md"), []byte(md.String()), 0o644); err != nil {
+		return err
+	}
+	js, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "results.json"), append(js, '\n'), 0o644); err != nil {
+		return err
+	}
+	var svg strings.Builder
+	if err := rep.WriteSVG(&svg); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "chart.svg"), []byte(svg.String()), 0o644)
+}
+
+// rerender reads a results.json and writes its tables and chart again, with
+// the metric definitions of this version of the code.
+func rerender(file, dir string, stdout io.Writer) error {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return err
+	}
+	var rep Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		return fmt.Errorf("%s: %w", file, err)
+	}
+	for i := range rep.Scenarios {
+		s := &rep.Scenarios[i]
+		for _, def := range scenarios {
+			if def.Name == s.Name {
+				s.Metrics = def.Metrics
+			}
+		}
+	}
+	rep.WriteMarkdown(stdout)
+	return writeResults(dir, &rep)
+}

@@ -1,0 +1,275 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Report is one run's results, written as results.json and results.md.
+type Report struct {
+	Note       string           `json:"note,omitempty"`
+	Machine    Machine          `json:"machine"`
+	Config     Config           `json:"config"`
+	Contenders []ContenderInfo  `json:"contenders"`
+	Scenarios  []ScenarioResult `json:"scenarios"`
+	Elapsed    string           `json:"elapsed"`
+}
+
+// Machine describes where the run happened.
+type Machine struct {
+	Date         string `json:"date"`
+	CPU          string `json:"cpu"`
+	Cores        int    `json:"cores"`
+	GOMAXPROCS   int    `json:"gomaxprocs"`
+	OS           string `json:"os"`
+	Go           string `json:"go"`
+	RedisVersion string `json:"redis_version"`
+	Redis        string `json:"redis_server"`
+	LoadStart    string `json:"load_avg_start"`
+	LoadEnd      string `json:"load_avg_end"`
+}
+
+// ContenderInfo describes one contender of the run.
+type ContenderInfo struct {
+	Name   string `json:"name"`
+	Lib    string `json:"lib"`
+	Nodes  int    `json:"nodes"`
+	Renews bool   `json:"renews"`
+	Note   string `json:"note"`
+}
+
+// ScenarioResult holds one scenario's rows.
+type ScenarioResult struct {
+	Name    string   `json:"name"`
+	Title   string   `json:"title"`
+	Reps    int      `json:"reps"`
+	Metrics []Metric `json:"metrics"`
+	Rows    []Row    `json:"rows"`
+}
+
+// Row is one contender's figures in one scenario.
+type Row struct {
+	Contender string               `json:"contender"`
+	Lib       string               `json:"lib"`
+	Nodes     int                  `json:"nodes"`
+	Median    map[string]float64   `json:"median"`
+	Ratio     map[string]float64   `json:"ratio_to_best_peer,omitempty"`
+	Samples   map[string][]float64 `json:"samples"`
+	Errors    []string             `json:"errors,omitempty"`
+}
+
+// ratios sets each row's figures as a ratio to the best peer (a contender
+// of another library than dlm) on the same number of nodes.
+func (s *ScenarioResult) ratios() {
+	for _, m := range s.Metrics {
+		best := map[int]float64{}
+		for _, r := range s.Rows {
+			v, ok := r.Median[m.Key]
+			if !ok || r.Lib == "dlm" {
+				continue
+			}
+			b, seen := best[r.Nodes]
+			if !seen || (m.Higher && v > b) || (!m.Higher && v < b) {
+				best[r.Nodes] = v
+			}
+		}
+		for i := range s.Rows {
+			r := &s.Rows[i]
+			v, ok := r.Median[m.Key]
+			b, seen := best[r.Nodes]
+			if !ok || !seen || b == 0 {
+				continue
+			}
+			if r.Ratio == nil {
+				r.Ratio = map[string]float64{}
+			}
+			r.Ratio[m.Key] = v / b
+		}
+	}
+}
+
+// Errors returns every error recorded in the report.
+func (r *Report) Errors() []string {
+	var errs []string
+	for _, s := range r.Scenarios {
+		for _, row := range s.Rows {
+			for _, e := range row.Errors {
+				errs = append(errs, s.Name+" / "+row.Contender+": "+e)
+			}
+		}
+	}
+	return errs
+}
+
+func describeMachine(ctx context.Context, addr string) Machine {
+	m := Machine{
+		Date:       time.Now().UTC().Format(time.RFC3339),
+		CPU:        cpuModel(),
+		Cores:      runtime.NumCPU(),
+		GOMAXPROCS: runtime.GOMAXPROCS(0),
+		OS:         runtime.GOOS + "/" + runtime.GOARCH,
+		Go:         runtime.Version(),
+		LoadStart:  loadAvg(),
+	}
+	if kv, err := info(ctx, addr); err == nil {
+		m.RedisVersion = kv["redis_version"]
+	}
+	if out, err := exec.Command("redis-server", "--version").Output(); err == nil {
+		m.Redis = strings.TrimSpace(string(out))
+	}
+	return m
+}
+
+func cpuModel() string {
+	f, err := os.Open("/proc/cpuinfo")
+	if err != nil {
+		return "unknown"
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "unknown"
+}
+
+// loadAvg is the 1, 5 and 15 minute load average, to show how busy the
+// machine was.
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// num formats a figure with sensible precision and thousands separators.
+func num(v float64) string {
+	switch a := math.Abs(v); {
+	case a >= 1000:
+		s := strconv.FormatInt(int64(math.Round(v)), 10)
+		var b strings.Builder
+		for i, c := range s {
+			if i > 0 && (len(s)-i)%3 == 0 && s[i-1] != '-' {
+				b.WriteByte(',')
+			}
+			b.WriteRune(c)
+		}
+		return b.String()
+	case a >= 100:
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	case a >= 10:
+		return strconv.FormatFloat(v, 'f', 1, 64)
+	default:
+		return strconv.FormatFloat(v, 'f', 2, 64)
+	}
+}
+
+// WriteMarkdown writes the tables: every figure with its ratio to the best
+// peer on the same number of nodes.
+func (r *Report) WriteMarkdown(w io.Writer) {
+	fmt.Fprintf(w, "# dlm against other Go lock libraries\n\n")
+	if r.Note != "" {
+		fmt.Fprintf(w, "> %s\n\n", r.Note)
+	}
+	m := r.Machine
+	fmt.Fprintf(w, "- Date: %s; run took %s\n", m.Date, r.Elapsed)
+	fmt.Fprintf(w, "- CPU: %s, %d cores (GOMAXPROCS %d), %s\n", m.CPU, m.Cores, m.GOMAXPROCS, m.OS)
+	fmt.Fprintf(w, "- Go: %s; Redis: %s\n", m.Go, m.RedisVersion)
+	fmt.Fprintf(w, "- Load average at start / end: %s / %s\n", m.LoadStart, m.LoadEnd)
+	c := r.Config
+	fmt.Fprintf(w, "- Same for all: TTL %v, per-node timeout %v, retry pause %v doubling to %v (jittered), wait budget %v, pool %d connections per node\n",
+		c.TTL, c.NodeTimeout, c.RetryMin, c.RetryMax, c.WaitBudget, c.PoolSize)
+	fmt.Fprintf(w, "- Each figure is the median of %d repetitions (silent-node: %d); contenders alternate within each repetition.\n", c.Reps, c.SilentReps)
+	fmt.Fprintf(w, "- In parentheses: the ratio to the best peer (another library) on the same number of nodes; ↑ higher is better, ↓ lower is better.\n\n")
+	for _, s := range r.Scenarios {
+		fmt.Fprintf(w, "## %s\n\n%s\n\n", s.Title, scenarioDetail(s.Name, c))
+		fmt.Fprintf(w, "| Contender | nodes |")
+		for _, mt := range s.Metrics {
+			arrow := "↓"
+			if mt.Higher {
+				arrow = "↑"
+			}
+			unit := ""
+			if mt.Unit != "" {
+				unit = " (" + mt.Unit + ")"
+			}
+			fmt.Fprintf(w, " %s%s %s |", mt.Label, unit, arrow)
+		}
+		fmt.Fprintf(w, "\n| --- | ---: |%s\n", strings.Repeat(" ---: |", len(s.Metrics)))
+		var errs []string
+		for _, row := range s.Rows {
+			fmt.Fprintf(w, "| %s | %d |", row.Contender, row.Nodes)
+			for _, mt := range s.Metrics {
+				v, ok := row.Median[mt.Key]
+				if !ok {
+					fmt.Fprintf(w, " – |")
+					continue
+				}
+				if q, ok := row.Ratio[mt.Key]; ok {
+					fmt.Fprintf(w, " %s (%.2f×) |", num(v), q)
+				} else {
+					fmt.Fprintf(w, " %s |", num(v))
+				}
+			}
+			fmt.Fprintln(w)
+			for _, e := range row.Errors {
+				errs = append(errs, row.Contender+": "+e)
+			}
+		}
+		if len(errs) > 0 {
+			fmt.Fprintf(w, "\nErrors:\n\n")
+			for _, e := range errs {
+				fmt.Fprintf(w, "- %s\n", e)
+			}
+		}
+		fmt.Fprintln(w)
+	}
+	fmt.Fprintf(w, "## Contenders\n\n| Contender | library | nodes | configuration |\n| --- | --- | ---: | --- |\n")
+	for _, ci := range r.Contenders {
+		fmt.Fprintf(w, "| %s | %s | %d | %s |\n", ci.Name, ci.Lib, ci.Nodes, ci.Note)
+	}
+}
+
+// scenarioDetail says what a scenario does, with this run's sizes.
+func scenarioDetail(name string, c Config) string {
+	switch name {
+	case "serial":
+		return fmt.Sprintf("One goroutine takes and releases one key %d times (TryLock, then Unlock). "+
+			"Latency of the pair; allocations per pair counted with runtime.MemStats over the whole process.", c.SerialOps)
+	case "distinct":
+		return fmt.Sprintf("%d goroutines, each on its own key, TryLock+Unlock in a loop for %v. "+
+			"A call that fails (say, a node call timing out on a loaded machine) is counted and the loop goes on.", c.DistinctG, c.DistinctDur)
+	case "contended":
+		return fmt.Sprintf("%d goroutines on one key for %v, each Lock (waiting), hold %v, Unlock. "+
+			"Wait = time in Lock (a wait still pending at the end counts with its length so far, so starvation shows). Spread = coefficient of variation of acquisitions per goroutine (0 = perfectly even). "+
+			"An in-process counter checks that no two goroutines ever hold the lock at once.", c.ContendedG, c.ContendedDur, c.ContendedHold)
+	case "handoff":
+		return fmt.Sprintf("%d rounds: a holder keeps the key %v–%v while %d goroutines wait in Lock; "+
+			"figure = time from the holder's Unlock call to the first waiter's acquisition.", c.HandoffRounds, c.HandoffHoldMin, c.HandoffHoldMax, c.HandoffWaiters)
+	case "silent":
+		return fmt.Sprintf("The fifth node is stopped with SIGSTOP (keeps its connections, answers nothing). "+
+			"%d serial TryLock+Unlock pairs on fresh keys, each call with a %v caller deadline. "+
+			"Five-node contenders only.", c.SilentOps, c.OpTimeout)
+	case "renewal":
+		return fmt.Sprintf("%d locks with a %v TTL are taken and held for %v while the library renews them; "+
+			"CPU of this process (getrusage) and of redis-server (INFO), server commands per second, heap and goroutines per held lock, "+
+			"and how many locks were lost. Only contenders that renew by themselves.", c.RenewLocks, c.RenewTTL, c.RenewWindow)
+	}
+	return ""
+}

@@ -1,0 +1,630 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// Config holds the sizes of the run. fullConfig and smokeConfig are the two
+// presets; flags override single fields.
+type Config struct {
+	Reps int // repetitions; every figure is the median over them
+
+	TTL         time.Duration // lease of every lock (except the renewal scenario's)
+	NodeTimeout time.Duration // bound on one call to one node
+	RetryMin    time.Duration // retry budget of Lock, the same for every contender that polls
+	RetryMax    time.Duration
+	WaitBudget  time.Duration // longest a Lock call may wait
+	OpTimeout   time.Duration // the caller's deadline on each call in the silent-node scenario
+	PoolSize    int
+
+	SerialOps      int
+	DistinctG      int
+	DistinctDur    time.Duration
+	ContendedG     int
+	ContendedHold  time.Duration
+	ContendedDur   time.Duration
+	HandoffRounds  int
+	HandoffWaiters int
+	HandoffHoldMin time.Duration // a round's holder keeps the lock a random time in [min, max]
+	HandoffHoldMax time.Duration
+	SilentOps      int
+	SilentReps     int // the silent-node scenario costs ~OpTimeout per op, so it has its own count
+	RenewLocks     int
+	RenewTTL       time.Duration
+	RenewWindow    time.Duration
+	Warmup         int // lock+unlock pairs before each measurement
+}
+
+func fullConfig() Config {
+	return Config{
+		Reps: 5, TTL: 10 * time.Second, NodeTimeout: 100 * time.Millisecond,
+		RetryMin: 5 * time.Millisecond, RetryMax: 250 * time.Millisecond,
+		WaitBudget: 10 * time.Second, OpTimeout: 500 * time.Millisecond, PoolSize: 128,
+		SerialOps: 2000, DistinctG: 64, DistinctDur: time.Second,
+		ContendedG: 16, ContendedHold: time.Millisecond, ContendedDur: 2 * time.Second,
+		HandoffRounds: 15, HandoffWaiters: 4, HandoffHoldMin: 20 * time.Millisecond, HandoffHoldMax: 80 * time.Millisecond,
+		SilentOps: 12, SilentReps: 3,
+		RenewLocks: 10000, RenewTTL: 2 * time.Second, RenewWindow: 4 * time.Second,
+		Warmup: 50,
+	}
+}
+
+func smokeConfig() Config {
+	c := fullConfig()
+	c.Reps, c.SerialOps, c.Warmup = 1, 20, 3
+	c.DistinctG, c.DistinctDur = 8, 100*time.Millisecond
+	c.ContendedG, c.ContendedDur = 4, 200*time.Millisecond
+	c.HandoffRounds, c.HandoffWaiters = 2, 2
+	c.HandoffHoldMin, c.HandoffHoldMax = 5*time.Millisecond, 10*time.Millisecond
+	c.SilentOps, c.SilentReps, c.OpTimeout = 2, 1, 300*time.Millisecond
+	c.RenewLocks, c.RenewTTL, c.RenewWindow = 50, 600*time.Millisecond, 1200*time.Millisecond
+	return c
+}
+
+// A Metric is one figure a scenario reports.
+type Metric struct {
+	Key    string `json:"key"`
+	Label  string `json:"label"`
+	Unit   string `json:"unit"`
+	Higher bool   `json:"higher_is_better"`
+	Chart  bool   `json:"-"` // drawn in the chart
+}
+
+// A Scenario measures one Locker once (one repetition).
+type Scenario struct {
+	Name    string
+	Title   string
+	Metrics []Metric
+	Reps    func(Config) int
+	Applies func(c Contender, top Topology) bool
+	Run     func(ctx context.Context, r *runner, c *entry, rep int) (map[string]float64, error)
+}
+
+// entry is a contender with its Locker, built once for the run.
+type entry struct {
+	Contender
+	idx    int
+	env    Env
+	locker Locker
+}
+
+// key names a lock; every contender uses the same pattern in its own namespace.
+func (e *entry) key(scenario string, parts ...any) string {
+	k := fmt.Sprintf("bench:c%d:%s", e.idx, scenario)
+	for _, p := range parts {
+		k += fmt.Sprintf(":%v", p)
+	}
+	return k
+}
+
+func always(Contender, Topology) bool { return true }
+
+var scenarios = []Scenario{
+	{
+		Name: "serial", Title: "Serial lock+unlock, uncontended (one goroutine, one key)",
+		Metrics: []Metric{
+			{Key: "p50_us", Label: "p50", Unit: "µs", Chart: true},
+			{Key: "p99_us", Label: "p99", Unit: "µs"},
+			{Key: "allocs_op", Label: "allocs/op", Unit: ""},
+			{Key: "bytes_op", Label: "B/op", Unit: ""},
+			{Key: "failed", Label: "failed", Unit: ""},
+		},
+		Applies: always, Run: runSerial,
+	},
+	{
+		Name: "distinct", Title: "Parallel lock+unlock on distinct keys",
+		Metrics: []Metric{
+			{Key: "ops_s", Label: "ops/s", Unit: "", Higher: true, Chart: true},
+			{Key: "failed", Label: "failed calls", Unit: ""},
+		},
+		Applies: always, Run: runDistinct,
+	},
+	{
+		Name: "contended", Title: "Goroutines on one key, each holding it 1ms",
+		Metrics: []Metric{
+			{Key: "ops_s", Label: "acquisitions/s", Unit: "", Higher: true, Chart: true},
+			{Key: "wait_p50_ms", Label: "wait p50", Unit: "ms"},
+			{Key: "wait_p99_ms", Label: "wait p99", Unit: "ms"},
+			{Key: "spread_cv", Label: "spread (CV)", Unit: ""},
+			{Key: "failed", Label: "failed calls", Unit: ""},
+		},
+		Applies: always, Run: runContended,
+	},
+	{
+		Name: "handoff", Title: "Hand-off: release to the first blocked waiter's acquisition",
+		Metrics: []Metric{
+			{Key: "p50_ms", Label: "p50", Unit: "ms", Chart: true},
+			{Key: "p90_ms", Label: "p90", Unit: "ms"},
+			{Key: "failed", Label: "failed rounds", Unit: ""},
+		},
+		Applies: always, Run: runHandoff,
+	},
+	{
+		Name: "silent", Title: "One of five nodes silent (SIGSTOP): serial lock, then unlock",
+		Metrics: []Metric{
+			{Key: "lock_p50_ms", Label: "lock p50", Unit: "ms"},
+			{Key: "lock_p99_ms", Label: "lock p99", Unit: "ms", Chart: true},
+			{Key: "unlock_p99_ms", Label: "unlock p99", Unit: "ms"},
+			{Key: "failed", Label: "failed locks", Unit: ""},
+		},
+		Reps:    func(c Config) int { return c.SilentReps },
+		Applies: func(c Contender, top Topology) bool { return c.Nodes == 5 && top.Freeze != nil },
+		Run:     runSilent,
+	},
+	{
+		Name: "renewal", Title: "Renewal cost: locks held and renewed by the library",
+		Metrics: []Metric{
+			{Key: "client_cpu", Label: "client CPU", Unit: "ms/s", Chart: true},
+			{Key: "server_cpu", Label: "server CPU", Unit: "ms/s"},
+			{Key: "server_cmds", Label: "server cmds/s (incl. in scripts)", Unit: ""},
+			{Key: "heap_per_lock", Label: "heap/lock", Unit: "B"},
+			{Key: "goroutines_per_lock", Label: "goroutines/lock", Unit: ""},
+			{Key: "lost", Label: "lost", Unit: ""},
+		},
+		Applies: func(c Contender, _ Topology) bool { return c.Renews },
+		Run:     runRenewal,
+	},
+}
+
+// warm runs lock+unlock pairs so pools are filled and scripts cached. It
+// fails only when most pairs fail.
+func warm(ctx context.Context, r *runner, c *entry, key string) error {
+	failed := 0
+	var first error
+	for range r.cfg.Warmup {
+		h, err := c.locker.TryLock(ctx, key)
+		if err == nil {
+			err = unlock(ctx, h)
+		}
+		if err != nil {
+			failed++
+			first = cmp.Or(first, err)
+		}
+	}
+	if failed > r.cfg.Warmup/2 {
+		return fmt.Errorf("warm-up: %d of %d pairs failed, first: %w", failed, r.cfg.Warmup, first)
+	}
+	return nil
+}
+
+func runSerial(ctx context.Context, r *runner, c *entry, rep int) (map[string]float64, error) {
+	key := c.key("serial")
+	if err := warm(ctx, r, c, key); err != nil {
+		return nil, err
+	}
+	lat := make([]time.Duration, r.cfg.SerialOps)
+	var m0, m1 runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&m0)
+	failed := 0
+	var firstErr error
+	for i := range lat {
+		start := time.Now()
+		h, err := c.locker.TryLock(ctx, key)
+		if err == nil {
+			err = unlock(ctx, h)
+		}
+		lat[i] = time.Since(start) // a failed pair still took the caller this long
+		if err != nil {
+			failed++
+			firstErr = cmp.Or(firstErr, err)
+		}
+	}
+	runtime.ReadMemStats(&m1)
+	n := float64(len(lat))
+	if failed > len(lat)/10 {
+		return nil, fmt.Errorf("%d of %d pairs failed, first: %w", failed, len(lat), firstErr)
+	}
+	return map[string]float64{
+		"failed":    float64(failed),
+		"p50_us":    us(pct(lat, 50)),
+		"p99_us":    us(pct(lat, 99)),
+		"allocs_op": float64(m1.Mallocs-m0.Mallocs) / n,
+		"bytes_op":  float64(m1.TotalAlloc-m0.TotalAlloc) / n,
+	}, nil
+}
+
+func runDistinct(ctx context.Context, r *runner, c *entry, rep int) (map[string]float64, error) {
+	if err := warm(ctx, r, c, c.key("distinct", 0)); err != nil {
+		return nil, err
+	}
+	// A call that fails (a node timing out on a loaded machine) is counted
+	// and the loop goes on; the measurement fails only when most calls do.
+	var ops, failed atomic.Int64
+	var firstErr error
+	var once sync.Once
+	fail := func(err error) {
+		failed.Add(1)
+		once.Do(func() { firstErr = err })
+	}
+	start := time.Now()
+	end := start.Add(r.cfg.DistinctDur)
+	var wg sync.WaitGroup
+	for g := range r.cfg.DistinctG {
+		key := c.key("distinct", g)
+		wg.Go(func() {
+			for time.Now().Before(end) && ctx.Err() == nil {
+				h, err := c.locker.TryLock(ctx, key)
+				if err != nil {
+					fail(fmt.Errorf("lock: %w", err))
+					continue
+				}
+				if err := h.Unlock(ctx); err != nil {
+					fail(fmt.Errorf("unlock: %w", err))
+					continue
+				}
+				ops.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if failed.Load() > ops.Load() {
+		return nil, fmt.Errorf("%d of %d calls failed, first: %w", failed.Load(), failed.Load()+ops.Load(), firstErr)
+	}
+	return map[string]float64{
+		"ops_s":  float64(ops.Load()) / time.Since(start).Seconds(),
+		"failed": float64(failed.Load()),
+	}, nil
+}
+
+func runContended(ctx context.Context, r *runner, c *entry, rep int) (map[string]float64, error) {
+	key := c.key("contended")
+	if err := warm(ctx, r, c, key); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	end := start.Add(r.cfg.ContendedDur)
+	lctx, cancel := context.WithDeadline(ctx, end) // ends the waits still pending at the end
+	defer cancel()
+	var holders, violations atomic.Int32
+	var failed atomic.Int64
+	counts := make([]int, r.cfg.ContendedG)
+	waits := make([][]time.Duration, r.cfg.ContendedG)
+	errs := make([]error, r.cfg.ContendedG)
+	var wg sync.WaitGroup
+	for g := range r.cfg.ContendedG {
+		wg.Go(func() {
+			for time.Now().Before(end) {
+				t0 := time.Now()
+				h, err := c.locker.Lock(lctx, key)
+				waits[g] = append(waits[g], time.Since(t0)) // a wait cut off at the end counts as its length so far
+				if err != nil {
+					if lctx.Err() != nil {
+						return
+					}
+					// A library may give up on a node error (bsm/redislock does);
+					// count it and wait again, as a caller would.
+					if failed.Add(1) == 1 {
+						errs[g] = fmt.Errorf("lock: %w", err)
+					}
+					continue
+				}
+				counts[g]++
+				if holders.Add(1) != 1 {
+					violations.Add(1)
+				}
+				time.Sleep(r.cfg.ContendedHold)
+				holders.Add(-1)
+				if err := unlock(ctx, h); err != nil {
+					if failed.Add(1) == 1 {
+						errs[g] = fmt.Errorf("unlock: %w", err)
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if v := violations.Load(); v > 0 {
+		return nil, fmt.Errorf("mutual exclusion violated %d times", v)
+	}
+	total := 0
+	for _, n := range counts {
+		total += n
+	}
+	if int64(total) < failed.Load() || total == 0 {
+		return nil, fmt.Errorf("%d acquisitions, %d failed calls: %w", total, failed.Load(), errors.Join(errs...))
+	}
+	all := slices.Concat(waits...)
+	return map[string]float64{
+		"ops_s":       float64(total) / elapsed.Seconds(),
+		"wait_p50_ms": ms(pct(all, 50)),
+		"wait_p99_ms": ms(pct(all, 99)),
+		"spread_cv":   cv(counts),
+		"failed":      float64(failed.Load()),
+	}, nil
+}
+
+func runHandoff(ctx context.Context, r *runner, c *entry, rep int) (map[string]float64, error) {
+	key := c.key("handoff")
+	if err := warm(ctx, r, c, key); err != nil {
+		return nil, err
+	}
+	type got struct {
+		h   Held
+		at  time.Time
+		err error
+	}
+	var samples []time.Duration
+	failedRounds := 0
+	var firstErr error
+	for range r.cfg.HandoffRounds {
+		holder, err := c.locker.TryLock(ctx, key)
+		if err != nil && !errors.Is(err, errBusy) {
+			failedRounds++ // a node call failed; try the next round
+			firstErr = cmp.Or(firstErr, err)
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("holder lock: %w", err)
+		}
+		wctx, cancel := context.WithTimeout(ctx, r.cfg.WaitBudget)
+		ch := make(chan got, r.cfg.HandoffWaiters)
+		for range r.cfg.HandoffWaiters {
+			go func() {
+				h, err := c.locker.Lock(wctx, key)
+				ch <- got{h, time.Now(), err}
+			}()
+		}
+		hold := r.cfg.HandoffHoldMin + rand.N(r.cfg.HandoffHoldMax-r.cfg.HandoffHoldMin+1)
+		time.Sleep(hold)
+		released := time.Now()
+		if err := unlock(ctx, holder); err != nil {
+			cancel()
+			return nil, fmt.Errorf("holder unlock: %w", err)
+		}
+		first := <-ch
+		cancel() // the other waiters give up
+		var winners []Held
+		var errs []error
+		if first.err == nil {
+			winners = append(winners, first.h)
+			samples = append(samples, first.at.Sub(released))
+		} else {
+			// A waiter gave up on a node error (bsm/redislock does):
+			// the round has no sample.
+			failedRounds++
+			firstErr = cmp.Or(firstErr, first.err)
+		}
+		for range r.cfg.HandoffWaiters - 1 {
+			g := <-ch
+			if g.err == nil {
+				winners = append(winners, g.h)
+			}
+		}
+		if len(winners) > 1 {
+			errs = append(errs, fmt.Errorf("mutual exclusion violated: %d waiters hold the lock", len(winners)))
+		}
+		for _, h := range winners {
+			if err := unlock(ctx, h); err != nil {
+				errs = append(errs, fmt.Errorf("waiter unlock: %w", err))
+			}
+		}
+		if err := errors.Join(errs...); err != nil {
+			return nil, err
+		}
+	}
+	if len(samples) == 0 || failedRounds > r.cfg.HandoffRounds/2 {
+		return nil, fmt.Errorf("%d of %d rounds failed, first: %w", failedRounds, r.cfg.HandoffRounds, firstErr)
+	}
+	return map[string]float64{
+		"p50_ms": ms(pct(samples, 50)),
+		"p90_ms": ms(pct(samples, 90)),
+		"failed": float64(failedRounds),
+	}, nil
+}
+
+func runSilent(ctx context.Context, r *runner, c *entry, rep int) (map[string]float64, error) {
+	if err := warm(ctx, r, c, c.key("silent", rep, "warm")); err != nil {
+		return nil, err
+	}
+	victim := c.env.Addrs[len(c.env.Addrs)-1]
+	if err := r.top.Freeze(victim); err != nil {
+		return nil, fmt.Errorf("freeze %s: %w", victim, err)
+	}
+	defer func() { _ = r.top.Thaw(victim) }()
+	var lockLat, unlockLat []time.Duration
+	failed := 0
+	for i := range r.cfg.SilentOps {
+		key := c.key("silent", rep, i) // fresh keys: the frozen node runs queued writes when thawed
+		octx, cancel := context.WithTimeout(ctx, r.cfg.OpTimeout)
+		t0 := time.Now()
+		h, err := c.locker.TryLock(octx, key)
+		cancel()
+		lockLat = append(lockLat, time.Since(t0))
+		if err != nil {
+			failed++
+			continue
+		}
+		octx, cancel = context.WithTimeout(ctx, r.cfg.OpTimeout)
+		t0 = time.Now()
+		_ = h.Unlock(octx) // the silent node cannot confirm; the quorum can
+		cancel()
+		unlockLat = append(unlockLat, time.Since(t0))
+	}
+	if err := r.top.Thaw(victim); err != nil {
+		return nil, fmt.Errorf("thaw %s: %w", victim, err)
+	}
+	out := map[string]float64{
+		"lock_p50_ms": ms(pct(lockLat, 50)),
+		"lock_p99_ms": ms(pct(lockLat, 99)),
+		"failed":      float64(failed),
+	}
+	if len(unlockLat) > 0 {
+		out["unlock_p99_ms"] = ms(pct(unlockLat, 99))
+	}
+	return out, nil
+}
+
+func runRenewal(ctx context.Context, r *runner, c *entry, rep int) (map[string]float64, error) {
+	env := c.env
+	env.TTL = r.cfg.RenewTTL
+	l, err := c.New(env)
+	if err != nil {
+		return nil, fmt.Errorf("new locker: %w", err)
+	}
+	defer l.Close()
+	n := r.cfg.RenewLocks
+	held := make([]Held, n)
+	runtime.GC()
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	g0 := runtime.NumGoroutine()
+
+	// Take n locks from 32 goroutines.
+	// A lock that cannot be taken (a node call timing out on a loaded
+	// machine) is counted and left out.
+	var next, failed atomic.Int64
+	errs := make([]error, 32)
+	var wg sync.WaitGroup
+	for w := range errs {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n || ctx.Err() != nil {
+					return
+				}
+				h, err := l.TryLock(ctx, c.key("renew", rep, i))
+				if err != nil {
+					failed.Add(1)
+					errs[w] = cmp.Or(errs[w], err)
+					continue
+				}
+				held[i] = h
+			}
+		})
+	}
+	wg.Wait()
+	release := func() error {
+		var rerrs []error
+		var mu sync.Mutex
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		for range 32 {
+			wg.Go(func() {
+				for {
+					i := int(next.Add(1)) - 1
+					if i >= n {
+						return
+					}
+					if h := held[i]; h != nil {
+						if err := h.Unlock(ctx); err != nil {
+							mu.Lock()
+							rerrs = append(rerrs, err)
+							mu.Unlock()
+						}
+					}
+				}
+			})
+		}
+		wg.Wait()
+		if len(rerrs) > 0 {
+			return fmt.Errorf("%d unlocks failed, first: %w", len(rerrs), rerrs[0])
+		}
+		return nil
+	}
+	if f := failed.Load(); f > int64(n/100) {
+		_ = release()
+		return nil, fmt.Errorf("%d of %d locks not taken: %w", f, n, errors.Join(errs...))
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&m1)
+	g1 := runtime.NumGoroutine()
+
+	s0, err := readStats(ctx, env.Addrs[0])
+	if err != nil {
+		_ = release()
+		return nil, err
+	}
+	cpu0 := cpuTime()
+	t0 := time.Now()
+	time.Sleep(r.cfg.RenewWindow)
+	cpu1 := cpuTime()
+	window := time.Since(t0)
+	s1, err := readStats(ctx, env.Addrs[0])
+	if err != nil {
+		_ = release()
+		return nil, err
+	}
+	lost := 0
+	for _, h := range held {
+		if a, ok := h.(Aliver); ok && !a.Alive() {
+			lost++
+		}
+	}
+	nHeld := float64(n) - float64(failed.Load())
+	if err := release(); err != nil && lost == 0 {
+		return nil, err
+	}
+	return map[string]float64{
+		"client_cpu":          float64((cpu1 - cpu0).Milliseconds()) / window.Seconds(),
+		"server_cpu":          (s1.CPU - s0.CPU) * 1000 / window.Seconds(),
+		"server_cmds":         float64(s1.Calls-s0.Calls-1) / window.Seconds(), // less the INFO itself
+		"heap_per_lock":       float64(int64(m1.HeapAlloc)-int64(m0.HeapAlloc)) / nHeld,
+		"goroutines_per_lock": float64(g1-g0) / nHeld,
+		"lost":                float64(lost),
+	}, nil
+}
+
+// unlock releases h, trying once more when the first call fails (a node
+// timing out on a loaded machine), so a failed call does not leave the key
+// locked for a whole TTL and starve the rest of the measurement.
+func unlock(ctx context.Context, h Held) error {
+	err := h.Unlock(ctx)
+	if err != nil && ctx.Err() == nil {
+		if err2 := h.Unlock(ctx); err2 == nil {
+			return nil
+		}
+	}
+	return err
+}
+
+// cpuTime is the CPU time (user + system) this process has used.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// pct returns the p-th percentile (nearest rank) of d; d is sorted in place.
+func pct(d []time.Duration, p float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	slices.Sort(d)
+	i := int(math.Ceil(p/100*float64(len(d)))) - 1
+	return d[max(0, min(i, len(d)-1))]
+}
+
+// cv is the coefficient of variation (stddev / mean) of counts.
+func cv(counts []int) float64 {
+	var sum float64
+	for _, c := range counts {
+		sum += float64(c)
+	}
+	mean := sum / float64(len(counts))
+	if mean == 0 {
+		return 0
+	}
+	var ss float64
+	for _, c := range counts {
+		ss += (float64(c) - mean) * (float64(c) - mean)
+	}
+	return math.Sqrt(ss/float64(len(counts))) / mean
+}
+
+func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
