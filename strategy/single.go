@@ -62,7 +62,17 @@ func (s *Single) Acquire(ctx context.Context, key, token string, ttl time.Durati
 	if r[0] == 0 {
 		return dlm.Lease{}, &dlm.HeldError{Key: key, Remaining: time.Duration(r[1]) * time.Millisecond}
 	}
-	return s.lease(start, ttl, r[1]), nil
+	l := s.lease(start, ttl, r[1])
+	if took := time.Since(start); !l.Until.After(start.Add(took)) {
+		// Granted, but the reply came after the lease's validity ended: a
+		// lock nobody may trust. Give it back.
+		rctx, cancel := s.cfg.cleanupContext(ctx)
+		_, _ = releaseScript.Run(rctx, s.node, lockKeys(key)[:1], token)
+		cancel()
+		return dlm.Lease{}, fmt.Errorf("%w: %q: %s answered after %v, past the lease's validity of %v",
+			dlm.ErrNotAcquired, key, s.name, took.Round(time.Millisecond), ttl-s.cfg.driftMargin(ttl))
+	}
+	return l, nil
 }
 
 // Extend implements dlm.Strategy.

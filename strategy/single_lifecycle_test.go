@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -87,4 +88,32 @@ func TestSingleWatchRelease(t *testing.T) {
 	}
 	time.Sleep(50 * time.Millisecond)
 	assert.Empty(t, woken, "one notification per release; none for a refused one")
+}
+
+// A grant whose reply arrives after the lease's validity ended is refused
+// and given back, never handed out.
+func TestSingleLateGrantRefused(t *testing.T) {
+	srv := redistest.Start(t)
+	p := redistest.StartProxy(t, srv.Addr)
+	c := redis.NewClient(&redis.Options{Addr: p.Addr, MaxRetries: -1})
+	t.Cleanup(func() { _ = c.Close() })
+	// Validity is TTL - 0.49*TTL - 2ms ≈ 1.02s of a 2s TTL: a reply 1.2s
+	// late comes after the validity but while the key still lives.
+	s, err := strategy.NewSingle(goredis.New(c), strategy.WithDriftFactor(0.49))
+	require.NoError(t, err)
+	ctx := context.Background()
+	_, err = s.Acquire(ctx, "late", "warm", time.Second) // dial and load scripts at full speed
+	require.NoError(t, err)
+	require.NoError(t, s.Release(ctx, "late", "warm"))
+
+	p.SetDelay(1200 * time.Millisecond)
+	// The grant's reply is already held back when the delay is lifted, so
+	// the release that follows is answered at once.
+	time.AfterFunc(300*time.Millisecond, func() { p.SetDelay(0) })
+	_, err = s.Acquire(ctx, "late", "mine", 2*time.Second)
+	require.ErrorIs(t, err, dlm.ErrNotAcquired)
+	assert.Contains(t, err.Error(), "past the lease's validity")
+	n, err := srv.Client(t).Exists(ctx, "dlm:{late}").Result()
+	require.NoError(t, err)
+	assert.Zero(t, n, "the late grant was released before its TTL ran out")
 }
