@@ -239,6 +239,62 @@ func TestRunLockLost(t *testing.T) {
 	assert.Equal(t, "thief", c.Get(ctx, "dlm:{lost}").Val(), "the thief's lock is untouched")
 }
 
+// --on-lost ignore lets the command finish, with its own status.
+func TestRunLockLostIgnored(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	ready := filepath.Join(t.TempDir(), "ready")
+	cmd := exec.Command(dlmBin, "run", "--url", "single://"+srv.Addr, "--key", "lost", "--ttl", "600ms", "--on-lost", "ignore", "--",
+		"sh", "-c", `touch `+ready+`; sleep 2; exit 5`)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	require.NoError(t, cmd.Start())
+	require.Eventually(t, func() bool { _, err := os.Stat(ready); return err == nil }, 10*time.Second, 10*time.Millisecond)
+	require.NoError(t, c.Set(context.Background(), "dlm:{lost}", "thief", time.Minute).Err())
+	err := cmd.Wait()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee, out.String())
+	assert.Equal(t, 5, ee.ExitCode(), out.String())
+	assert.Contains(t, out.String(), "lost the lock")
+}
+
+// A server that stops answering: renewals fail until the lease runs out,
+// and then the lock counts as lost.
+func TestRunLockLostToSilentServer(t *testing.T) {
+	srv := redistest.Start(t)
+	ready := filepath.Join(t.TempDir(), "ready")
+	cmd := exec.Command(dlmBin, "run", "--url", "single://"+srv.Addr+"?timeout=300ms", "--key", "silent", "--ttl", "1s", "--on-lost", "kill", "--",
+		"sh", "-c", `touch `+ready+`; exec sleep 30`)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	require.NoError(t, cmd.Start())
+	require.Eventually(t, func() bool { _, err := os.Stat(ready); return err == nil }, 10*time.Second, 10*time.Millisecond)
+	srv.Freeze(t)
+	defer srv.Thaw(t)
+	start := time.Now()
+	err := cmd.Wait()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee, out.String())
+	assert.Equal(t, exitLost, ee.ExitCode(), out.String())
+	assert.Contains(t, out.String(), "lost the lock")
+	assert.Less(t, time.Since(start), 20*time.Second, "killed when the lease ran out, not after 30s")
+}
+
+func TestRunConfigFileAndEnv(t *testing.T) {
+	srv := redistest.Start(t)
+	file := filepath.Join(t.TempDir(), "lock.json")
+	require.NoError(t, os.WriteFile(file, []byte(`{"strategy":"single","addrs":["`+srv.Addr+`"],"ttl":"7s"}`), 0o644))
+	code, out := runDLM(t, "run", "--config", file, "--key", "f", "--", "sh", "-c", `echo "fence=$DLM_FENCE"`)
+	assert.Equal(t, 0, code, out)
+	assert.Contains(t, out, "fence=1")
+
+	cmd := exec.Command(dlmBin, "run", "--key", "f", "--", "sh", "-c", `echo "fence=$DLM_FENCE"`)
+	cmd.Env = append(os.Environ(), "DLM_URL=single://"+srv.Addr)
+	b, err := cmd.CombinedOutput()
+	require.NoError(t, err, string(b))
+	assert.Contains(t, string(b), "fence=2")
+}
+
 func TestRunSignalIsForwarded(t *testing.T) {
 	url := "single://" + redistest.Start(t).Addr
 	ready := filepath.Join(t.TempDir(), "ready")

@@ -22,6 +22,9 @@ const (
 	exitLost      = 76 // the lock was lost while the command ran
 )
 
+// unlockTimeout bounds the release after COMMAND exits.
+const unlockTimeout = 5 * time.Second
+
 const runUsage = `usage: dlm run --key KEY [flags] -- COMMAND [ARGS...]
 
 Takes the lock on KEY (waiting up to --wait), runs COMMAND while the lock is
@@ -108,7 +111,13 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "dlm run: could not lock %q: %v\n", *key, err)
 		return exitNotLocked
 	}
-	defer func() { _ = lock.Unlock(context.WithoutCancel(ctx)) }()
+	defer func() {
+		// Bounded: a server that stopped answering must not hold dlm up
+		// after COMMAND has exited.
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unlockTimeout)
+		defer cancel()
+		_ = lock.Unlock(uctx)
+	}()
 
 	cmd := exec.Command(cmdArgs[0], cmdArgs[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
