@@ -26,7 +26,7 @@ func TestDemoRedlockRealServers(t *testing.T) {
 	servers := redistest.StartN(t, 3)
 	addrs := []string{servers[0].Addr, servers[1].Addr, servers[2].Addr}
 	var out, errOut bytes.Buffer
-	code := run(context.Background(), []string{"demo", "--addr", strings.Join(addrs, ","), "--duration", "300ms", "--node-timeout", "2s"}, &out, &errOut)
+	code := run(context.Background(), []string{"demo", "--addr", strings.Join(addrs, ","), "--duration", "500ms", "--node-timeout", "2s"}, &out, &errOut)
 	s := out.String()
 	assert.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", s, errOut.String())
 	assert.Contains(t, s, "Redlock strategy over Redis at "+strings.Join(addrs, ","))
@@ -36,7 +36,7 @@ func TestDemoRedlockRealServers(t *testing.T) {
 
 func TestDemoSingleEmbedded(t *testing.T) {
 	var out, errOut bytes.Buffer
-	code := run(context.Background(), []string{"demo", "--strategy", "single", "--duration", "200ms"}, &out, &errOut)
+	code := run(context.Background(), []string{"demo", "--strategy", "single", "--duration", "500ms"}, &out, &errOut)
 	assert.Equal(t, 0, code, out.String())
 	assert.Contains(t, out.String(), "single-instance strategy over 1 embedded Redis node")
 }

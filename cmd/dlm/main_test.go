@@ -34,7 +34,7 @@ func TestDemoEmbedded(t *testing.T) {
 func TestDemoRealServer(t *testing.T) {
 	srv := redistest.Start(t)
 	var out, errOut bytes.Buffer
-	code := run(context.Background(), []string{"demo", "--addr", srv.Addr, "--duration", "300ms"}, &out, &errOut)
+	code := run(context.Background(), []string{"demo", "--addr", srv.Addr, "--duration", "500ms"}, &out, &errOut)
 	assert.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", out.String(), errOut.String())
 	assert.Contains(t, out.String(), "Redis at "+srv.Addr)
 	assert.Contains(t, out.String(), "OK:")
