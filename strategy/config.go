@@ -2,10 +2,12 @@ package strategy
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/url"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -15,38 +17,68 @@ import (
 
 // Config is the serialisable form of a strategy and its options, so that a
 // program switches strategy by changing a string or a file, not its code.
-// The zero value of an optional field means the strategy's default.
+// The zero value of an optional field means the strategy's default; a field
+// that does not apply to the chosen strategy is an error.
 //
 // Its JSON form uses the tags below; its URL form is
 //
 //	single://host:port?ttl=10s
 //	redlock://h1:6379,h2:6379,h3:6379?ttl=10s&timeout=50ms
-//	sentinel://s1:26379,s2:26379/mymaster?ack=all
+//	sentinel://s1:26379,s2:26379/mymaster?ack=all&replicas=2
+//	failover://primary:6379?ack=1
 //
-// where the scheme names the strategy ("sentinel" is the failover strategy
-// found through Sentinel), the hosts are Addrs, the path is Master, the user
-// information is Username and Password, and each query parameter is the
-// field with that JSON name.
+// where the scheme names the strategy, the hosts are Addrs, the path is
+// Master, the user information is Username and Password, and each query
+// parameter is the field with that JSON name, in the same text form as in
+// JSON (durations such as "1.5s", numbers, and ack as "all", "majority",
+// "none" or a number). "sentinel" is the failover strategy found through
+// Sentinel: Addrs are the Sentinels and Master (required) the name they know
+// the primary by. "failover" without a path is the failover strategy on a
+// primary given by its one address; with a path it is the same as
+// "sentinel".
 type Config struct {
 	// Strategy is "single", "redlock" or "failover".
 	Strategy string `json:"strategy"`
 	// Addrs are the endpoints a tool dials: the one server (single), the
-	// independent masters (redlock) or the Sentinels (failover). New does
+	// independent masters (redlock), or, for failover, the Sentinels when
+	// Master is set and the primary's one address when it is not. New does
 	// not dial; it takes the nodes built from them.
 	Addrs []string `json:"addrs,omitempty"`
-	// Master is the Sentinel master name (failover).
+	// Master is the name Sentinel knows the primary by (failover only).
 	Master string `json:"master,omitempty"`
-	// Username and Password authenticate to the servers (tools only).
+	// Username and Password authenticate to the Redis servers (tools only).
 	Username string `json:"username,omitempty"`
 	Password string `json:"password,omitempty"`
 
 	// TTL is the lease length, for dlm.WithTTL (tools only; 0: the default).
 	TTL Duration `json:"ttl,omitempty"`
-	// Timeout bounds each call to a node (WithTimeout).
+	// Timeout bounds each call to a node (WithTimeout; all strategies).
 	Timeout Duration `json:"timeout,omitempty"`
 	// DriftFactor is the share of the TTL taken off for clock drift
-	// (WithDriftFactor); nil means the default.
+	// (WithDriftFactor; all strategies); nil means the default.
 	DriftFactor *float64 `json:"drift_factor,omitempty"`
+
+	// MaxExtensions bounds the extensions of one acquisition
+	// (WithMaxExtensions; redlock only; 0: no bound).
+	MaxExtensions int `json:"max_extensions,omitempty"`
+	// MaxHold bounds how long one acquisition is extended (WithMaxHold;
+	// redlock only; 0: no bound).
+	MaxHold Duration `json:"max_hold,omitempty"`
+
+	// Ack is how many replicas must acknowledge a write (WithAcks; failover
+	// only; nil: AckAll).
+	Ack *AckPolicy `json:"ack,omitempty"`
+	// WaitTimeout bounds the wait for acknowledgements (WithWaitTimeout;
+	// failover only; 0: DefaultWaitTimeout).
+	WaitTimeout Duration `json:"wait_timeout,omitempty"`
+	// Replicas is the deployment's replica count (WithReplicas; failover
+	// only; nil: the default, 1).
+	Replicas *int `json:"replicas,omitempty"`
+	// WaitAOF makes the strategy wait for fsyncs with WAITAOF (WithWaitAOF;
+	// failover only): "replicas" waits for the replicas' fsync
+	// (WithWaitAOF(false)), "local" for the primary's too (WithWaitAOF(true)),
+	// "" (the default) waits with WAIT instead.
+	WaitAOF string `json:"wait_aof,omitempty"`
 }
 
 // Duration is a time.Duration written as a string such as "1.5s" in JSON
@@ -60,26 +92,63 @@ func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Durat
 func (d *Duration) UnmarshalJSON(b []byte) error {
 	var s string
 	if err := json.Unmarshal(b, &s); err != nil {
-		return fmt.Errorf("want a duration string such as \"10s\": %w", err)
+		return errors.New("want a duration string such as \"10s\"")
 	}
 	v, err := time.ParseDuration(s)
 	if err != nil {
-		return err
+		return fmt.Errorf("%q is not a duration such as \"10s\"", s)
 	}
 	*d = Duration(v)
 	return nil
 }
 
 // Strategies lists the strategy names Config accepts.
-var Strategies = []string{"single"}
+var Strategies = []string{"single", "redlock", "failover"}
 
-// ParseConfig reads the JSON form of a Config. Unknown fields are errors.
+// onlyFor names the fields that apply to some strategies only.
+var onlyFor = map[string][]string{
+	"master":         {"failover"},
+	"max_extensions": {"redlock"},
+	"max_hold":       {"redlock"},
+	"ack":            {"failover"},
+	"wait_timeout":   {"failover"},
+	"replicas":       {"failover"},
+	"wait_aof":       {"failover"},
+}
+
+// urlParts are the fields the URL form carries outside its query.
+var urlParts = []string{"strategy", "addrs", "master", "username", "password"}
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: strategy config: %s", dlm.ErrInvalid, fmt.Sprintf(format, args...))
+}
+
+func badField(field, format string, args ...any) error {
+	return invalid("%s: %s", field, fmt.Sprintf(format, args...))
+}
+
+// ParseConfig reads the JSON form of a Config: one object. Unknown fields,
+// fields that do not apply to the strategy and bad values are errors that
+// name the field and match dlm.ErrInvalid.
 func ParseConfig(r io.Reader) (Config, error) {
-	var c Config
+	var fields map[string]json.RawMessage
 	dec := json.NewDecoder(r)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&c); err != nil {
-		return Config{}, fmt.Errorf("%w: strategy config: %w", dlm.ErrInvalid, err)
+	if err := dec.Decode(&fields); err != nil {
+		return Config{}, invalid("want one JSON object: %v", err)
+	}
+	if dec.More() {
+		return Config{}, invalid("want one JSON object, found more after it")
+	}
+	var c Config
+	names := make([]string, 0, len(fields))
+	for name := range fields {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		if err := c.set(name, fields[name]); err != nil {
+			return Config{}, err
+		}
 	}
 	if err := c.Validate(); err != nil {
 		return Config{}, err
@@ -87,11 +156,49 @@ func ParseConfig(r io.Reader) (Config, error) {
 	return c, nil
 }
 
-// ParseURL reads the URL form of a Config.
+// set decodes one field, by its JSON name, from its JSON value.
+func (c *Config) set(name string, raw json.RawMessage) error {
+	f, ok := fieldByJSONName(name)
+	if !ok {
+		return badField(strconv.Quote(name), "unknown field")
+	}
+	v := reflect.New(f.Type)
+	if err := json.Unmarshal(raw, v.Interface()); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			return badField(name, "want %s, got %s", describe(f.Type), te.Value)
+		}
+		return badField(name, "%s", strings.TrimPrefix(err.Error(), dlm.ErrInvalid.Error()+": "))
+	}
+	reflect.ValueOf(c).Elem().FieldByIndex(f.Index).Set(v.Elem())
+	return nil
+}
+
+func describe(t reflect.Type) string {
+	if t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Int:
+		return "an integer"
+	case reflect.Float64:
+		return "a number"
+	case reflect.Slice:
+		return "a list of strings"
+	}
+	return "a string"
+}
+
+// ParseURL reads the URL form of a Config (see Config). Unknown parameters,
+// parameters that do not apply to the strategy and bad values are errors
+// that name the field and match dlm.ErrInvalid.
 func ParseURL(s string) (Config, error) {
 	u, err := url.Parse(s)
 	if err != nil {
-		return Config{}, fmt.Errorf("%w: strategy URL: %w", dlm.ErrInvalid, err)
+		return Config{}, invalid("URL: %v", err)
+	}
+	if u.Opaque != "" || u.Scheme == "" {
+		return Config{}, badField("strategy", "missing; the URL must begin with one of single://, redlock://, sentinel://, failover://")
 	}
 	c := Config{Strategy: u.Scheme}
 	if u.Scheme == "sentinel" {
@@ -101,29 +208,42 @@ func ParseURL(s string) (Config, error) {
 		c.Addrs = strings.Split(u.Host, ",")
 	}
 	c.Master = strings.Trim(u.Path, "/")
+	if u.Scheme == "sentinel" && c.Master == "" {
+		return Config{}, badField("master", "sentinel:// needs the master name as the path, e.g. sentinel://s1:26379,s2:26379/mymaster")
+	}
 	if u.User != nil {
 		c.Username = u.User.Username()
 		c.Password, _ = u.User.Password()
 	}
-	// Query parameters are fields by their JSON names, set through JSON so
-	// that both forms accept exactly the same values.
-	for name, vals := range u.Query() {
+	q, err := url.ParseQuery(u.RawQuery)
+	if err != nil {
+		return Config{}, invalid("URL query: %v", err)
+	}
+	names := make([]string, 0, len(q))
+	for name := range q {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		vals := q[name]
 		f, ok := fieldByJSONName(name)
-		if !ok || name == "strategy" || name == "addrs" || name == "master" || name == "username" || name == "password" {
-			return Config{}, fmt.Errorf("%w: strategy URL: unknown parameter %q", dlm.ErrInvalid, name)
+		if !ok || slices.Contains(urlParts, name) {
+			return Config{}, badField(strconv.Quote(name), "unknown parameter")
 		}
 		if len(vals) != 1 {
-			return Config{}, fmt.Errorf("%w: strategy URL: parameter %q given %d times", dlm.ErrInvalid, name, len(vals))
+			return Config{}, badField(name, "given %d times", len(vals))
 		}
+		// Numbers go to JSON as they are, everything else as a string, so
+		// that both forms accept exactly the same values.
 		raw := strconv.Quote(vals[0])
-		if k := f.Type.Kind(); k == reflect.Int || k == reflect.Float64 || k == reflect.Pointer {
+		if describe(f.Type) != "a string" {
 			if _, err := strconv.ParseFloat(vals[0], 64); err != nil {
-				return Config{}, fmt.Errorf("%w: strategy URL: parameter %q: %q is not a number", dlm.ErrInvalid, name, vals[0])
+				return Config{}, badField(name, "%q is not a number", vals[0])
 			}
 			raw = vals[0]
 		}
-		if err := json.Unmarshal([]byte(`{"`+name+`":`+raw+`}`), &c); err != nil {
-			return Config{}, fmt.Errorf("%w: strategy URL: parameter %q: %w", dlm.ErrInvalid, name, err)
+		if err := c.set(name, json.RawMessage(raw)); err != nil {
+			return Config{}, err
 		}
 	}
 	if err := c.Validate(); err != nil {
@@ -143,34 +263,119 @@ func fieldByJSONName(name string) (reflect.StructField, bool) {
 	return reflect.StructField{}, false
 }
 
-// Validate reports the first bad field, by its JSON name.
-func (c Config) Validate() error {
-	bad := func(field, format string, args ...any) error {
-		return fmt.Errorf("%w: strategy config: %s: %s", dlm.ErrInvalid, field, fmt.Sprintf(format, args...))
-	}
-	switch c.Strategy {
-	case "single":
-		if len(c.Addrs) > 1 {
-			return bad("addrs", "single takes one address, got %d", len(c.Addrs))
+// URL returns the URL form of c, password included; ParseURL(c.URL())
+// returns c for any valid c whose Addrs, Master and Username contain no ','
+// or '/'.
+func (c Config) URL() string { return c.url().String() }
+
+// String returns the URL form of c with the password redacted.
+func (c Config) String() string { return c.url().Redacted() }
+
+func (c Config) url() *url.URL {
+	u := &url.URL{Scheme: c.Strategy, Host: strings.Join(c.Addrs, ",")}
+	if c.Master != "" {
+		u.Path = "/" + c.Master
+		if c.Strategy == "failover" {
+			u.Scheme = "sentinel"
 		}
-	case "":
-		return bad("strategy", "missing; one of %s", strings.Join(Strategies, ", "))
-	default:
-		return bad("strategy", "unknown strategy %q; one of %s", c.Strategy, strings.Join(Strategies, ", "))
+	}
+	switch {
+	case c.Password != "":
+		u.User = url.UserPassword(c.Username, c.Password)
+	case c.Username != "":
+		u.User = url.User(c.Username)
+	}
+	q := url.Values{}
+	v := reflect.ValueOf(c)
+	t := v.Type()
+	for i := range t.NumField() {
+		name := strings.Split(t.Field(i).Tag.Get("json"), ",")[0]
+		if slices.Contains(urlParts, name) || v.Field(i).IsZero() {
+			continue
+		}
+		b, err := json.Marshal(v.Field(i).Interface())
+		if err != nil {
+			continue // cannot happen: every field marshals
+		}
+		s := string(b)
+		if uq, err := strconv.Unquote(s); err == nil {
+			s = uq
+		}
+		q.Set(name, s)
+	}
+	u.RawQuery = q.Encode()
+	return u
+}
+
+// Validate reports the first bad field, by its JSON name, in an error
+// matching dlm.ErrInvalid: an unknown strategy, a field that does not apply
+// to the strategy, a value out of range, or addresses the strategy cannot
+// take (empty, repeated, or more than one for single and for failover
+// without Master).
+func (c Config) Validate() error {
+	if !slices.Contains(Strategies, c.Strategy) {
+		if c.Strategy == "" {
+			return badField("strategy", "missing; one of %s", strings.Join(Strategies, ", "))
+		}
+		return badField("strategy", "unknown strategy %q; one of %s", c.Strategy, strings.Join(Strategies, ", "))
+	}
+	v := reflect.ValueOf(c)
+	t := v.Type()
+	for i := range t.NumField() {
+		name := strings.Split(t.Field(i).Tag.Get("json"), ",")[0]
+		if only, ok := onlyFor[name]; ok && !v.Field(i).IsZero() && !slices.Contains(only, c.Strategy) {
+			return badField(name, "applies only to the %s strategy, not to %s", strings.Join(only, ", "), c.Strategy)
+		}
 	}
 	for i, a := range c.Addrs {
 		if a == "" {
-			return bad("addrs", "address %d is empty", i)
+			return badField("addrs", "address %d is empty", i)
+		}
+		if slices.Index(c.Addrs, a) < i {
+			return badField("addrs", "%s is given twice", a)
 		}
 	}
-	if c.TTL < 0 {
-		return bad("ttl", "%v is negative", time.Duration(c.TTL))
+	switch {
+	case c.Strategy == "single" && len(c.Addrs) > 1:
+		return badField("addrs", "single takes one address, got %d", len(c.Addrs))
+	case c.Strategy == "failover" && c.Master == "" && len(c.Addrs) > 1:
+		return badField("addrs", "failover without master takes the primary's one address, got %d "+
+			"(set master to go through Sentinel: sentinel://s1,s2,s3/mymaster)", len(c.Addrs))
 	}
-	if c.Timeout < 0 {
-		return bad("timeout", "%v is negative", time.Duration(c.Timeout))
+	for name, d := range map[string]Duration{"ttl": c.TTL, "timeout": c.Timeout, "max_hold": c.MaxHold} {
+		if d < 0 {
+			return badField(name, "%v is negative", time.Duration(d))
+		}
 	}
 	if f := c.DriftFactor; f != nil && !(*f >= 0 && *f < 0.5) {
-		return bad("drift_factor", "%v is not in [0, 0.5)", *f)
+		return badField("drift_factor", "%v is not in [0, 0.5)", *f)
+	}
+	if c.MaxExtensions < 0 {
+		return badField("max_extensions", "%d is negative", c.MaxExtensions)
+	}
+	if c.Replicas != nil && *c.Replicas < 0 {
+		return badField("replicas", "%d is negative", *c.Replicas)
+	}
+	if c.WaitTimeout != 0 && c.WaitTimeout < Duration(time.Millisecond) {
+		return badField("wait_timeout", "%v is below 1ms", time.Duration(c.WaitTimeout))
+	}
+	switch c.WaitAOF {
+	case "", "replicas", "local":
+	default:
+		return badField("wait_aof", "%q: want replicas or local", c.WaitAOF)
+	}
+	if c.Strategy == "failover" {
+		none := c.Ack != nil && *c.Ack == AckNone()
+		if none && c.WaitAOF == "replicas" {
+			return badField("wait_aof", "replicas with ack none waits for nothing")
+		}
+		wt := time.Duration(c.WaitTimeout)
+		if wt == 0 {
+			wt = DefaultWaitTimeout
+		}
+		if c.Timeout > 0 && (!none || c.WaitAOF != "") && time.Duration(c.Timeout) <= wt {
+			return badField("timeout", "%v must exceed the wait timeout %v", time.Duration(c.Timeout), wt)
+		}
 	}
 	return nil
 }
@@ -184,21 +389,48 @@ func (c Config) Options() []Option {
 	if c.DriftFactor != nil {
 		opts = append(opts, WithDriftFactor(*c.DriftFactor))
 	}
+	if c.MaxExtensions > 0 {
+		opts = append(opts, WithMaxExtensions(c.MaxExtensions))
+	}
+	if c.MaxHold > 0 {
+		opts = append(opts, WithMaxHold(time.Duration(c.MaxHold)))
+	}
+	if c.Ack != nil {
+		opts = append(opts, WithAcks(*c.Ack))
+	}
+	if c.WaitTimeout > 0 {
+		opts = append(opts, WithWaitTimeout(time.Duration(c.WaitTimeout)))
+	}
+	if c.Replicas != nil {
+		opts = append(opts, WithReplicas(*c.Replicas))
+	}
+	if c.WaitAOF != "" {
+		opts = append(opts, WithWaitAOF(c.WaitAOF == "local"))
+	}
 	return opts
 }
 
 // New builds the configured strategy over nodes, which the caller built from
-// Addrs with the driver of its choice.
+// Addrs with the driver of its choice: for single one node, for redlock one
+// per independent master (at least one, all distinct), for failover one
+// node on the primary (for go-redis, over a client from
+// redis.NewFailoverClient when Master is set) that implements
+// dlm.ReplicaWaiter. Errors match dlm.ErrInvalid.
 func (c Config) New(nodes ...dlm.Node) (dlm.Strategy, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
 	switch c.Strategy {
-	case "single":
+	case "single", "failover":
 		if len(nodes) != 1 {
-			return nil, fmt.Errorf("%w: strategy config: single takes one node, got %d", dlm.ErrInvalid, len(nodes))
+			return nil, invalid("nodes: %s takes one node, got %d", c.Strategy, len(nodes))
 		}
-		return NewSingle(nodes[0], c.Options()...)
+		if c.Strategy == "single" {
+			return NewSingle(nodes[0], c.Options()...)
+		}
+		return NewFailover(nodes[0], c.Options()...)
+	case "redlock":
+		return NewRedlock(nodes, c.Options()...)
 	}
-	return nil, fmt.Errorf("%w: strategy config: strategy %q cannot be built", dlm.ErrInvalid, c.Strategy)
+	return nil, badField("strategy", "%q cannot be built", c.Strategy)
 }

@@ -65,30 +65,141 @@ func TestRunPassesFenceAndStatus(t *testing.T) {
 	assert.Contains(t, out, "fence=2", "released after the first run, and the fence moved on")
 }
 
-func TestRunRacingProcesses(t *testing.T) {
-	url := "single://" + redistest.Start(t).Addr
+// raceRun starts n dlm run processes for one key at once; each appends
+// "start FENCE" and "end FENCE" to a file around a pause, under the lock. It
+// checks that the pairs never interleave and that the fences increase, and
+// returns the fences in the order the processes held the lock.
+func raceRun(t *testing.T, n int, url string) []int {
+	t.Helper()
 	log := filepath.Join(t.TempDir(), "log")
 	script := `echo "start $DLM_FENCE" >> ` + log + `; sleep 0.3; echo "end $DLM_FENCE" >> ` + log
 	var cmds []*exec.Cmd
-	for range 2 {
-		c := exec.Command(dlmBin, "run", "--url", url, "--key", "race", "--wait", "20s", "--", "sh", "-c", script)
+	var outs []*bytes.Buffer
+	for range n {
+		c := exec.Command(dlmBin, "run", "--url", url, "--key", "race", "--wait", "30s", "--", "sh", "-c", script)
+		var out bytes.Buffer
+		c.Stdout, c.Stderr = &out, &out
 		require.NoError(t, c.Start())
-		cmds = append(cmds, c)
+		cmds, outs = append(cmds, c), append(outs, &out)
 	}
-	for _, c := range cmds {
-		require.NoError(t, c.Wait())
+	for i, c := range cmds {
+		require.NoError(t, c.Wait(), outs[i].String())
 	}
 	b, err := os.ReadFile(log)
 	require.NoError(t, err)
-	lines := strings.Fields(strings.ReplaceAll(string(b), "\n", " "))
-	require.Len(t, lines, 8, string(b))
-	// start/end pairs never interleave, and the fences differ and increase.
-	assert.Equal(t, []string{"start", "end", "start", "end"}, []string{lines[0], lines[2], lines[4], lines[6]}, string(b))
-	assert.Equal(t, lines[1], lines[3])
-	assert.Equal(t, lines[5], lines[7])
-	f1, _ := strconv.Atoi(lines[1])
-	f2, _ := strconv.Atoi(lines[5])
-	assert.Greater(t, f2, f1)
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	require.Len(t, lines, 2*n, string(b))
+	var fences []int
+	for i := 0; i < len(lines); i += 2 {
+		// Every start is followed by the end of the same holder.
+		start, end := strings.Fields(lines[i]), strings.Fields(lines[i+1])
+		require.Len(t, start, 2, string(b))
+		require.Len(t, end, 2, string(b))
+		require.Equal(t, []string{"start", "end", start[1]}, []string{start[0], end[0], end[1]}, "overlapping holders:\n%s", b)
+		f, err := strconv.Atoi(start[1])
+		require.NoError(t, err, string(b))
+		if len(fences) > 0 {
+			require.Greater(t, f, fences[len(fences)-1], "fences must increase:\n%s", b)
+		}
+		fences = append(fences, f)
+	}
+	return fences
+}
+
+func TestRunRacingProcesses(t *testing.T) {
+	raceRun(t, 2, "single://"+redistest.Start(t).Addr)
+}
+
+// Two processes racing for one key over Redlock on three real servers.
+func TestRunRedlockRacingProcesses(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	addrs := []string{servers[0].Addr, servers[1].Addr, servers[2].Addr}
+	// A generous per-node timeout: the machine running the tests may be loaded.
+	url := "redlock://" + strings.Join(addrs, ",") + "?timeout=2s&ttl=3s"
+	fences := raceRun(t, 2, url)
+	// Every node granted both acquisitions (none was down), so each holds the last fence.
+	ctx := context.Background()
+	for _, s := range servers {
+		v, err := s.Client(t).Get(ctx, "dlm:{race}:fence").Int()
+		require.NoError(t, err)
+		assert.Equal(t, fences[len(fences)-1], v, s.Addr)
+	}
+}
+
+// A Sentinel deployment: dlm run finds the primary through Sentinel, takes
+// the lock acknowledged by the replica, and passes the fence; dlm doctor
+// checks the primary and the replica it found, and dlm demo runs on it.
+func TestSentinelDeployment(t *testing.T) {
+	topo := redistest.StartReplicated(t, redistest.ReplicatedOptions{Replicas: 1, Sentinels: 1})
+	url := "sentinel://" + strings.Join(topo.SentinelAddrs(), ",") + "/" + topo.Master + "?ack=all&replicas=1&wait_timeout=1s"
+
+	code, out := runDLM(t, "run", "--url", url, "--key", "s", "--", "sh", "-c", `echo "fence=$DLM_FENCE"`)
+	assert.Equal(t, 0, code, out)
+	assert.Contains(t, out, "fence=1")
+	// The lock and its fence reached the replica before the command ran.
+	assert.Equal(t, "1", topo.Replicas[0].Client(t).Get(context.Background(), "dlm:{s}:fence").Val())
+
+	code, out = runDLM(t, "doctor", "--url", url)
+	assert.Equal(t, 1, code, out) // no AOF
+	assert.Contains(t, out, topo.Primary.Addr+" (primary)")
+	assert.Contains(t, out, topo.Replicas[0].Addr+" (replica)")
+	assert.Contains(t, out, "ok   "+topo.Sentinels[0].Addr+": primary "+topo.Primary.Addr)
+	assert.Contains(t, out, "ok   ack all: 1 acknowledgement(s) per lock from 1 connected replica(s)")
+	assert.Contains(t, out, "ok   link to the primary up")
+	assert.Contains(t, out, "warn 1 Sentinel(s) in the config")
+
+	// ack=2 cannot be met by one replica: doctor says so.
+	code, out = runDLM(t, "doctor", "--url", strings.Replace(url, "ack=all", "ack=2", 1))
+	assert.Equal(t, 1, code, out)
+	assert.Contains(t, out, "fail ack 2, but 1 replica(s) connected")
+
+	var dout, derr bytes.Buffer
+	code = run(context.Background(), []string{"demo", "--url", url, "--duration", "1s", "--workers", "3"}, &dout, &derr)
+	assert.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", dout.String(), derr.String())
+	assert.Contains(t, dout.String(), "dlm demo: failover strategy, sentinel://")
+	assert.Contains(t, dout.String(), "most holders at once    1 (must be 1)")
+	assert.Contains(t, dout.String(), "strictly increasing: yes")
+}
+
+// Configuration errors exit 2 with a message naming the field, whichever way
+// the configuration comes.
+func TestConfigErrors(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.json")
+	require.NoError(t, os.WriteFile(bad, []byte(`{"strategy":"redlock","addrs":["127.0.0.1:1"],"max_hold":"forever"}`), 0o644))
+	for _, tc := range []struct {
+		args []string
+		env  string
+		want string
+	}{
+		{args: []string{"run", "--key", "k", "--url", "redlock://127.0.0.1:1,127.0.0.1:2?ack=all", "--", "true"}, want: "ack: applies only to the failover strategy"},
+		{args: []string{"run", "--key", "k", "--config", bad, "--", "true"}, want: `max_hold: "forever" is not a duration`},
+		{args: []string{"run", "--key", "k", "--", "true"}, env: "DLM_URL=sentinel://127.0.0.1:1/m?ack=most", want: `ack: ack policy "most"`},
+		{args: []string{"doctor", "--url", "single://127.0.0.1:1?replicas=2"}, want: "replicas: applies only to the failover strategy"},
+		{args: []string{"doctor", "--config", filepath.Join(dir, "missing.json")}, want: "missing.json"},
+		{args: []string{"demo", "--url", "failover://127.0.0.1:1,127.0.0.1:2"}, want: "addrs: failover without master"},
+		{args: []string{"demo", "--url", "single://127.0.0.1:1", "--addr", "127.0.0.1:1"}, want: "cannot be combined"},
+	} {
+		cmd := exec.Command(dlmBin, tc.args...)
+		cmd.Env = append(os.Environ(), "DLM_URL=")
+		if tc.env != "" {
+			cmd.Env = append(cmd.Env, tc.env)
+		}
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		require.ErrorAs(t, err, &ee, "%v: %s", tc.args, out)
+		assert.Equal(t, 2, ee.ExitCode(), "%v: %s", tc.args, out)
+		assert.Contains(t, string(out), tc.want, tc.args)
+	}
+}
+
+func TestRunHelpNamesTheFence(t *testing.T) {
+	code, out := runDLM(t, "run", "-h")
+	assert.Equal(t, 0, code)
+	assert.Contains(t, out, "DLM_FENCE")
+	assert.Contains(t, out, "75  the lock could not be taken")
+	assert.Contains(t, out, "76  the lock was lost")
+	assert.Contains(t, out, "sentinel://")
 }
 
 func TestRunCouldNotLock(t *testing.T) {
@@ -128,6 +239,62 @@ func TestRunLockLost(t *testing.T) {
 	assert.Equal(t, "thief", c.Get(ctx, "dlm:{lost}").Val(), "the thief's lock is untouched")
 }
 
+// --on-lost ignore lets the command finish, with its own status.
+func TestRunLockLostIgnored(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	ready := filepath.Join(t.TempDir(), "ready")
+	cmd := exec.Command(dlmBin, "run", "--url", "single://"+srv.Addr, "--key", "lost", "--ttl", "600ms", "--on-lost", "ignore", "--",
+		"sh", "-c", `touch `+ready+`; sleep 2; exit 5`)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	require.NoError(t, cmd.Start())
+	require.Eventually(t, func() bool { _, err := os.Stat(ready); return err == nil }, 10*time.Second, 10*time.Millisecond)
+	require.NoError(t, c.Set(context.Background(), "dlm:{lost}", "thief", time.Minute).Err())
+	err := cmd.Wait()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee, out.String())
+	assert.Equal(t, 5, ee.ExitCode(), out.String())
+	assert.Contains(t, out.String(), "lost the lock")
+}
+
+// A server that stops answering: renewals fail until the lease runs out,
+// and then the lock counts as lost.
+func TestRunLockLostToSilentServer(t *testing.T) {
+	srv := redistest.Start(t)
+	ready := filepath.Join(t.TempDir(), "ready")
+	cmd := exec.Command(dlmBin, "run", "--url", "single://"+srv.Addr+"?timeout=300ms", "--key", "silent", "--ttl", "1s", "--on-lost", "kill", "--",
+		"sh", "-c", `touch `+ready+`; exec sleep 30`)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	require.NoError(t, cmd.Start())
+	require.Eventually(t, func() bool { _, err := os.Stat(ready); return err == nil }, 10*time.Second, 10*time.Millisecond)
+	srv.Freeze(t)
+	defer srv.Thaw(t)
+	start := time.Now()
+	err := cmd.Wait()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee, out.String())
+	assert.Equal(t, exitLost, ee.ExitCode(), out.String())
+	assert.Contains(t, out.String(), "lost the lock")
+	assert.Less(t, time.Since(start), 20*time.Second, "killed when the lease ran out, not after 30s")
+}
+
+func TestRunConfigFileAndEnv(t *testing.T) {
+	srv := redistest.Start(t)
+	file := filepath.Join(t.TempDir(), "lock.json")
+	require.NoError(t, os.WriteFile(file, []byte(`{"strategy":"single","addrs":["`+srv.Addr+`"],"ttl":"7s"}`), 0o644))
+	code, out := runDLM(t, "run", "--config", file, "--key", "f", "--", "sh", "-c", `echo "fence=$DLM_FENCE"`)
+	assert.Equal(t, 0, code, out)
+	assert.Contains(t, out, "fence=1")
+
+	cmd := exec.Command(dlmBin, "run", "--key", "f", "--", "sh", "-c", `echo "fence=$DLM_FENCE"`)
+	cmd.Env = append(os.Environ(), "DLM_URL=single://"+srv.Addr)
+	b, err := cmd.CombinedOutput()
+	require.NoError(t, err, string(b))
+	assert.Contains(t, string(b), "fence=2")
+}
+
 func TestRunSignalIsForwarded(t *testing.T) {
 	url := "single://" + redistest.Start(t).Addr
 	ready := filepath.Join(t.TempDir(), "ready")
@@ -157,7 +324,7 @@ func TestRunUsage(t *testing.T) {
 	}
 	code, out := runDLM(t, "run", "--key", "k", "--url", "single://h:1?tll=1s", "--", "true")
 	assert.Equal(t, 2, code)
-	assert.Contains(t, out, `unknown parameter "tll"`)
+	assert.Contains(t, out, `"tll": unknown parameter`)
 }
 
 func TestDoctor(t *testing.T) {
@@ -176,4 +343,18 @@ func TestDoctor(t *testing.T) {
 	code, out = runDLM(t, "doctor", "--url", "single://127.0.0.1:1")
 	assert.Equal(t, 1, code, out)
 	assert.Contains(t, out, "fail unreachable")
+}
+
+// Doctor on Redlock checks every master, and notices one server given under
+// two names.
+func TestDoctorRedlock(t *testing.T) {
+	safe := redistest.Start(t, "--appendonly", "yes", "--appendfsync", "always")
+	bare := redistest.Start(t)
+	url := "redlock://" + safe.Addr + "," + bare.Addr + ",localhost:" + strconv.Itoa(bare.Port)
+	code, out := runDLM(t, "doctor", "--url", url)
+	assert.Equal(t, 1, code, out)
+	assert.Contains(t, out, "redlock strategy")
+	assert.Contains(t, out, "ok   AOF on with appendfsync always")
+	assert.Contains(t, out, "warn AOF off: a restart loses this master's locks and fencing counters")
+	assert.Contains(t, out, "fail the same server as "+bare.Addr)
 }

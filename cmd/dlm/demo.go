@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -19,107 +20,174 @@ import (
 	"github.com/dlmgo/dlm/strategy"
 )
 
+const demoUsage = `usage: dlm demo [flags]
+
+Runs concurrent workers that take one lock, touch a shared counter while
+holding it, and release it; then reports what shows the lock held: most
+holders at once (must be 1), fences strictly increasing, the counter equal to
+the acquisitions, and wait times. Exit status 0 when the lock held, 1 when
+it did not, 2 on usage or configuration errors.
+
+By default it runs Redlock over five embedded in-process Redis nodes
+(miniredis) and stops two of them halfway. --addr names real servers;
+--url, --config or DLM_URL take the same configuration as dlm run and dlm
+doctor, for any strategy (servers named so are never stopped).
+
+`
+
 func demo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("dlm demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, demoUsage+targetUsage+"\nflags:\n"); fs.PrintDefaults() }
+	tf := addTargetFlags(fs)
 	addr := fs.String("addr", "", "Redis address host:port, or several separated by commas for Redlock (default: embedded in-process Redis nodes)")
 	strat := fs.String("strategy", "", "single or redlock (default: redlock, or single when --addr names one server)")
 	nodes := fs.Int("nodes", 5, "embedded Redis nodes for Redlock")
 	stop := fs.Int("stop", -1, "embedded nodes to stop halfway through (default: as many as the Redlock quorum survives)")
-	nodeTimeout := fs.Duration("node-timeout", 200*time.Millisecond, "Redlock's per-node timeout")
+	nodeTimeout := fs.Duration("node-timeout", 200*time.Millisecond, "Redlock's per-node timeout (with --url/--config: when the config sets no timeout)")
 	workers := fs.Int("workers", 8, "concurrent workers")
 	duration := fs.Duration("duration", 3*time.Second, "how long the workers run")
 	hold := fs.Duration("hold", time.Millisecond, "how long each worker holds the lock")
-	ttl := fs.Duration("ttl", 5*time.Second, "lock TTL")
+	ttl := fs.Duration("ttl", 5*time.Second, "lock TTL (with --url/--config: when the config sets no ttl)")
 	key := fs.String("key", "dlm-demo", "lock key")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return parseExit(err)
 	}
 	if *workers < 1 || *duration <= 0 || *hold < 0 {
 		fmt.Fprintln(stderr, "dlm demo: --workers must be at least 1, --duration positive, --hold not negative")
 		return 2
 	}
-	var addrs []string
-	if *addr != "" {
-		addrs = strings.Split(*addr, ",")
-	}
-	switch {
-	case *strat == "" && len(addrs) == 1:
-		*strat = "single"
-	case *strat == "":
-		*strat = "redlock"
-	case *strat != "single" && *strat != "redlock":
-		fmt.Fprintf(stderr, "dlm demo: --strategy %q: want single or redlock\n", *strat)
+	if *nodeTimeout <= 0 {
+		fmt.Fprintln(stderr, "dlm demo: --node-timeout must be positive")
 		return 2
 	}
-	if *strat == "single" && len(addrs) > 1 {
-		fmt.Fprintln(stderr, "dlm demo: --strategy single takes one --addr")
-		return 2
-	}
-	n := len(addrs)
-	if n == 0 {
-		n = 1
-		if *strat == "redlock" {
-			n = *nodes
-		}
-	}
-	if n < 1 || *nodeTimeout <= 0 {
-		fmt.Fprintln(stderr, "dlm demo: --nodes must be at least 1 and --node-timeout positive")
-		return 2
-	}
-	quorum := n/2 + 1
-	toStop := 0
-	if len(addrs) == 0 && *strat == "redlock" {
-		toStop = n - quorum
-		if *stop >= 0 {
-			toStop = *stop
-		}
-		if toStop > n {
-			fmt.Fprintf(stderr, "dlm demo: --stop %d: there are only %d nodes\n", toStop, n)
+	var (
+		s         dlm.Strategy
+		header    string
+		stoppers  []func()
+		addrs     []string
+		n, quorum int
+		toStop    int
+	)
+	if *tf.url != "" || *tf.config != "" || os.Getenv("DLM_URL") != "" {
+		if *addr != "" || *strat != "" {
+			fmt.Fprintln(stderr, "dlm demo: --addr and --strategy cannot be combined with --url, --config or DLM_URL")
 			return 2
 		}
-	}
-
-	var stoppers []func()
-	where := "Redis at " + *addr
-	if len(addrs) == 0 {
-		for range n {
-			srv, stopSrv, err := startEmbedded()
-			if err != nil {
-				fmt.Fprintln(stderr, "dlm demo:", err)
-				return 1
-			}
-			defer stopSrv()
-			addrs = append(addrs, srv)
-			stoppers = append(stoppers, stopSrv)
+		cfg, err := tf.load()
+		if err != nil {
+			fmt.Fprintln(stderr, "dlm demo:", err)
+			return 2
 		}
-		where = fmt.Sprintf("%d embedded Redis node%s (miniredis, in-process)", n, map[bool]string{true: "", false: "s"}[n == 1])
-	}
-	// The stopped nodes would fill stderr with the client's redial messages.
-	redis.SetLogger(quietLogger{})
-	var dnodes []dlm.Node
-	for _, a := range addrs {
-		// One round trip per call: no client-side retries, and a stopped
-		// node fails at once rather than after go-redis' five redials
-		// 100ms apart.
-		client := redis.NewClient(&redis.Options{Addr: a, ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1})
-		defer client.Close()
-		dnodes = append(dnodes, goredis.New(client))
-		// Best effort: open a connection before the clock starts.
-		pctx, cancel := context.WithTimeout(ctx, time.Second)
-		_ = client.Ping(pctx).Err()
-		cancel()
-	}
-	var s dlm.Strategy
-	var err error
-	if *strat == "single" {
-		s, err = strategy.NewSingle(dnodes[0], strategy.WithTimeout(time.Second))
+		if cfg.TTL > 0 {
+			*ttl = time.Duration(cfg.TTL)
+		}
+		if cfg.Timeout == 0 {
+			switch {
+			case cfg.Strategy == "redlock":
+				cfg.Timeout = strategy.Duration(*nodeTimeout)
+			case cfg.WaitTimeout > 0:
+				cfg.Timeout = cfg.WaitTimeout + strategy.Duration(time.Second)
+			default:
+				cfg.Timeout = strategy.Duration(time.Second + strategy.DefaultWaitTimeout)
+			}
+		}
+		t, err := connect(cfg)
+		if err != nil {
+			fmt.Fprintln(stderr, "dlm demo:", err)
+			return 2
+		}
+		defer t.Close()
+		for _, c := range t.clients {
+			// Best effort: open a connection before the clock starts.
+			pctx, cancel := context.WithTimeout(ctx, time.Second)
+			_ = c.Ping(pctx).Err()
+			cancel()
+		}
+		s, *strat = t.strat, cfg.Strategy
+		header = fmt.Sprintf("dlm demo: %s strategy, %s", cfg.Strategy, cfg)
+		if rl, ok := s.(*strategy.Redlock); ok {
+			header += fmt.Sprintf(", quorum %d, per-node timeout %v", rl.Quorum(), rl.Timeout())
+		}
 	} else {
-		s, err = strategy.NewRedlock(dnodes, strategy.WithTimeout(*nodeTimeout))
-	}
-	if err != nil {
-		fmt.Fprintln(stderr, "dlm demo:", err)
-		return 1
+		if *addr != "" {
+			addrs = strings.Split(*addr, ",")
+		}
+		switch {
+		case *strat == "" && len(addrs) == 1:
+			*strat = "single"
+		case *strat == "":
+			*strat = "redlock"
+		case *strat != "single" && *strat != "redlock":
+			fmt.Fprintf(stderr, "dlm demo: --strategy %q: want single or redlock (or --url for failover)\n", *strat)
+			return 2
+		}
+		if *strat == "single" && len(addrs) > 1 {
+			fmt.Fprintln(stderr, "dlm demo: --strategy single takes one --addr")
+			return 2
+		}
+		n = len(addrs)
+		if n == 0 {
+			n = 1
+			if *strat == "redlock" {
+				n = *nodes
+			}
+		}
+		if n < 1 {
+			fmt.Fprintln(stderr, "dlm demo: --nodes must be at least 1")
+			return 2
+		}
+		quorum = n/2 + 1
+		if len(addrs) == 0 && *strat == "redlock" {
+			toStop = n - quorum
+			if *stop >= 0 {
+				toStop = *stop
+			}
+			if toStop > n {
+				fmt.Fprintf(stderr, "dlm demo: --stop %d: there are only %d nodes\n", toStop, n)
+				return 2
+			}
+		}
+
+		where := "Redis at " + *addr
+		if len(addrs) == 0 {
+			for range n {
+				srv, stopSrv, err := startEmbedded()
+				if err != nil {
+					fmt.Fprintln(stderr, "dlm demo:", err)
+					return 1
+				}
+				defer stopSrv()
+				addrs = append(addrs, srv)
+				stoppers = append(stoppers, stopSrv)
+			}
+			where = fmt.Sprintf("%d embedded Redis node%s (miniredis, in-process)", n, map[bool]string{true: "", false: "s"}[n == 1])
+		}
+		var dnodes []dlm.Node
+		for _, a := range addrs {
+			// One round trip per call: no client-side retries, and a stopped
+			// node fails at once rather than after go-redis' five redials
+			// 100ms apart.
+			client := redis.NewClient(&redis.Options{Addr: a, ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1})
+			defer client.Close()
+			dnodes = append(dnodes, goredis.New(client))
+			// Best effort: open a connection before the clock starts.
+			pctx, cancel := context.WithTimeout(ctx, time.Second)
+			_ = client.Ping(pctx).Err()
+			cancel()
+		}
+		var err error
+		if *strat == "single" {
+			s, err = strategy.NewSingle(dnodes[0], strategy.WithTimeout(time.Second))
+			header = "dlm demo: single-instance strategy over " + where
+		} else {
+			s, err = strategy.NewRedlock(dnodes, strategy.WithTimeout(*nodeTimeout))
+			header = fmt.Sprintf("dlm demo: Redlock strategy over %s, quorum %d, per-node timeout %v", where, quorum, *nodeTimeout)
+		}
+		if err != nil {
+			fmt.Fprintln(stderr, "dlm demo:", err)
+			return 1
+		}
 	}
 	// Redlock waiters retry sooner: a split vote costs more than a retry,
 	// and the Manager's jitter keeps contenders apart.
@@ -135,11 +203,7 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 
-	if *strat == "single" {
-		fmt.Fprintf(stdout, "dlm demo: single-instance strategy over %s\n", where)
-	} else {
-		fmt.Fprintf(stdout, "dlm demo: Redlock strategy over %s, quorum %d, per-node timeout %v\n", where, quorum, *nodeTimeout)
-	}
+	fmt.Fprintln(stdout, header)
 	fmt.Fprintf(stdout, "%d workers for %v, each holding %q for %v (TTL %v)\n", *workers, *duration, *key, *hold, *ttl)
 	var (
 		stopMu  sync.Mutex

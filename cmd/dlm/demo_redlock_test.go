@@ -11,30 +11,10 @@ import (
 	"github.com/dlmgo/dlm/internal/redistest"
 )
 
-// The default demo: Redlock over five embedded nodes, two of which stop
-// halfway; locking goes on over the other three.
-func TestDemoRedlockSurvivesTwoNodesStopping(t *testing.T) {
-	var out, errOut bytes.Buffer
-	// A generous per-node timeout: in-process nodes under the race detector
-	// on a loaded machine can take 100ms to answer.
-	code := run(context.Background(), []string{"demo", "--duration", "1s", "--workers", "3", "--node-timeout", "2s"}, &out, &errOut)
-	s := out.String()
-	assert.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", s, errOut.String())
-	assert.Contains(t, s, "Redlock strategy over 5 embedded Redis nodes")
-	assert.Contains(t, s, "quorum 3")
-	assert.Contains(t, s, "halfway through, 2 of the 5 nodes stop")
-	assert.Contains(t, s, "nodes stopped           at 500ms: node 2 (127.0.0.1:")
-	assert.Contains(t, s, "the lock kept working on the 3 remaining nodes (quorum 3)")
-	assert.Contains(t, s, "most holders at once    1 (must be 1)")
-	assert.Contains(t, s, "strictly increasing: yes")
-	assert.Contains(t, s, "OK:")
-	assert.NotContains(t, s, "errors")
-}
-
 // Stopping three of five leaves no quorum: the demo says so and fails.
 func TestDemoRedlockQuorumLost(t *testing.T) {
 	var out, errOut bytes.Buffer
-	code := run(context.Background(), []string{"demo", "--duration", "600ms", "--workers", "2", "--stop", "3", "--node-timeout", "2s"}, &out, &errOut)
+	code := run(context.Background(), []string{"demo", "--duration", "1s", "--workers", "2", "--stop", "3", "--node-timeout", "2s"}, &out, &errOut)
 	s := out.String()
 	assert.Equal(t, 1, code, s)
 	assert.Contains(t, s, "acquisitions after      0: the 2 remaining nodes are fewer than the quorum of 3")
@@ -46,7 +26,7 @@ func TestDemoRedlockRealServers(t *testing.T) {
 	servers := redistest.StartN(t, 3)
 	addrs := []string{servers[0].Addr, servers[1].Addr, servers[2].Addr}
 	var out, errOut bytes.Buffer
-	code := run(context.Background(), []string{"demo", "--addr", strings.Join(addrs, ","), "--duration", "300ms", "--node-timeout", "2s"}, &out, &errOut)
+	code := run(context.Background(), []string{"demo", "--addr", strings.Join(addrs, ","), "--duration", "500ms", "--node-timeout", "2s"}, &out, &errOut)
 	s := out.String()
 	assert.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", s, errOut.String())
 	assert.Contains(t, s, "Redlock strategy over Redis at "+strings.Join(addrs, ","))
@@ -56,7 +36,7 @@ func TestDemoRedlockRealServers(t *testing.T) {
 
 func TestDemoSingleEmbedded(t *testing.T) {
 	var out, errOut bytes.Buffer
-	code := run(context.Background(), []string{"demo", "--strategy", "single", "--duration", "200ms"}, &out, &errOut)
+	code := run(context.Background(), []string{"demo", "--strategy", "single", "--duration", "500ms"}, &out, &errOut)
 	assert.Equal(t, 0, code, out.String())
 	assert.Contains(t, out.String(), "single-instance strategy over 1 embedded Redis node")
 }

@@ -5,20 +5,29 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlmgo/dlm/strategy"
 )
 
 const doctorUsage = `usage: dlm doctor [flags]
 
 Checks every server of the configured deployment for what makes locks unsafe
-or slow, and says what to change. Exit status: 0 when nothing needs changing,
-1 when something does, 2 on usage errors.
+or slow, and says what to change: eviction policy, persistence and fsync,
+replicas and their lag, Cluster mode, the server version and the commands
+the strategies use (WAIT, WAITAOF, CLIENT for tracking). For redlock it
+checks every master and that they are distinct servers; for sentinel:// it
+asks the Sentinels for the primary, checks it and each of its replicas, and
+compares the replicas with the ack policy.
 
-flags:
+Exit status: 0 when nothing needs changing, 1 when something does, 2 on
+usage or configuration errors.
+
 `
 
 // A finding is one line of the doctor's report.
@@ -27,131 +36,327 @@ type finding struct {
 	text  string
 }
 
+// report collects findings per server and counts the problems.
+type report struct {
+	w        io.Writer
+	problems int
+}
+
+func (r *report) section(title string) { fmt.Fprintf(r.w, "\n%s\n", title) }
+
+func (r *report) add(fs ...finding) {
+	for _, f := range fs {
+		fmt.Fprintf(r.w, "  %-4s %s\n", f.level, f.text)
+		if f.level != "ok" {
+			r.problems++
+		}
+	}
+}
+
+func (r *report) addf(level, format string, args ...any) {
+	r.add(finding{level, fmt.Sprintf(format, args...)})
+}
+
 func doctor(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("dlm doctor", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, doctorUsage); fs.PrintDefaults() }
+	fs.Usage = func() { fmt.Fprint(stderr, doctorUsage+targetUsage+"\nflags:\n"); fs.PrintDefaults() }
 	tf := addTargetFlags(fs)
 	timeout := fs.Duration("timeout", 2*time.Second, "bound on each server's checks")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return parseExit(err)
 	}
 	cfg, err := tf.load()
 	if err != nil {
 		fmt.Fprintln(stderr, "dlm doctor:", err)
 		return 2
 	}
-	t, err := connect(cfg)
+	t, err := connect(cfg) // the same checks as dlm run
 	if err != nil {
 		fmt.Fprintln(stderr, "dlm doctor:", err)
 		return 2
 	}
-	defer t.Close()
-
-	fmt.Fprintf(stdout, "dlm doctor: %s strategy over %d server(s)\n", cfg.Strategy, len(t.clients))
-	problems := 0
-	for i, c := range t.clients {
+	t.Close()
+	fmt.Fprintf(stdout, "dlm doctor: %s strategy, %s\n", cfg.Strategy, cfg)
+	r := &report{w: stdout}
+	check := func(addr string, f func(context.Context, *redis.Client) map[string]string) map[string]string {
+		c := newClient(cfg, addr)
+		defer c.Close()
 		cctx, cancel := context.WithTimeout(ctx, *timeout)
-		fmt.Fprintf(stdout, "\n%s\n", cfg.Addrs[i])
-		for _, f := range checkServer(cctx, c, cfg.Strategy) {
-			fmt.Fprintf(stdout, "  %-4s %s\n", f.level, f.text)
-			if f.level != "ok" {
-				problems++
+		defer cancel()
+		return f(cctx, c)
+	}
+	switch {
+	case cfg.Strategy == "failover":
+		primary := cfg.Addrs[0]
+		if sentinelVia(cfg) {
+			r.section(fmt.Sprintf("Sentinels for %q", cfg.Master))
+			primary = checkSentinels(ctx, cfg, *timeout, r)
+			if primary == "" {
+				break
 			}
 		}
-		cancel()
+		r.section(primary + " (primary)")
+		info := check(primary, func(ctx context.Context, c *redis.Client) map[string]string { return checkServer(ctx, c, cfg, r) })
+		if info == nil {
+			break
+		}
+		n, _ := strconv.Atoi(info["connected_slaves"])
+		checkAcks(cfg, n, r)
+		for _, addr := range replicaAddrs(info) {
+			r.section(addr + " (replica)")
+			check(addr, func(ctx context.Context, c *redis.Client) map[string]string { return checkReplica(ctx, c, cfg, r) })
+		}
+	default:
+		runIDs := map[string]string{}
+		for _, addr := range cfg.Addrs {
+			r.section(addr)
+			info := check(addr, func(ctx context.Context, c *redis.Client) map[string]string { return checkServer(ctx, c, cfg, r) })
+			if id := info["run_id"]; id != "" {
+				if other, ok := runIDs[id]; ok {
+					r.addf("fail", "the same server as %s: Redlock needs independent masters", other)
+				}
+				runIDs[id] = addr
+			}
+		}
 	}
-	if problems > 0 {
-		fmt.Fprintf(stdout, "\n%d thing(s) to change\n", problems)
+	if r.problems > 0 {
+		fmt.Fprintf(stdout, "\n%d thing(s) to change\n", r.problems)
 		return 1
 	}
 	fmt.Fprintln(stdout, "\nnothing to change")
 	return 0
 }
 
-// checkServer inspects one server.
-func checkServer(ctx context.Context, c redis.UniversalClient, strat string) []finding {
-	var out []finding
-	add := func(level, format string, args ...any) {
-		out = append(out, finding{level, fmt.Sprintf(format, args...)})
+// checkSentinels asks each Sentinel for the primary and returns the address
+// the first one that answered gave ("" when none did).
+func checkSentinels(ctx context.Context, cfg strategy.Config, timeout time.Duration, r *report) string {
+	primary := ""
+	for _, addr := range cfg.Addrs {
+		sc := redis.NewSentinelClient(&redis.Options{Addr: addr, DialTimeout: time.Second, MaxRetries: -1, ContextTimeoutEnabled: true})
+		cctx, cancel := context.WithTimeout(ctx, timeout)
+		hp, err := sc.GetMasterAddrByName(cctx, cfg.Master).Result()
+		switch {
+		case err != nil:
+			r.addf("fail", "%s: %v", addr, err)
+		case len(hp) != 2:
+			r.addf("fail", "%s: unexpected reply %v", addr, hp)
+		default:
+			got := net.JoinHostPort(hp[0], hp[1])
+			switch {
+			case primary == "":
+				primary = got
+				r.addf("ok", "%s: primary %s", addr, got)
+			case got != primary:
+				r.addf("warn", "%s: primary %s, but another Sentinel says %s: a failover is under way or the Sentinels are split", addr, got, primary)
+			default:
+				r.addf("ok", "%s: primary %s", addr, got)
+			}
+			if q, err := sc.CkQuorum(cctx, cfg.Master).Result(); err != nil {
+				r.addf("warn", "%s: SENTINEL CKQUORUM: %v: Sentinel could not fail over", addr, err)
+			} else {
+				r.addf("ok", "%s: %s", addr, q)
+			}
+		}
+		cancel()
+		_ = sc.Close()
 	}
+	if len(cfg.Addrs) < 3 {
+		r.addf("warn", "%d Sentinel(s) in the config: list at least three, so the client finds the primary while one is down", len(cfg.Addrs))
+	}
+	return primary
+}
 
+// checkAcks compares the primary's connected replicas with the ack policy.
+func checkAcks(cfg strategy.Config, connected int, r *report) {
+	ack := strategy.AckAll()
+	if cfg.Ack != nil {
+		ack = *cfg.Ack
+	}
+	configured := 1
+	if cfg.Replicas != nil {
+		configured = *cfg.Replicas
+	}
+	counted := max(configured, connected)
+	switch ack {
+	case strategy.AckNone():
+		r.addf("warn", "ack none: no replica acknowledges a lock, so a failover can hand a held lock to a second owner; use ack=all")
+		return
+	case strategy.AckAll():
+		if connected < configured {
+			r.addf("fail", "ack all with replicas=%d, but %d replica(s) connected: every lock is refused until they are back", configured, connected)
+		} else {
+			r.addf("ok", "ack all: %d acknowledgement(s) per lock from %d connected replica(s)", counted, connected)
+		}
+	case strategy.AckMajority():
+		need := counted/2 + 1
+		if connected < need {
+			r.addf("fail", "ack majority needs %d acknowledgement(s), %d replica(s) connected: every lock is refused", need, connected)
+		} else {
+			r.addf("warn", "ack majority: %d of %d replicas acknowledge; Sentinel may promote one that did not, so only ack=all keeps every lock through a failover", need, counted)
+		}
+	default:
+		need, _ := strconv.Atoi(ack.String())
+		switch {
+		case connected < need:
+			r.addf("fail", "ack %d, but %d replica(s) connected: every lock is refused", need, connected)
+		case need < connected:
+			r.addf("warn", "ack %d of %d connected replicas: Sentinel may promote one that did not acknowledge; use ack=all", need, connected)
+		default:
+			r.addf("ok", "ack %d: every connected replica acknowledges", need)
+		}
+	}
+	if configured < connected {
+		r.addf("warn", "replicas=%d in the config, %d connected: if replicas drop off, fewer acknowledgements are asked for; set replicas=%d", configured, connected, connected)
+	}
+}
+
+// replicaAddrs lists the replicas in the primary's INFO replication.
+func replicaAddrs(info map[string]string) []string {
+	var out []string
+	for i := 0; ; i++ {
+		v, ok := info["slave"+strconv.Itoa(i)]
+		if !ok {
+			return out
+		}
+		kv := map[string]string{}
+		for _, f := range strings.Split(v, ",") {
+			if k, v, ok := strings.Cut(f, "="); ok {
+				kv[k] = v
+			}
+		}
+		if kv["ip"] != "" && kv["port"] != "" {
+			out = append(out, net.JoinHostPort(kv["ip"], kv["port"]))
+		}
+	}
+}
+
+// checkReplica inspects a replica of the failover primary.
+func checkReplica(ctx context.Context, c *redis.Client, cfg strategy.Config, r *report) map[string]string {
+	info := ping(ctx, c, r)
+	if info == nil {
+		return nil
+	}
+	if role := info["role"]; role != "slave" && role != "replica" {
+		r.addf("fail", "role %s: the primary lists it as a replica but it is not one", role)
+	}
+	if st := info["master_link_status"]; st != "up" {
+		r.addf("warn", "link to the primary %s: it acknowledges nothing until it is up", orUnknown(st))
+	} else {
+		r.addf("ok", "link to the primary up")
+	}
+	aof := info["aof_enabled"] == "1"
+	switch {
+	case aof:
+		r.addf("ok", "AOF on: acknowledged locks survive this replica's restart")
+	case cfg.WaitAOF != "":
+		r.addf("fail", "AOF off: wait_aof waits for this replica's fsync, which never comes; set appendonly yes")
+	default:
+		r.addf("warn", "AOF off: a restart forgets the locks it acknowledged, and a promotion after that loses them; set appendonly yes (and wait_aof=replicas)")
+	}
+	if p := configGet(ctx, c, "replica-priority"); p == "0" {
+		r.addf("ok", "replica-priority 0: Sentinel never promotes it")
+	}
+	return info
+}
+
+// ping checks that the server answers and returns its INFO, or nil.
+func ping(ctx context.Context, c *redis.Client, r *report) map[string]string {
 	start := time.Now()
 	if err := c.Ping(ctx).Err(); err != nil {
-		add("fail", "unreachable: %v", err)
-		return out
+		r.addf("fail", "unreachable: %v", err)
+		return nil
 	}
-	add("ok", "reachable, PING in %v", time.Since(start).Round(10*time.Microsecond))
-
+	r.addf("ok", "reachable, PING in %v", time.Since(start).Round(10*time.Microsecond))
 	raw, err := c.Info(ctx, "server", "memory", "persistence", "replication", "cluster").Result()
 	if err != nil {
-		add("fail", "INFO failed: %v", err)
-		return out
+		r.addf("fail", "INFO failed: %v", err)
+		return nil
 	}
-	info := parseInfo(raw)
+	return parseInfo(raw)
+}
+
+// checkServer inspects a server locks are taken on and returns its INFO, or
+// nil when it could not be read.
+func checkServer(ctx context.Context, c *redis.Client, cfg strategy.Config, r *report) map[string]string {
+	info := ping(ctx, c, r)
+	if info == nil {
+		return nil
+	}
+	strat := cfg.Strategy
 
 	version := info["redis_version"]
 	major, minor := versionParts(version)
 	switch {
 	case major < 6:
-		add("warn", "Redis %s: below 6.0 there is no client tracking, so waiters poll; upgrade to 7.2 or later", version)
+		r.addf("warn", "Redis %s: below 6.0 there is no client tracking, so waiters poll; upgrade to 7.2 or later", version)
 	case major < 7 || major == 7 && minor < 2:
-		add("ok", "Redis %s (WAITAOF needs 7.2 or later)", version)
+		level := "ok"
+		if cfg.WaitAOF != "" {
+			level = "fail"
+		}
+		r.addf(level, "Redis %s (WAITAOF, which wait_aof uses, needs 7.2 or later)", version)
 	default:
-		add("ok", "Redis %s", version)
+		r.addf("ok", "Redis %s", version)
 	}
 
 	switch p := info["maxmemory_policy"]; {
 	case p == "noeviction":
-		add("ok", "maxmemory-policy noeviction: lock keys and fencing counters are never evicted")
+		r.addf("ok", "maxmemory-policy noeviction: lock keys and fencing counters are never evicted")
 	case p == "":
-		add("warn", "maxmemory-policy unknown; set it to noeviction")
+		r.addf("warn", "maxmemory-policy unknown; set it to noeviction")
 	default:
-		add("warn", "maxmemory-policy %s can evict lock keys (they have TTLs) or fencing counters: a second owner could take a held lock; set maxmemory-policy noeviction, or keep locks on a server without maxmemory", p)
+		r.addf("warn", "maxmemory-policy %s can evict lock keys (they have TTLs) or fencing counters: a second owner could take a held lock; set maxmemory-policy noeviction, or keep locks on a server without maxmemory", p)
 	}
 
 	aof := info["aof_enabled"] == "1"
 	fsync := configGet(ctx, c, "appendfsync")
+	why := "a restart loses every lock and resets fencing counters"
+	if strat == "redlock" {
+		why = "a restart loses this master's locks and fencing counters, and with a minority that missed the last acquisitions the quorum can grant a held lock again with a fence that is not larger"
+	}
 	switch {
 	case aof && fsync == "always":
-		add("ok", "AOF on with appendfsync always: locks and fencing counters survive a restart")
+		r.addf("ok", "AOF on with appendfsync always: locks and fencing counters survive a restart")
 	case aof:
-		add("warn", "AOF on with appendfsync %s: a crash can lose the last writes, and with them held locks and fence increments; set appendfsync always (or delay restarts by the longest TTL)", orUnknown(fsync))
+		r.addf("warn", "AOF on with appendfsync %s: a crash can lose the last writes, and with them held locks and fence increments; set appendfsync always (or delay restarts by the longest TTL)", orUnknown(fsync))
+	case cfg.WaitAOF == "local":
+		r.addf("fail", "AOF off: wait_aof=local waits for this server's fsync, which never comes; set appendonly yes")
 	default:
-		add("warn", "AOF off: a restart loses every lock and resets fencing counters; set appendonly yes and appendfsync always (or delay restarts by the longest TTL and never reuse fences across restarts)")
+		r.addf("warn", "AOF off: %s; set appendonly yes and appendfsync always (or delay restarts by the longest TTL and never reuse fences across restarts)", why)
 	}
 
 	role := info["role"]
 	replicas, _ := strconv.Atoi(info["connected_slaves"])
 	switch {
 	case role == "slave" || role == "replica":
-		add("fail", "this server is a replica (read-only); locks must be taken on a primary")
+		r.addf("fail", "this server is a replica (read-only); locks must be taken on a primary")
 	case strat == "failover" && replicas == 0:
-		add("warn", "no connected replicas: WAIT cannot protect locks against a failover")
+		r.addf("warn", "no connected replicas: WAIT cannot protect locks against a failover")
 	case strat == "failover":
-		add("ok", "%d connected replica(s)%s", replicas, replicaLag(info, replicas))
+		r.addf("ok", "%d connected replica(s)%s", replicas, replicaLag(info, replicas))
 	case strat == "redlock" && replicas > 0:
-		add("warn", "%d replica(s): Redlock wants independent masters; a failover to a replica that missed a write breaks the quorum's guarantee", replicas)
+		r.addf("warn", "%d replica(s): Redlock wants independent masters; a failover to a replica that missed a write breaks the quorum's guarantee", replicas)
 	case replicas > 0:
-		add("warn", "%d replica(s): replication is asynchronous, a failover can lose a held lock; consider the failover strategy", replicas)
+		r.addf("warn", "%d replica(s): replication is asynchronous, a failover can lose a held lock; consider the failover strategy (sentinel://)", replicas)
 	default:
-		add("ok", "no replicas")
+		r.addf("ok", "no replicas")
 	}
 
 	if info["cluster_enabled"] == "1" {
-		add("ok", "Cluster mode: each lock and its fencing counter share a hash slot")
+		r.addf("ok", "Cluster mode: each lock and its fencing counter share a hash slot")
 	}
 
 	for _, cmd := range []string{"wait", "waitaof", "client"} {
 		if !hasCommand(ctx, c, cmd) {
 			level := "ok"
-			if cmd == "wait" && strat == "failover" {
+			if cmd == "wait" && strat == "failover" || cmd == "waitaof" && cfg.WaitAOF != "" {
 				level = "fail"
 			}
-			add(level, "command %s not available", strings.ToUpper(cmd))
+			r.addf(level, "command %s not available", strings.ToUpper(cmd))
 		}
 	}
-	return out
+	return info
 }
 
 func parseInfo(raw string) map[string]string {
@@ -173,7 +378,7 @@ func versionParts(v string) (major, minor int) {
 	return major, minor
 }
 
-func configGet(ctx context.Context, c redis.UniversalClient, name string) string {
+func configGet(ctx context.Context, c *redis.Client, name string) string {
 	m, err := c.ConfigGet(ctx, name).Result()
 	if err != nil {
 		return ""
@@ -188,7 +393,7 @@ func orUnknown(s string) string {
 	return s
 }
 
-func hasCommand(ctx context.Context, c redis.UniversalClient, name string) bool {
+func hasCommand(ctx context.Context, c *redis.Client, name string) bool {
 	res, err := c.Do(ctx, "COMMAND", "INFO", name).Slice()
 	return err == nil && len(res) == 1 && res[0] != nil
 }

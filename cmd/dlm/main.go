@@ -8,21 +8,28 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+
+	"github.com/redis/go-redis/v9"
 )
 
 const usage = `usage: dlm <command> [flags]
 
 commands:
   demo    run concurrent workers through one lock and report whether it held
-          (embedded Redis when no --addr is given)
+          (embedded Redis unless --addr, --url, --config or DLM_URL is given)
   run     run a command while holding a lock: dlm run --key K -- CMD ARGS
   doctor  check a Redis deployment for what makes locks unsafe or slow
 
-Run 'dlm <command> -h' for a command's flags.
+Every command takes the deployment as --url URL, --config FILE (JSON) or
+DLM_URL: single://host:6379, redlock://h1:6379,h2:6379,h3:6379,
+sentinel://s1:26379,s2:26379/mymaster?ack=all. Run 'dlm <command> -h' for
+a command's flags.
 `
 
 func main() {
@@ -33,6 +40,9 @@ func main() {
 
 // run executes the command line args and returns the process exit code.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	// go-redis logs redials and Sentinel lookups to stderr, which dlm run
+	// shares with its command; dlm reports errors itself.
+	redis.SetLogger(quietLogger{})
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return 2
@@ -51,4 +61,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "dlm: unknown command %q\n\n%s", args[0], usage)
 		return 2
 	}
+}
+
+// parseExit is the exit code after a flag parsing error: 0 for -h, else 2.
+func parseExit(err error) int {
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	return 2
 }

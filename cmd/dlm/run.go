@@ -2,10 +2,10 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -22,24 +22,35 @@ const (
 	exitLost      = 76 // the lock was lost while the command ran
 )
 
+// unlockTimeout bounds the release after COMMAND exits.
+const unlockTimeout = 5 * time.Second
+
 const runUsage = `usage: dlm run --key KEY [flags] -- COMMAND [ARGS...]
 
-Takes the lock on KEY (waiting up to --wait), runs COMMAND while renewing the
-lock, and releases it when COMMAND exits. COMMAND gets DLM_KEY and DLM_FENCE
-(the fencing token) in its environment. Signals dlm receives (INT, TERM, HUP,
-QUIT, USR1, USR2) are forwarded to COMMAND.
+Takes the lock on KEY (waiting up to --wait), runs COMMAND while the lock is
+renewed every TTL/3, and releases it when COMMAND exits. COMMAND's
+environment gets:
+  DLM_KEY    the lock's key
+  DLM_FENCE  the fencing token, a number larger than that of any earlier
+             holder of KEY: pass it to the storage COMMAND writes to, so it
+             can refuse writes from a holder that lost the lock
+Signals dlm receives (INT, TERM, HUP, QUIT, USR1, USR2) are forwarded to
+COMMAND. When the lock is lost (a renewal is refused, or fails until the
+lease runs out) COMMAND is stopped as --on-lost says.
 
-Exit status: COMMAND's own (128+N when signal N ended it), 75 when the lock
-could not be taken, 76 when the lock was lost while COMMAND ran, 2 on usage
-errors.
+Exit status:
+  COMMAND's own (128+N when signal N ended it)
+  75  the lock could not be taken (held by another, or unreachable servers)
+  76  the lock was lost while COMMAND ran (unless --on-lost ignore)
+  2   usage or configuration error
+  127 COMMAND could not be started
 
-flags:
 `
 
 func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("dlm run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, runUsage); fs.PrintDefaults() }
+	fs.Usage = func() { fmt.Fprint(stderr, runUsage+targetUsage+"\nflags:\n"); fs.PrintDefaults() }
 	tf := addTargetFlags(fs)
 	key := fs.String("key", "", "lock key (required)")
 	ttl := fs.Duration("ttl", 0, "lock TTL; renewed every TTL/3 (default: the config's ttl, else 10s)")
@@ -47,7 +58,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	onLost := fs.String("on-lost", "term", "what to do with COMMAND when the lock is lost: term (SIGTERM, then SIGKILL after --grace), kill, or ignore")
 	grace := fs.Duration("grace", 5*time.Second, "time between SIGTERM and SIGKILL when the lock is lost")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return parseExit(err)
 	}
 	cmdArgs := fs.Args()
 	switch {
@@ -81,7 +92,8 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	defer t.Close()
-	m, err := dlm.New(t.strat, dlm.WithTTL(*ttl))
+	// Renewal has no bound of its own: COMMAND decides how long it runs.
+	m, err := dlm.New(t.strat, dlm.WithTTL(*ttl), dlm.WithAutoRenew(1.0/3, math.MaxInt64))
 	if err != nil {
 		fmt.Fprintln(stderr, "dlm run:", err)
 		return 2
@@ -99,7 +111,13 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "dlm run: could not lock %q: %v\n", *key, err)
 		return exitNotLocked
 	}
-	defer func() { _ = lock.Unlock(context.WithoutCancel(ctx)) }()
+	defer func() {
+		// Bounded: a server that stopped answering must not hold dlm up
+		// after COMMAND has exited.
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unlockTimeout)
+		defer cancel()
+		_ = lock.Unlock(uctx)
+	}()
 
 	cmd := exec.Command(cmdArgs[0], cmdArgs[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
@@ -114,9 +132,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
 
-	renew := time.NewTicker(*ttl / 3)
-	defer renew.Stop()
-	lost := lock.Context().Done()
+	lost := lock.Context().Done() // the Manager renews; this ends when it cannot
 	wasLost := false
 	var killAt <-chan time.Time
 	for {
@@ -128,16 +144,9 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return exitStatus(cmd.ProcessState)
 		case s := <-sigs:
 			_ = cmd.Process.Signal(s)
-		case <-renew.C:
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), *ttl/3) // COMMAND decides when to stop
-			if err := lock.Extend(rctx, *ttl); err != nil && !errors.Is(err, dlm.ErrNotHeld) {
-				fmt.Fprintf(stderr, "dlm run: renewing %q: %v (will retry)\n", *key, err)
-			}
-			cancel()
 		case <-lost:
 			lost = nil
 			wasLost = true
-			renew.Stop()
 			fmt.Fprintf(stderr, "dlm run: lost the lock on %q: %v\n", *key, context.Cause(lock.Context()))
 			switch *onLost {
 			case "term":
