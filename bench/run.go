@@ -83,7 +83,7 @@ func run(ctx context.Context, cfg Config, top Topology, o Options, progress io.W
 		}
 		var in []*entry
 		for _, e := range entries {
-			if s.Applies(e.Contender, top) {
+			if e.joins(s, top) {
 				in = append(in, e)
 			}
 		}
