@@ -41,6 +41,7 @@ type Config struct {
 	SilentOps      int
 	SilentReps     int // the silent-node scenario costs ~OpTimeout per op, so it has its own count
 	RenewLocks     int
+	RenewReps      int // the renewal scenario takes seconds per contender, so it has its own count
 	RenewTTL       time.Duration
 	RenewWindow    time.Duration
 	Warmup         int // lock+unlock pairs before each measurement
@@ -55,7 +56,7 @@ func fullConfig() Config {
 		ContendedG: 16, ContendedHold: time.Millisecond, ContendedDur: 2 * time.Second,
 		HandoffRounds: 15, HandoffWaiters: 4, HandoffHoldMin: 20 * time.Millisecond, HandoffHoldMax: 80 * time.Millisecond,
 		SilentOps: 12, SilentReps: 3,
-		RenewLocks: 10000, RenewTTL: 2 * time.Second, RenewWindow: 4 * time.Second,
+		RenewLocks: 10000, RenewReps: 3, RenewTTL: 2 * time.Second, RenewWindow: 4 * time.Second,
 		Warmup: 50,
 	}
 }
@@ -71,7 +72,7 @@ func smokeConfig() Config {
 	// failed dlm call is a bug (TestSmoke fails on it).
 	c.NodeTimeout = 300 * time.Millisecond
 	c.SilentOps, c.SilentReps, c.OpTimeout = 2, 1, 600*time.Millisecond
-	c.RenewLocks, c.RenewTTL, c.RenewWindow = 50, 600*time.Millisecond, 1200*time.Millisecond
+	c.RenewLocks, c.RenewReps, c.RenewTTL, c.RenewWindow = 50, 1, 600*time.Millisecond, 1200*time.Millisecond
 	return c
 }
 
@@ -91,7 +92,10 @@ type Scenario struct {
 	Metrics []Metric
 	Reps    func(Config) int
 	Applies func(c Contender, top Topology) bool
-	Run     func(ctx context.Context, r *runner, c *entry, rep int) (map[string]float64, error)
+	// Est is a rough duration of one repetition for c on a 2-core machine,
+	// for the estimate printed at the start.
+	Est func(cfg Config, c Contender) time.Duration
+	Run func(ctx context.Context, r *runner, c *entry, rep int) (map[string]float64, error)
 }
 
 // entry is a contender with its Locker, built once for the run.
@@ -124,6 +128,9 @@ var scenarios = []Scenario{
 			{Key: "failed", Label: "failed", Unit: ""},
 		},
 		Applies: always, Run: runSerial,
+		Est: func(cfg Config, c Contender) time.Duration {
+			return time.Duration(cfg.Warmup+cfg.SerialOps) * pairCost(c)
+		},
 	},
 	{
 		Name: "distinct", Title: "Parallel lock+unlock on distinct keys",
@@ -132,6 +139,7 @@ var scenarios = []Scenario{
 			{Key: "failed", Label: "failed calls", Unit: ""},
 		},
 		Applies: always, Run: runDistinct,
+		Est: func(cfg Config, c Contender) time.Duration { return warmCost(cfg, c) + cfg.DistinctDur },
 	},
 	{
 		Name: "contended", Title: "Goroutines on one key, each holding it 1ms",
@@ -143,6 +151,7 @@ var scenarios = []Scenario{
 			{Key: "failed", Label: "failed calls", Unit: ""},
 		},
 		Applies: always, Run: runContended,
+		Est: func(cfg Config, c Contender) time.Duration { return warmCost(cfg, c) + cfg.ContendedDur },
 	},
 	{
 		Name: "handoff", Title: "Hand-off: release to the first blocked waiter's acquisition",
@@ -152,6 +161,9 @@ var scenarios = []Scenario{
 			{Key: "failed", Label: "failed rounds", Unit: ""},
 		},
 		Applies: always, Run: runHandoff,
+		Est: func(cfg Config, c Contender) time.Duration {
+			return warmCost(cfg, c) + time.Duration(cfg.HandoffRounds)*((cfg.HandoffHoldMin+cfg.HandoffHoldMax)/2+5*time.Millisecond)
+		},
 	},
 	{
 		Name: "silent", Title: "One of five nodes silent (SIGSTOP): serial lock, then unlock",
@@ -164,6 +176,9 @@ var scenarios = []Scenario{
 		Reps:    func(c Config) int { return c.SilentReps },
 		Applies: func(c Contender, top Topology) bool { return c.Nodes == 5 && top.Freeze != nil },
 		Run:     runSilent,
+		Est: func(cfg Config, c Contender) time.Duration {
+			return warmCost(cfg, c) + time.Duration(cfg.SilentOps)*2*cfg.NodeTimeout // a library that waits for the silent node
+		},
 	},
 	{
 		Name: "renewal", Title: "Renewal cost: locks held and renewed by the library (server figures summed over the nodes)",
@@ -175,9 +190,25 @@ var scenarios = []Scenario{
 			{Key: "goroutines_per_lock", Label: "goroutines/lock", Unit: ""},
 			{Key: "lost", Label: "lost", Unit: ""},
 		},
+		Reps:    func(c Config) int { return c.RenewReps },
 		Applies: func(c Contender, _ Topology) bool { return c.Renews },
 		Run:     runRenewal,
+		Est: func(cfg Config, c Contender) time.Duration {
+			// warm-up, then take and release every lock from 32 goroutines
+			// (about four pairs at a time on two cores), then the window
+			return renewWorkers*warmCost(cfg, c)/4 + time.Duration(cfg.RenewLocks)*pairCost(c)/4 + cfg.RenewWindow
+		},
 	},
+}
+
+// pairCost is a rough duration of one lock+unlock pair on a 2-core machine.
+func pairCost(c Contender) time.Duration {
+	return time.Duration(c.Nodes) * 150 * time.Microsecond
+}
+
+// warmCost is a rough duration of warm.
+func warmCost(cfg Config, c Contender) time.Duration {
+	return time.Duration(cfg.Warmup) * pairCost(c)
 }
 
 // warm runs lock+unlock pairs so pools are filled and scripts cached. It
