@@ -232,6 +232,29 @@ func warm(ctx context.Context, r *runner, c *entry, key string) error {
 	return nil
 }
 
+// warmAll runs warm from n goroutines at once, goroutine g on key(g), so
+// the clients hold the connections a measurement with n goroutines needs
+// before it starts, instead of dialing them all in its first milliseconds.
+// It fails when more than half of the goroutines' warm-ups fail.
+func warmAll(ctx context.Context, r *runner, c *entry, n int, key func(g int) string) error {
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for g := range n {
+		wg.Go(func() { errs[g] = warm(ctx, r, c, key(g)) })
+	}
+	wg.Wait()
+	failed := 0
+	for _, err := range errs {
+		if err != nil {
+			failed++
+		}
+	}
+	if failed > n/2 {
+		return fmt.Errorf("%d of %d goroutines: %w", failed, n, errors.Join(errs...))
+	}
+	return nil
+}
+
 func runSerial(ctx context.Context, r *runner, c *entry, rep int) (map[string]float64, error) {
 	key := c.key("serial")
 	if err := warm(ctx, r, c, key); err != nil {
@@ -270,7 +293,7 @@ func runSerial(ctx context.Context, r *runner, c *entry, rep int) (map[string]fl
 }
 
 func runDistinct(ctx context.Context, r *runner, c *entry, rep int) (map[string]float64, error) {
-	if err := warm(ctx, r, c, c.key("distinct", 0)); err != nil {
+	if err := warmAll(ctx, r, c, r.cfg.DistinctG, func(g int) string { return c.key("distinct", g) }); err != nil {
 		return nil, err
 	}
 	// A call that fails (a node timing out on a loaded machine) is counted
@@ -314,7 +337,7 @@ func runDistinct(ctx context.Context, r *runner, c *entry, rep int) (map[string]
 
 func runContended(ctx context.Context, r *runner, c *entry, rep int) (map[string]float64, error) {
 	key := c.key("contended")
-	if err := warm(ctx, r, c, key); err != nil {
+	if err := warmAll(ctx, r, c, r.cfg.ContendedG, func(g int) string { return c.key("contended", "warm", g) }); err != nil {
 		return nil, err
 	}
 	start := time.Now()
@@ -513,14 +536,10 @@ func runRenewal(ctx context.Context, r *runner, c *entry, rep int) (map[string]f
 		return nil, fmt.Errorf("new locker: %w", err)
 	}
 	defer l.Close()
-	// Warm the new clients from as many goroutines as will take the locks,
-	// so the burst below does not dial every connection at once (not
-	// measured; errors here only show in the acquisitions that follow).
+	// Warm the new clients from as many goroutines as will take the locks
+	// (errors here only show in the acquisitions that follow).
+	_ = warmAll(ctx, r, &entry{locker: l}, renewWorkers, func(w int) string { return c.key("renew", rep, "warm", w) })
 	var wg sync.WaitGroup
-	for w := range renewWorkers {
-		wg.Go(func() { _ = warm(ctx, r, &entry{locker: l}, c.key("renew", rep, "warm", w)) })
-	}
-	wg.Wait()
 	n := r.cfg.RenewLocks
 	held := make([]Held, n)
 	runtime.GC()
