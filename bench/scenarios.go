@@ -139,7 +139,9 @@ var scenarios = []Scenario{
 			{Key: "failed", Label: "failed calls", Unit: ""},
 		},
 		Applies: always, Run: runDistinct,
-		Est: func(cfg Config, c Contender) time.Duration { return warmCost(cfg, c) + cfg.DistinctDur },
+		Est: func(cfg Config, c Contender) time.Duration {
+			return warmCost(cfg, c) + time.Duration(cfg.DistinctG*warmAllPairs)*pairCost(c)/2 + cfg.DistinctDur
+		},
 	},
 	{
 		Name: "contended", Title: "Goroutines on one key, each holding it 1ms",
@@ -195,11 +197,14 @@ var scenarios = []Scenario{
 		Run:     runRenewal,
 		Est: func(cfg Config, c Contender) time.Duration {
 			// warm-up, then take and release every lock from 32 goroutines
-			// (about four pairs at a time on two cores), then the window
-			return renewWorkers*warmCost(cfg, c)/4 + time.Duration(cfg.RenewLocks)*pairCost(c)/4 + cfg.RenewWindow
+			// (about two pairs at a time on two cores), then the window
+			return warmCost(cfg, c) + time.Duration(cfg.RenewLocks)*pairCost(c)/2 + cfg.RenewWindow
 		},
 	},
 }
+
+// warmAllPairs is how many pairs each goroutine of warmAll runs.
+const warmAllPairs = 3
 
 // pairCost is a rough duration of one lock+unlock pair on a 2-core machine.
 func pairCost(c Contender) time.Duration {
@@ -214,9 +219,14 @@ func warmCost(cfg Config, c Contender) time.Duration {
 // warm runs lock+unlock pairs so pools are filled and scripts cached. It
 // fails only when most pairs fail.
 func warm(ctx context.Context, r *runner, c *entry, key string) error {
+	return warmN(ctx, c, key, r.cfg.Warmup)
+}
+
+// warmN is warm with n pairs.
+func warmN(ctx context.Context, c *entry, key string, n int) error {
 	failed := 0
 	var first error
-	for range r.cfg.Warmup {
+	for range n {
 		h, err := c.locker.TryLock(ctx, key)
 		if err == nil {
 			err = unlock(ctx, h)
@@ -226,21 +236,25 @@ func warm(ctx context.Context, r *runner, c *entry, key string) error {
 			first = cmp.Or(first, err)
 		}
 	}
-	if failed > r.cfg.Warmup/2 {
-		return fmt.Errorf("warm-up: %d of %d pairs failed, first: %w", failed, r.cfg.Warmup, first)
+	if failed > n/2 {
+		return fmt.Errorf("warm-up: %d of %d pairs failed, first: %w", failed, n, first)
 	}
 	return nil
 }
 
-// warmAll runs warm from n goroutines at once, goroutine g on key(g), so
-// the clients hold the connections a measurement with n goroutines needs
-// before it starts, instead of dialing them all in its first milliseconds.
-// It fails when more than half of the goroutines' warm-ups fail.
+// warmAll runs warm on one key, then warmAllPairs pairs from each of n
+// goroutines at once, goroutine g on key(g), so the clients hold the
+// connections a measurement with n goroutines needs before it starts,
+// instead of dialing them all in its first milliseconds. It fails when the
+// first warm-up or more than half of the goroutines' fail.
 func warmAll(ctx context.Context, r *runner, c *entry, n int, key func(g int) string) error {
+	if err := warm(ctx, r, c, key(0)); err != nil {
+		return err
+	}
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for g := range n {
-		wg.Go(func() { errs[g] = warm(ctx, r, c, key(g)) })
+		wg.Go(func() { errs[g] = warmN(ctx, c, key(g), warmAllPairs) })
 	}
 	wg.Wait()
 	failed := 0
