@@ -1,8 +1,9 @@
 // Command dlmbench measures dlm against redsync, bsm/redislock and
 // rueidislock on the same Redis servers, in one run.
 //
-//	cd bench && go run . -out results      # full run, ~10 minutes on 2 cores
-//	cd bench && go run . -smoke -out ""    # seconds; what CI runs
+//	cd bench && go run . -out results      # full run, 10–15 minutes on 2 cores
+//	cd bench && go run . -smoke            # seconds; what CI runs (through go test)
+//	cd bench && go run . -list             # what would run, and an estimate of how long
 //
 // By default it starts its own redis-server processes on loopback ports (one
 // for single-instance contenders, five for Redlock contenders) and kills them
@@ -10,9 +11,11 @@
 // (it writes and deletes keys containing "bench:c"; the silent-node scenario
 // needs servers it started, so it is skipped).
 //
-// Progress goes to stderr; the tables go to stdout and, with -out, to
-// results.md, results.json and chart.svg in that directory. Contenders are
-// listed in contenders.go.
+// Progress goes to stderr, starting with an estimate of the duration; the
+// tables go to stdout and, with -out, to results.md, results.json and
+// chart.svg in that directory. Contenders are listed in contenders.go. The
+// exit status is 1 when any measurement failed (the results are written
+// first, with the errors).
 package main
 
 import (

@@ -258,13 +258,15 @@ func warmAll(ctx context.Context, r *runner, c *entry, n int, key func(g int) st
 	}
 	wg.Wait()
 	failed := 0
+	var first error
 	for _, err := range errs {
 		if err != nil {
 			failed++
+			first = cmp.Or(first, err)
 		}
 	}
 	if failed > n/2 {
-		return fmt.Errorf("%d of %d goroutines: %w", failed, n, errors.Join(errs...))
+		return fmt.Errorf("%d of %d goroutines, first: %w", failed, n, first)
 	}
 	return nil
 }
@@ -621,7 +623,11 @@ func runRenewal(ctx context.Context, r *runner, c *entry, rep int) (map[string]f
 	}
 	if f := failed.Load(); f > int64(n/100) {
 		_ = release()
-		return nil, fmt.Errorf("%d of %d locks not taken: %w", f, n, errors.Join(errs...))
+		var first error
+		for _, err := range errs {
+			first = cmp.Or(first, err)
+		}
+		return nil, fmt.Errorf("%d of %d locks not taken, first: %w", f, n, first)
 	}
 	runtime.GC()
 	runtime.ReadMemStats(&m1)
