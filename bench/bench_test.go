@@ -269,3 +269,34 @@ func TestRatios(t *testing.T) {
 		}
 	}
 }
+
+// TestRegistry: dlm runs single and Redlock over every driver, with
+// auto-renewing variants of single on each driver and of Redlock over
+// go-redis, and names are unique (rows are matched by name).
+func TestRegistry(t *testing.T) {
+	byName := map[string]Contender{}
+	for _, c := range contenders {
+		if _, dup := byName[c.Name]; dup {
+			t.Errorf("two contenders named %q", c.Name)
+		}
+		byName[c.Name] = c
+	}
+	want := map[string]int{}
+	for _, d := range []string{"goredis", "redigo", "rueidis"} {
+		want["dlm single/"+d] = 1
+		want["dlm single/"+d+" +renew"] = 1
+		want["dlm redlock/"+d] = 5
+	}
+	want["dlm redlock/goredis +renew"] = 5
+	for name, nodes := range want {
+		c, ok := byName[name]
+		switch {
+		case !ok:
+			t.Errorf("no contender %q", name)
+		case c.Lib != "dlm" || c.Nodes != nodes:
+			t.Errorf("%s: lib %q, %d nodes; want dlm, %d", name, c.Lib, c.Nodes, nodes)
+		case strings.HasSuffix(name, "+renew") != c.Renews:
+			t.Errorf("%s: Renews = %v", name, c.Renews)
+		}
+	}
+}
