@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	redigo "github.com/gomodule/redigo/redis"
@@ -17,12 +18,19 @@ import (
 //     and write timeouts are the per-node timeout; MaxActive = PoolSize.
 //   - rueidis: library defaults (it pipelines; deadlines reach the socket).
 
-func newGoredis(addr string, e Env) *goredislib.Client {
-	return goredislib.NewClient(&goredislib.Options{
+func newGoredis(addr string, e Env) *goredislib.Client { return newGoredisWith(addr, e, nil) }
+
+// newGoredisWith is newGoredis with the options changed by set (when not nil).
+func newGoredisWith(addr string, e Env, set func(*goredislib.Options)) *goredislib.Client {
+	o := &goredislib.Options{
 		Addr:                  addr,
 		PoolSize:              e.PoolSize,
 		ContextTimeoutEnabled: true,
-	})
+	}
+	if set != nil {
+		set(o)
+	}
+	return goredislib.NewClient(o)
 }
 
 func newRedigo(addr string, e Env) *redigo.Pool {
@@ -41,6 +49,22 @@ func newRedigo(addr string, e Env) *redigo.Pool {
 
 func newRueidis(addr string, _ Env) (rueidis.Client, error) {
 	return rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
+}
+
+// perNode makes one client (node, pool) per address of e with newFn, and
+// the closers of those made; on an error it closes them and returns it.
+func perNode[T any](e Env, newFn func(addr string, e Env) (T, func() error, error)) ([]T, closers, error) {
+	var cl closers
+	out := make([]T, 0, len(e.Addrs))
+	for _, a := range e.Addrs {
+		v, c, err := newFn(a, e)
+		if err != nil {
+			_ = cl.Close()
+			return nil, nil, fmt.Errorf("%s: %w", a, err)
+		}
+		out, cl = append(out, v), append(cl, c)
+	}
+	return out, cl, nil
 }
 
 // closers collects cleanup functions.

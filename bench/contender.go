@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"time"
 )
 
@@ -55,9 +56,17 @@ type Contender struct {
 	// Renews reports that locks stay held without calls from the holder
 	// (auto-renewal); only such contenders run the renewal scenario.
 	Renews bool
+	// Scenarios, when not empty, are the only scenarios the contender joins
+	// (a variant that exists for one figure, like dlm with auto-renewal).
+	Scenarios []string
 	// Note is one line on how the contender is configured, for the results.
 	Note string
 	New  func(Env) (Locker, error)
+}
+
+// joins reports whether c runs scenario s on topology top.
+func (c Contender) joins(s Scenario, top Topology) bool {
+	return s.Applies(c, top) && (len(c.Scenarios) == 0 || slices.Contains(c.Scenarios, s.Name))
 }
 
 // backoff is the retry schedule every peer that polls is given, the same one

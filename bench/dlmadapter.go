@@ -4,9 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
+
+	goredislib "github.com/redis/go-redis/v9"
 
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/driver/goredis"
+	"github.com/dlmgo/dlm/driver/redigo"
+	rueidisdrv "github.com/dlmgo/dlm/driver/rueidis"
 	"github.com/dlmgo/dlm/strategy"
 )
 
@@ -18,21 +23,18 @@ type NodeFactory func(addr string, e Env) (dlm.Node, func() error, error)
 type StrategyFactory func(nodes []dlm.Node, e Env) (dlm.Strategy, error)
 
 // dlmContender is dlm's Manager over strategy strat on nodes made by node.
-// opts adds Manager options (auto-renewal, server-woken waiting) beyond the
-// shared TTL and retry budget, which every dlm contender gets.
+// opts adds Manager options (auto-renewal) beyond the shared TTL and retry
+// budget, which every dlm contender gets.
 func dlmContender(name string, nodes int, node NodeFactory, strat StrategyFactory, opts ...func(Env) dlm.Option) Contender {
-	return Contender{Name: name, Lib: "dlm", Nodes: nodes,
-		Note: "WithTTL(TTL), WithRetryDelay(RetryMin, RetryMax), strategy WithTimeout(NodeTimeout)",
+	note := "WithTTL(TTL), WithRetryDelay(RetryMin, RetryMax), strategy WithTimeout(NodeTimeout)"
+	if nodes > 1 {
+		note += "; a go-redis client also gets MaxRetries -1, DialerRetries 1 (the README's Redlock advice)"
+	}
+	return Contender{Name: name, Lib: "dlm", Nodes: nodes, Note: note,
 		New: func(e Env) (Locker, error) {
-			var cl closers
-			ns := make([]dlm.Node, len(e.Addrs))
-			for i, a := range e.Addrs {
-				n, c, err := node(a, e)
-				if err != nil {
-					_ = cl.Close()
-					return nil, err
-				}
-				ns[i], cl = n, append(cl, c)
+			ns, cl, err := perNode(e, node)
+			if err != nil {
+				return nil, err
 			}
 			s, err := strat(ns, e)
 			if err != nil {
@@ -59,20 +61,69 @@ func renewing(c Contender) Contender {
 	return c
 }
 
+// dlmRenewing is dlmContender with auto-renewal (autoRenew), joining the
+// renewal scenario alone: the same contender without it is measured
+// elsewhere.
+func dlmRenewing(name string, nodes int, node NodeFactory, strat StrategyFactory) Contender {
+	c := renewing(dlmContender(name, nodes, node, strat, autoRenew))
+	c.Scenarios = []string{"renewal"}
+	c.Note += ", WithAutoRenew(1/3, 1h)"
+	return c
+}
+
+// The node factories build each client as clients.go does for the peers
+// (same pool size and timeouts), plus what our README tells a dlm user to
+// set.
+
 // goredisNode is dlm's go-redis driver over a client built like every
-// go-redis client of the run.
+// go-redis client of the run (ContextTimeoutEnabled, as the README says).
 func goredisNode(addr string, e Env) (dlm.Node, func() error, error) {
 	c := newGoredis(addr, e)
 	return goredis.New(c), c.Close, nil
 }
 
-// singleStrategy is strategy.NewSingle over the first node.
+// goredisRedlockNode is goredisNode with the settings the README's Redlock
+// section recommends: MaxRetries -1 (one round trip per call) and
+// DialerRetries 1 (no redials of a stopped server).
+func goredisRedlockNode(addr string, e Env) (dlm.Node, func() error, error) {
+	c := newGoredisWith(addr, e, func(o *goredislib.Options) { o.MaxRetries, o.DialerRetries = -1, 1 })
+	return goredis.New(c), c.Close, nil
+}
+
+// redigoNode is dlm's redigo driver over a pool built like every redigo
+// pool of the run, named after its address.
+func redigoNode(addr string, e Env) (dlm.Node, func() error, error) {
+	p := newRedigo(addr, e)
+	return redigo.New(p).WithName("redigo(" + addr + ")"), p.Close, nil
+}
+
+// rueidisNode is dlm's rueidis driver over a client with rueidis' defaults
+// (automatic pipelining), as for every rueidis client of the run.
+func rueidisNode(addr string, e Env) (dlm.Node, func() error, error) {
+	c, err := newRueidis(addr, e)
+	if err != nil {
+		return nil, nil, err
+	}
+	return rueidisdrv.New(c), func() error { c.Close(); return nil }, nil
+}
+
+// singleStrategy is strategy.NewSingle over the one node.
 func singleStrategy(nodes []dlm.Node, e Env) (dlm.Strategy, error) {
 	if len(nodes) != 1 {
 		return nil, fmt.Errorf("single strategy over %d nodes", len(nodes))
 	}
 	return strategy.NewSingle(nodes[0], strategy.WithTimeout(e.NodeTimeout))
 }
+
+// redlockStrategy is strategy.NewRedlock over all nodes, with the per-node
+// timeout every Redlock contender gets.
+func redlockStrategy(nodes []dlm.Node, e Env) (dlm.Strategy, error) {
+	return strategy.NewRedlock(nodes, strategy.WithTimeout(e.NodeTimeout))
+}
+
+// autoRenew is dlm.WithAutoRenew as the README shows it: renew after a
+// third of the TTL, for up to an hour.
+func autoRenew(Env) dlm.Option { return dlm.WithAutoRenew(1.0/3, time.Hour) }
 
 type dlmLocker struct {
 	m  *dlm.Manager

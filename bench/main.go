@@ -1,8 +1,9 @@
 // Command dlmbench measures dlm against redsync, bsm/redislock and
 // rueidislock on the same Redis servers, in one run.
 //
-//	cd bench && go run . -out results      # full run, ~10 minutes on 2 cores
-//	cd bench && go run . -smoke -out ""    # seconds; what CI runs
+//	cd bench && go run . -out results      # full run, 10–15 minutes on 2 cores
+//	cd bench && go run . -smoke            # seconds; what CI runs (through go test)
+//	cd bench && go run . -list             # what would run, and an estimate of how long
 //
 // By default it starts its own redis-server processes on loopback ports (one
 // for single-instance contenders, five for Redlock contenders) and kills them
@@ -10,9 +11,11 @@
 // (it writes and deletes keys containing "bench:c"; the silent-node scenario
 // needs servers it started, so it is skipped).
 //
-// Progress goes to stderr; the tables go to stdout and, with -out, to
-// results.md, results.json and chart.svg in that directory. Contenders are
-// listed in contenders.go.
+// Progress goes to stderr, starting with an estimate of the duration; the
+// tables go to stdout and, with -out, to results.md, results.json and
+// chart.svg in that directory. Contenders are listed in contenders.go. The
+// exit status is 1 when any measurement failed (the results are written
+// first, with the errors).
 package main
 
 import (
@@ -27,6 +30,7 @@ import (
 	"regexp"
 	"strings"
 	"syscall"
+	"time"
 )
 
 func main() {
@@ -47,16 +51,10 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 	only := fs.String("only", "", "run only contenders whose name matches this regular expression")
 	scen := fs.String("scenarios", "", "comma-separated scenarios to run (serial,distinct,contended,handoff,silent,renewal); default all")
 	note := fs.String("note", "", "a note written into the results (e.g. that the machine was busy)")
-	list := fs.Bool("list", false, "list the contenders and exit")
+	list := fs.Bool("list", false, "list the selected contenders and scenarios with an estimate of the run's duration, and exit")
 	render := fs.String("render", "", "write results.md and chart.svg again from this results.json (into -out, default its directory), without measuring")
 	if err := fs.Parse(args); err != nil {
 		return err
-	}
-	if *list {
-		for _, c := range contenders {
-			fmt.Fprintf(stdout, "%-32s %-14s nodes=%d renews=%v\n", c.Name, c.Lib, c.Nodes, c.Renews)
-		}
-		return nil
 	}
 	if *render != "" {
 		dir := *out
@@ -72,6 +70,7 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 	if *reps > 0 {
 		cfg.Reps = *reps
 		cfg.SilentReps = min(cfg.SilentReps, *reps)
+		cfg.RenewReps = min(cfg.RenewReps, *reps)
 	}
 	var o Options
 	if *only != "" {
@@ -90,6 +89,24 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	o.Note = *note
+	if *list {
+		// What a run with these flags would measure, on servers it starts.
+		r := &runner{cfg: cfg, top: Topology{Single: []string{""}, Multi: make([]string, 5), Freeze: func(string) error { return nil }}}
+		var entries []*entry
+		for _, c := range contenders {
+			if o.Only == nil || o.Only.MatchString(c.Name) {
+				fmt.Fprintf(stdout, "%-32s %-14s nodes=%d renews=%v\n", c.Name, c.Lib, c.Nodes, c.Renews)
+				entries = append(entries, &entry{Contender: c})
+			}
+		}
+		var total time.Duration
+		for _, p := range r.plan(entries, o) {
+			fmt.Fprintf(stdout, "%-9s %2d contenders × %d repetitions, estimated %s\n", p.s.Name, len(p.in), p.reps, p.est.Round(time.Second))
+			total += p.est
+		}
+		fmt.Fprintf(stdout, "estimated duration: %s\n", total.Round(time.Second))
+		return nil
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

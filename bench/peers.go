@@ -30,15 +30,9 @@ func redsyncContender(name string, nodes int, failFast bool, pool func(addr stri
 		note += ", WithFailFast(true)"
 	}
 	return Contender{Name: name, Lib: "redsync", Nodes: nodes, Note: note, New: func(e Env) (Locker, error) {
-		var cl closers
-		pools := make([]rsredis.Pool, len(e.Addrs))
-		for i, a := range e.Addrs {
-			p, c, err := pool(a, e)
-			if err != nil {
-				_ = cl.Close()
-				return nil, err
-			}
-			pools[i], cl = p, append(cl, c)
+		pools, cl, err := perNode(e, pool)
+		if err != nil {
+			return nil, err
 		}
 		opts := []redsync.Option{
 			redsync.WithExpiry(e.TTL),

@@ -195,7 +195,7 @@ func (r *Report) WriteMarkdown(w io.Writer) {
 	c := r.Config
 	fmt.Fprintf(w, "- Same for all: TTL %v, per-node timeout %v, retry pause %v doubling to %v (jittered), wait budget %v, pool %d connections per node\n",
 		c.TTL, c.NodeTimeout, c.RetryMin, c.RetryMax, c.WaitBudget, c.PoolSize)
-	fmt.Fprintf(w, "- Each figure is the median of %d repetitions (silent-node: %d); contenders alternate within each repetition.\n", c.Reps, c.SilentReps)
+	fmt.Fprintf(w, "- Each figure is the median of %d repetitions (silent-node: %d%s); contenders alternate within each repetition.\n", c.Reps, c.SilentReps, renewReps(c))
 	fmt.Fprintf(w, "- In parentheses: the ratio to the best peer (another library) on the same number of nodes; ↑ higher is better, ↓ lower is better.\n\n")
 	for _, s := range r.Scenarios {
 		fmt.Fprintf(w, "## %s\n\n%s\n\n", s.Title, scenarioDetail(s.Name, c))
@@ -272,4 +272,13 @@ func scenarioDetail(name string, c Config) string {
 			"and how many locks were lost. Only contenders that renew by themselves.", c.RenewLocks, c.RenewTTL, c.RenewWindow)
 	}
 	return ""
+}
+
+// renewReps describes the renewal scenario's own repetition count; results
+// written before it had one used Reps.
+func renewReps(c Config) string {
+	if c.RenewReps == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", renewal: %d", c.RenewReps)
 }

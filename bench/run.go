@@ -75,25 +75,17 @@ func run(ctx context.Context, cfg Config, top Topology, o Options, progress io.W
 	if len(entries) == 0 {
 		return nil, errors.New("no contender selected")
 	}
-	fmt.Fprintf(progress, "%d contenders, %d repetitions per figure (silent-node: %d)\n", len(entries), cfg.Reps, cfg.SilentReps)
+	fmt.Fprintf(progress, "%d contenders, %d repetitions per figure (silent-node: %d%s)\n", len(entries), cfg.Reps, cfg.SilentReps, renewReps(cfg))
 
-	for _, s := range scenarios {
-		if len(o.Scenarios) > 0 && !slices.Contains(o.Scenarios, s.Name) {
-			continue
-		}
-		var in []*entry
-		for _, e := range entries {
-			if s.Applies(e.Contender, top) {
-				in = append(in, e)
-			}
-		}
-		if len(in) == 0 {
-			continue
-		}
-		reps := cfg.Reps
-		if s.Reps != nil {
-			reps = s.Reps(cfg)
-		}
+	plan := r.plan(entries, o)
+	var total time.Duration
+	for _, p := range plan {
+		total += p.est
+	}
+	fmt.Fprintf(progress, "estimated duration: %s (a rough guess for a quiet 2-core machine)\n", total.Round(time.Second))
+
+	for _, p := range plan {
+		s, in, reps := p.s, p.in, p.reps
 		sr := ScenarioResult{Name: s.Name, Title: s.Title, Metrics: s.Metrics, Reps: reps}
 		sStart := time.Now()
 		rows := make([]*Row, len(in))
@@ -137,11 +129,44 @@ func run(ctx context.Context, cfg Config, top Topology, o Options, progress io.W
 		}
 		sr.ratios()
 		rep.Scenarios = append(rep.Scenarios, sr)
-		fmt.Fprintf(progress, "%s done in %s (%s since start)\n", s.Name, time.Since(sStart).Round(time.Second), time.Since(began).Round(time.Second))
+		fmt.Fprintf(progress, "%s done in %s, estimated %s (%s since start)\n", s.Name,
+			time.Since(sStart).Round(time.Second), p.est.Round(time.Second), time.Since(began).Round(time.Second))
 	}
 	rep.Machine.LoadEnd = loadAvg()
 	rep.Elapsed = time.Since(began).Round(time.Second).String()
 	return rep, nil
+}
+
+// scenarioPlan is one selected scenario with its contenders.
+type scenarioPlan struct {
+	s    Scenario
+	in   []*entry
+	reps int
+	est  time.Duration // rough duration of all its repetitions
+}
+
+// plan lists the selected scenarios that some entry joins.
+func (r *runner) plan(entries []*entry, o Options) []scenarioPlan {
+	var out []scenarioPlan
+	for _, s := range scenarios {
+		if len(o.Scenarios) > 0 && !slices.Contains(o.Scenarios, s.Name) {
+			continue
+		}
+		p := scenarioPlan{s: s, reps: r.cfg.Reps}
+		if s.Reps != nil {
+			p.reps = s.Reps(r.cfg)
+		}
+		for _, e := range entries {
+			if e.joins(s, r.top) {
+				p.in = append(p.in, e)
+				p.est += time.Duration(p.reps) * s.Est(r.cfg, e.Contender)
+			}
+		}
+		if len(p.in) > 0 {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // brief formats a repetition's figures for the progress line.

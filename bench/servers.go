@@ -181,6 +181,20 @@ func readStats(ctx context.Context, addr string) (serverStats, error) {
 	return serverStats{CPU: sys + user, Calls: calls}, nil
 }
 
+// readAllStats is readStats summed over addrs.
+func readAllStats(ctx context.Context, addrs []string) (serverStats, error) {
+	var sum serverStats
+	for _, a := range addrs {
+		st, err := readStats(ctx, a)
+		if err != nil {
+			return serverStats{}, err
+		}
+		sum.CPU += st.CPU
+		sum.Calls += st.Calls
+	}
+	return sum, nil
+}
+
 // cleanKeys deletes every key the run made (they all contain "bench:c",
 // whatever prefix a library adds) so the servers stay small between
 // scenarios; other keys on servers given by address are left alone.
