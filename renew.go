@@ -17,7 +17,7 @@ import (
 // One goroutine per Manager renews all its locks, in batches: locks due
 // within half a renewal period of each other are renewed together, through
 // BatchExtender when the strategy has it (one pipelined round trip per node
-// for the whole batch), else one Extend call each, 16 at a time. A renewal
+// for every renewBatch locks), else one Extend call each, 16 at a time. A renewal
 // that the servers refuse (ErrNotHeld) ends the lock's context at once with
 // ErrLost; one that fails otherwise is retried until the validity runs out.
 // Auto-renewal is off by default.
@@ -33,6 +33,11 @@ func WithAutoRenew(fraction float64, maxHold time.Duration) Option {
 		return nil
 	}
 }
+
+// renewBatch is the most locks one ExtendMany call renews: a strategy bounds
+// each call by its per-node timeout, and a pipeline of this many extensions
+// stays well inside it even on a loaded machine.
+const renewBatch = 1000
 
 // fallbackParallel bounds concurrent Extend calls when the strategy is not a
 // BatchExtender.
@@ -169,7 +174,10 @@ func (r *renewer) renew(batch []*Lock) {
 			for i, l := range live {
 				keys[i] = HeldKey{Key: l.key, Token: l.token}
 			}
-			results = b.ExtendMany(ctx, keys, r.ttl)
+			for lo := 0; lo < len(keys); lo += renewBatch {
+				hi := min(lo+renewBatch, len(keys))
+				copy(results[lo:hi], b.ExtendMany(ctx, keys[lo:hi], r.ttl))
+			}
 		} else {
 			var wg sync.WaitGroup
 			sem := make(chan struct{}, fallbackParallel)

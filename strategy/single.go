@@ -124,7 +124,8 @@ func (s *Single) lease(start time.Time, ttl time.Duration, fence int64) dlm.Leas
 
 // ExtendMany implements dlm.BatchExtender: the extensions run pipelined
 // when the node is a dlm.Pipeliner (one round trip for the batch), else one
-// after another.
+// after another. The whole batch is one call, bounded by WithTimeout; the
+// Manager's auto-renewal sends batches of at most a thousand locks.
 func (s *Single) ExtendMany(ctx context.Context, locks []dlm.HeldKey, ttl time.Duration) []dlm.ExtendResult {
 	out := make([]dlm.ExtendResult, len(locks))
 	calls := make([]dlm.ScriptCall, 0, len(locks))

@@ -1,0 +1,4 @@
+package dlm
+
+// RenewBatchForTest exposes renewBatch to the external tests.
+const RenewBatchForTest = renewBatch
