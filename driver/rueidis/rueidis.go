@@ -88,26 +88,41 @@ func (n *Node) Eval(ctx context.Context, src string, keys []string, args ...stri
 }
 
 func (n *Node) do(ctx context.Context, cmd rueidis.Completed) ([]int64, error) {
-	if _, ok := ctx.Deadline(); ok || !n.watchCancel || ctx.Done() == nil {
+	if !n.watches(ctx) {
 		return ints(n.c.Do(ctx, cmd))
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
 	}
 	type result struct {
 		r   []int64
 		err error
 	}
-	ch := make(chan result, 1)
-	go func() {
+	res := watchCancel(ctx, func() result {
 		r, err := ints(n.c.Do(ctx, cmd))
-		ch <- result{r, err}
-	}()
+		return result{r, err}
+	}, func(err error) result { return result{err: err} })
+	return res.r, res.err
+}
+
+// watches reports whether n must watch ctx's cancellation itself: n was
+// built WithCancelWatch and ctx can be cancelled but has no deadline.
+func (n *Node) watches(ctx context.Context) bool {
+	_, ok := ctx.Deadline()
+	return !ok && n.watchCancel && ctx.Done() != nil
+}
+
+// watchCancel runs call in its own goroutine and returns its result, or
+// failed(ctx.Err()) as soon as ctx ends; an abandoned call finishes in the
+// background.
+func watchCancel[T any](ctx context.Context, call func() T, failed func(error) T) T {
+	if err := ctx.Err(); err != nil {
+		return failed(err)
+	}
+	ch := make(chan T, 1)
+	go func() { ch <- call() }()
 	select {
 	case res := <-ch:
-		return res.r, res.err
+		return res
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return failed(ctx.Err())
 	}
 }
 
