@@ -34,6 +34,7 @@ type Node struct {
 	c           rueidis.Client
 	name        string
 	watchCancel bool
+	hub         *hub // shared by the copies WithCancelWatch makes
 }
 
 var _ dlm.Node = (*Node)(nil)
@@ -45,7 +46,7 @@ func New(c rueidis.Client) *Node {
 		return nil
 	}
 	addrs := slices.Sorted(maps.Keys(c.Nodes()))
-	return &Node{c: c, name: "rueidis(" + strings.Join(addrs, ",") + ")"}
+	return &Node{c: c, name: "rueidis(" + strings.Join(addrs, ",") + ")", hub: &hub{}}
 }
 
 // WithCancelWatch returns a copy of n that honours cancellation of contexts
