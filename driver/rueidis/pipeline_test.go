@@ -85,21 +85,17 @@ func TestEvalSHAManyContext(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		opt      rueidis.ClientOption
-		watch    bool
 		deadline bool
 	}{
-		{"autopipelining/deadline", rueidis.ClientOption{}, false, true},
-		{"autopipelining/cancel", rueidis.ClientOption{}, false, false},
-		{"pool/deadline", rueidis.ClientOption{DisableAutoPipelining: true}, false, true},
-		{"pool-cancelwatch/cancel", rueidis.ClientOption{DisableAutoPipelining: true}, true, false},
+		{"autopipelining/deadline", rueidis.ClientOption{}, true},
+		{"autopipelining/cancel", rueidis.ClientOption{}, false},
+		{"pool/deadline", rueidis.ClientOption{DisableAutoPipelining: true}, true},
+		{"pool/cancel", rueidis.ClientOption{DisableAutoPipelining: true}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := redistest.Start(t)
 			tc.opt.InitAddress = []string{srv.Addr}
 			n := rueidisnode.New(newClient(t, tc.opt))
-			if tc.watch {
-				n = n.WithCancelWatch()
-			}
 			_, err := n.Eval(context.Background(), "return {1}", nil)
 			require.NoError(t, err)
 			srv.Freeze(t)

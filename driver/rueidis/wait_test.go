@@ -133,20 +133,16 @@ func TestEvalWaitContext(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		opt      rueidis.ClientOption
-		watch    bool
 		deadline bool
 	}{
-		{"autopipelining/deadline", rueidis.ClientOption{}, false, true},
-		{"autopipelining/cancel", rueidis.ClientOption{}, false, false},
-		{"pool/deadline", rueidis.ClientOption{DisableAutoPipelining: true}, false, true},
-		{"pool-cancelwatch/cancel", rueidis.ClientOption{DisableAutoPipelining: true}, true, false},
+		{"autopipelining/deadline", rueidis.ClientOption{}, true},
+		{"autopipelining/cancel", rueidis.ClientOption{}, false},
+		{"pool/deadline", rueidis.ClientOption{DisableAutoPipelining: true}, true},
+		{"pool/cancel", rueidis.ClientOption{DisableAutoPipelining: true}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.opt.InitAddress = []string{topo.Primary.Addr}
 			n := rueidisnode.New(newClient(t, tc.opt))
-			if tc.watch {
-				n = n.WithCancelWatch()
-			}
 			topo.Replicas[0].Freeze(t)
 			var cctx context.Context
 			var cancel context.CancelFunc
