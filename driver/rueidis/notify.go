@@ -24,6 +24,9 @@ var _ dlm.Notifier = (*Node)(nil)
 //
 // When the connection breaks, rueidis (or, with DisableRetry, the Node)
 // subscribes again on a new one; messages published in between are lost.
+// While the server cannot be reached, Watch keeps trying and returns when
+// the subscription is confirmed or ctx ends; it fails at once on an error
+// reply (a server that refuses SUBSCRIBE) or a closed client.
 // A Node assumes it is the only subscriber of its channels on its client:
 // an UNSUBSCRIBE of the same channel sent through the same client by other
 // code would end the Node's subscription too until it subscribes again.
