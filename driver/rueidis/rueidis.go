@@ -7,11 +7,14 @@
 // locks per second cheap.
 //
 // Every call honours its context's deadline: rueidis puts it on the socket.
-// Cancellation of a context without a deadline is honoured by rueidis'
-// automatic pipelining (the default), which returns as soon as the context
-// ends and discards the reply when it comes. A client built with
-// DisableAutoPipelining does not watch cancellation; build its Node with
-// WithCancelWatch.
+// For a context that can be cancelled but has no deadline, the Node waits
+// for the reply in a separate goroutine and returns as soon as the context
+// ends; the abandoned call ends when the server answers or the client's
+// ConnWriteTimeout passes. rueidis alone does not always return on
+// cancellation: not with DisableAutoPipelining, and not while it opens a
+// connection (its handshake waits for a busy server up to the dial
+// timeout). Contexts without Done (context.Background) and with a deadline
+// cost no goroutine.
 //
 // On a Cluster client the keys of one call must share a hash slot (dlm's
 // scripts always do); otherwise the call fails with an error.
@@ -31,9 +34,9 @@ import (
 
 // Node is a dlm.Node over a rueidis.Client. It does not close the client.
 type Node struct {
-	c           rueidis.Client
-	name        string
-	watchCancel bool
+	c    rueidis.Client
+	name string
+	hub  *hub
 }
 
 var _ dlm.Node = (*Node)(nil)
@@ -45,19 +48,14 @@ func New(c rueidis.Client) *Node {
 		return nil
 	}
 	addrs := slices.Sorted(maps.Keys(c.Nodes()))
-	return &Node{c: c, name: "rueidis(" + strings.Join(addrs, ",") + ")"}
+	return &Node{c: c, name: "rueidis(" + strings.Join(addrs, ",") + ")", hub: &hub{}}
 }
 
-// WithCancelWatch returns a copy of n that honours cancellation of contexts
-// without a deadline itself, for a client built with DisableAutoPipelining:
-// for such a context the Node waits for the reply in a separate goroutine
-// and returns when the context ends; the abandoned call ends when the
-// server answers or the client's ConnWriteTimeout passes.
-func (n *Node) WithCancelWatch() *Node {
-	c := *n
-	c.watchCancel = true
-	return &c
-}
+// WithCancelWatch returns n. Every Node now watches cancellation of
+// contexts without a deadline itself (see the package documentation); the
+// method remains so that code written for earlier versions, which watched
+// only when asked (for clients built with DisableAutoPipelining), compiles.
+func (n *Node) WithCancelWatch() *Node { return n }
 
 // String names the node by its client's addresses.
 func (n *Node) String() string { return n.name }
@@ -88,26 +86,41 @@ func (n *Node) Eval(ctx context.Context, src string, keys []string, args ...stri
 }
 
 func (n *Node) do(ctx context.Context, cmd rueidis.Completed) ([]int64, error) {
-	if _, ok := ctx.Deadline(); ok || !n.watchCancel || ctx.Done() == nil {
+	if !n.watches(ctx) {
 		return ints(n.c.Do(ctx, cmd))
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
 	}
 	type result struct {
 		r   []int64
 		err error
 	}
-	ch := make(chan result, 1)
-	go func() {
+	res := watchCancel(ctx, func() result {
 		r, err := ints(n.c.Do(ctx, cmd))
-		ch <- result{r, err}
-	}()
+		return result{r, err}
+	}, func(err error) result { return result{err: err} })
+	return res.r, res.err
+}
+
+// watches reports whether n must watch ctx's cancellation itself: ctx can
+// be cancelled but has no deadline.
+func (n *Node) watches(ctx context.Context) bool {
+	_, ok := ctx.Deadline()
+	return !ok && ctx.Done() != nil
+}
+
+// watchCancel runs call in its own goroutine and returns its result, or
+// failed(ctx.Err()) as soon as ctx ends; an abandoned call finishes in the
+// background.
+func watchCancel[T any](ctx context.Context, call func() T, failed func(error) T) T {
+	if err := ctx.Err(); err != nil {
+		return failed(err)
+	}
+	ch := make(chan T, 1)
+	go func() { ch <- call() }()
 	select {
 	case res := <-ch:
-		return res.r, res.err
+		return res
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return failed(ctx.Err())
 	}
 }
 

@@ -44,7 +44,10 @@ func TestConformanceStandalone(t *testing.T) {
 
 func TestConformanceNoAutoPipelining(t *testing.T) {
 	srv := redistest.Start(t)
-	node := rueidisnode.New(newClient(t, rueidis.ClientOption{InitAddress: []string{srv.Addr}, DisableAutoPipelining: true})).WithCancelWatch()
+	node := rueidisnode.New(newClient(t, rueidis.ClientOption{InitAddress: []string{srv.Addr}, DisableAutoPipelining: true}))
+	if node.WithCancelWatch() != node {
+		t.Error("WithCancelWatch: every Node watches cancellation already; want n itself")
+	}
 	conformance.RunNode(t, func(*testing.T) dlm.Node { return node })
 }
 

@@ -1,0 +1,150 @@
+package rueidis_test
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dlmgo/dlm"
+	rueidisnode "github.com/dlmgo/dlm/driver/rueidis"
+	"github.com/dlmgo/dlm/internal/redistest"
+)
+
+// numsub is how many connections of the server subscribe to channel.
+func numsub(t *testing.T, c *redis.Client, channel string) int64 {
+	t.Helper()
+	m, err := c.PubSubNumSub(context.Background(), channel).Result()
+	require.NoError(t, err)
+	return m[channel]
+}
+
+// eventually waits up to 5s for cond.
+func eventually(cond func() bool) bool {
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if cond() {
+			return true
+		}
+	}
+	return cond()
+}
+
+func TestWatch(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opt  rueidis.ClientOption
+	}{
+		{"autopipelining", rueidis.ClientOption{}},
+		{"pool", rueidis.ClientOption{DisableAutoPipelining: true}},
+		{"noretry", rueidis.ClientOption{DisableRetry: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			c := srv.Client(t)
+			tc.opt.InitAddress = []string{srv.Addr}
+			n := rueidisnode.New(newClient(t, tc.opt))
+			var _ dlm.Notifier = n
+			ctx := context.Background()
+			got1, got2 := make(chan string, 10), make(chan string, 10)
+			stop1, err := n.Watch(ctx, "ch", func(p string) { got1 <- p })
+			require.NoError(t, err)
+			stop2, err := n.Watch(ctx, "ch", func(p string) { got2 <- p })
+			require.NoError(t, err)
+			// Confirmed subscription: a message published right after Watch
+			// returns arrives.
+			require.Equal(t, int64(1), c.Publish(ctx, "ch", "one").Val(), "one subscription for both watchers")
+			assert.Equal(t, "one", <-got1)
+			assert.Equal(t, "one", <-got2)
+
+			stop1()
+			stop1() // idempotent
+			require.NoError(t, c.Publish(ctx, "ch", "two").Err())
+			assert.Equal(t, "two", <-got2)
+			stop2()
+			assert.True(t, eventually(func() bool { return numsub(t, c, "ch") == 0 }), "UNSUBSCRIBE sent once the last watcher stopped")
+			require.NoError(t, c.Publish(ctx, "ch", "three").Err())
+			time.Sleep(50 * time.Millisecond)
+			assert.Empty(t, got1)
+			assert.Empty(t, got2)
+
+			// Stopping and watching again at once: the old subscription's
+			// UNSUBSCRIBE must not end the new one.
+			for i := range 20 {
+				got := make(chan string, 1)
+				stop, err := n.Watch(ctx, "ch", func(p string) { got <- p })
+				require.NoError(t, err)
+				require.NoError(t, c.Publish(ctx, "ch", strconv.Itoa(i)).Err())
+				select {
+				case p := <-got:
+					assert.Equal(t, strconv.Itoa(i), p)
+				case <-time.After(5 * time.Second):
+					t.Fatalf("round %d: message not delivered", i)
+				}
+				stop()
+			}
+			assert.True(t, eventually(func() bool { return numsub(t, c, "ch") == 0 }))
+		})
+	}
+}
+
+func TestWatchCancelled(t *testing.T) {
+	srv := redistest.Start(t)
+	n := rueidisnode.New(newClient(t, rueidis.ClientOption{InitAddress: []string{srv.Addr}}))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := n.Watch(ctx, "ch", func(string) {})
+	assert.ErrorIs(t, err, context.Canceled)
+
+	// A server that never confirms: Watch returns at the deadline.
+	_, err = n.Eval(context.Background(), "return {1}", nil)
+	require.NoError(t, err)
+	srv.Freeze(t)
+	dctx, dcancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer dcancel()
+	start := time.Now()
+	_, err = n.Watch(dctx, "frozen", func(string) {})
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Less(t, time.Since(start), 2*time.Second)
+	srv.Thaw(t)
+}
+
+// The connection breaks; the subscription comes back on a new one.
+func TestWatchReconnect(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	n := rueidisnode.New(newClient(t, rueidis.ClientOption{InitAddress: []string{srv.Addr}}))
+	ctx := context.Background()
+	got := make(chan string, 100)
+	stop, err := n.Watch(ctx, "ch", func(p string) { got <- p })
+	require.NoError(t, err)
+	defer stop()
+	killed, err := c.ClientKillByFilter(ctx, "TYPE", "pubsub").Result()
+	require.NoError(t, err)
+	require.Equal(t, int64(1), killed, "the subscribed connection was killed")
+	require.True(t, eventually(func() bool { return numsub(t, c, "ch") == 1 }), "subscribed again")
+	require.NoError(t, c.Publish(ctx, "ch", "back").Err())
+	assert.Equal(t, "back", <-got)
+}
+
+func TestWatchCluster(t *testing.T) {
+	nodes := redistest.StartCluster(t, 3)
+	n := rueidisnode.New(newClient(t, rueidis.ClientOption{InitAddress: []string{nodes[0].Addr}}))
+	pub := nodes[1].Client(t)
+	ctx := context.Background()
+	var count atomic.Int64
+	for i := range 6 {
+		ch := "dlm:{k" + strconv.Itoa(i) + "}"
+		stop, err := n.Watch(ctx, ch, func(string) { count.Add(1) })
+		require.NoError(t, err)
+		defer stop()
+		// PUBLISH on any node reaches subscribers on every node.
+		require.NoError(t, pub.Publish(ctx, ch, "released").Err())
+	}
+	assert.True(t, eventually(func() bool { return count.Load() == 6 }), "got %d of 6", count.Load())
+}
