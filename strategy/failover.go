@@ -419,11 +419,11 @@ func (f *Failover) Acquire(ctx context.Context, key, token string, ttl time.Dura
 	if err := f.checkCall(key, token, ttl, true); err != nil {
 		return dlm.Lease{}, err
 	}
+	start := time.Now() // before a first probe, which may take a round trip too
 	w, err := f.prepare(ctx)
 	if err != nil {
 		return dlm.Lease{}, fmt.Errorf("%w: %w", dlm.ErrNotAcquired, err)
 	}
-	start := time.Now()
 	cctx, cancel := f.cfg.withTimeout(ctx)
 	r, acks, connected, err := f.run(cctx, acquireScript, failoverAcquireScript, w, 2, lockKeys(key), token, ms(ttl))
 	cancel()
@@ -456,11 +456,11 @@ func (f *Failover) Extend(ctx context.Context, key, token string, ttl time.Durat
 	if err := f.checkCall(key, token, ttl, true); err != nil {
 		return dlm.Lease{}, err
 	}
+	start := time.Now()
 	w, err := f.prepare(ctx)
 	if err != nil {
 		return dlm.Lease{}, err
 	}
-	start := time.Now()
 	cctx, cancel := f.cfg.withTimeout(ctx)
 	defer cancel()
 	r, acks, connected, err := f.run(cctx, extendScript, failoverExtendScript, w, 2, lockKeys(key), token, ms(ttl))
