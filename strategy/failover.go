@@ -69,7 +69,7 @@ type failoverConfig struct {
 func (c *failoverConfig) waits() bool { return c.acks.kind != ackNone || c.aof }
 
 // NewFailover returns the failover-replica strategy over node, which must
-// implement dlm.ReplicaWaiter (driver/goredis does).
+// implement dlm.ReplicaWaiter (driver/goredis and driver/redigo do).
 //
 // Options: WithAcks (default AckAll), WithWaitTimeout (default
 // DefaultWaitTimeout), WithReplicas (default 1), WithWaitAOF, and the shared

@@ -2,9 +2,11 @@
 // to dlm.Node.
 //
 // redigo speaks to one server; it has no Sentinel or Cluster client of its
-// own. A pool whose Dial function finds the current primary (for example by
-// asking Sentinel) works, since each call takes a fresh connection from the
-// pool.
+// own. A pool whose DialContext is SentinelDial follows the primary Sentinel
+// names, since each call takes a connection from the pool.
+//
+// Besides dlm.Node, a Node implements dlm.Pipeliner, dlm.Notifier and
+// dlm.ReplicaWaiter (what the failover strategy needs).
 //
 // Every call honours its context: the connection is taken with
 // Pool.GetContext and the command runs with redis.DoContext, which sets the
