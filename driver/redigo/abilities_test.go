@@ -13,6 +13,7 @@ import (
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/driver/redigo"
 	"github.com/dlmgo/dlm/internal/redistest"
+	"github.com/dlmgo/dlm/strategy"
 )
 
 // incr writes, so WAIT after it has something to count.
@@ -250,5 +251,40 @@ func TestWatch(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("no message on a Watch made after the restart")
+	}
+}
+
+// The single-instance strategy over redigo wakes watchers on release.
+func TestWatchRelease(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	s, err := strategy.NewSingle(redigo.New(newPool(t, srv.Addr)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	woken := make(chan struct{}, 8)
+	stop, err := s.WatchRelease(ctx, "wr", func() {
+		select {
+		case woken <- struct{}{}:
+		default:
+		}
+	})
+	if err != nil {
+		t.Fatalf("WatchRelease: %v", err)
+	}
+	defer stop()
+	if _, err := s.Acquire(ctx, "wr", "tok", 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	for len(woken) > 0 { // a hint on acquisition is allowed; drain it
+		<-woken
+	}
+	if err := s.Release(ctx, "wr", "tok"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-woken:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no notification within 5s of the release")
 	}
 }
