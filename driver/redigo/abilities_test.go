@@ -288,3 +288,51 @@ func TestWatchRelease(t *testing.T) {
 		t.Fatal("no notification within 5s of the release")
 	}
 }
+
+// Watches that start and stop concurrently on a few channels each get the
+// message published after their Watch returned: a SUBSCRIBE is confirmed by
+// its own reply, not by that of an earlier SUBSCRIBE of the same channel
+// that an UNSUBSCRIBE followed.
+func TestWatchChurn(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	n := redigo.New(newPool(t, srv.Addr))
+	const goroutines, rounds = 16, 10
+	errs := make(chan error, goroutines)
+	for g := range goroutines {
+		go func() {
+			errs <- func() error {
+				ch := "churn" + strconv.Itoa(g%3)
+				for r := range rounds {
+					want := strconv.Itoa(g) + "/" + strconv.Itoa(r)
+					got := make(chan struct{}, 1)
+					stop, err := n.Watch(ctx, ch, func(p string) {
+						if p == want {
+							got <- struct{}{}
+						}
+					})
+					if err != nil {
+						return err
+					}
+					if _, err := n.Eval(ctx, "redis.call('PUBLISH', KEYS[1], ARGV[1]) return {}", []string{ch}, want); err != nil {
+						stop()
+						return err
+					}
+					select {
+					case <-got:
+					case <-time.After(5 * time.Second):
+						stop()
+						return errors.New("message " + want + " published after Watch returned was not delivered")
+					}
+					stop()
+				}
+				return nil
+			}()
+		}()
+	}
+	for range goroutines {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}

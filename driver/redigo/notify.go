@@ -50,18 +50,22 @@ type hub struct {
 
 // subConn is one subscription connection and what was subscribed on it.
 type subConn struct {
-	c      redis.Conn // written under hub.mu, read by the reader goroutine
-	subs   map[string]*subscription
-	nextID int
-	idle   *time.Timer
-	broken bool
-	done   chan struct{} // closed when the reader has exited
+	c    redis.Conn // written under hub.mu, read by the reader goroutine
+	subs map[string]*subscription
+	// pending counts, per channel, SUBSCRIBE commands sent whose
+	// confirmation has not been read: a subscription is confirmed by the
+	// reply to its own SUBSCRIBE, not to an earlier one of the channel.
+	pending map[string]int
+	nextID  int
+	idle    *time.Timer
+	broken  bool
+	done    chan struct{} // closed when the reader has exited
 }
 
 type subscription struct {
 	handlers  map[int]func(string)
-	pending   int           // SUBSCRIBE commands sent and not yet confirmed
-	confirmed chan struct{} // closed once pending reaches 0
+	ok        bool          // confirmed is closed
+	confirmed chan struct{} // closed once the server confirmed the SUBSCRIBE
 }
 
 func (h *hub) dial(ctx context.Context) (redis.Conn, error) {
@@ -83,7 +87,7 @@ func (h *hub) watch(ctx context.Context, channel string, notify func(string)) (f
 			h.mu.Unlock()
 			return nil, err
 		}
-		sc = &subConn{c: c, subs: map[string]*subscription{}, done: make(chan struct{})}
+		sc = &subConn{c: c, subs: map[string]*subscription{}, pending: map[string]int{}, done: make(chan struct{})}
 		h.conn = sc
 		go h.read(sc)
 		go h.ping(sc)
@@ -97,7 +101,7 @@ func (h *hub) watch(ctx context.Context, channel string, notify func(string)) (f
 	if s == nil {
 		s = &subscription{handlers: map[int]func(string){}, confirmed: make(chan struct{})}
 		sc.subs[channel] = s
-		s.pending++
+		sc.pending[channel]++
 		err = sc.c.Send("SUBSCRIBE", channel)
 		if err == nil {
 			err = sc.c.Flush()
@@ -203,8 +207,10 @@ func (h *hub) read(sc *subConn) {
 				continue
 			}
 			h.mu.Lock()
-			if s := sc.subs[m.Channel]; s != nil && s.pending > 0 {
-				if s.pending--; s.pending == 0 {
+			if sc.pending[m.Channel]--; sc.pending[m.Channel] <= 0 {
+				delete(sc.pending, m.Channel)
+				if s := sc.subs[m.Channel]; s != nil && !s.ok {
+					s.ok = true
 					close(s.confirmed)
 				}
 			}
@@ -212,7 +218,7 @@ func (h *hub) read(sc *subConn) {
 		case redis.Message:
 			h.mu.Lock()
 			buf = buf[:0]
-			if s := sc.subs[m.Channel]; s != nil && s.pending == 0 {
+			if s := sc.subs[m.Channel]; s != nil && s.ok {
 				for _, f := range s.handlers {
 					buf = append(buf, f)
 				}
