@@ -99,6 +99,33 @@ func TestSentinelDial(t *testing.T) {
 	if err := lock.Unlock(ctx); err != nil {
 		t.Fatalf("Unlock on the promoted server: %v", err)
 	}
+
+	// The failover strategy over the same pool: once Sentinel has made the
+	// remaining replica follow the promoted server, locks are granted with
+	// its acknowledgement.
+	f, err := strategy.NewFailover(redigo.New(pool), strategy.WithAcks(strategy.AckAll()), strategy.WithReplicas(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		_, err = f.Acquire(ctx, "failover", "tok", time.Minute)
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("Failover.Acquire after the failover: %v", err)
+	}
+	for _, r := range topo.Replicas {
+		if r == promoted {
+			continue
+		}
+		if v := get(t, r.Addr, "dlm:{failover}"); v != "tok" {
+			t.Errorf("the replica %s of the promoted server has %q, want the acknowledged lock", r.Addr, v)
+		}
+	}
 }
 
 func TestSentinelDialFails(t *testing.T) {
