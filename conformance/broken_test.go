@@ -61,6 +61,35 @@ func (b brokenNode) do(ctx context.Context, call func(context.Context) ([]int64,
 	return call(ctx)
 }
 
+// A brokenAbilities also implements dlm.Pipeliner and dlm.ReplicaWaiter,
+// breaking them as its breakage says.
+type brokenAbilities struct {
+	brokenNode
+	inner *goredis.Node
+}
+
+func (b brokenAbilities) EvalSHAMany(ctx context.Context, sha1 string, calls []dlm.ScriptCall) ([]dlm.ScriptResult, error) {
+	res, err := b.inner.EvalSHAMany(ctx, sha1, calls)
+	if b.breakage == "PipelinesOutOfOrder" && len(res) > 1 {
+		res[0], res[1] = res[1], res[0] // as a driver matching replies to calls wrongly would
+	}
+	return res, err
+}
+
+func (b brokenAbilities) EvalSHAWait(ctx context.Context, w dlm.Wait, sha1 string, keys []string, args ...string) ([]int64, dlm.Acks, error) {
+	if b.breakage == "WaitIgnoresDeadline" {
+		ctx = context.WithoutCancel(ctx)
+	}
+	return b.inner.EvalSHAWait(ctx, w, sha1, keys, args...)
+}
+
+func (b brokenAbilities) EvalWait(ctx context.Context, w dlm.Wait, src string, keys []string, args ...string) ([]int64, dlm.Acks, error) {
+	if b.breakage == "WaitIgnoresDeadline" {
+		ctx = context.WithoutCancel(ctx)
+	}
+	return b.inner.EvalWait(ctx, w, src, keys, args...)
+}
+
 // TestBrokenDriver runs RunNode over the broken driver named by
 // DLM_CONFORMANCE_BROKEN; TestBrokenDriversFail runs it in a subprocess.
 func TestBrokenDriver(t *testing.T) {
@@ -71,7 +100,10 @@ func TestBrokenDriver(t *testing.T) {
 	srv := redistest.Start(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = c.Close() })
-	node := brokenNode{goredis.New(c), breakage}
+	var node dlm.Node = brokenNode{goredis.New(c), breakage}
+	if breakage == "None" || breakage == "PipelinesOutOfOrder" || breakage == "WaitIgnoresDeadline" {
+		node = brokenAbilities{brokenNode{goredis.New(c), breakage}, goredis.New(c)}
+	}
 	conformance.RunNode(t, func(*testing.T) dlm.Node { return node })
 }
 
@@ -84,6 +116,8 @@ func TestBrokenDriversFail(t *testing.T) {
 		{name: "MistypesReplies", rules: []string{"IntegerReplies"}},
 		{name: "IgnoresDeadline", rules: []string{"Deadline", "Cancel", "CanceledContext"}},
 		{name: "DropsReply", rules: []string{"IntegerReplies", "SetNX", "ConcurrentUse"}},
+		{name: "PipelinesOutOfOrder", rules: []string{"PipelinerOrder", "PipelinerNoScript"}},
+		{name: "WaitIgnoresDeadline", rules: []string{"ReplicaWaiterDeadline"}},
 		// The watchdog ends the binary, naming the first rule, which hangs.
 		{name: "Hangs", watchdog: "2s", output: "conformance: TestBrokenDriver/NoScript did not finish within 2s"},
 	})

@@ -12,9 +12,9 @@
 // one Redis Cluster hash slot, expiring within a minute) and runs under a
 // watchdog: a call that ignores its context makes the test binary fail with
 // the rule's name instead of hanging (after 60s, or the duration in
-// DLM_CONFORMANCE_WATCHDOG). Optional abilities are found by type
-// assertion; a subtest for an ability the node lacks is skipped with the
-// reason.
+// DLM_CONFORMANCE_WATCHDOG). Optional abilities (dlm.Pipeliner,
+// dlm.Notifier, dlm.ReplicaWaiter) are found with dlm.NodeAs; a subtest for
+// an ability the node lacks is skipped with the reason.
 //
 // RunNode briefly blocks the server it talks to (a Lua script that
 // busy-waits about 1.5 seconds) to check that deadlines and cancellation are
@@ -22,7 +22,8 @@
 // only by tests.
 //
 // The fault wrappers ([FaultyNode], [Down], [Slow], [ReplyLost]) work around
-// any Node, in this suite and in a user's own tests.
+// any Node, in this suite and in a user's own tests;
+// [FaultyNode.WithAbilities] keeps the wrapped Node's optional abilities.
 //
 // The package imports only the standard library and dlm.
 package conformance

@@ -53,8 +53,10 @@ func (f Fault) String() string {
 // A FaultyNode wraps a Node and injects a [Fault] that can be changed at any
 // time, also while calls are running. It is safe for concurrent use.
 //
-// Optional abilities of the wrapped Node stay reachable through Unwrap (see
-// [dlm.NodeAs]); calls made through them bypass the fault.
+// A *FaultyNode itself implements only dlm.Node. Optional abilities of the
+// wrapped Node stay reachable through Unwrap (see [dlm.NodeAs]), and calls
+// made through them bypass the fault; [FaultyNode.WithAbilities] returns a
+// Node that implements them with the fault applied.
 type FaultyNode struct {
 	node dlm.Node
 
@@ -126,10 +128,24 @@ func (f *FaultyNode) Eval(ctx context.Context, src string, keys []string, args .
 }
 
 func (f *FaultyNode) call(ctx context.Context, do func() ([]int64, error)) ([]int64, error) {
+	fault, err := f.enter(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r, err := do()
+	if fault.LoseReply && err == nil {
+		return nil, ErrReplyLost
+	}
+	return r, err
+}
+
+// enter counts a call and applies the fault's Down and Delay; it returns the
+// fault in force when the call was made, or the error that ends the call.
+func (f *FaultyNode) enter(ctx context.Context) (Fault, error) {
 	f.calls.Add(1)
 	fault := f.Fault()
 	if fault.Down {
-		return nil, ErrDown
+		return fault, ErrDown
 	}
 	if fault.Delay > 0 {
 		t := time.NewTimer(fault.Delay)
@@ -137,13 +153,9 @@ func (f *FaultyNode) call(ctx context.Context, do func() ([]int64, error)) ([]in
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return nil, ctx.Err()
+			return fault, ctx.Err()
 		}
 	}
 	f.reached.Add(1)
-	r, err := do()
-	if fault.LoseReply && err == nil {
-		return nil, ErrReplyLost
-	}
-	return r, err
+	return fault, nil
 }

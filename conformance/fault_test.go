@@ -104,3 +104,85 @@ func TestFaultyNode(t *testing.T) {
 		}
 	})
 }
+
+func TestFaultyNodeWithAbilities(t *testing.T) {
+	c := redistest.Start(t).Client(t)
+	inner := goredis.New(c)
+	ctx := context.Background()
+	f := conformance.Wrap(inner)
+	n := f.WithAbilities()
+	rw, ok1 := n.(dlm.ReplicaWaiter)
+	pl, ok2 := n.(dlm.Pipeliner)
+	nt, ok3 := n.(dlm.Notifier)
+	if !ok1 || !ok2 || !ok3 {
+		t.Fatalf("WithAbilities over go-redis: ReplicaWaiter %v, Pipeliner %v, Notifier %v; want all", ok1, ok2, ok3)
+	}
+	if u, ok := n.(interface{ Unwrap() dlm.Node }); !ok || u.Unwrap() != dlm.Node(inner) {
+		t.Fatal("WithAbilities does not unwrap to the wrapped node")
+	}
+	if _, ok := conformance.Wrap(conformance.Wrap(inner)).WithAbilities().(dlm.Pipeliner); ok {
+		t.Fatal("WithAbilities over a Node without abilities (a FaultyNode) claims dlm.Pipeliner")
+	}
+	w := dlm.Wait{Timeout: time.Second}
+	sc := dlm.NewScript(incr)
+	if _, err := sc.Run(ctx, inner, []string{"load"}); err != nil {
+		t.Fatal(err)
+	}
+
+	f.Set(conformance.Fault{Down: true})
+	if _, _, err := rw.EvalWait(ctx, w, incr, []string{"wa"}); !errors.Is(err, conformance.ErrDown) {
+		t.Errorf("EvalWait on a down node: %v, want ErrDown", err)
+	}
+	if _, err := pl.EvalSHAMany(ctx, sc.SHA1(), []dlm.ScriptCall{{Keys: []string{"wa"}}}); !errors.Is(err, conformance.ErrDown) {
+		t.Errorf("EvalSHAMany on a down node: %v, want ErrDown", err)
+	}
+	if _, err := nt.Watch(ctx, "ch", func(string) {}); !errors.Is(err, conformance.ErrDown) {
+		t.Errorf("Watch on a down node: %v, want ErrDown", err)
+	}
+	if v, _ := c.Get(ctx, "wa").Int64(); v != 0 {
+		t.Fatalf("a down node ran the script (counter %d)", v)
+	}
+
+	f.Set(conformance.Fault{LoseReply: true})
+	if r, _, err := rw.EvalWait(ctx, w, incr, []string{"wa"}); !errors.Is(err, conformance.ErrReplyLost) || r != nil {
+		t.Errorf("EvalWait losing its reply: %v %v, want ErrReplyLost", r, err)
+	}
+	res, err := pl.EvalSHAMany(ctx, sc.SHA1(), []dlm.ScriptCall{{Keys: []string{"wa"}}})
+	if err != nil || len(res) != 1 || !errors.Is(res[0].Err, conformance.ErrReplyLost) {
+		t.Errorf("EvalSHAMany losing its replies: %+v %v, want one ErrReplyLost result", res, err)
+	}
+	if _, _, err := rw.EvalSHAWait(ctx, w, dlm.NewScript("return {1} -- unknown").SHA1(), nil); !errors.Is(err, dlm.ErrNoScript) {
+		t.Errorf("EvalSHAWait of an unknown script losing replies: %v, want NOSCRIPT to come through", err)
+	}
+	if v, _ := c.Get(ctx, "wa").Int64(); v != 2 {
+		t.Fatalf("counter %d after two applied calls with lost replies, want 2", v)
+	}
+	if made, reached := f.Calls(); made != 6 || reached != 3 {
+		t.Errorf("Calls() = %d, %d; want 6 made, 3 reached", made, reached)
+	}
+
+	f.Heal()
+	got := make(chan string, 4)
+	stop, err := nt.Watch(ctx, "ch", func(p string) { got <- p })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	f.Set(conformance.Fault{Down: true})
+	c.Publish(ctx, "ch", "dropped")
+	select {
+	case p := <-got:
+		t.Fatalf("a down node delivered %q", p)
+	case <-time.After(500 * time.Millisecond):
+	}
+	f.Heal()
+	c.Publish(ctx, "ch", "delivered")
+	select {
+	case p := <-got:
+		if p != "delivered" {
+			t.Fatalf("got %q, want only the message published while healthy", p)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no message after Heal")
+	}
+}

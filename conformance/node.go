@@ -44,13 +44,38 @@ import (
 //   - Stringer: a node that implements fmt.Stringer names itself (skipped
 //     otherwise).
 //
+// Nodes that implement optional abilities (found with dlm.NodeAs) keep their
+// rules too; each is skipped, saying so, for a Node without the ability:
+//
+//   - PipelinerOrder: dlm.Pipeliner's EvalSHAMany returns one result per
+//     call, exact and in the order of the calls, for 1, 3 and 1000 calls,
+//     and none for no calls.
+//   - PipelinerNoScript: a script the server lacks fails each call with
+//     dlm.ErrNoScript, not the batch; a call whose script errors fails alone,
+//     not as NOSCRIPT; dlm.Script.RunMany loads the script and runs them all.
+//   - PipelinerContext: an ended context fails the batch; while the server
+//     is blocked, the batch returns near its context's deadline.
+//   - NotifierDelivers: messages published after dlm.Notifier's Watch
+//     returned reach notify, byte for byte; none after stop returned; a
+//     second stop does nothing; Watch with an ended context fails.
+//   - ReplicaWaiterReplies: dlm.ReplicaWaiter's EvalWait, EvalSHAWait and
+//     Script.RunWait return the script's exact reply, and WAIT for 0
+//     replicas answers at once; a zero Wait.Timeout is refused with
+//     dlm.ErrInvalid; a failing script is an error with zero Acks.
+//   - ReplicaWaiterNoScript: EvalSHAWait of an unknown script fails with
+//     dlm.ErrNoScript and zero Acks.
+//   - ReplicaWaiterDeadline: on a server without replicas, WAIT for 1
+//     replica with a long timeout returns near the context's deadline with
+//     context.DeadlineExceeded, and the node answers afterwards (skipped when
+//     the server has a replica).
+//
 // newNode is called once per subtest; it may return Nodes over one shared
 // client and server, and may use t (t.Cleanup, t.Fatal). See the package
 // documentation about the server being blocked.
 func RunNode(t *testing.T, newNode func(t *testing.T) dlm.Node) {
 	t.Helper()
 	run := runID()
-	for _, rule := range nodeRules {
+	for _, rule := range slices.Concat(nodeRules, abilityRules) {
 		subtest(t, rule.name, func(t *testing.T) {
 			n := newNode(t)
 			if n == nil {

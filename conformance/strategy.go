@@ -26,8 +26,10 @@ type Topology struct {
 
 // RunStrategy checks that the strategies newStrategy builds keep every rule
 // of the dlm.Strategy contract, each in a subtest named after the rule.
-// Before calling newStrategy it wraps every node in a [FaultyNode], and it
-// injects faults through those wrappers:
+// Before calling newStrategy it wraps every node in a [FaultyNode] (passed
+// as [FaultyNode.WithAbilities], so the node's optional abilities stay
+// visible to type assertions and see the faults too), and it injects faults
+// through those wrappers:
 //
 //   - MutualExclusion: a held key is refused to another token with an error
 //     matching dlm.ErrNotAcquired, and granted to it after release.
@@ -78,7 +80,7 @@ func RunStrategy(t *testing.T, topology Topology, newStrategy func(nodes []dlm.N
 			wrapped := make([]dlm.Node, len(nodes))
 			for i, n := range nodes {
 				c.faulty = append(c.faulty, Wrap(n))
-				wrapped[i] = c.faulty[i]
+				wrapped[i] = c.faulty[i].WithAbilities()
 			}
 			s, err := newStrategy(wrapped)
 			if err != nil {

@@ -69,7 +69,7 @@ type failoverConfig struct {
 func (c *failoverConfig) waits() bool { return c.acks.kind != ackNone || c.aof }
 
 // NewFailover returns the failover-replica strategy over node, which must
-// implement dlm.ReplicaWaiter (driver/goredis does).
+// implement dlm.ReplicaWaiter (driver/goredis and driver/redigo do).
 //
 // Options: WithAcks (default AckAll), WithWaitTimeout (default
 // DefaultWaitTimeout), WithReplicas (default 1), WithWaitAOF, and the shared
@@ -419,7 +419,7 @@ func (f *Failover) Acquire(ctx context.Context, key, token string, ttl time.Dura
 	if err := f.checkCall(key, token, ttl, true); err != nil {
 		return dlm.Lease{}, err
 	}
-	start := time.Now() // before the probe too: the lease never counts from later than the first request
+	start := time.Now() // before a first probe, which may take a round trip too
 	w, err := f.prepare(ctx)
 	if err != nil {
 		return dlm.Lease{}, fmt.Errorf("%w: %w", dlm.ErrNotAcquired, err)

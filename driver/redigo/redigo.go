@@ -2,9 +2,11 @@
 // to dlm.Node.
 //
 // redigo speaks to one server; it has no Sentinel or Cluster client of its
-// own. A pool whose Dial function finds the current primary (for example by
-// asking Sentinel) works, since each call takes a fresh connection from the
-// pool.
+// own. A pool whose DialContext is SentinelDial follows the primary Sentinel
+// names, since each call takes a connection from the pool.
+//
+// Besides dlm.Node, a Node implements dlm.Pipeliner, dlm.Notifier and
+// dlm.ReplicaWaiter (what the failover strategy needs).
 //
 // Every call honours its context: the connection is taken with
 // Pool.GetContext and the command runs with redis.DoContext, which sets the
@@ -30,6 +32,7 @@ import (
 type Node struct {
 	pool *redis.Pool
 	name string
+	hub  *hub // shared by copies made with WithName
 }
 
 var _ dlm.Node = (*Node)(nil)
@@ -40,7 +43,7 @@ func New(p *redis.Pool) *Node {
 	if p == nil {
 		return nil
 	}
-	return &Node{pool: p, name: fmt.Sprintf("redigo(pool@%p)", p)}
+	return &Node{pool: p, name: fmt.Sprintf("redigo(pool@%p)", p), hub: &hub{pool: p}}
 }
 
 // WithName returns a copy of n that String reports as name, for example the
@@ -89,17 +92,7 @@ func (n *Node) do(ctx context.Context, cmd, script string, keys, args []string) 
 		reply, err = c.Do(cmd, argv...) // nothing can end this context: skip DoContext's goroutine
 	} else {
 		reply, err = redis.DoContext(c, ctx, cmd, argv...)
-		if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
-			// The read deadline, set from ctx's, may fire before ctx's own
-			// timer: say that the context ran out.
-			cerr := ctx.Err()
-			if dl, ok := ctx.Deadline(); cerr == nil && ok && !time.Now().Before(dl) {
-				cerr = context.DeadlineExceeded
-			}
-			if cerr != nil {
-				err = fmt.Errorf("%w: %w", cerr, err)
-			}
-		}
+		err = withCtxErr(ctx, err)
 	}
 	if ctx.Err() == nil { // else DoContext may have left a goroutine still writing argv
 		clear(argv)
@@ -107,6 +100,27 @@ func (n *Node) do(ctx context.Context, cmd, script string, keys, args []string) 
 		argvPool.Put(ap)
 	}
 	return ints(reply, err)
+}
+
+// withCtxErr wraps err, when ctx has ended or its deadline has passed, with
+// the context's error: the read deadline, set from ctx's, may fire before
+// ctx's own timer.
+func withCtxErr(ctx context.Context, err error) error {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	var re redis.Error
+	if errors.As(err, &re) {
+		return err // a reply from the server
+	}
+	cerr := ctx.Err()
+	if dl, ok := ctx.Deadline(); cerr == nil && ok && !time.Now().Before(dl) {
+		cerr = context.DeadlineExceeded
+	}
+	if cerr != nil {
+		return fmt.Errorf("%w: %w", cerr, err)
+	}
+	return err
 }
 
 // argvPool recycles argument lists: redigo takes arguments as []any.

@@ -1,0 +1,338 @@
+package redigo_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/driver/redigo"
+	"github.com/dlmgo/dlm/internal/redistest"
+	"github.com/dlmgo/dlm/strategy"
+)
+
+// incr writes, so WAIT after it has something to count.
+const incr = "return {redis.call('INCR', KEYS[1])}"
+
+func get(t *testing.T, addr, key string) string {
+	t.Helper()
+	c, err := redis.Dial("tcp", addr, redis.DialReadTimeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	v, err := redis.String(c.Do("GET", key))
+	if err != nil {
+		t.Fatalf("GET %s on %s: %v", key, addr, err)
+	}
+	return v
+}
+
+func TestEvalWait(t *testing.T) {
+	topo := redistest.StartReplicated(t, redistest.ReplicatedOptions{Replicas: 2})
+	ctx := context.Background()
+	pool := newPool(t, topo.Primary.Addr)
+	n := redigo.New(pool)
+	all := dlm.Wait{Replicas: 2, Timeout: 2 * time.Second}
+
+	t.Run("acknowledged by every replica", func(t *testing.T) {
+		r, acks, err := n.EvalWait(ctx, all, incr, []string{"ew"})
+		if err != nil || !slices.Equal(r, []int64{1}) || acks != (dlm.Acks{Replicas: 2}) {
+			t.Fatalf("EvalWait: %v %+v %v, want [1] {Replicas:2} nil", r, acks, err)
+		}
+		for _, rep := range topo.Replicas {
+			if v := get(t, rep.Addr, "ew"); v != "1" {
+				t.Errorf("replica %s has ew=%q after the acknowledgement, want 1", rep.Addr, v)
+			}
+		}
+		sc := dlm.NewScript(incr)
+		if _, _, err := n.EvalSHAWait(ctx, all, dlm.NewScript("return {7} -- new").SHA1(), nil); !errors.Is(err, dlm.ErrNoScript) {
+			t.Errorf("EvalSHAWait of an unknown script: %v, want ErrNoScript", err)
+		}
+		r, acks, err = sc.RunWait(ctx, n, all, []string{"ew"})
+		if err != nil || !slices.Equal(r, []int64{2}) || acks.Replicas != 2 {
+			t.Fatalf("RunWait: %v %+v %v, want [2] 2 replicas", r, acks, err)
+		}
+		// The connection went back to the pool in step: a plain call on it works.
+		if r, err := n.Eval(ctx, "return {5}", nil); err != nil || !slices.Equal(r, []int64{5}) {
+			t.Fatalf("Eval after EvalWait: %v %v", r, err)
+		}
+	})
+
+	t.Run("a script error has zero acks", func(t *testing.T) {
+		_, acks, err := n.EvalWait(ctx, all, "return redis.error_reply('boom')", nil)
+		if err == nil || errors.Is(err, dlm.ErrNoScript) || acks != (dlm.Acks{}) {
+			t.Fatalf("EvalWait of an erroring script: %+v %v", acks, err)
+		}
+		if r, err := n.Eval(ctx, "return {6}", nil); err != nil || !slices.Equal(r, []int64{6}) {
+			t.Fatalf("Eval after a script error: %v %v (WAIT's reply left unread?)", r, err)
+		}
+	})
+
+	t.Run("a failed wait keeps the script's reply", func(t *testing.T) {
+		r, _, err := n.EvalWait(ctx, dlm.Wait{Replicas: 1, Timeout: time.Second, AOF: true}, incr, []string{"aof"})
+		if err == nil {
+			t.Skip("this server offers WAITAOF")
+		}
+		if !slices.Equal(r, []int64{1}) {
+			t.Fatalf("EvalWait with an unknown WAITAOF: reply %v (%v), want [1]: the caller must be able to undo the script", r, err)
+		}
+	})
+
+	t.Run("bad waits are refused", func(t *testing.T) {
+		for _, bad := range []dlm.Wait{{Replicas: 1}, {Replicas: -1, Timeout: time.Second}, {Timeout: time.Second, Local: true}} {
+			if _, _, err := n.EvalWait(ctx, bad, incr, []string{"bad"}); !errors.Is(err, dlm.ErrInvalid) {
+				t.Errorf("%+v: %v, want ErrInvalid", bad, err)
+			}
+		}
+	})
+
+	t.Run("a frozen replica does not acknowledge", func(t *testing.T) {
+		topo.Replicas[1].Freeze(t)
+		defer topo.Replicas[1].Thaw(t)
+		r, acks, err := n.EvalWait(ctx, dlm.Wait{Replicas: 2, Timeout: 300 * time.Millisecond}, incr, []string{"frozen"})
+		if err != nil || !slices.Equal(r, []int64{1}) {
+			t.Fatalf("EvalWait: %v %v", r, err)
+		}
+		if acks.Replicas != 1 {
+			t.Fatalf("acks %+v with one of two replicas frozen, want 1", acks)
+		}
+	})
+
+	t.Run("the context bounds a blocked WAIT", func(t *testing.T) {
+		topo.Replicas[0].Freeze(t)
+		defer topo.Replicas[0].Thaw(t)
+		before := pool.Stats().IdleCount
+		cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		r, _, err := n.EvalWait(cctx, dlm.Wait{Replicas: 2, Timeout: 10 * time.Second}, incr, []string{"blocked"})
+		took := time.Since(start)
+		if !errors.Is(err, context.DeadlineExceeded) || took > 3*time.Second {
+			t.Fatalf("EvalWait blocked in WAIT: %v %v after %v, want DeadlineExceeded near 200ms", r, err, took)
+		}
+		if after := pool.Stats().IdleCount; after >= before {
+			t.Errorf("idle connections %d before and %d after: the connection with WAIT's reply unread went back to the pool", before, after)
+		}
+	})
+}
+
+func TestEvalSHAMany(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	n := redigo.New(newPool(t, srv.Addr))
+	sc := dlm.NewScript("return {tonumber(ARGV[1]), redis.call('INCR', KEYS[1])}")
+	calls := make([]dlm.ScriptCall, 500)
+	for i := range calls {
+		calls[i] = dlm.ScriptCall{Keys: []string{"m" + strconv.Itoa(i%7)}, Args: []string{strconv.Itoa(i)}}
+	}
+	res, err := n.EvalSHAMany(ctx, sc.SHA1(), calls)
+	if err != nil || len(res) != len(calls) {
+		t.Fatalf("EvalSHAMany: %d results, %v", len(res), err)
+	}
+	for i, r := range res {
+		if !errors.Is(r.Err, dlm.ErrNoScript) {
+			t.Fatalf("result %d of an unknown script: %+v, want ErrNoScript", i, r)
+		}
+	}
+	res, err = sc.RunMany(ctx, n, calls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := map[string]int64{}
+	for i, r := range res {
+		counts[calls[i].Keys[0]]++
+		if want := []int64{int64(i), counts[calls[i].Keys[0]]}; r.Err != nil || !slices.Equal(r.Reply, want) {
+			t.Fatalf("result %d: %+v, want %v", i, r, want)
+		}
+	}
+	if res, err := n.EvalSHAMany(ctx, sc.SHA1(), nil); err != nil || len(res) != 0 {
+		t.Fatalf("empty batch: %v %v", res, err)
+	}
+
+	srv.Freeze(t)
+	defer srv.Thaw(t)
+	cctx, cancel := context.WithTimeout(ctx, 150*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if _, err := n.EvalSHAMany(cctx, sc.SHA1(), calls); !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 3*time.Second {
+		t.Fatalf("EvalSHAMany on a frozen server: %v after %v, want DeadlineExceeded near 150ms", err, time.Since(start))
+	}
+}
+
+func TestWatch(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	n := redigo.New(newPool(t, srv.Addr))
+	pub := func(ch, msg string) {
+		t.Helper()
+		_, err := n.Eval(ctx, "redis.call('PUBLISH', KEYS[1], ARGV[1]) return {}", []string{ch}, msg)
+		if err != nil { // a pooled connection from before a restart: once more
+			_, err = n.Eval(ctx, "redis.call('PUBLISH', KEYS[1], ARGV[1]) return {}", []string{ch}, msg)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := make(chan string, 16)
+	stop, err := n.Watch(ctx, "ch1", func(p string) { got <- "a:" + p })
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop2, err := n.Watch(ctx, "ch1", func(p string) { got <- "b:" + p })
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub("ch1", "x")
+	pub("other", "y")
+	var seen []string
+	for range 2 {
+		select {
+		case m := <-got:
+			seen = append(seen, m)
+		case <-time.After(5 * time.Second):
+			t.Fatalf("messages after Watch returned: got %v, want a:x and b:x", seen)
+		}
+	}
+	slices.Sort(seen)
+	if !slices.Equal(seen, []string{"a:x", "b:x"}) {
+		t.Fatalf("got %v, want [a:x b:x]", seen)
+	}
+	stop()
+	stop() // again: nothing
+	pub("ch1", "z")
+	select {
+	case m := <-got:
+		if m != "b:z" {
+			t.Fatalf("after the first stop got %q, want only b:z", m)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the second watcher lost its message when the first stopped")
+	}
+	stop2()
+	pub("ch1", "w")
+	select {
+	case m := <-got:
+		t.Fatalf("after stop got %q", m)
+	case <-time.After(200 * time.Millisecond):
+	}
+
+	// A broken connection ends its subscriptions; the next Watch dials anew.
+	stop3, err := n.Watch(ctx, "ch2", func(p string) { got <- p })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop3()
+	srv.Restart(t)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		stop4, err := n.Watch(cctx, "ch2", func(p string) { got <- "new:" + p })
+		cancel()
+		if err == nil {
+			defer stop4()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Watch after a restart: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	pub("ch2", "v")
+	select {
+	case m := <-got:
+		if m != "new:v" {
+			t.Fatalf("after the restart got %q, want new:v", m)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no message on a Watch made after the restart")
+	}
+}
+
+// The single-instance strategy over redigo wakes watchers on release.
+func TestWatchRelease(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	s, err := strategy.NewSingle(redigo.New(newPool(t, srv.Addr)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	woken := make(chan struct{}, 8)
+	stop, err := s.WatchRelease(ctx, "wr", func() {
+		select {
+		case woken <- struct{}{}:
+		default:
+		}
+	})
+	if err != nil {
+		t.Fatalf("WatchRelease: %v", err)
+	}
+	defer stop()
+	if _, err := s.Acquire(ctx, "wr", "tok", 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	for len(woken) > 0 { // a hint on acquisition is allowed; drain it
+		<-woken
+	}
+	if err := s.Release(ctx, "wr", "tok"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-woken:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no notification within 5s of the release")
+	}
+}
+
+// Watches that start and stop concurrently on a few channels each get the
+// message published after their Watch returned: a SUBSCRIBE is confirmed by
+// its own reply, not by that of an earlier SUBSCRIBE of the same channel
+// that an UNSUBSCRIBE followed.
+func TestWatchChurn(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	n := redigo.New(newPool(t, srv.Addr))
+	const goroutines, rounds = 16, 10
+	errs := make(chan error, goroutines)
+	for g := range goroutines {
+		go func() {
+			errs <- func() error {
+				ch := "churn" + strconv.Itoa(g%3)
+				for r := range rounds {
+					want := strconv.Itoa(g) + "/" + strconv.Itoa(r)
+					got := make(chan struct{}, 1)
+					stop, err := n.Watch(ctx, ch, func(p string) {
+						if p == want {
+							got <- struct{}{}
+						}
+					})
+					if err != nil {
+						return err
+					}
+					if _, err := n.Eval(ctx, "redis.call('PUBLISH', KEYS[1], ARGV[1]) return {}", []string{ch}, want); err != nil {
+						stop()
+						return err
+					}
+					select {
+					case <-got:
+					case <-time.After(5 * time.Second):
+						stop()
+						return errors.New("message " + want + " published after Watch returned was not delivered")
+					}
+					stop()
+				}
+				return nil
+			}()
+		}()
+	}
+	for range goroutines {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,49 @@
+package redigo_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/driver/redigo"
+	"github.com/dlmgo/dlm/strategy"
+)
+
+// A pool that follows the primary Sentinel names, for the failover
+// strategy. It needs running Sentinels, so the example has no output.
+func ExampleSentinelDial() {
+	pool := &redis.Pool{
+		MaxIdle: 16,
+		DialContext: redigo.SentinelDial([]string{"10.0.0.1:26379", "10.0.0.2:26379", "10.0.0.3:26379"}, "mymaster",
+			redis.DialReadTimeout(time.Second)), // above the failover strategy's wait timeout
+		TestOnBorrow: func(c redis.Conn, idleSince time.Time) error {
+			if time.Since(idleSince) < time.Second {
+				return nil
+			}
+			return redigo.CheckPrimary(c) // drop idle connections to a demoted primary
+		},
+	}
+	defer pool.Close()
+	f, err := strategy.NewFailover(redigo.New(pool), strategy.WithAcks(strategy.AckAll()))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	m, err := dlm.New(f, dlm.WithTTL(10*time.Second))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	lock, err := m.Lock(ctx, "orders:42")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer lock.Unlock(context.WithoutCancel(ctx))
+	// work under lock.Context(), passing lock.Fence() to storage
+}
