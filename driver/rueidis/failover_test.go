@@ -32,10 +32,6 @@ func TestFailoverSentinel(t *testing.T) {
 	const ttl = 30 * time.Second
 
 	t.Run("conformance", func(t *testing.T) {
-		if _, err := strategy.NewFailover(conformance.Wrap(node)); err != nil {
-			// Until conformance.FaultyNode passes dlm.ReplicaWaiter through.
-			t.Skipf("NewFailover refuses a node wrapped by RunStrategy: %v", err)
-		}
 		conformance.RunStrategy(t, conformance.Topology{Nodes: func(*testing.T) []dlm.Node { return []dlm.Node{node} }, Quorum: 1},
 			func(nodes []dlm.Node) (dlm.Strategy, error) {
 				return strategy.NewFailover(nodes[0], strategy.WithWaitTimeout(50*time.Millisecond))
