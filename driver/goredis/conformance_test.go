@@ -40,3 +40,19 @@ func TestConformanceCluster(t *testing.T) {
 	node := goredis.New(c)
 	conformance.RunNode(t, func(*testing.T) dlm.Node { return node })
 }
+
+// The failover strategy keeps the Strategy contract over a go-redis
+// failover client: a primary with two replicas found through Sentinel, and
+// every grant acknowledged by both replicas.
+func TestConformanceFailover(t *testing.T) {
+	topo := redistest.StartReplicated(t, redistest.ReplicatedOptions{Replicas: 2, Sentinels: 1})
+	c := redis.NewFailoverClient(&redis.FailoverOptions{
+		MasterName: topo.Master, SentinelAddrs: topo.SentinelAddrs(), ContextTimeoutEnabled: true,
+	})
+	t.Cleanup(func() { _ = c.Close() })
+	node := goredis.New(c)
+	conformance.RunStrategy(t, conformance.Topology{Nodes: func(*testing.T) []dlm.Node { return []dlm.Node{node} }},
+		func(nodes []dlm.Node) (dlm.Strategy, error) {
+			return strategy.NewFailover(nodes[0], strategy.WithAcks(strategy.AckAll()), strategy.WithReplicas(2))
+		})
+}
