@@ -164,19 +164,7 @@ func (s *Redlock) fanOut(ctx context.Context, op string, idx []int, want int, ca
 			if err == nil && (len(r) != want || op == "acquire" && r[0] != 0 && r[0] != 1) {
 				err = errReply(r)
 			}
-			slow := err != nil && isTimeout(err)
-			s.slow[i].Store(slow)
-			if err != nil {
-				switch {
-				case slow && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
-					// Not the caller's deadline: do not report it as one.
-					err = fmt.Errorf("%w %v", ErrNodeTimeout, s.cfg.timeout)
-				case slow && ctx.Err() == nil:
-					err = fmt.Errorf("%w %v: %w", ErrNodeTimeout, s.cfg.timeout, err) // a socket deadline
-				}
-				err = &dlm.NodeError{Node: s.names[i], Op: op, Err: err}
-			}
-			f.ch <- reply{i: i, r: r, err: err}
+			f.ch <- reply{i: i, r: r, err: s.nodeErr(ctx, i, op, err)}
 			if running.Add(-1) == 0 {
 				f.cancel()
 			}

@@ -1,0 +1,260 @@
+package strategy_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/strategy"
+)
+
+// batchCountingNode counts the pipelined batches run through it; other
+// abilities of the wrapped node stay reachable through Unwrap.
+type batchCountingNode struct {
+	dlm.Node
+	batches *atomic.Int32
+}
+
+func (n batchCountingNode) EvalSHAMany(ctx context.Context, sha string, calls []dlm.ScriptCall) ([]dlm.ScriptResult, error) {
+	n.batches.Add(1)
+	return n.Node.(dlm.Pipeliner).EvalSHAMany(ctx, sha, calls)
+}
+
+func (n batchCountingNode) Unwrap() dlm.Node { return n.Node }
+func (n batchCountingNode) String() string   { return n.Node.(interface{ String() string }).String() }
+
+// countBatches wraps c's nodes in batchCountingNode and returns them with
+// the per-node counters.
+func countBatches(c *cluster) ([]dlm.Node, []*atomic.Int32) {
+	nodes := make([]dlm.Node, len(c.nodes))
+	counts := make([]*atomic.Int32, len(c.nodes))
+	for i, n := range c.nodes {
+		counts[i] = new(atomic.Int32)
+		nodes[i] = batchCountingNode{Node: n, batches: counts[i]}
+	}
+	return nodes, counts
+}
+
+func TestRedlockExtendMany(t *testing.T) {
+	c := startClusterWith(t, 5, ctxClient)
+	nodes, batches := countBatches(c)
+	r, err := strategy.NewRedlock(nodes, strategy.WithMaxExtensions(1))
+	require.NoError(t, err)
+	ctx := context.Background()
+	for _, k := range []string{"a", "b", "lost"} {
+		_, err := r.Acquire(ctx, k, "mine", time.Second)
+		require.NoError(t, err)
+	}
+	_, err = r.Acquire(ctx, "c", "theirs", time.Second)
+	require.NoError(t, err)
+	_, err = r.Extend(ctx, "c", "theirs", time.Second) // loads the extend script: no NOSCRIPT round below
+	require.NoError(t, err)
+	// "lost" is gone from three of the five nodes: a majority no longer has it.
+	for i := range 3 {
+		require.NoError(t, c.clients[i].Del(ctx, "dlm:{lost}").Err())
+	}
+
+	start := time.Now()
+	res := r.ExtendMany(ctx, []dlm.HeldKey{
+		{Key: "a", Token: "mine"}, {Key: "b", Token: "mine"}, {Key: "c", Token: "mine"},
+		{Key: "", Token: "mine"}, {Key: "lost", Token: "mine"}, {Key: "never", Token: "mine"},
+	}, 10*time.Second)
+	require.Len(t, res, 6)
+	for i, k := range []string{"a", "b"} {
+		require.NoError(t, res[i].Err, k)
+		assert.Equal(t, uint64(1), res[i].Lease.Fence, k)
+		assert.False(t, res[i].Lease.Until.Before(start.Add(10*time.Second-strategy.DriftMarginForTest(10*time.Second))), "validity counted from before the batch")
+		assert.True(t, res[i].Lease.Until.Before(start.Add(10*time.Second)), "validity counted from before the batch")
+		for s := range c.clients {
+			pttl, err := c.clients[s].PTTL(ctx, "dlm:{"+k+"}").Result()
+			require.NoError(t, err)
+			assert.Greater(t, pttl, 9*time.Second, "%s on server %d", k, s)
+		}
+	}
+	assert.ErrorIs(t, res[2].Err, dlm.ErrNotHeld, "another owner's lock")
+	assert.ErrorIs(t, res[3].Err, dlm.ErrInvalid)
+	assert.ErrorIs(t, res[4].Err, dlm.ErrNotHeld, "held on a minority only")
+	var qe *strategy.QuorumError
+	require.ErrorAs(t, res[4].Err, &qe)
+	assert.Equal(t, 2, qe.Count(strategy.Granted))
+	assert.Equal(t, 3, qe.Count(strategy.Refused))
+	assert.ErrorIs(t, res[5].Err, dlm.ErrNotHeld)
+	for s := range c.clients {
+		assert.Equal(t, "", c.holder(t, s, "lost"), "a lost lock is released on the minority that extended it (server %d)", s)
+		pttl, err := c.clients[s].PTTL(ctx, "dlm:{c}").Result()
+		require.NoError(t, err)
+		assert.LessOrEqual(t, pttl, time.Second, "another owner's lock untouched")
+		assert.Equal(t, int32(1), batches[s].Load(), "one pipelined batch per node (server %d)", s)
+	}
+
+	// WithMaxExtensions counts every key of a batch as one extension.
+	res = r.ExtendMany(ctx, []dlm.HeldKey{{Key: "a", Token: "mine"}}, 10*time.Second)
+	assert.ErrorIs(t, res[0].Err, strategy.ErrExtendLimit)
+	assert.ErrorIs(t, res[0].Err, dlm.ErrNotHeld)
+}
+
+func TestRedlockExtendManyTwoFrozen(t *testing.T) {
+	c := startClusterWith(t, 5, ctxClient)
+	r := c.redlock(t)
+	ctx := context.Background()
+	_, err := r.Acquire(ctx, "k", "mine", time.Second)
+	require.NoError(t, err)
+	c.freeze(t, 1)
+	c.freeze(t, 3)
+	res := r.ExtendMany(ctx, []dlm.HeldKey{{Key: "k", Token: "mine"}}, 10*time.Second)
+	require.NoError(t, res[0].Err)
+	c.freeze(t, 4)
+	res = r.ExtendMany(ctx, []dlm.HeldKey{{Key: "k", Token: "mine"}}, 10*time.Second)
+	var qe *strategy.QuorumError
+	require.ErrorAs(t, res[0].Err, &qe)
+	assert.NotErrorIs(t, res[0].Err, dlm.ErrNotHeld, "nodes that did not answer say nothing about the holder")
+	assert.Equal(t, 3, qe.Count(strategy.Failed))
+	assert.ErrorIs(t, res[0].Err, strategy.ErrNodeTimeout)
+}
+
+// renewManager returns a Manager over Redlock on c's nodes, counting
+// batches, that renews every third of a 600ms TTL.
+func renewManager(t *testing.T, c *cluster) (*dlm.Manager, []*atomic.Int32) {
+	nodes, batches := countBatches(c)
+	r, err := strategy.NewRedlock(nodes)
+	require.NoError(t, err)
+	m, err := dlm.New(r, dlm.WithTTL(600*time.Millisecond), dlm.WithAutoRenew(1.0/3, time.Minute))
+	require.NoError(t, err)
+	return m, batches
+}
+
+func TestRedlockAutoRenew(t *testing.T) {
+	c := startClusterWith(t, 5, ctxClient)
+	m, batches := renewManager(t, c)
+	ctx := context.Background()
+	var locks []*dlm.Lock
+	for _, k := range []string{"r1", "r2", "r3"} {
+		l, err := m.TryLock(ctx, k)
+		require.NoError(t, err)
+		locks = append(locks, l)
+	}
+	time.Sleep(1800 * time.Millisecond) // three TTLs
+	for _, l := range locks {
+		require.NoError(t, l.Context().Err(), "renewed past several TTLs")
+		assert.True(t, c.holdsAll(t, l.Key(), l.Token()))
+	}
+	for i, b := range batches {
+		// One batch per renewal round for all three locks: about 9 rounds.
+		assert.GreaterOrEqual(t, b.Load(), int32(4), "renewal batches on server %d", i)
+	}
+
+	// With two of five servers frozen, a majority still renews.
+	c.freeze(t, 0)
+	c.freeze(t, 2)
+	time.Sleep(1200 * time.Millisecond) // two TTLs
+	for _, l := range locks {
+		require.NoError(t, l.Context().Err(), "renewed with two of five servers frozen")
+		assert.True(t, time.Until(l.Until()) > 0)
+	}
+
+	// With three frozen, renewal fails and the context ends with ErrLost
+	// when the validity last confirmed runs out, not later.
+	c.freeze(t, 4)
+	frozen := time.Now()
+	l := locks[0]
+	lctx := l.Context()
+	select {
+	case <-lctx.Done():
+	case <-time.After(3 * time.Second):
+		t.Fatal("the lock's context did not end with three of five servers frozen")
+	}
+	ended := time.Now()
+	until := l.Until()
+	assert.ErrorIs(t, context.Cause(lctx), dlm.ErrLost)
+	assert.Contains(t, context.Cause(lctx).Error(), "last renewal failed")
+	assert.True(t, until.Before(frozen.Add(600*time.Millisecond)), "no validity confirmed after the majority froze")
+	assert.Less(t, ended.Sub(until), 300*time.Millisecond, "Done closes when the validity runs out")
+	for _, l := range locks {
+		assert.ErrorIs(t, context.Cause(l.Context()), dlm.ErrLost)
+	}
+}
+
+func TestRedlockWatchRelease(t *testing.T) {
+	c := startClusterWith(t, 5, ctxClient)
+	ctx := context.Background()
+
+	plain := make([]dlm.Node, len(c.nodes))
+	for i, n := range c.nodes {
+		plain[i] = lifecyclePlainNode{n}
+	}
+	pr, err := strategy.NewRedlock(plain)
+	require.NoError(t, err)
+	_, err = pr.WatchRelease(ctx, "k", func() {})
+	assert.ErrorIs(t, err, errors.ErrUnsupported)
+
+	r := c.redlock(t)
+	_, err = r.WatchRelease(ctx, "", func() {})
+	assert.ErrorIs(t, err, dlm.ErrInvalid)
+
+	// Two servers frozen: the others subscribe and notify.
+	c.freeze(t, 1)
+	c.freeze(t, 3)
+	var woken atomic.Int32
+	began := time.Now()
+	stop, err := r.WatchRelease(ctx, "k", func() { woken.Add(1) })
+	require.NoError(t, err)
+	assert.Less(t, time.Since(began), time.Second, "bounded by the per-node timeout, not by the frozen servers")
+	_, err = r.Acquire(ctx, "k", "tok", time.Minute)
+	require.NoError(t, err)
+	require.ErrorIs(t, r.Release(ctx, "k", "other"), dlm.ErrNotHeld)
+	time.Sleep(50 * time.Millisecond)
+	assert.Zero(t, woken.Load(), "a refused release announces nothing")
+	require.NoError(t, r.Release(ctx, "k", "tok"))
+	require.True(t, eventually(3*time.Second, func() bool { return woken.Load() > 0 }), "no notification after the release")
+	stop()
+	stop() // again: nothing
+	time.Sleep(50 * time.Millisecond)
+	before := woken.Load()
+	_, err = r.Acquire(ctx, "k", "tok2", time.Minute)
+	require.NoError(t, err)
+	require.NoError(t, r.Release(ctx, "k", "tok2"))
+	time.Sleep(100 * time.Millisecond)
+	assert.Equal(t, before, woken.Load(), "no notification after stop")
+}
+
+// TestRedlockHandoff: a Lock call waiting on a Redlock key is woken by the
+// release, well within the poll interval.
+func TestRedlockHandoff(t *testing.T) {
+	c := startClusterWith(t, 5, ctxClient)
+	const poll = 3 * time.Second
+	m, err := dlm.New(c.redlock(t), dlm.WithTTL(time.Minute), dlm.WithRetryDelay(poll, poll))
+	require.NoError(t, err)
+	ctx := context.Background()
+	holder, err := m.TryLock(ctx, "h")
+	require.NoError(t, err)
+
+	got := make(chan time.Time, 1)
+	go func() {
+		l, err := m.Lock(ctx, "h")
+		if err != nil {
+			t.Error(err)
+			close(got)
+			return
+		}
+		got <- time.Now()
+		_ = l.Unlock(ctx)
+	}()
+	time.Sleep(300 * time.Millisecond) // the waiter tried, was refused and subscribed
+	released := time.Now()
+	require.NoError(t, holder.Unlock(ctx))
+	select {
+	case at, ok := <-got:
+		require.True(t, ok)
+		took := at.Sub(released)
+		t.Logf("hand-off took %v (poll interval %v)", took, poll)
+		assert.Less(t, took, poll/3, "woken by the release, not by polling")
+	case <-time.After(2 * poll):
+		t.Fatal("the waiter did not get the lock")
+	}
+}
