@@ -226,9 +226,11 @@ func (s *Redlock) ExtendMany(ctx context.Context, locks []dlm.HeldKey, ttl time.
 // release channel (the release script publishes on it) on every node that is
 // a dlm.Notifier, in parallel, and returns once every subscription was
 // confirmed or failed, or the per-node timeout passed, with at least one
-// active; subscriptions confirmed later are kept too. notify is called for a
-// message from any node, so one release usually notifies several times:
-// every message is a hint. When no node is a dlm.Notifier the error matches
+// active; subscriptions confirmed later are kept too. A release publishes on
+// every node that held the lock, so messages from other nodes within the
+// per-node timeout of one that notified are taken for the same release and
+// do not notify again; a second message from one node always does. Every
+// notification is a hint. When no node is a dlm.Notifier the error matches
 // errors.ErrUnsupported; when none could subscribe it joins the nodes'
 // errors. stop ends every subscription, including those still being made.
 func (s *Redlock) WatchRelease(ctx context.Context, key string, notify func()) (func(), error) {
@@ -252,10 +254,11 @@ func (s *Redlock) WatchRelease(ctx context.Context, key string, notify func()) (
 	// Watches still being made end when ctx ends or stop is called.
 	wctx, cancel := context.WithCancel(ctx)
 	w := &watches{cancel: cancel}
+	co := &coalescer{window: s.cfg.timeout, notify: notify}
 	results := make(chan error, len(ts))
 	for _, t := range ts {
 		go func() {
-			stop, err := t.n.Watch(wctx, channel, func(string) { notify() })
+			stop, err := t.n.Watch(wctx, channel, func(string) { co.message(t.i) })
 			if err != nil {
 				err = &dlm.NodeError{Node: s.names[t.i], Op: "watch", Err: err}
 			} else {
@@ -328,5 +331,36 @@ func (w *watches) stop() {
 	w.cancel()
 	for _, f := range stops {
 		f()
+	}
+}
+
+// coalescer turns the messages one release publishes on several nodes into
+// one notification: a message notifies unless another node's message
+// notified within the window and this node has not sent since.
+type coalescer struct {
+	window time.Duration
+	notify func()
+
+	mu   sync.Mutex
+	last time.Time // when a message last notified
+	seen uint64    // bit i: node i sent since then (nodes past 63 always notify)
+}
+
+func (c *coalescer) message(i int) {
+	c.mu.Lock()
+	now := time.Now()
+	var bit uint64
+	if i < 64 {
+		bit = 1 << i
+	}
+	same := bit != 0 && c.seen&bit == 0 && now.Sub(c.last) < c.window
+	if same {
+		c.seen |= bit
+	} else {
+		c.last, c.seen = now, bit
+	}
+	c.mu.Unlock()
+	if !same {
+		c.notify()
 	}
 }

@@ -212,6 +212,12 @@ func TestRedlockWatchRelease(t *testing.T) {
 	assert.Zero(t, woken.Load(), "a refused release announces nothing")
 	require.NoError(t, r.Release(ctx, "k", "tok"))
 	require.True(t, eventually(3*time.Second, func() bool { return woken.Load() > 0 }), "no notification after the release")
+	time.Sleep(100 * time.Millisecond)
+	assert.Equal(t, int32(1), woken.Load(), "the three nodes' messages of one release notify once")
+	_, err = r.Acquire(ctx, "k", "tok1", time.Minute)
+	require.NoError(t, err)
+	require.NoError(t, r.Release(ctx, "k", "tok1"))
+	require.True(t, eventually(3*time.Second, func() bool { return woken.Load() == 2 }), "a second release notifies again, however soon")
 	stop()
 	stop() // again: nothing
 	time.Sleep(50 * time.Millisecond)
