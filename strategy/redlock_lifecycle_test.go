@@ -265,3 +265,27 @@ func TestRedlockHandoff(t *testing.T) {
 		t.Fatal("the waiter did not get the lock")
 	}
 }
+
+// TestRedlockExtendManyDeafNodes: nodes that ignore their deadline cost
+// ExtendMany the per-node timeout, not their delay.
+func TestRedlockExtendManyDeafNodes(t *testing.T) {
+	c := startClusterWith(t, 5, ctxClient)
+	ctx := context.Background()
+	healthy := c.redlock(t)
+	_, err := healthy.Acquire(ctx, "deaf", "mine", time.Minute)
+	require.NoError(t, err)
+	nodes := append([]dlm.Node(nil), c.nodes...)
+	for i := range 3 {
+		nodes[i] = deafNode{Node: c.nodes[i], delay: 2 * time.Second}
+	}
+	r, err := strategy.NewRedlock(nodes, strategy.WithTimeout(100*time.Millisecond))
+	require.NoError(t, err)
+	start := time.Now()
+	res := r.ExtendMany(ctx, []dlm.HeldKey{{Key: "deaf", Token: "mine"}}, time.Minute)
+	took := time.Since(start)
+	var qe *strategy.QuorumError
+	require.ErrorAs(t, res[0].Err, &qe)
+	assert.Equal(t, 3, qe.Count(strategy.Failed))
+	assert.ErrorIs(t, res[0].Err, strategy.ErrNodeTimeout)
+	assert.Less(t, took, time.Second, "bounded by the per-node timeout")
+}
