@@ -164,7 +164,7 @@ func (s *Redlock) fanOut(ctx context.Context, op string, idx []int, want int, ca
 			if err == nil && (len(r) != want || op == "acquire" && r[0] != 0 && r[0] != 1) {
 				err = errReply(r)
 			}
-			f.ch <- reply{i: i, r: r, err: s.nodeErr(ctx, i, op, err)}
+			f.ch <- reply{i: i, r: r, err: s.nodeErr(ctx, i, op, s.cfg.timeout, err)}
 			if running.Add(-1) == 0 {
 				f.cancel()
 			}

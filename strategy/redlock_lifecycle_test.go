@@ -3,6 +3,7 @@ package strategy_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -110,12 +111,21 @@ func TestRedlockExtendManyTwoFrozen(t *testing.T) {
 	res := r.ExtendMany(ctx, []dlm.HeldKey{{Key: "k", Token: "mine"}}, 10*time.Second)
 	require.NoError(t, res[0].Err)
 	c.freeze(t, 4)
-	res = r.ExtendMany(ctx, []dlm.HeldKey{{Key: "k", Token: "mine"}}, 10*time.Second)
+	// A batch of 1000 keys gives each node 50ms + 1000×100µs.
+	batch := []dlm.HeldKey{{Key: "k", Token: "mine"}}
+	for i := range 999 {
+		batch = append(batch, dlm.HeldKey{Key: fmt.Sprint("other", i), Token: "mine"})
+	}
+	res = r.ExtendMany(ctx, batch, 10*time.Second)
 	var qe *strategy.QuorumError
 	require.ErrorAs(t, res[0].Err, &qe)
 	assert.NotErrorIs(t, res[0].Err, dlm.ErrNotHeld, "nodes that did not answer say nothing about the holder")
 	assert.Equal(t, 3, qe.Count(strategy.Failed))
 	assert.ErrorIs(t, res[0].Err, strategy.ErrNodeTimeout)
+	assert.ErrorContains(t, res[0].Err, "per-node timeout 150ms")
+	require.ErrorAs(t, res[999].Err, &qe)
+	assert.Equal(t, 2, qe.Count(strategy.Refused))
+	assert.NotErrorIs(t, res[999].Err, dlm.ErrNotHeld, "two refusals are not a majority")
 }
 
 // renewManager returns a Manager over Redlock on c's nodes, counting
