@@ -521,7 +521,8 @@ const extendParallel = 16
 
 // ExtendMany implements dlm.BatchExtender. Under AckNone (without
 // WithWaitAOF) it runs the extensions pipelined on the primary when the node
-// is a dlm.Pipeliner (one round trip for the batch), as Single does.
+// is a dlm.Pipeliner (one round trip for the batch), as Single does; a
+// WithTimeout bound then grows by 100µs per key.
 // Otherwise each lock is extended with Extend, 16 at a time, each followed by
 // its own WAIT on the same connection: WAIT counts the acknowledgements of
 // the last write on its connection, and a pipelined batch may be spread over
@@ -565,7 +566,11 @@ func (f *Failover) ExtendMany(ctx context.Context, locks []dlm.HeldKey, ttl time
 	if p, ok := dlm.NodeAs[dlm.Pipeliner](node); ok {
 		node = p
 	}
-	cctx, cancel := f.cfg.withTimeout(ctx)
+	cctx, cancel := ctx, context.CancelFunc(func() {})
+	if f.cfg.timeout > 0 {
+		// As for Redlock: time for every key of the batch.
+		cctx, cancel = context.WithTimeout(ctx, f.cfg.timeout+time.Duration(len(calls))*batchKeyTime)
+	}
 	defer cancel()
 	res, err := extendScript.RunMany(cctx, node, calls)
 	for j, i := range idx {
