@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlmgo/dlm"
@@ -38,6 +39,19 @@ func (s *Redlock) nodeErr(ctx context.Context, i int, op string, timeout time.Du
 // of a batch: a pipelined batch of 10,000 extensions takes a local server and
 // a go-redis client about 0.4s on a loaded 2-core machine.
 const batchKeyTime = 100 * time.Microsecond
+
+// untilReplies returns a context that ends after timeout or once replied
+// has been called n times, whichever comes first.
+func untilReplies(ctx context.Context, timeout time.Duration, n int) (context.Context, func()) {
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	var left atomic.Int32
+	left.Store(int32(n))
+	return cctx, func() {
+		if left.Add(-1) == 0 {
+			cancel()
+		}
+	}
+}
 
 // batchReply is one node's answer to a batch of extensions.
 type batchReply struct {
@@ -110,8 +124,9 @@ func (s *Redlock) ExtendMany(ctx context.Context, locks []dlm.HeldKey, ttl time.
 	// than one call's timeout. Validity still counts from before the batch.
 	timeout := s.cfg.timeout + time.Duration(len(calls))*batchKeyTime
 	start := time.Now()
-	cctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
+	// The calls still running when the outcome is decided go on until they
+	// end or time out, as Extend's do: a slower node keeps the lock too.
+	cctx, replied := untilReplies(ctx, timeout, n)
 	ch := make(chan batchReply, n)
 	for i := range s.nodes {
 		node := s.nodes[i]
@@ -124,6 +139,7 @@ func (s *Redlock) ExtendMany(ctx context.Context, locks []dlm.HeldKey, ttl time.
 				err = fmt.Errorf("dlm: %d results for a batch of %d", len(res), len(calls))
 			}
 			ch <- batchReply{i: i, res: res, err: s.nodeErr(ctx, i, "extend", timeout, err)}
+			replied()
 		})
 	}
 
