@@ -21,7 +21,9 @@ var (
 // per-node timeout ended it, and records whether the node was slow.
 func (s *Redlock) nodeErr(ctx context.Context, i int, op string, timeout time.Duration, err error) error {
 	slow := err != nil && isTimeout(err)
-	s.slow[i].Store(slow)
+	if s.slow[i].Load() != slow {
+		s.slow[i].Store(slow) // written only on a change: every call reads it
+	}
 	if err == nil {
 		return nil
 	}
@@ -133,14 +135,14 @@ func (s *Redlock) ExtendMany(ctx context.Context, locks []dlm.HeldKey, ttl time.
 		if p, ok := dlm.NodeAs[dlm.Pipeliner](node); ok {
 			node = p
 		}
-		workers.run(func() {
+		workers.run(task{fn: func() {
 			res, err := extendScript.RunMany(cctx, node, calls)
 			if err == nil && len(res) != len(calls) {
 				err = fmt.Errorf("dlm: %d results for a batch of %d", len(res), len(calls))
 			}
 			ch <- batchReply{i: i, res: res, err: s.nodeErr(ctx, i, "extend", timeout, err)}
 			replied()
-		})
+		}})
 	}
 
 	apply := func(k *batchKey, i int, r []int64, err error) {
