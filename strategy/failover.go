@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -56,7 +57,11 @@ type Failover struct {
 	aofOK    atomic.Bool  // the server was found to offer WAITAOF
 }
 
-var _ dlm.Strategy = (*Failover)(nil)
+var (
+	_ dlm.Strategy       = (*Failover)(nil)
+	_ dlm.BatchExtender  = (*Failover)(nil)
+	_ dlm.ReleaseWatcher = (*Failover)(nil)
+)
 
 type failoverConfig struct {
 	acks        AckPolicy
@@ -508,4 +513,107 @@ func (f *Failover) rollback(ctx context.Context, key, token string) {
 // script was sent, so the wait for replicas is taken off.
 func (f *Failover) lease(start time.Time, ttl time.Duration, fence int64) dlm.Lease {
 	return dlm.Lease{Fence: uint64(fence), Until: start.Add(ttl - f.cfg.driftMargin(ttl))}
+}
+
+// extendParallel bounds the concurrent Extend calls of ExtendMany when the
+// strategy waits for replicas.
+const extendParallel = 16
+
+// ExtendMany implements dlm.BatchExtender. Under AckNone (without
+// WithWaitAOF) it runs the extensions pipelined on the primary when the node
+// is a dlm.Pipeliner (one round trip for the batch), as Single does; a
+// WithTimeout bound then grows by 100µs per key.
+// Otherwise each lock is extended with Extend, 16 at a time, each followed by
+// its own WAIT on the same connection: WAIT counts the acknowledgements of
+// the last write on its connection, and a pipelined batch may be spread over
+// several connections, so one WAIT after a batch would not cover it. Every
+// lease's validity is counted from before the first extension was sent.
+func (f *Failover) ExtendMany(ctx context.Context, locks []dlm.HeldKey, ttl time.Duration) []dlm.ExtendResult {
+	out := make([]dlm.ExtendResult, len(locks))
+	start := time.Now()
+	if f.fo.waits() {
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, extendParallel)
+		for i, l := range locks {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				lease, err := f.Extend(ctx, l.Key, l.Token, ttl)
+				if err == nil {
+					lease = f.lease(start, ttl, int64(lease.Fence))
+				}
+				out[i] = dlm.ExtendResult{Lease: lease, Err: err}
+			}()
+		}
+		wg.Wait()
+		return out
+	}
+	calls := make([]dlm.ScriptCall, 0, len(locks))
+	idx := make([]int, 0, len(locks))
+	for i, l := range locks {
+		if err := f.checkCall(l.Key, l.Token, ttl, true); err != nil {
+			out[i].Err = err
+			continue
+		}
+		calls = append(calls, dlm.ScriptCall{Keys: lockKeys(l.Key), Args: []string{l.Token, ms(ttl)}})
+		idx = append(idx, i)
+	}
+	if len(calls) == 0 {
+		return out
+	}
+	var node dlm.Node = f.node
+	if p, ok := dlm.NodeAs[dlm.Pipeliner](node); ok {
+		node = p
+	}
+	cctx, cancel := ctx, context.CancelFunc(func() {})
+	if f.cfg.timeout > 0 {
+		// As for Redlock: time for every key of the batch.
+		cctx, cancel = context.WithTimeout(ctx, f.cfg.timeout+time.Duration(len(calls))*batchKeyTime)
+	}
+	defer cancel()
+	res, err := extendScript.RunMany(cctx, node, calls)
+	for j, i := range idx {
+		var r []int64
+		e := err
+		if e == nil {
+			r, e = res[j].Reply, res[j].Err
+		}
+		if e == nil && len(r) != 2 {
+			e = errReply(r)
+		}
+		switch {
+		case e != nil:
+			out[i].Err = &dlm.NodeError{Node: f.name, Op: "extend", Err: e}
+		case r[0] != 1:
+			out[i].Err = fmt.Errorf("%w: %q is not held by this token on %s", dlm.ErrNotHeld, locks[i].Key, f.name)
+		default:
+			out[i].Lease = f.lease(start, ttl, r[1])
+		}
+	}
+	return out
+}
+
+// WatchRelease implements dlm.ReleaseWatcher on the primary: the release
+// script publishes on a channel named like the lock's key. The subscription
+// lives on a connection of the node's client; when the client reconnects
+// it subscribes again, on whatever server it dials (go-redis' failover
+// client dials the primary Sentinel names at that time). Messages published
+// in between are lost: notifications are hints, and waiters still poll at
+// the Manager's maximum retry delay.
+// When the node is not a dlm.Notifier the error matches
+// errors.ErrUnsupported.
+func (f *Failover) WatchRelease(ctx context.Context, key string, notify func()) (func(), error) {
+	if err := f.checkCall(key, "-", 0, false); err != nil {
+		return nil, err
+	}
+	n, ok := dlm.NodeAs[dlm.Notifier](f.node)
+	if !ok {
+		return nil, fmt.Errorf("dlm: %s cannot notify (its Node is not a dlm.Notifier): %w", f.name, errors.ErrUnsupported)
+	}
+	stop, err := n.Watch(ctx, lockKeys(key)[0], func(string) { notify() })
+	if err != nil {
+		return nil, &dlm.NodeError{Node: f.name, Op: "watch", Err: err}
+	}
+	return stop, nil
 }

@@ -139,6 +139,13 @@ type fan struct {
 	ch     chan reply      // every reply, with room for all of them
 	ctx    context.Context // ends at the per-node timeout, or when all replied
 	cancel context.CancelFunc
+
+	s       *Redlock
+	parent  context.Context // the caller's
+	op      string
+	want    int
+	call    nodeCall
+	running atomic.Int32 // calls not yet replied
 }
 
 // fanOut runs call on the nodes listed in idx (all nodes when idx is nil),
@@ -151,38 +158,29 @@ func (s *Redlock) fanOut(ctx context.Context, op string, idx []int, want int, ca
 		n = len(s.nodes)
 	}
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.timeout)
-	f := &fan{ch: make(chan reply, n), ctx: cctx, cancel: cancel}
-	var running atomic.Int32
-	running.Store(int32(n))
+	f := &fan{ch: make(chan reply, n), ctx: cctx, cancel: cancel, s: s, parent: ctx, op: op, want: want, call: call}
+	f.running.Store(int32(n))
 	for k := range n {
 		i := k
 		if idx != nil {
 			i = idx[k]
 		}
-		workers.run(func() {
-			r, err := call(cctx, s.nodes[i])
-			if err == nil && (len(r) != want || op == "acquire" && r[0] != 0 && r[0] != 1) {
-				err = errReply(r)
-			}
-			slow := err != nil && isTimeout(err)
-			s.slow[i].Store(slow)
-			if err != nil {
-				switch {
-				case slow && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
-					// Not the caller's deadline: do not report it as one.
-					err = fmt.Errorf("%w %v", ErrNodeTimeout, s.cfg.timeout)
-				case slow && ctx.Err() == nil:
-					err = fmt.Errorf("%w %v: %w", ErrNodeTimeout, s.cfg.timeout, err) // a socket deadline
-				}
-				err = &dlm.NodeError{Node: s.names[i], Op: op, Err: err}
-			}
-			f.ch <- reply{i: i, r: r, err: err}
-			if running.Add(-1) == 0 {
-				f.cancel()
-			}
-		})
+		workers.run(task{f: f, i: i})
 	}
 	return f
+}
+
+// run makes the call to node i and sends its reply.
+func (f *fan) run(i int) {
+	s := f.s
+	r, err := f.call(f.ctx, s.nodes[i])
+	if err == nil && (len(r) != f.want || f.op == "acquire" && r[0] != 0 && r[0] != 1) {
+		err = errReply(r)
+	}
+	f.ch <- reply{i: i, r: r, err: s.nodeErr(f.parent, i, f.op, s.cfg.timeout, err)}
+	if f.running.Add(-1) == 0 {
+		f.cancel()
+	}
 }
 
 // collect passes the replies of the nodes listed in idx (all when nil) to
@@ -269,8 +267,8 @@ func (s *Redlock) anySlow(res []NodeResult) bool {
 // linger passes up to left more replies on f to handle, for at most grace,
 // and returns how many are still to come.
 func (s *Redlock) linger(f *fan, left int, grace time.Duration, handle func(reply) bool) int {
-	t := time.NewTimer(grace)
-	defer t.Stop()
+	t := getTimer(grace)
+	defer putTimer(t)
 	for left > 0 {
 		select {
 		case rp := <-f.ch:
@@ -283,6 +281,23 @@ func (s *Redlock) linger(f *fan, left int, grace time.Duration, handle func(repl
 		}
 	}
 	return left
+}
+
+// timers are reused by linger (one per call would be two allocations).
+var timers sync.Pool
+
+// getTimer returns a running timer that fires after d.
+func getTimer(d time.Duration) *time.Timer {
+	if t, ok := timers.Get().(*time.Timer); ok {
+		t.Reset(d) // since Go 1.23 a stopped timer's channel holds no stale value
+		return t
+	}
+	return time.NewTimer(d)
+}
+
+func putTimer(t *time.Timer) {
+	t.Stop()
+	timers.Put(t)
 }
 
 // results returns one Pending result per node.
@@ -306,11 +321,11 @@ func (s *Redlock) Acquire(ctx context.Context, key, token string, ttl time.Durat
 	}
 	start := time.Now()
 	keys := lockKeys(key)
-	ttlArg := ms(ttl)
+	args := []string{token, ms(ttl)} // one slice for every node's call
 	n, q := len(s.nodes), s.quorum
 	counters := make([]int64, n)
 	ch := s.fanOut(ctx, "acquire", nil, 2, func(c context.Context, nd dlm.Node) ([]int64, error) {
-		return acquireScript.Run(c, nd, keys, token, ttlArg)
+		return acquireScript.Run(c, nd, keys, args...)
 	})
 	granted, answered := 0, 0
 	handle := func(rp reply) bool {
@@ -422,8 +437,9 @@ func (s *Redlock) writeBackFence(ctx context.Context, keys []string, res []NodeR
 // token waits for the background releases.
 func (s *Redlock) undo(ctx context.Context, key string, keys []string, token string, res []NodeResult, late *fan, left int) {
 	cctx := context.WithoutCancel(ctx)
+	args := []string{token}
 	release := func(c context.Context, nd dlm.Node) ([]int64, error) {
-		return releaseScript.Run(c, nd, keys[:1], token)
+		return releaseScript.Run(c, nd, keys[:1], args...)
 	}
 	if left > 0 {
 		s.drain(key, token, keys, late, left, true)
@@ -481,11 +497,11 @@ func (s *Redlock) Extend(ctx context.Context, key, token string, ttl time.Durati
 	}
 	start := time.Now()
 	keys := lockKeys(key)
-	ttlArg := ms(ttl)
+	args := []string{token, ms(ttl)} // one slice for every node's call
 	n, q := len(s.nodes), s.quorum
 	var fence int64
 	ch := s.fanOut(ctx, "extend", nil, 2, func(c context.Context, nd dlm.Node) ([]int64, error) {
-		return extendScript.Run(c, nd, keys, token, ttlArg)
+		return extendScript.Run(c, nd, keys, args...)
 	})
 	extended, refused, answered := 0, 0, 0
 	left := s.collect(ctx, "extend", ch, nil, func(rp reply) bool {
@@ -549,8 +565,9 @@ func (s *Redlock) Release(ctx context.Context, key, token string) error {
 	keys := lockKeys(key)
 	n, q := len(s.nodes), s.quorum
 	start := time.Now()
+	args := []string{token}
 	ch := s.fanOut(ctx, "release", nil, 1, func(c context.Context, nd dlm.Node) ([]int64, error) {
-		return releaseScript.Run(c, nd, keys[:1], token)
+		return releaseScript.Run(c, nd, keys[:1], args...)
 	})
 	released, notHeld, answered := 0, 0, 0
 	handle := func(rp reply) bool {

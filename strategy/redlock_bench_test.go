@@ -10,8 +10,11 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 
 	"github.com/dlmgo/dlm"
+	rueidisnode "github.com/dlmgo/dlm/driver/rueidis"
+	"github.com/dlmgo/dlm/internal/redistest"
 	"github.com/dlmgo/dlm/strategy"
 )
 
@@ -67,33 +70,66 @@ func BenchmarkRedlockLockUnlock(b *testing.B) {
 // BenchmarkRedlockParallel runs TryLock and Unlock on distinct keys from 64
 // goroutines; ops/s is lock+unlock pairs per second. With 64 callers on two
 // cores a call waits tens of milliseconds for the CPU, so the per-node
-// timeout is raised to 1s here.
+// timeout is raised to 1s here. The rueidis rows use its automatic
+// pipelining: concurrent calls to one server share its socket writes.
 func BenchmarkRedlockParallel(b *testing.B) {
 	for _, n := range []int{1, 5} {
 		b.Run("nodes="+strconv.Itoa(n), func(b *testing.B) {
 			m, _ := benchManager(b, n, strategy.WithTimeout(time.Second))
-			ctx := context.Background()
-			var next atomic.Int64
-			b.ReportAllocs()
-			b.SetParallelism(max(1, 64/runtimeProcs()))
-			start := time.Now()
-			b.RunParallel(func(pb *testing.PB) {
-				key := "bench:" + strconv.FormatInt(next.Add(1), 10)
-				for pb.Next() {
-					l, err := m.TryLock(ctx, key)
-					if err != nil {
-						b.Error(err)
-						return
-					}
-					if err := l.Unlock(ctx); err != nil {
-						b.Error(err)
-						return
-					}
-				}
-			})
-			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "ops/s")
+			benchParallel(b, m)
 		})
 	}
+	for _, n := range []int{1, 5} {
+		b.Run("rueidis/nodes="+strconv.Itoa(n), func(b *testing.B) {
+			var nodes []dlm.Node
+			for _, s := range redistest.StartN(b, n) {
+				c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{s.Addr}, DisableCache: true})
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(c.Close)
+				nodes = append(nodes, rueidisnode.New(c))
+			}
+			var s dlm.Strategy
+			var err error
+			if n == 1 {
+				s, err = strategy.NewSingle(nodes[0])
+			} else {
+				s, err = strategy.NewRedlock(nodes, strategy.WithTimeout(time.Second))
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+			m, err := dlm.New(s, dlm.WithTTL(10*time.Second))
+			if err != nil {
+				b.Fatal(err)
+			}
+			benchParallel(b, m)
+		})
+	}
+}
+
+func benchParallel(b *testing.B, m *dlm.Manager) {
+	ctx := context.Background()
+	var next atomic.Int64
+	b.ReportAllocs()
+	b.SetParallelism(max(1, 64/runtimeProcs()))
+	start := time.Now()
+	b.RunParallel(func(pb *testing.PB) {
+		key := "bench:" + strconv.FormatInt(next.Add(1), 10)
+		for pb.Next() {
+			l, err := m.TryLock(ctx, key)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			if err := l.Unlock(ctx); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "ops/s")
 }
 
 // BenchmarkRedlockOneSilent measures TryLock latency with one of five
@@ -127,3 +163,53 @@ func BenchmarkRedlockOneSilent(b *testing.B) {
 }
 
 func runtimeProcs() int { return runtime.GOMAXPROCS(0) }
+
+// instantNode answers every script at once, in process, without Redis: it
+// measures what Redlock's own machinery costs (fan-out to workers, quorum
+// counting, timers, allocations). It is a measuring tool only; every test
+// runs against real servers.
+type instantNode struct{ name string }
+
+func (n instantNode) EvalSHA(_ context.Context, _ string, keys []string, _ ...string) ([]int64, error) {
+	if len(keys) == 2 {
+		return []int64{1, 1}, nil // acquire, extend: granted, fence 1
+	}
+	return []int64{1}, nil // release, fence write-back
+}
+
+func (n instantNode) Eval(ctx context.Context, _ string, keys []string, args ...string) ([]int64, error) {
+	return n.EvalSHA(ctx, "", keys, args...)
+}
+
+func (n instantNode) String() string { return n.name }
+
+// BenchmarkRedlockOverhead is TryLock+Unlock over five instant in-process
+// nodes: Redlock's cost without any network or server.
+func BenchmarkRedlockOverhead(b *testing.B) {
+	var nodes []dlm.Node
+	for i := range 5 {
+		nodes = append(nodes, instantNode{name: "instant" + strconv.Itoa(i)})
+	}
+	s, err := strategy.NewRedlock(nodes)
+	if err != nil {
+		b.Fatal(err)
+	}
+	m, err := dlm.New(s, dlm.WithTTL(10*time.Second))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	b.Run("serial", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			l, err := m.TryLock(ctx, "bench")
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := l.Unlock(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("parallel", func(b *testing.B) { benchParallel(b, m) })
+}

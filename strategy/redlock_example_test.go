@@ -43,3 +43,38 @@ func ExampleNewRedlock() {
 	defer lock.Unlock(context.WithoutCancel(ctx))
 	fmt.Println("fence", lock.Fence(), "valid until", lock.Until())
 }
+
+// Redlock's lifecycle abilities, as the Manager uses them: auto-renewal
+// extends all held locks in one pipelined batch per node
+// (Redlock.ExtendMany), and Lock waits for a release notification from
+// the nodes (Redlock.WatchRelease) instead of polling.
+func ExampleRedlock_ExtendMany() {
+	var nodes []dlm.Node
+	for _, addr := range []string{"127.0.0.1:7001", "127.0.0.1:7002", "127.0.0.1:7003", "127.0.0.1:7004", "127.0.0.1:7005"} {
+		c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1})
+		defer c.Close()
+		nodes = append(nodes, goredis.New(c))
+	}
+	rl, err := strategy.NewRedlock(nodes)
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+
+	// What auto-renewal does for every lock of a Manager at once.
+	for i, r := range rl.ExtendMany(ctx, []dlm.HeldKey{{Key: "orders:42", Token: "my-token"}}, 10*time.Second) {
+		fmt.Println(i, r.Lease.Until, r.Err) // r.Err matches dlm.ErrNotHeld when a majority says the lock is gone
+	}
+
+	// A Manager finds both abilities by itself.
+	m, err := dlm.New(rl, dlm.WithTTL(10*time.Second), dlm.WithAutoRenew(1.0/3, time.Hour))
+	if err != nil {
+		panic(err)
+	}
+	lock, err := m.Lock(ctx, "orders:42") // woken by the holder's release
+	if err != nil {
+		panic(err)
+	}
+	defer lock.Unlock(context.WithoutCancel(ctx))
+	<-lock.Context().Done() // renewed until unlocked, or lost (context.Cause matches dlm.ErrLost)
+}

@@ -8,7 +8,7 @@ import (
 // workers runs Redlock's per-node calls on goroutines that are kept for a
 // while after their call ends. A client library's call grows a fresh
 // goroutine's stack several times; a kept goroutine has grown it already.
-// An idle goroutine exits after workerIdle.
+// An idle goroutine exits after one to two workerIdle periods.
 var workers workerPool
 
 const (
@@ -16,60 +16,90 @@ const (
 	maxIdleWorker = 256
 )
 
+// A task is one call of a fan (f, i), or fn.
+type task struct {
+	f  *fan
+	i  int
+	fn func()
+}
+
+func (t task) run() {
+	if t.fn != nil {
+		t.fn()
+		return
+	}
+	t.f.run(t.i)
+}
+
 type workerPool struct {
-	mu   sync.Mutex
-	idle []*worker
+	mu       sync.Mutex
+	idle     []*worker // the most recently idle last
+	gen      uint64    // sweeps so far
+	sweeping bool      // a sweeper goroutine runs while any worker is idle
 }
 
 type worker struct {
-	ch    chan func() // capacity 1: handing work over never blocks
-	timer *time.Timer
+	ch  chan task // capacity 1: handing work over never blocks; the zero task: exit
+	gen uint64    // the sweep count when it last went idle (guarded by mu)
 }
 
-// run runs f on an idle worker or a new goroutine.
-func (p *workerPool) run(f func()) {
+// run runs t on an idle worker or a new goroutine.
+func (p *workerPool) run(t task) {
 	p.mu.Lock()
 	if n := len(p.idle); n > 0 {
 		w := p.idle[n-1]
 		p.idle = p.idle[:n-1]
 		p.mu.Unlock()
-		w.ch <- f
+		w.ch <- t
 		return
 	}
 	p.mu.Unlock()
-	go p.work(&worker{ch: make(chan func(), 1)}, f)
+	go p.work(&worker{ch: make(chan task, 1)}, t)
 }
 
-func (p *workerPool) work(w *worker, f func()) {
+func (p *workerPool) work(w *worker, t task) {
 	for {
-		f()
+		t.run()
 		p.mu.Lock()
 		if len(p.idle) >= maxIdleWorker {
 			p.mu.Unlock()
 			return
 		}
+		w.gen = p.gen
 		p.idle = append(p.idle, w)
+		if !p.sweeping {
+			p.sweeping = true
+			go p.sweep()
+		}
 		p.mu.Unlock()
-		if w.timer == nil {
-			w.timer = time.NewTimer(workerIdle)
-		} else {
-			w.timer.Reset(workerIdle)
+		if t = <-w.ch; t.f == nil && t.fn == nil {
+			return
 		}
-		select {
-		case f = <-w.ch:
-			w.timer.Stop()
-			continue
-		case <-w.timer.C:
-		}
+	}
+}
+
+// sweep ends, every workerIdle, the workers that have been idle since before
+// the previous sweep, and returns once none is idle. No timer per call.
+func (p *workerPool) sweep() {
+	for {
+		time.Sleep(workerIdle)
 		p.mu.Lock()
-		for i, v := range p.idle {
-			if v == w {
-				p.idle = append(p.idle[:i], p.idle[i+1:]...)
-				p.mu.Unlock()
-				return
+		keep := p.idle[:0]
+		for _, w := range p.idle {
+			if w.gen != p.gen {
+				w.ch <- task{} // idle since before the last sweep: exit
+			} else {
+				keep = append(keep, w)
 			}
 		}
+		clear(p.idle[len(keep):])
+		p.idle = keep
+		p.gen++
+		if len(p.idle) == 0 {
+			p.sweeping = false
+			p.mu.Unlock()
+			return
+		}
 		p.mu.Unlock()
-		f = <-w.ch // taken just before the timer fired: its work is coming
 	}
 }

@@ -1,0 +1,24 @@
+package strategy_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/conformance"
+	"github.com/dlmgo/dlm/strategy"
+)
+
+// TestRedlockConformance runs the strategy contract over five real
+// redis-server processes with a quorum of three. The per-node timeout is 1s:
+// SlowLease delays every node by 300ms and expects a lock (a node slower than
+// the per-node timeout counts as failed), and SlowBeyondDeadline bounds the
+// call by a 200ms context, which ends the calls before the per-node timeout.
+func TestRedlockConformance(t *testing.T) {
+	c := startClusterWith(t, 5, ctxClient)
+	conformance.RunStrategy(t,
+		conformance.Topology{Nodes: func(*testing.T) []dlm.Node { return c.nodes }, Quorum: 3},
+		func(nodes []dlm.Node) (dlm.Strategy, error) {
+			return strategy.NewRedlock(nodes, strategy.WithTimeout(time.Second))
+		})
+}
