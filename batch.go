@@ -42,7 +42,7 @@ const runManyParallel = 16
 // It returns one result per call in order, or an error when the batch as a
 // whole failed.
 func (s *Script) RunMany(ctx context.Context, n Node, calls []ScriptCall) ([]ScriptResult, error) {
-	p, ok := n.(Pipeliner)
+	p, ok := NodeAs[Pipeliner](n)
 	if !ok {
 		out := make([]ScriptResult, len(calls))
 		var wg sync.WaitGroup

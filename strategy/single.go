@@ -175,7 +175,7 @@ func (s *Single) WatchRelease(ctx context.Context, key string, notify func()) (f
 	if err := s.cfg.checkCall(key, "-", 0, false); err != nil {
 		return nil, err
 	}
-	n, ok := s.node.(dlm.Notifier)
+	n, ok := dlm.NodeAs[dlm.Notifier](s.node)
 	if !ok {
 		return nil, fmt.Errorf("dlm: %s cannot notify (its Node is not a dlm.Notifier): %w", s.name, errors.ErrUnsupported)
 	}
