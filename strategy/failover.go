@@ -549,49 +549,7 @@ func (f *Failover) ExtendMany(ctx context.Context, locks []dlm.HeldKey, ttl time
 		wg.Wait()
 		return out
 	}
-	calls := make([]dlm.ScriptCall, 0, len(locks))
-	idx := make([]int, 0, len(locks))
-	for i, l := range locks {
-		if err := f.checkCall(l.Key, l.Token, ttl, true); err != nil {
-			out[i].Err = err
-			continue
-		}
-		calls = append(calls, dlm.ScriptCall{Keys: lockKeys(l.Key), Args: []string{l.Token, ms(ttl)}})
-		idx = append(idx, i)
-	}
-	if len(calls) == 0 {
-		return out
-	}
-	var node dlm.Node = f.node
-	if p, ok := dlm.NodeAs[dlm.Pipeliner](node); ok {
-		node = p
-	}
-	cctx, cancel := ctx, context.CancelFunc(func() {})
-	if f.cfg.timeout > 0 {
-		// As for Redlock: time for every key of the batch.
-		cctx, cancel = context.WithTimeout(ctx, f.cfg.timeout+time.Duration(len(calls))*batchKeyTime)
-	}
-	defer cancel()
-	res, err := extendScript.RunMany(cctx, node, calls)
-	for j, i := range idx {
-		var r []int64
-		e := err
-		if e == nil {
-			r, e = res[j].Reply, res[j].Err
-		}
-		if e == nil && len(r) != 2 {
-			e = errReply(r)
-		}
-		switch {
-		case e != nil:
-			out[i].Err = &dlm.NodeError{Node: f.name, Op: "extend", Err: e}
-		case r[0] != 1:
-			out[i].Err = fmt.Errorf("%w: %q is not held by this token on %s", dlm.ErrNotHeld, locks[i].Key, f.name)
-		default:
-			out[i].Lease = f.lease(start, ttl, r[1])
-		}
-	}
-	return out
+	return extendBatch(ctx, &f.cfg, f.node, f.name, locks, ttl)
 }
 
 // WatchRelease implements dlm.ReleaseWatcher on the primary: the release
@@ -604,16 +562,5 @@ func (f *Failover) ExtendMany(ctx context.Context, locks []dlm.HeldKey, ttl time
 // When the node is not a dlm.Notifier the error matches
 // errors.ErrUnsupported.
 func (f *Failover) WatchRelease(ctx context.Context, key string, notify func()) (func(), error) {
-	if err := f.checkCall(key, "-", 0, false); err != nil {
-		return nil, err
-	}
-	n, ok := dlm.NodeAs[dlm.Notifier](f.node)
-	if !ok {
-		return nil, fmt.Errorf("dlm: %s cannot notify (its Node is not a dlm.Notifier): %w", f.name, errors.ErrUnsupported)
-	}
-	stop, err := n.Watch(ctx, lockKeys(key)[0], func(string) { notify() })
-	if err != nil {
-		return nil, &dlm.NodeError{Node: f.name, Op: "watch", Err: err}
-	}
-	return stop, nil
+	return watchRelease(ctx, &f.cfg, f.node, f.name, key, notify)
 }

@@ -2,7 +2,6 @@ package strategy
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -124,46 +123,11 @@ func (s *Single) lease(start time.Time, ttl time.Duration, fence int64) dlm.Leas
 
 // ExtendMany implements dlm.BatchExtender: the extensions run pipelined
 // when the node is a dlm.Pipeliner (one round trip for the batch), else one
-// after another. The whole batch is one call, bounded by WithTimeout; the
-// Manager's auto-renewal sends batches of at most a thousand locks.
+// after another. The whole batch is one call, bounded by WithTimeout plus
+// 100µs per key; the Manager's auto-renewal sends batches of at most a
+// thousand locks.
 func (s *Single) ExtendMany(ctx context.Context, locks []dlm.HeldKey, ttl time.Duration) []dlm.ExtendResult {
-	out := make([]dlm.ExtendResult, len(locks))
-	calls := make([]dlm.ScriptCall, 0, len(locks))
-	idx := make([]int, 0, len(locks))
-	for i, l := range locks {
-		if err := s.cfg.checkCall(l.Key, l.Token, ttl, true); err != nil {
-			out[i].Err = err
-			continue
-		}
-		calls = append(calls, dlm.ScriptCall{Keys: lockKeys(l.Key), Args: []string{l.Token, ms(ttl)}})
-		idx = append(idx, i)
-	}
-	if len(calls) == 0 {
-		return out
-	}
-	start := time.Now()
-	cctx, cancel := s.cfg.withTimeout(ctx)
-	defer cancel()
-	res, err := extendScript.RunMany(cctx, s.node, calls)
-	for j, i := range idx {
-		var r []int64
-		e := err
-		if e == nil {
-			r, e = res[j].Reply, res[j].Err
-		}
-		if e == nil && len(r) != 2 {
-			e = errReply(r)
-		}
-		switch {
-		case e != nil:
-			out[i].Err = &dlm.NodeError{Node: s.name, Op: "extend", Err: e}
-		case r[0] != 1:
-			out[i].Err = fmt.Errorf("%w: %q is not held by this token on %s", dlm.ErrNotHeld, locks[i].Key, s.name)
-		default:
-			out[i].Lease = s.lease(start, ttl, r[1])
-		}
-	}
-	return out
+	return extendBatch(ctx, &s.cfg, s.node, s.name, locks, ttl)
 }
 
 // WatchRelease implements dlm.ReleaseWatcher. The release script publishes
@@ -172,16 +136,5 @@ func (s *Single) ExtendMany(ctx context.Context, locks []dlm.HeldKey, ttl time.D
 // nothing: a waiter learns the holder's remaining TTL from HeldError and
 // tries again when it runs out.
 func (s *Single) WatchRelease(ctx context.Context, key string, notify func()) (func(), error) {
-	if err := s.cfg.checkCall(key, "-", 0, false); err != nil {
-		return nil, err
-	}
-	n, ok := dlm.NodeAs[dlm.Notifier](s.node)
-	if !ok {
-		return nil, fmt.Errorf("dlm: %s cannot notify (its Node is not a dlm.Notifier): %w", s.name, errors.ErrUnsupported)
-	}
-	stop, err := n.Watch(ctx, lockKeys(key)[0], func(string) { notify() })
-	if err != nil {
-		return nil, &dlm.NodeError{Node: s.name, Op: "watch", Err: err}
-	}
-	return stop, nil
+	return watchRelease(ctx, &s.cfg, s.node, s.name, key, notify)
 }
