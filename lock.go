@@ -182,13 +182,15 @@ func (l *Lock) endLocked(cause error) {
 	if l.ended == nil {
 		l.ended = cause
 	}
-	l.over.Store(true)
 	if l.timer != nil {
 		l.timer.Stop()
 	}
 	if l.cancel != nil {
 		l.cancel(l.ended)
 	}
+	// Only now: checkExpired skips the lock once it sees over, so the
+	// context must already be cancelled by then.
+	l.over.Store(true)
 }
 
 // setLeaseLocked adopts a lease from a successful extension, unless the old
