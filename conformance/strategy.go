@@ -56,6 +56,11 @@ type Topology struct {
 //     allows, Acquire returns near the deadline, refused.
 //   - SlowLease: the lease counts from before the request, so a slow node
 //     shortens it.
+//   - BatchExtend (a dlm.BatchExtender only): ExtendMany extends the locks
+//     the token holds and, lock by lock, refuses the others (dlm.ErrNotHeld)
+//     and bad input (dlm.ErrInvalid).
+//   - WatchRelease (a dlm.ReleaseWatcher whose nodes can notify): a release
+//     calls notify within a second; a cancelled context fails.
 //
 // Rules that need more nodes than the topology can lose are skipped with the
 // reason (a single endpoint tolerates no failed node).
@@ -156,6 +161,8 @@ var strategyRules = []strategyRule{
 	{"ReplyLostBeyondQuorum", faultBeyondQuorum(Fault{LoseReply: true})},
 	{"SlowBeyondDeadline", testSlowBeyondDeadline},
 	{"SlowLease", testSlowLease},
+	{"BatchExtend", testBatchExtend},
+	{"WatchRelease", testWatchRelease},
 }
 
 const ttl = 10 * time.Second
