@@ -27,7 +27,8 @@ import (
 //	sentinel://s1:26379,s2:26379/mymaster?ack=all&replicas=2
 //	failover://primary:6379?ack=1
 //
-// where the scheme names the strategy, the hosts are Addrs, the path is
+// where the scheme names the strategy, the hosts are Addrs (IPv6 ones in
+// brackets: redlock://[::1]:6379,[::1]:6380,[::1]:6381), the path is
 // Master, the user information is Username and Password, and each query
 // parameter is the field with that JSON name, in the same text form as in
 // JSON (durations such as "1.5s", numbers, and ack as "all", "majority",
@@ -193,6 +194,7 @@ func describe(t reflect.Type) string {
 // parameters that do not apply to the strategy and bad values are errors
 // that name the field and match dlm.ErrInvalid.
 func ParseURL(s string) (Config, error) {
+	s, hosts := cutHosts(s)
 	u, err := url.Parse(s)
 	if err != nil {
 		return Config{}, invalid("URL: %v", err)
@@ -204,8 +206,13 @@ func ParseURL(s string) (Config, error) {
 	if u.Scheme == "sentinel" {
 		c.Strategy = "failover"
 	}
-	if u.Host != "" {
-		c.Addrs = strings.Split(u.Host, ",")
+	for _, h := range hosts {
+		if h != "" {
+			if _, err := url.Parse("redis://" + h); err != nil {
+				return Config{}, badField("addrs", "%q: %v", h, errors.Unwrap(err))
+			}
+		}
+		c.Addrs = append(c.Addrs, h)
 	}
 	c.Master = strings.Trim(u.Path, "/")
 	if u.Scheme == "sentinel" && c.Master == "" {
@@ -250,6 +257,26 @@ func ParseURL(s string) (Config, error) {
 		return Config{}, err
 	}
 	return c, nil
+}
+
+// cutHosts takes the comma-separated host list out of the URL s, leaving
+// an empty host in its place: url.Parse rejects a list that holds a
+// bracketed IPv6 address, such as [::1]:6379,[::1]:6380.
+func cutHosts(s string) (string, []string) {
+	i := strings.Index(s, "://")
+	if i < 0 {
+		return s, nil
+	}
+	authority := s[i+3:]
+	if end := strings.IndexAny(authority, "/?#"); end >= 0 {
+		authority = authority[:end]
+	}
+	hostStart := i + 3 + strings.LastIndex(authority, "@") + 1
+	hostEnd := i + 3 + len(authority)
+	if hostStart == hostEnd {
+		return s, nil
+	}
+	return s[:hostStart] + s[hostEnd:], strings.Split(s[hostStart:hostEnd], ",")
 }
 
 func fieldByJSONName(name string) (reflect.StructField, bool) {

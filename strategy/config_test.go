@@ -50,6 +50,17 @@ func TestParseURL(t *testing.T) {
 	c, err = strategy.ParseURL("failover://primary:6379?ack=majority")
 	require.NoError(t, err)
 	assert.Equal(t, strategy.Config{Strategy: "failover", Addrs: []string{"primary:6379"}, Ack: ptr(strategy.AckMajority())}, c)
+
+	// IPv6 addresses, which url.Parse alone refuses in a list.
+	c, err = strategy.ParseURL("redlock://u:p@[::1]:6379,[::1]:6380,10.0.0.1:6379?ttl=10s")
+	require.NoError(t, err)
+	assert.Equal(t, strategy.Config{
+		Strategy: "redlock", Addrs: []string{"[::1]:6379", "[::1]:6380", "10.0.0.1:6379"},
+		Username: "u", Password: "p", TTL: strategy.Duration(10 * time.Second),
+	}, c)
+	c, err = strategy.ParseURL("sentinel://[fe80::1%25eth0]:26379,[::1]:26379/mymaster")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"[fe80::1%25eth0]:26379", "[::1]:26379"}, c.Addrs)
 }
 
 // Config → URL → Config and Config → JSON → Config give back the Config.
@@ -62,6 +73,7 @@ func TestConfigRoundTrip(t *testing.T) {
 		{Strategy: "failover", Addrs: []string{"s1:26379", "s2:26379", "s3:26379"}, Master: "mymaster", Password: "pw",
 			Ack: ptr(strategy.AckNone()), Replicas: ptr(2), WaitTimeout: strategy.Duration(time.Second), WaitAOF: "local"},
 		{Strategy: "failover", Addrs: []string{"primary:6379"}, Ack: ptr(strategy.AckN(3)), Replicas: ptr(0)},
+		{Strategy: "redlock", Addrs: []string{"[::1]:6379", "[::1]:6380", "127.0.0.1:6381"}},
 	} {
 		require.NoError(t, c.Validate(), c.URL())
 		back, err := strategy.ParseURL(c.URL())
@@ -118,6 +130,8 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		"sentinel://s:1/m?timeout=100ms":              "timeout: 100ms must exceed the wait timeout 100ms",
 		"sentinel://s:1,s:2":                          "master: sentinel:// needs the master name",
 		"failover://p:1,p:2":                          "addrs: failover without master",
+		"redlock://[::1]:1,[::1:2,h:3":                `addrs: "[::1:2"`,
+		"redlock://h:1,h:x,h:3":                       `addrs: "h:x"`,
 	} {
 		_, err := strategy.ParseURL(url)
 		require.Error(t, err, url)
