@@ -20,6 +20,10 @@ const (
 	// hubPing is how often the subscription connection is pinged; a
 	// connection that stays silent for three pings is closed.
 	hubPing = 5 * time.Second
+	// After a subscription connection broke, a new one is dialled after
+	// hubRedialMin, then at intervals doubling up to hubRedialMax.
+	hubRedialMin = 20 * time.Millisecond
+	hubRedialMax = 2 * time.Second
 )
 
 // Watch implements dlm.Notifier. All channels of a Node share one
@@ -28,10 +32,10 @@ const (
 // second after the last subscription ends. It is pinged every 5s and closed
 // when the server stops answering.
 //
-// A broken subscription connection is not re-established: its
-// subscriptions end silently (notify is not called again, and their stop
-// functions do nothing), and the next Watch dials a new connection. Callers
-// must not rely on messages (see dlm.Notifier); dlm's Manager also polls.
+// When the subscription connection breaks while channels are watched, a new
+// one is dialled (after 20ms, then backing off to every 2s) and every
+// channel subscribed again on it. Messages published in between are lost.
+// A Watch that has not returned yet when the connection breaks fails.
 func (n *Node) Watch(ctx context.Context, channel string, notify func(payload string)) (func(), error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -40,32 +44,35 @@ func (n *Node) Watch(ctx context.Context, channel string, notify func(payload st
 }
 
 // hub multiplexes the Watch calls of one Node onto one subscription
-// connection.
+// connection, and re-establishes it with its channels when it breaks.
 type hub struct {
 	pool *redis.Pool
 
-	mu   sync.Mutex
-	conn *subConn // nil while none is open
+	mu        sync.Mutex
+	subs      map[string]*subscription // by channel; they outlive a connection
+	nextID    int
+	conn      *subConn    // nil while none is open
+	idle      *time.Timer // closes conn hubLinger after its last channel ended
+	redialing bool        // a goroutine is dialling a connection for subs
 }
 
-// subConn is one subscription connection and what was subscribed on it.
+// subConn is one subscription connection.
 type subConn struct {
-	c    redis.Conn // written under hub.mu, read by the reader goroutine
-	subs map[string]*subscription
+	c redis.Conn // written under hub.mu, read by the reader goroutine
 	// pending counts, per channel, SUBSCRIBE commands sent whose
 	// confirmation has not been read: a subscription is confirmed by the
 	// reply to its own SUBSCRIBE, not to an earlier one of the channel.
 	pending map[string]int
-	nextID  int
-	idle    *time.Timer
 	broken  bool
 	done    chan struct{} // closed when the reader has exited
 }
 
 type subscription struct {
-	handlers  map[int]func(string)
-	ok        bool          // confirmed is closed
-	confirmed chan struct{} // closed once the server confirmed the SUBSCRIBE
+	handlers map[int]func(string)
+	// ok reports that the server confirmed the channel on the current
+	// connection, and closes confirmed; both are renewed when it breaks.
+	ok        bool
+	confirmed chan struct{}
 }
 
 func (h *hub) dial(ctx context.Context) (redis.Conn, error) {
@@ -80,46 +87,49 @@ func (h *hub) dial(ctx context.Context) (redis.Conn, error) {
 
 func (h *hub) watch(ctx context.Context, channel string, notify func(string)) (func(), error) {
 	h.mu.Lock()
-	sc := h.conn
-	if sc == nil {
-		c, err := h.dial(ctx)
+	if h.conn == nil {
+		h.mu.Unlock()
+		c, err := h.dial(ctx) // outside the lock: messages and stops go on meanwhile
 		if err != nil {
+			return nil, err
+		}
+		h.mu.Lock()
+		if h.conn != nil {
+			_ = c.Close() // another Watch or the redialler was faster
+		} else if err := h.openLocked(c); err != nil {
 			h.mu.Unlock()
 			return nil, err
 		}
-		sc = &subConn{c: c, subs: map[string]*subscription{}, pending: map[string]int{}, done: make(chan struct{})}
-		h.conn = sc
-		go h.read(sc)
-		go h.ping(sc)
 	}
-	if sc.idle != nil {
-		sc.idle.Stop()
-		sc.idle = nil
+	sc := h.conn
+	if h.idle != nil {
+		h.idle.Stop()
+		h.idle = nil
 	}
-	s := sc.subs[channel]
+	if h.subs == nil {
+		h.subs = map[string]*subscription{}
+	}
+	s := h.subs[channel]
 	var err error
 	if s == nil {
 		s = &subscription{handlers: map[int]func(string){}, confirmed: make(chan struct{})}
-		sc.subs[channel] = s
-		sc.pending[channel]++
-		err = sc.c.Send("SUBSCRIBE", channel)
-		if err == nil {
-			err = sc.c.Flush()
-		}
+		h.subs[channel] = s
+		err = sc.subscribe(channel)
 	}
-	id := sc.nextID
-	sc.nextID++
+	id := h.nextID
+	h.nextID++
 	s.handlers[id] = notify
+	confirmed := s.confirmed
 	h.mu.Unlock()
 	var once sync.Once
-	stop := func() { once.Do(func() { h.remove(sc, channel, id) }) }
+	stop := func() { once.Do(func() { h.remove(channel, id) }) }
 	if err != nil {
 		stop()
 		h.fail(sc)
 		return nil, err
 	}
 	select {
-	case <-s.confirmed:
+	case <-confirmed:
 		return stop, nil
 	case <-sc.done:
 		stop()
@@ -130,31 +140,67 @@ func (h *hub) watch(ctx context.Context, channel string, notify func(string)) (f
 	}
 }
 
+// openLocked makes c the subscription connection and subscribes every
+// watched channel on it.
+func (h *hub) openLocked(c redis.Conn) error {
+	sc := &subConn{c: c, pending: map[string]int{}, done: make(chan struct{})}
+	h.conn = sc
+	go h.read(sc)
+	go h.ping(sc)
+	for ch := range h.subs {
+		sc.pending[ch]++
+		if err := sc.c.Send("SUBSCRIBE", ch); err != nil {
+			h.failLocked(sc)
+			return err
+		}
+	}
+	if len(h.subs) > 0 {
+		if err := sc.c.Flush(); err != nil {
+			h.failLocked(sc)
+			return err
+		}
+	}
+	return nil
+}
+
+func (sc *subConn) subscribe(channel string) error {
+	sc.pending[channel]++
+	if err := sc.c.Send("SUBSCRIBE", channel); err != nil {
+		return err
+	}
+	return sc.c.Flush()
+}
+
 // remove ends one Watch; the channel is unsubscribed when it was the last on
 // it, and the connection closed hubLinger after its last channel.
-func (h *hub) remove(sc *subConn, channel string, id int) {
+func (h *hub) remove(channel string, id int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	s := sc.subs[channel]
+	s := h.subs[channel]
 	if s == nil {
 		return
+	}
+	if _, ok := s.handlers[id]; !ok {
+		return // the channel ended and was watched anew since
 	}
 	delete(s.handlers, id)
 	if len(s.handlers) > 0 {
 		return
 	}
-	delete(sc.subs, channel)
-	if sc.broken {
-		return
+	delete(h.subs, channel)
+	sc := h.conn
+	if sc == nil {
+		return // no connection to unsubscribe on
 	}
 	if sc.c.Send("UNSUBSCRIBE", channel) != nil || sc.c.Flush() != nil {
 		h.failLocked(sc)
 		return
 	}
-	if len(sc.subs) == 0 && sc.idle == nil {
-		sc.idle = time.AfterFunc(hubLinger, func() {
+	if len(h.subs) == 0 && h.idle == nil {
+		h.idle = time.AfterFunc(hubLinger, func() {
 			h.mu.Lock()
-			if len(sc.subs) == 0 && sc.idle != nil {
+			if len(h.subs) == 0 && h.conn == sc && h.idle != nil {
+				h.idle = nil
 				h.failLocked(sc)
 			}
 			h.mu.Unlock()
@@ -162,26 +208,69 @@ func (h *hub) remove(sc *subConn, channel string, id int) {
 	}
 }
 
-// fail closes sc and forgets it, so that the next Watch dials anew.
+// fail closes sc; see failLocked.
 func (h *hub) fail(sc *subConn) {
 	h.mu.Lock()
 	h.failLocked(sc)
 	h.mu.Unlock()
 }
 
+// failLocked closes sc and forgets it: the next Watch dials anew, and
+// channels still watched are subscribed again on a connection the
+// redialler opens.
 func (h *hub) failLocked(sc *subConn) {
 	if sc.broken {
 		return
 	}
 	sc.broken = true
-	if sc.idle != nil {
-		sc.idle.Stop()
-		sc.idle = nil
-	}
-	if h.conn == sc {
-		h.conn = nil
-	}
 	_ = sc.c.Close() // ends the reader's Receive
+	if h.conn != sc {
+		return
+	}
+	h.conn = nil
+	if h.idle != nil {
+		h.idle.Stop()
+		h.idle = nil
+	}
+	for _, s := range h.subs {
+		if s.ok {
+			s.ok = false
+			s.confirmed = make(chan struct{})
+		}
+	}
+	if len(h.subs) > 0 && !h.redialing {
+		h.redialing = true
+		go h.redial()
+	}
+}
+
+// redial opens a new subscription connection for the channels still
+// watched, backing off while dialling fails; it ends once one is open or
+// nothing is watched.
+func (h *hub) redial() {
+	for delay := hubRedialMin; ; delay = min(2*delay, hubRedialMax) {
+		time.Sleep(delay)
+		h.mu.Lock()
+		if len(h.subs) == 0 || h.conn != nil {
+			h.redialing = false
+			h.mu.Unlock()
+			return
+		}
+		h.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), hubPing)
+		c, err := h.dial(ctx)
+		cancel()
+		if err != nil {
+			continue
+		}
+		h.mu.Lock()
+		if len(h.subs) == 0 || h.conn != nil {
+			_ = c.Close()
+		} else {
+			_ = h.openLocked(c) // on failure the loop goes on
+		}
+		h.mu.Unlock()
+	}
 }
 
 // read delivers messages and confirmations until the connection fails.
@@ -209,7 +298,7 @@ func (h *hub) read(sc *subConn) {
 			h.mu.Lock()
 			if sc.pending[m.Channel]--; sc.pending[m.Channel] <= 0 {
 				delete(sc.pending, m.Channel)
-				if s := sc.subs[m.Channel]; s != nil && !s.ok {
+				if s := h.subs[m.Channel]; s != nil && !s.ok && h.conn == sc {
 					s.ok = true
 					close(s.confirmed)
 				}
@@ -218,7 +307,7 @@ func (h *hub) read(sc *subConn) {
 		case redis.Message:
 			h.mu.Lock()
 			buf = buf[:0]
-			if s := sc.subs[m.Channel]; s != nil && s.ok {
+			if s := h.subs[m.Channel]; s != nil && s.ok && h.conn == sc {
 				for _, f := range s.handlers {
 					buf = append(buf, f)
 				}
