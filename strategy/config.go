@@ -50,6 +50,11 @@ type Config struct {
 	// Username and Password authenticate to the Redis servers (tools only).
 	Username string `json:"username,omitempty"`
 	Password string `json:"password,omitempty"`
+	// SentinelUsername and SentinelPassword authenticate to the Sentinels
+	// (failover through Sentinel only; tools only). In the URL form they are
+	// query parameters.
+	SentinelUsername string `json:"sentinel_username,omitempty"`
+	SentinelPassword string `json:"sentinel_password,omitempty"`
 
 	// TTL is the lease length, for dlm.WithTTL (tools only; 0: the default).
 	TTL Duration `json:"ttl,omitempty"`
@@ -108,13 +113,15 @@ var Strategies = []string{"single", "redlock", "failover"}
 
 // onlyFor names the fields that apply to some strategies only.
 var onlyFor = map[string][]string{
-	"master":         {"failover"},
-	"max_extensions": {"redlock"},
-	"max_hold":       {"redlock"},
-	"ack":            {"failover"},
-	"wait_timeout":   {"failover"},
-	"replicas":       {"failover"},
-	"wait_aof":       {"failover"},
+	"master":            {"failover"},
+	"sentinel_username": {"failover"},
+	"sentinel_password": {"failover"},
+	"max_extensions":    {"redlock"},
+	"max_hold":          {"redlock"},
+	"ack":               {"failover"},
+	"wait_timeout":      {"failover"},
+	"replicas":          {"failover"},
+	"wait_aof":          {"failover"},
 }
 
 // urlParts are the fields the URL form carries outside its query.
@@ -295,8 +302,13 @@ func fieldByJSONName(name string) (reflect.StructField, bool) {
 // or '/'.
 func (c Config) URL() string { return c.url().String() }
 
-// String returns the URL form of c with the password redacted.
-func (c Config) String() string { return c.url().Redacted() }
+// String returns the URL form of c with the passwords redacted.
+func (c Config) String() string {
+	if c.SentinelPassword != "" {
+		c.SentinelPassword = "xxxxx"
+	}
+	return c.url().Redacted()
+}
 
 func (c Config) url() *url.URL {
 	u := &url.URL{Scheme: c.Strategy, Host: strings.Join(c.Addrs, ",")}
@@ -368,6 +380,10 @@ func (c Config) Validate() error {
 	case c.Strategy == "failover" && c.Master == "" && len(c.Addrs) > 1:
 		return badField("addrs", "failover without master takes the primary's one address, got %d "+
 			"(set master to go through Sentinel: sentinel://s1,s2,s3/mymaster)", len(c.Addrs))
+	case c.Master == "" && c.SentinelUsername != "":
+		return badField("sentinel_username", "applies only through Sentinel (set master)")
+	case c.Master == "" && c.SentinelPassword != "":
+		return badField("sentinel_password", "applies only through Sentinel (set master)")
 	}
 	for name, d := range map[string]Duration{"ttl": c.TTL, "timeout": c.Timeout, "max_hold": c.MaxHold} {
 		if d < 0 {

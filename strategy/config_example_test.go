@@ -51,6 +51,8 @@ func ExampleConfig_New() {
 	}
 	client := redis.NewFailoverClient(&redis.FailoverOptions{
 		MasterName: cfg.Master, SentinelAddrs: cfg.Addrs, ContextTimeoutEnabled: true,
+		Username: cfg.Username, Password: cfg.Password,
+		SentinelUsername: cfg.SentinelUsername, SentinelPassword: cfg.SentinelPassword,
 	})
 	defer client.Close()
 	s, err := cfg.New(goredis.New(client))

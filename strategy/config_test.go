@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -73,6 +74,7 @@ func TestConfigRoundTrip(t *testing.T) {
 		{Strategy: "failover", Addrs: []string{"s1:26379", "s2:26379", "s3:26379"}, Master: "mymaster", Password: "pw",
 			Ack: ptr(strategy.AckNone()), Replicas: ptr(2), WaitTimeout: strategy.Duration(time.Second), WaitAOF: "local"},
 		{Strategy: "failover", Addrs: []string{"primary:6379"}, Ack: ptr(strategy.AckN(3)), Replicas: ptr(0)},
+		{Strategy: "failover", Addrs: []string{"s1:26379"}, Master: "m", SentinelUsername: "su", SentinelPassword: "s&cret="},
 		{Strategy: "redlock", Addrs: []string{"[::1]:6379", "[::1]:6380", "127.0.0.1:6381"}},
 	} {
 		require.NoError(t, c.Validate(), c.URL())
@@ -86,8 +88,11 @@ func TestConfigRoundTrip(t *testing.T) {
 		require.NoError(t, err, string(b))
 		assert.Equal(t, c, back, string(b))
 
-		if c.Password != "" {
-			assert.NotContains(t, c.String(), c.Password, "String redacts the password")
+		for _, pw := range []string{c.Password, c.SentinelPassword} {
+			if pw != "" {
+				assert.NotContains(t, c.String(), pw, "String redacts the passwords")
+				assert.NotContains(t, c.String(), url.QueryEscape(pw), "String redacts the passwords")
+			}
 		}
 	}
 	c, err := strategy.ParseURL("failover://s1:26379/m?ack=all")
@@ -130,6 +135,8 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		"sentinel://s:1/m?timeout=100ms":              "timeout: 100ms must exceed the wait timeout 100ms",
 		"sentinel://s:1,s:2":                          "master: sentinel:// needs the master name",
 		"failover://p:1,p:2":                          "addrs: failover without master",
+		"failover://p:1?sentinel_password=x":          "sentinel_password: applies only through Sentinel",
+		"redlock://h:1?sentinel_username=u":           "sentinel_username: applies only to the failover strategy",
 		"redlock://[::1]:1,[::1:2,h:3":                `addrs: "[::1:2"`,
 		"redlock://h:1,h:x,h:3":                       `addrs: "h:x"`,
 	} {

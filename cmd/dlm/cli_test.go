@@ -126,14 +126,20 @@ func TestRunRedlockRacingProcesses(t *testing.T) {
 	}
 }
 
-// A Sentinel deployment: dlm run finds the primary through Sentinel, takes
-// the lock acknowledged by the replica, and passes the fence; dlm doctor
-// checks the primary and the replica it found, and dlm demo runs on it.
+// A Sentinel deployment whose Sentinels require a password: dlm run finds
+// the primary through Sentinel, takes the lock acknowledged by the replica,
+// and passes the fence; dlm doctor checks the primary and the replica it
+// found, and dlm demo runs on it.
 func TestSentinelDeployment(t *testing.T) {
-	topo := redistest.StartReplicated(t, redistest.ReplicatedOptions{Replicas: 1, Sentinels: 1})
-	url := "sentinel://" + strings.Join(topo.SentinelAddrs(), ",") + "/" + topo.Master + "?ack=all&replicas=1&wait_timeout=1s"
+	topo := redistest.StartReplicated(t, redistest.ReplicatedOptions{Replicas: 1, Sentinels: 1, SentinelPassword: "s3ntinel"})
+	noAuth := "sentinel://" + strings.Join(topo.SentinelAddrs(), ",") + "/" + topo.Master + "?ack=all&replicas=1&wait_timeout=1s"
+	url := noAuth + "&sentinel_password=s3ntinel"
 
-	code, out := runDLM(t, "run", "--url", url, "--key", "s", "--", "sh", "-c", `echo "fence=$DLM_FENCE"`)
+	code, out := runDLM(t, "doctor", "--url", noAuth)
+	assert.Equal(t, 1, code, out)
+	assert.Contains(t, out, "fail "+topo.Sentinels[0].Addr+": NOAUTH")
+
+	code, out = runDLM(t, "run", "--url", url, "--key", "s", "--", "sh", "-c", `echo "fence=$DLM_FENCE"`)
 	assert.Equal(t, 0, code, out)
 	assert.Contains(t, out, "fence=1")
 	// The lock and its fence reached the replica before the command ran.
@@ -157,6 +163,7 @@ func TestSentinelDeployment(t *testing.T) {
 	code = run(context.Background(), []string{"demo", "--url", url, "--duration", "1s", "--workers", "3"}, &dout, &derr)
 	assert.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", dout.String(), derr.String())
 	assert.Contains(t, dout.String(), "dlm demo: failover strategy, sentinel://")
+	assert.NotContains(t, dout.String()+derr.String(), "s3ntinel", "the demo redacts the Sentinel password")
 	assert.Contains(t, dout.String(), "most holders at once    1 (must be 1)")
 	assert.Contains(t, dout.String(), "strictly increasing: yes")
 }

@@ -23,7 +23,8 @@ DLM_URL environment variable, else ` + defaultURL + `. URL forms:
   redlock://h1:6379,h2:6379,h3:6379?timeout=50ms    independent masters
   sentinel://s1:26379,s2:26379/mymaster?ack=all     a primary found through Sentinel
   failover://primary:6379?ack=1                     the failover strategy on a primary by address
-Credentials go in the URL (redis-style user:password@). See the README's
+Credentials go in the URL (redis-style user:password@; the Sentinels' in
+sentinel_username and sentinel_password parameters). See the README's
 Configuration section for every field.
 `
 
@@ -106,6 +107,7 @@ func connect(cfg strategy.Config) (*target, error) {
 		c := redis.NewFailoverClient(&redis.FailoverOptions{
 			MasterName: cfg.Master, SentinelAddrs: cfg.Addrs,
 			Username: cfg.Username, Password: cfg.Password,
+			SentinelUsername: cfg.SentinelUsername, SentinelPassword: cfg.SentinelPassword,
 			ContextTimeoutEnabled: true, MaxRetries: -1, DialTimeout: time.Second,
 		})
 		t.clients = append(t.clients, c)

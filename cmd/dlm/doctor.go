@@ -133,7 +133,10 @@ func doctor(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 func checkSentinels(ctx context.Context, cfg strategy.Config, timeout time.Duration, r *report) string {
 	primary := ""
 	for _, addr := range cfg.Addrs {
-		sc := redis.NewSentinelClient(&redis.Options{Addr: addr, DialTimeout: time.Second, MaxRetries: -1, ContextTimeoutEnabled: true})
+		sc := redis.NewSentinelClient(&redis.Options{
+			Addr: addr, Username: cfg.SentinelUsername, Password: cfg.SentinelPassword,
+			DialTimeout: time.Second, MaxRetries: -1, ContextTimeoutEnabled: true,
+		})
 		cctx, cancel := context.WithTimeout(ctx, timeout)
 		hp, err := sc.GetMasterAddrByName(cctx, cfg.Master).Result()
 		switch {

@@ -47,3 +47,20 @@ func ExampleSentinelDial() {
 	defer lock.Unlock(context.WithoutCancel(ctx))
 	// work under lock.Context(), passing lock.Fence() to storage
 }
+
+// Sentinels that require a password (requirepass in sentinel.conf) and a
+// primary that requires another. The example needs running Sentinels, so it
+// has no output.
+func ExampleSentinels_Dial() {
+	sentinels := redigo.Sentinels{
+		Addrs:       []string{"10.0.0.1:26379", "10.0.0.2:26379", "10.0.0.3:26379"},
+		Master:      "mymaster",
+		DialOptions: []redis.DialOption{redis.DialPassword("sentinel-secret")},
+	}
+	pool := &redis.Pool{
+		MaxIdle:     16,
+		DialContext: sentinels.Dial(redis.DialPassword("primary-secret"), redis.DialReadTimeout(time.Second)),
+	}
+	defer pool.Close()
+	_, _ = strategy.NewFailover(redigo.New(pool))
+}

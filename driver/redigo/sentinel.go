@@ -24,7 +24,8 @@ const sentinelTimeout = time.Second
 // leads to a primary the error says why for each.
 //
 // Sentinels are dialled without opts, with 1s connect, read and write
-// timeouts and within ctx (Sentinels with a password are not supported).
+// timeouts and within ctx; for Sentinels that require a password use
+// Sentinels.Dial.
 //
 // Each new pooled connection goes to the primary of the moment; connections
 // already in the pool stay where they are. When Sentinel demotes a primary
@@ -35,7 +36,26 @@ const sentinelTimeout = time.Second
 // attempt on a connection to a demoted primary fails with READONLY and is
 // refused, never granted.
 func SentinelDial(sentinels []string, master string, opts ...redis.DialOption) func(ctx context.Context) (redis.Conn, error) {
-	addrs := append([]string(nil), sentinels...)
+	return Sentinels{Addrs: sentinels, Master: master}.Dial(opts...)
+}
+
+// Sentinels names the Sentinels that know a primary, and how to talk to
+// them.
+type Sentinels struct {
+	Addrs  []string // the Sentinels' addresses
+	Master string   // the name they know the primary by
+	// DialOptions are for the connections to the Sentinels, after the 1s
+	// connect, read and write timeouts (which they can change): for
+	// example redis.DialPassword for Sentinels with requirepass.
+	DialOptions []redis.DialOption
+}
+
+// Dial is SentinelDial for s: a function for redis.Pool.DialContext that
+// connects, with opts, to the primary s.Master names.
+func (s Sentinels) Dial(opts ...redis.DialOption) func(ctx context.Context) (redis.Conn, error) {
+	addrs, master := append([]string(nil), s.Addrs...), s.Master
+	sopts := append([]redis.DialOption{redis.DialConnectTimeout(sentinelTimeout),
+		redis.DialReadTimeout(sentinelTimeout), redis.DialWriteTimeout(sentinelTimeout)}, s.DialOptions...)
 	var first atomic.Int64 // the Sentinel that answered last
 	return func(ctx context.Context) (redis.Conn, error) {
 		if len(addrs) == 0 {
@@ -48,7 +68,7 @@ func SentinelDial(sentinels []string, master string, opts ...redis.DialOption) f
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
-			addr, err := askSentinel(ctx, addrs[j], master)
+			addr, err := askSentinel(ctx, addrs[j], master, sopts)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("sentinel %s: %w", addrs[j], err))
 				continue
@@ -72,9 +92,8 @@ func SentinelDial(sentinels []string, master string, opts ...redis.DialOption) f
 }
 
 // askSentinel returns the address the Sentinel at addr has for master.
-func askSentinel(ctx context.Context, addr, master string) (string, error) {
-	c, err := redis.DialContext(ctx, "tcp", addr, redis.DialConnectTimeout(sentinelTimeout),
-		redis.DialReadTimeout(sentinelTimeout), redis.DialWriteTimeout(sentinelTimeout))
+func askSentinel(ctx context.Context, addr, master string, opts []redis.DialOption) (string, error) {
+	c, err := redis.DialContext(ctx, "tcp", addr, opts...)
 	if err != nil {
 		return "", err
 	}

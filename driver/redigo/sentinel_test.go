@@ -159,3 +159,30 @@ func TestSentinelDialFails(t *testing.T) {
 		t.Fatalf("CheckPrimary on a replica: %v, want an error naming its role", err)
 	}
 }
+
+// Sentinels with requirepass: Sentinels.Dial authenticates with its
+// DialOptions; without them every Sentinel refuses, and the error says so.
+func TestSentinelsWithPassword(t *testing.T) {
+	topo := redistest.StartReplicated(t, redistest.ReplicatedOptions{Replicas: 1, Sentinels: 1, SentinelPassword: "s3ntinel"})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s := redigo.Sentinels{Addrs: topo.SentinelAddrs(), Master: topo.Master}
+	if c, err := s.Dial()(ctx); err == nil || !strings.Contains(err.Error(), "NOAUTH") {
+		if c != nil {
+			c.Close()
+		}
+		t.Fatalf("dialling without the Sentinels' password: %v, want a NOAUTH error", err)
+	}
+	s.DialOptions = []redis.DialOption{redis.DialPassword("s3ntinel")}
+	c, err := s.Dial()(ctx)
+	if err != nil {
+		t.Fatalf("dialling with the Sentinels' password: %v", err)
+	}
+	defer c.Close()
+	if v, err := redis.String(c.Do("SET", "k", "v")); err != nil || v != "OK" {
+		t.Fatalf("SET on the primary found through the Sentinels: %q %v", v, err)
+	}
+	if v := get(t, topo.Primary.Addr, "k"); v != "v" {
+		t.Fatalf("the primary %s has %q, want the value written through the dialled connection", topo.Primary.Addr, v)
+	}
+}

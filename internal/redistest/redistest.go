@@ -146,7 +146,8 @@ func (s *Server) start() error {
 	return fmt.Errorf("redis-server on port %d not ready after 10s: %s", s.Port, s.logTail())
 }
 
-// ping sends PING and expects +PONG.
+// ping sends PING and expects +PONG, or NOAUTH from a server that requires
+// a password (it is up).
 func ping(addr string) error {
 	c, err := net.DialTimeout("tcp", addr, time.Second)
 	if err != nil {
@@ -161,7 +162,7 @@ func ping(addr string) error {
 	if err != nil {
 		return err
 	}
-	if !strings.HasPrefix(line, "+PONG") {
+	if !strings.HasPrefix(line, "+PONG") && !strings.HasPrefix(line, "-NOAUTH") {
 		return fmt.Errorf("PING: %q", strings.TrimSpace(line))
 	}
 	return nil

@@ -30,6 +30,9 @@ type ReplicatedOptions struct {
 	DownAfter       time.Duration // Sentinel down-after-milliseconds; default 1s
 	FailoverTimeout time.Duration // Sentinel failover-timeout; default 5s
 	Master          string        // master name; default "dlm-primary"
+	// SentinelPassword, when set, is the Sentinels' requirepass: clients
+	// must authenticate to them (the Sentinels use it among themselves).
+	SentinelPassword string
 }
 
 // StartReplicated starts a primary, its replicas (each replicating before it
@@ -75,9 +78,12 @@ func StartReplicated(t testing.TB, o ReplicatedOptions) *Replicated {
 		"sentinel down-after-milliseconds %[1]s %[4]d\n"+
 		"sentinel failover-timeout %[1]s %[5]d\n",
 		o.Master, r.Primary.Port, o.Quorum, o.DownAfter.Milliseconds(), o.FailoverTimeout.Milliseconds())
+	if o.SentinelPassword != "" {
+		conf += fmt.Sprintf("requirepass %q\n", o.SentinelPassword)
+	}
 	for range o.Sentinels {
 		s := &Server{bin: Binary(t, "redis-sentinel"), dir: t.TempDir(), conf: conf}
-		r.Sentinels = append(r.Sentinels, &Sentinel{launch(t, s)})
+		r.Sentinels = append(r.Sentinels, &Sentinel{Server: launch(t, s), password: o.SentinelPassword})
 	}
 	if len(r.Sentinels) > 0 {
 		want := map[string]string{"num-slaves": strconv.Itoa(o.Replicas), "num-other-sentinels": strconv.Itoa(o.Sentinels - 1)}
@@ -140,7 +146,7 @@ func (r *Replicated) WaitFailover(t testing.TB, old *Server, timeout time.Durati
 
 // masterAddr asks the Sentinel for the current address of the named primary.
 func (s *Sentinel) masterAddr(master string) (string, error) {
-	c := redis.NewSentinelClient(&redis.Options{Addr: s.Addr, DialTimeout: time.Second, ReadTimeout: time.Second})
+	c := redis.NewSentinelClient(&redis.Options{Addr: s.Addr, Password: s.password, DialTimeout: time.Second, ReadTimeout: time.Second})
 	defer c.Close()
 	a, err := c.GetMasterAddrByName(context.Background(), master).Result()
 	if err != nil {
@@ -154,7 +160,7 @@ func (s *Sentinel) masterAddr(master string) (string, error) {
 
 // masterState returns the Sentinel's view of the named primary.
 func (s *Sentinel) masterState(master string) (map[string]string, error) {
-	c := redis.NewSentinelClient(&redis.Options{Addr: s.Addr, DialTimeout: time.Second, ReadTimeout: time.Second})
+	c := redis.NewSentinelClient(&redis.Options{Addr: s.Addr, Password: s.password, DialTimeout: time.Second, ReadTimeout: time.Second})
 	defer c.Close()
 	return c.Master(context.Background(), master).Result()
 }

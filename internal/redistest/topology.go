@@ -51,7 +51,10 @@ func StartCluster(t testing.TB, n int) []*Server {
 }
 
 // A Sentinel is a redis-sentinel process owned by a test.
-type Sentinel struct{ *Server }
+type Sentinel struct {
+	*Server
+	password string // its requirepass; "" for none
+}
 
 // StartSentinel starts a redis-sentinel that monitors primary under the
 // given master name with the given quorum, failing over after downAfter.
@@ -62,7 +65,7 @@ func StartSentinel(t testing.TB, master string, primary *Server, quorum int, dow
 		"sentinel failover-timeout %s 10000\n",
 		master, primary.Port, quorum, master, downAfter.Milliseconds(), master)
 	s := &Server{bin: Binary(t, "redis-sentinel"), dir: t.TempDir(), conf: conf}
-	return &Sentinel{launch(t, s)}
+	return &Sentinel{Server: launch(t, s)}
 }
 
 // ReplicaOf makes s a replica of primary and waits until the link is up.
