@@ -246,6 +246,20 @@ func TestRunLockLost(t *testing.T) {
 	assert.Equal(t, "thief", c.Get(ctx, "dlm:{lost}").Val(), "the thief's lock is untouched")
 }
 
+// --max-hold bounds the renewal: the lease runs out and the command is
+// stopped as for a lost lock.
+func TestRunMaxHold(t *testing.T) {
+	srv := redistest.Start(t)
+	start := time.Now()
+	code, out := runDLM(t, "run", "--url", "single://"+srv.Addr, "--key", "held", "--ttl", "600ms", "--max-hold", "1s",
+		"--grace", "1s", "--", "sleep", "30")
+	took := time.Since(start)
+	assert.Equal(t, exitLost, code, out)
+	assert.Contains(t, out, "lost the lock")
+	assert.GreaterOrEqual(t, took, time.Second, "renewed until --max-hold")
+	assert.Less(t, took, 10*time.Second, "the command was stopped, not left to run 30s")
+}
+
 // --on-lost ignore lets the command finish, with its own status.
 func TestRunLockLostIgnored(t *testing.T) {
 	srv := redistest.Start(t)

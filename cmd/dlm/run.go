@@ -36,7 +36,7 @@ environment gets:
              can refuse writes from a holder that lost the lock
 Signals dlm receives (INT, TERM, HUP, QUIT, USR1, USR2) are forwarded to
 COMMAND. When the lock is lost (a renewal is refused, or fails until the
-lease runs out) COMMAND is stopped as --on-lost says.
+lease runs out, or --max-hold passed) COMMAND is stopped as --on-lost says.
 
 Exit status:
   COMMAND's own (128+N when signal N ended it)
@@ -57,6 +57,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	wait := fs.Duration("wait", 0, "how long to wait for the lock; 0 makes one attempt")
 	onLost := fs.String("on-lost", "term", "what to do with COMMAND when the lock is lost: term (SIGTERM, then SIGKILL after --grace), kill, or ignore")
 	grace := fs.Duration("grace", 5*time.Second, "time between SIGTERM and SIGKILL when the lock is lost")
+	maxHold := fs.Duration("max-hold", 0, "stop renewing after this long: the lease then runs out within one TTL and COMMAND is treated as having lost the lock (default: no bound)")
 	if err := fs.Parse(args); err != nil {
 		return parseExit(err)
 	}
@@ -71,8 +72,8 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case *onLost != "term" && *onLost != "kill" && *onLost != "ignore":
 		fmt.Fprintf(stderr, "dlm run: --on-lost %q: want term, kill or ignore\n", *onLost)
 		return 2
-	case *wait < 0 || *ttl < 0 || *grace < 0:
-		fmt.Fprintln(stderr, "dlm run: --wait, --ttl and --grace must not be negative")
+	case *wait < 0 || *ttl < 0 || *grace < 0 || *maxHold < 0:
+		fmt.Fprintln(stderr, "dlm run: --wait, --ttl, --grace and --max-hold must not be negative")
 		return 2
 	}
 	cfg, err := tf.load()
@@ -92,8 +93,11 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	defer t.Close()
-	// Renewal has no bound of its own: COMMAND decides how long it runs.
-	m, err := dlm.New(t.strat, dlm.WithTTL(*ttl), dlm.WithAutoRenew(1.0/3, math.MaxInt64))
+	// Without --max-hold renewal has no bound: COMMAND decides how long it runs.
+	if *maxHold == 0 {
+		*maxHold = math.MaxInt64
+	}
+	m, err := dlm.New(t.strat, dlm.WithTTL(*ttl), dlm.WithAutoRenew(1.0/3, *maxHold))
 	if err != nil {
 		fmt.Fprintln(stderr, "dlm run:", err)
 		return 2
