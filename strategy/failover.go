@@ -430,7 +430,8 @@ func (f *Failover) Acquire(ctx context.Context, key, token string, ttl time.Dura
 		return dlm.Lease{}, fmt.Errorf("%w: %w", dlm.ErrNotAcquired, err)
 	}
 	cctx, cancel := f.cfg.withTimeout(ctx)
-	r, acks, connected, err := f.run(cctx, acquireScript, failoverAcquireScript, w, 2, lockKeys(key), token, ms(ttl))
+	keys, args := lockCall(key, token, ttl)
+	r, acks, connected, err := f.run(cctx, acquireScript, failoverAcquireScript, w, 2, keys, args...)
 	cancel()
 	if err == nil && r[0] != 0 && r[0] != 1 {
 		err = errReply(r)
@@ -468,7 +469,8 @@ func (f *Failover) Extend(ctx context.Context, key, token string, ttl time.Durat
 	}
 	cctx, cancel := f.cfg.withTimeout(ctx)
 	defer cancel()
-	r, acks, connected, err := f.run(cctx, extendScript, failoverExtendScript, w, 2, lockKeys(key), token, ms(ttl))
+	keys, args := lockCall(key, token, ttl)
+	r, acks, connected, err := f.run(cctx, extendScript, failoverExtendScript, w, 2, keys, args...)
 	if err != nil {
 		return dlm.Lease{}, &dlm.NodeError{Node: f.name, Op: "extend", Err: err}
 	}
@@ -489,7 +491,8 @@ func (f *Failover) Release(ctx context.Context, key, token string) error {
 	}
 	cctx, cancel := f.cfg.withTimeout(ctx)
 	defer cancel()
-	r, err := releaseScript.Run(cctx, f.node, lockKeys(key)[:1], token)
+	keys, args := lockCall(key, token, 0)
+	r, err := releaseScript.Run(cctx, f.node, keys[:1], args...)
 	if err == nil && len(r) != 1 {
 		err = errReply(r)
 	}
@@ -506,7 +509,8 @@ func (f *Failover) Release(ctx context.Context, key, token string) error {
 func (f *Failover) rollback(ctx context.Context, key, token string) {
 	rctx, cancel := f.cfg.cleanupContext(ctx)
 	defer cancel()
-	_, _ = releaseScript.Run(rctx, f.node, lockKeys(key)[:1], token)
+	keys, args := lockCall(key, token, 0)
+	_, _ = releaseScript.Run(rctx, f.node, keys[:1], args...)
 }
 
 // lease is valid for ttl less the drift margin, counted from before the

@@ -25,7 +25,8 @@ func extendBatch(ctx context.Context, c *config, node dlm.Node, name string, loc
 			out[i].Err = err
 			continue
 		}
-		calls = append(calls, dlm.ScriptCall{Keys: lockKeys(l.Key), Args: []string{l.Token, ms(ttl)}})
+		keys, args := lockCall(l.Key, l.Token, ttl)
+		calls = append(calls, dlm.ScriptCall{Keys: keys, Args: args})
 		idx = append(idx, i)
 	}
 	if len(calls) == 0 {

@@ -45,8 +45,9 @@ func (s *Single) Acquire(ctx context.Context, key, token string, ttl time.Durati
 		return dlm.Lease{}, err
 	}
 	start := time.Now()
+	keys, args := lockCall(key, token, ttl)
 	cctx, cancel := s.cfg.withTimeout(ctx)
-	r, err := acquireScript.Run(cctx, s.node, lockKeys(key), token, ms(ttl))
+	r, err := acquireScript.Run(cctx, s.node, keys, args...)
 	cancel()
 	if err == nil && (len(r) != 2 || r[0] != 0 && r[0] != 1) {
 		err = errReply(r)
@@ -54,7 +55,7 @@ func (s *Single) Acquire(ctx context.Context, key, token string, ttl time.Durati
 	if err != nil {
 		// The script may have run even though the reply was lost: undo it.
 		rctx, cancel := s.cfg.cleanupContext(ctx)
-		_, _ = releaseScript.Run(rctx, s.node, lockKeys(key), token)
+		_, _ = releaseScript.Run(rctx, s.node, keys[:1], args[:1]...)
 		cancel()
 		return dlm.Lease{}, fmt.Errorf("%w: %w", dlm.ErrNotAcquired, &dlm.NodeError{Node: s.name, Op: "acquire", Err: err})
 	}
@@ -66,7 +67,7 @@ func (s *Single) Acquire(ctx context.Context, key, token string, ttl time.Durati
 		// Granted, but the reply came after the lease's validity ended: a
 		// lock nobody may trust. Give it back.
 		rctx, cancel := s.cfg.cleanupContext(ctx)
-		_, _ = releaseScript.Run(rctx, s.node, lockKeys(key)[:1], token)
+		_, _ = releaseScript.Run(rctx, s.node, keys[:1], args[:1]...)
 		cancel()
 		return dlm.Lease{}, fmt.Errorf("%w: %q: %s answered after %v, past the lease's validity of %v",
 			dlm.ErrNotAcquired, key, s.name, took.Round(time.Millisecond), ttl-s.cfg.driftMargin(ttl))
@@ -82,7 +83,8 @@ func (s *Single) Extend(ctx context.Context, key, token string, ttl time.Duratio
 	start := time.Now()
 	cctx, cancel := s.cfg.withTimeout(ctx)
 	defer cancel()
-	r, err := extendScript.Run(cctx, s.node, lockKeys(key), token, ms(ttl))
+	keys, args := lockCall(key, token, ttl)
+	r, err := extendScript.Run(cctx, s.node, keys, args...)
 	if err == nil && len(r) != 2 {
 		err = errReply(r)
 	}
@@ -102,7 +104,8 @@ func (s *Single) Release(ctx context.Context, key, token string) error {
 	}
 	cctx, cancel := s.cfg.withTimeout(ctx)
 	defer cancel()
-	r, err := releaseScript.Run(cctx, s.node, lockKeys(key)[:1], token)
+	keys, args := lockCall(key, token, 0)
+	r, err := releaseScript.Run(cctx, s.node, keys[:1], args...)
 	if err == nil && len(r) != 1 {
 		err = errReply(r)
 	}

@@ -15,6 +15,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlmgo/dlm"
@@ -187,7 +188,39 @@ func lockKeys(key string) []string {
 	return []string{f[:len(f)-len(":fence")], f}
 }
 
-func ms(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
+// lockCall returns the keys of a script call on key (those of lockKeys) and
+// its arguments (token, then ttl in milliseconds when ttl > 0) in one
+// allocation besides the keys' text: it is on every lock call's path.
+func lockCall(key, token string, ttl time.Duration) (keys, args []string) {
+	c := new(struct{ keys, args [2]string })
+	f := "dlm:{" + key + "}:fence"
+	c.keys = [2]string{f[:len(f)-len(":fence")], f}
+	c.args[0] = token
+	if ttl <= 0 {
+		return c.keys[:], c.args[:1]
+	}
+	c.args[1] = ms(ttl)
+	return c.keys[:], c.args[:]
+}
+
+// ms returns d in milliseconds as text. The last value is kept: a program
+// passes the same TTL call after call.
+func ms(d time.Duration) string {
+	m := d.Milliseconds()
+	if t := lastMS.Load(); t != nil && t.ms == m {
+		return t.text
+	}
+	t := &msText{m, strconv.FormatInt(m, 10)}
+	lastMS.Store(t)
+	return t.text
+}
+
+type msText struct {
+	ms   int64
+	text string
+}
+
+var lastMS atomic.Pointer[msText]
 
 // errReply reports a script reply of an unexpected shape.
 func errReply(r []int64) error { return fmt.Errorf("dlm: unexpected script reply %v", r) }
