@@ -19,7 +19,9 @@ func (s *Server) Client(t testing.TB) *redis.Client {
 }
 
 // StartCluster starts a Redis Cluster of n masters (no replicas) with the
-// 16384 slots split evenly, and waits until it reports cluster_state:ok.
+// 16384 slots split evenly, and waits until it reports cluster_state:ok and
+// every node has a connected bus link to every other (a PUBLISH reaches
+// another node's subscribers only over that link).
 func StartCluster(t testing.TB, n int) []*Server {
 	t.Helper()
 	nodes := StartN(t, n, "--cluster-enabled", "yes", "--cluster-node-timeout", "2000")
@@ -47,7 +49,37 @@ func StartCluster(t testing.TB, n int) []*Server {
 		}
 		return true
 	})
+	waitFor(t, 20*time.Second, "every cluster bus link connected", func() bool {
+		for _, s := range nodes {
+			if !linksConnected(s.Addr, n) {
+				return false
+			}
+		}
+		return true
+	})
 	return nodes
+}
+
+// linksConnected reports whether the node at addr lists n nodes in CLUSTER
+// NODES, none still in handshake, each with its link connected.
+func linksConnected(addr string, n int) bool {
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	out, err := c.ClusterNodes(context.Background()).Result()
+	if err != nil {
+		return false
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != n {
+		return false
+	}
+	for _, l := range lines {
+		f := strings.Fields(l)
+		if len(f) < 8 || strings.Contains(f[2], "handshake") || strings.Contains(f[2], "noaddr") || f[7] != "connected" {
+			return false
+		}
+	}
+	return true
 }
 
 // A Sentinel is a redis-sentinel process owned by a test.
