@@ -2,8 +2,6 @@ package dlm_test
 
 import (
 	"context"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -33,50 +31,19 @@ func TestMutualExclusion32Goroutines(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	const workers, rounds = 32, 20
-	var holders, maxHolders atomic.Int32
-	counter := 0 // guarded only by the distributed lock
-	var lastFence atomic.Uint64
-	var fenceErrs atomic.Int32
-	var wg sync.WaitGroup
-	errs := make(chan error, workers)
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range rounds {
-				l, err := m.Lock(ctx, "counter")
-				if err != nil {
-					errs <- err
-					return
-				}
-				if h := holders.Add(1); h > maxHolders.Load() {
-					maxHolders.Store(h)
-				}
-				if f := l.Fence(); f <= lastFence.Load() {
-					fenceErrs.Add(1)
-				} else {
-					lastFence.Store(f)
-				}
-				v := counter
-				time.Sleep(50 * time.Microsecond)
-				counter = v + 1
-				holders.Add(-1)
-				if err := l.Unlock(context.Background()); err != nil {
-					errs <- err
-					return
-				}
-			}
-		}()
+	res := redistest.Contend(t, workers, rounds, 50*time.Microsecond, func() (uint64, func() error, error) {
+		l, err := m.Lock(ctx, "counter")
+		if err != nil {
+			return 0, nil, err
+		}
+		return l.Fence(), func() error { return l.Unlock(context.Background()) }, nil
+	})
+	assert.Equal(t, int32(1), res.MaxHolders, "most holders at once")
+	assert.Equal(t, workers*rounds, res.Counter, "shared counter")
+	for i := 1; i < len(res.Fences); i++ {
+		assert.Greater(t, res.Fences[i], res.Fences[i-1], "fence %d did not increase", i)
 	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
-	assert.Equal(t, int32(1), maxHolders.Load(), "most holders at once")
-	assert.Equal(t, workers*rounds, counter, "shared counter")
-	assert.Zero(t, fenceErrs.Load(), "fences that did not increase")
-	assert.Equal(t, uint64(workers*rounds), lastFence.Load())
+	assert.Equal(t, []uint64{1, workers * rounds}, []uint64{res.Fences[0], res.Fences[len(res.Fences)-1]}, "first and last fence")
 }
 
 func TestLockExpiresAndPassesOn(t *testing.T) {

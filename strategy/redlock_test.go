@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -537,51 +536,17 @@ func TestRedlockManagerMutualExclusion(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	const workers, rounds = 8, 10
-	var (
-		mu       sync.Mutex
-		counter  int
-		holders  atomic.Int32
-		maxHeld  atomic.Int32
-		fences   []uint64
-		wg       sync.WaitGroup
-		failures = make(chan error, workers)
-	)
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range rounds {
-				l, err := m.Lock(ctx, "counter")
-				if err != nil {
-					failures <- err
-					return
-				}
-				if h := holders.Add(1); h > maxHeld.Load() {
-					maxHeld.Store(h)
-				}
-				mu.Lock()
-				fences = append(fences, l.Fence())
-				mu.Unlock()
-				v := counter
-				time.Sleep(100 * time.Microsecond)
-				counter = v + 1
-				holders.Add(-1)
-				if err := l.Unlock(context.Background()); err != nil {
-					failures <- err
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(failures)
-	for err := range failures {
-		t.Error(err)
-	}
-	assert.Equal(t, int32(1), maxHeld.Load())
-	assert.Equal(t, workers*rounds, counter)
-	for i := 1; i < len(fences); i++ {
-		assert.Greater(t, fences[i], fences[i-1], "fence %d", i)
+	res := redistest.Contend(t, workers, rounds, 100*time.Microsecond, func() (uint64, func() error, error) {
+		l, err := m.Lock(ctx, "counter")
+		if err != nil {
+			return 0, nil, err
+		}
+		return l.Fence(), func() error { return l.Unlock(context.Background()) }, nil
+	})
+	assert.Equal(t, int32(1), res.MaxHolders)
+	assert.Equal(t, workers*rounds, res.Counter)
+	for i := 1; i < len(res.Fences); i++ {
+		assert.Greater(t, res.Fences[i], res.Fences[i-1], "fence %d", i)
 	}
 }
 
