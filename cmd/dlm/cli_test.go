@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -117,13 +118,23 @@ func TestRunRedlockRacingProcesses(t *testing.T) {
 	// A generous per-node timeout: the machine running the tests may be loaded.
 	url := "redlock://" + strings.Join(addrs, ",") + "?timeout=2s&ttl=3s"
 	fences := raceRun(t, 2, url)
-	// Every node granted both acquisitions (none was down), so each holds the last fence.
+	// A majority holds the last fence (Redlock returns once a quorum
+	// granted: on a loaded machine the third node's call may not have run
+	// before the process exited), and no node holds a larger one.
 	ctx := context.Background()
+	last, holding := fences[len(fences)-1], 0
 	for _, s := range servers {
 		v, err := s.Client(t).Get(ctx, "dlm:{race}:fence").Int()
+		if errors.Is(err, redis.Nil) {
+			continue
+		}
 		require.NoError(t, err)
-		assert.Equal(t, fences[len(fences)-1], v, s.Addr)
+		assert.LessOrEqual(t, v, last, s.Addr)
+		if v == last {
+			holding++
+		}
 	}
+	assert.GreaterOrEqual(t, holding, 2, "nodes holding the last fence %d", last)
 }
 
 // A Sentinel deployment whose Sentinels require a password: dlm run finds
