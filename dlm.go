@@ -52,33 +52,85 @@ var (
 )
 
 // A Node is one Redis deployment seen through a client library: a single
-// server, a primary behind Sentinel, or a Cluster.
+// server, a primary behind Sentinel, or a Cluster. The packages under
+// driver/ adapt go-redis, redigo and rueidis; package conformance checks any
+// other implementation.
 //
-// Each method makes one round trip and never retries. Methods are safe for
-// concurrent use and honour ctx, including its deadline, which must bound the
-// wait for the reply even when the server stops answering. A Node does not
-// own or close the client it wraps.
+// Each method makes at most one round trip per server it reaches and never
+// retries. Methods are safe for concurrent use and honour ctx, including its
+// deadline, which must bound the wait for replies even when a server stops
+// answering. A Node does not own or close the client it wraps.
 //
-// Every script run through a Node replies with an array of integers; the
-// Node converts the reply to []int64 and reports any other reply shape as an
-// error. Drivers return the client's errors unchanged except NOSCRIPT, which
-// EvalSHA wraps with [ErrNoScript].
+// Every method is part of the contract, so a wrapper that embeds a Node
+// (for metrics, logging or fault injection) keeps all of them. A Node that
+// cannot do what RunWait or Watch asks returns an error matching
+// errors.ErrUnsupported, and strategies fall back or refuse with that
+// reason.
 //
-// A Node may also implement fmt.Stringer to name itself in errors.
+// A Node may also implement fmt.Stringer to name itself in errors; drivers
+// name a node by its address or master name.
 type Node interface {
-	// EvalSHA runs EVALSHA with the script's SHA1 digest (40 lower-case hex digits).
-	EvalSHA(ctx context.Context, sha1 string, keys []string, args ...string) ([]int64, error)
-	// Eval runs EVAL with the script's source.
-	Eval(ctx context.Context, src string, keys []string, args ...string) ([]int64, error)
+	// Run runs each call's script, pipelined: in one round trip per server
+	// the calls' keys live on, in order on each. It sets every call's Reply
+	// or Err: a call whose reply did not arrive (the connection broke, ctx
+	// ended) gets the error that stopped it, while replies that arrived are
+	// kept.
+	Run(ctx context.Context, calls []Call)
+	// RunWait runs calls as Run does and then w's command (WAIT or WAITAOF)
+	// on the same connection, with no other caller's command in between, and
+	// returns its reply. Every call's keys must live on one server. When the
+	// calls fail the error is that of the first failed call; when only the
+	// wait fails, its error is returned and the calls' replies are kept, so
+	// the caller can undo their work.
+	RunWait(ctx context.Context, calls []Call, w Wait) (Acks, error)
+	// Watch subscribes to channel and returns once the server has confirmed
+	// the subscription, so that every message published afterwards reaches
+	// notify, which is called with the payload and must not block. stop ends
+	// the subscription; calling it again does nothing. Messages may be lost
+	// (for example while a connection is re-established), so a caller must
+	// not rely on them alone.
+	Watch(ctx context.Context, channel string, notify func(payload string)) (stop func(), err error)
 }
 
-// NodeName names n for errors and logs: its String method when it has one,
-// otherwise its position among the nodes of a strategy.
-func NodeName(n Node, index int) string {
-	if s, ok := n.(fmt.Stringer); ok {
-		return s.String()
-	}
-	return fmt.Sprintf("node[%d]", index)
+// A Call is one run of a Lua script on a Node.
+//
+// The Node sends EVALSHA SHA1 when Source is empty and EVAL Source
+// otherwise. Every script replies with an array of integers, which the Node
+// converts to Reply; any other reply shape is an error. The Node reports
+// NOSCRIPT with an Err that wraps ErrNoScript and returns every other error
+// of the client unchanged.
+type Call struct {
+	SHA1   string   // the script's SHA1 digest, 40 lower-case hex digits
+	Source string   // the script's source, to send it with EVAL
+	Keys   []string // KEYS
+	Args   []string // ARGV
+	Reply  []int64  // set by the Node
+	Err    error    // set by the Node
+}
+
+// A Wait says what RunWait waits for after its script calls: WAIT
+// numreplicas timeout, or, with AOF set, WAITAOF numlocal numreplicas
+// timeout (Redis 7.2 and later).
+type Wait struct {
+	// Replicas is the number of replicas to wait for (numreplicas).
+	Replicas int
+	// Timeout bounds the wait on the server. It is at least 1ms (WAIT 0
+	// would block forever) and rounded up to whole milliseconds.
+	Timeout time.Duration
+	// AOF selects WAITAOF: replicas acknowledge once the write is fsynced
+	// to their append-only file, not merely received.
+	AOF bool
+	// Local, with AOF, also waits for the primary's own fsync (numlocal 1).
+	Local bool
+}
+
+// Acks is the reply of WAIT or WAITAOF.
+type Acks struct {
+	// Replicas is the number of replicas that acknowledged.
+	Replicas int
+	// Local reports, for WAITAOF, that the primary fsynced the write to its
+	// append-only file. It is false after WAIT.
+	Local bool
 }
 
 // A Strategy is a locking algorithm over one or more nodes. Each method makes
@@ -88,6 +140,10 @@ func NodeName(n Node, index int) string {
 // Keys and tokens are opaque, non-empty strings. Acquiring again with the
 // token that holds the lock succeeds and refreshes its TTL, so a caller whose
 // reply was lost may simply retry.
+//
+// As with Node, every method is part of the contract so that a wrapper keeps
+// them all; a strategy that cannot watch releases says so with an error
+// matching errors.ErrUnsupported.
 type Strategy interface {
 	// Acquire takes key for token with the given TTL. When another owner holds
 	// the key the error matches ErrNotAcquired, and RetryAfter may report how
@@ -96,9 +152,21 @@ type Strategy interface {
 	// Extend resets the TTL of a lock that token holds. When token does not
 	// hold the key the error matches ErrNotHeld.
 	Extend(ctx context.Context, key, token string, ttl time.Duration) (Lease, error)
+	// ExtendMany extends each lock as Extend would, in as few round trips
+	// as the strategy can, and returns one result per lock in order. Each
+	// lease's validity is counted from before the batch was sent. The
+	// Manager renews locks with it.
+	ExtendMany(ctx context.Context, locks []HeldKey, ttl time.Duration) []ExtendResult
 	// Release deletes the lock if token holds it. When token does not hold the
 	// key the error matches ErrNotHeld.
 	Release(ctx context.Context, key, token string) error
+	// WatchRelease calls notify, which must not block, whenever the lock on
+	// key may have been released, and returns once notifications are
+	// active. The Manager uses it to wake waiting Lock calls within about
+	// one round trip of a release. When the strategy's nodes cannot notify,
+	// the error matches errors.ErrUnsupported and the Manager polls.
+	// Notifications are hints: they may be lost or spurious.
+	WatchRelease(ctx context.Context, key string, notify func()) (stop func(), err error)
 }
 
 // A Lease is what a strategy grants.
@@ -111,9 +179,21 @@ type Lease struct {
 	Until time.Time
 }
 
+// A HeldKey names a lock a token holds, for ExtendMany.
+type HeldKey struct {
+	Key, Token string
+}
+
+// An ExtendResult is the outcome of extending one lock of a batch: a new
+// lease, or an error as Strategy.Extend would return it.
+type ExtendResult struct {
+	Lease Lease
+	Err   error
+}
+
 // NodeError reports the failure of one operation on one node.
 type NodeError struct {
-	Node string // the node's name, see NodeName
+	Node string // the node's name: its String method, or its position
 	Op   string // "acquire", "extend", "release", ...
 	Err  error
 }

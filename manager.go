@@ -42,7 +42,7 @@ func WithTTL(ttl time.Duration) Option {
 // WithRetryDelay bounds the pause between two attempts of Lock when it has
 // to poll: the pause starts near min, doubles after each refusal up to max,
 // is jittered, and is never longer than the holder's remaining TTL when the
-// strategy reports it. When the strategy can notify (ReleaseWatcher), a
+// strategy reports it. When the strategy can watch releases, a
 // waiter is woken by the release and max is only the safety net: no wait
 // is longer than max, or than the holder's remaining TTL.
 // The defaults are DefaultRetryMinDelay (5ms) and DefaultRetryMaxDelay (250ms).

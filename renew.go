@@ -16,8 +16,8 @@ import (
 //
 // One goroutine per Manager renews all its locks, in batches: locks due
 // within half a renewal period of each other are renewed together, through
-// BatchExtender when the strategy has it (one pipelined round trip per node
-// for every renewBatch locks), else one Extend call each, 16 at a time. A renewal
+// the strategy's ExtendMany (one pipelined round trip per node for every
+// renewBatch locks). A renewal
 // that the servers refuse (ErrNotHeld) ends the lock's context at once with
 // ErrLost; one that fails otherwise is retried until the validity runs out.
 // Auto-renewal is off by default.
@@ -38,10 +38,6 @@ func WithAutoRenew(fraction float64, maxHold time.Duration) Option {
 // each call by its per-node timeout, and a pipeline of this many extensions
 // stays well inside it even on a loaded machine.
 const renewBatch = 1000
-
-// fallbackParallel bounds concurrent Extend calls when the strategy is not a
-// BatchExtender.
-const fallbackParallel = 16
 
 // A renewer renews the locks of one Manager from one goroutine.
 type renewer struct {
@@ -169,27 +165,13 @@ func (r *renewer) renew(batch []*Lock) {
 	if len(live) > 0 {
 		// No reply is worth waiting for once every lease has run out.
 		ctx, cancel := context.WithDeadline(context.Background(), deadline)
-		if b, ok := r.s.(BatchExtender); ok {
-			keys := make([]HeldKey, len(live))
-			for i, l := range live {
-				keys[i] = HeldKey{Key: l.key, Token: l.token}
-			}
-			for lo := 0; lo < len(keys); lo += renewBatch {
-				hi := min(lo+renewBatch, len(keys))
-				copy(results[lo:hi], b.ExtendMany(ctx, keys[lo:hi], r.ttl))
-			}
-		} else {
-			var wg sync.WaitGroup
-			sem := make(chan struct{}, fallbackParallel)
-			for i, l := range live {
-				wg.Add(1)
-				sem <- struct{}{}
-				go func() {
-					defer func() { <-sem; wg.Done() }()
-					results[i].Lease, results[i].Err = r.s.Extend(ctx, l.key, l.token, r.ttl)
-				}()
-			}
-			wg.Wait()
+		keys := make([]HeldKey, len(live))
+		for i, l := range live {
+			keys[i] = HeldKey{Key: l.key, Token: l.token}
+		}
+		for lo := 0; lo < len(keys); lo += renewBatch {
+			hi := min(lo+renewBatch, len(keys))
+			copy(results[lo:hi], r.s.ExtendMany(ctx, keys[lo:hi], r.ttl))
 		}
 		cancel()
 	}

@@ -16,7 +16,7 @@ import (
 //
 // How it waits: calls of one Manager that wait for the same key queue up
 // in arrival order, and a new call joins the end of a queue instead of
-// trying ahead of it. When the strategy is a ReleaseWatcher, the queue
+// trying ahead of it. When the strategy can watch releases, the queue
 // subscribes to the key's release notifications and each notification wakes
 // the first waiter only, which then tries within one round trip of the
 // release. Other processes' waiters each get their own notification; when
@@ -108,7 +108,6 @@ func (m *Manager) giveUp(ctx context.Context, prev error) error {
 // waits holds a Manager's queues of waiting Lock calls, one per key.
 type waits struct {
 	m  *Manager
-	rw ReleaseWatcher // nil when the strategy cannot notify
 	mu sync.Mutex
 	q  map[string]*waitQueue
 }
@@ -147,7 +146,6 @@ const (
 func (w *waits) init(m *Manager) {
 	w.m = m
 	w.q = map[string]*waitQueue{}
-	w.rw, _ = m.s.(ReleaseWatcher)
 }
 
 // queued reports whether calls wait for key.
@@ -172,19 +170,17 @@ func (w *waits) join(ctx context.Context, key string) (q *waitQueue, me *waiter,
 	q.waiters = append(q.waiters, me)
 	w.mu.Unlock()
 	if creator {
-		if w.rw != nil {
-			// On failure (the nodes cannot notify, or a node error) this
-			// queue polls for as long as it lives.
-			// Bounded by the poll interval, so that an unreachable node
-			// delays the queue no more than polling would.
-			sctx, cancel := context.WithTimeout(ctx, w.m.o.retryMax)
-			stop, err := w.rw.WatchRelease(sctx, key, func() { w.released(q) })
-			cancel()
-			if err == nil {
-				w.mu.Lock()
-				q.notify, q.stop = true, stop
-				w.mu.Unlock()
-			}
+		// On failure (the nodes cannot notify, or a node error) this
+		// queue polls for as long as it lives. Bounded by the poll
+		// interval, so that an unreachable node delays the queue no more
+		// than polling would.
+		sctx, cancel := context.WithTimeout(ctx, w.m.o.retryMax)
+		stop, err := w.m.s.WatchRelease(sctx, key, func() { w.released(q) })
+		cancel()
+		if err == nil {
+			w.mu.Lock()
+			q.notify, q.stop = true, stop
+			w.mu.Unlock()
 		}
 		close(q.ready)
 	}

@@ -1,0 +1,194 @@
+// Package nodekit holds what drivers and strategies share and users of dlm
+// do not call: Lua scripts run on a dlm.Node (with the NOSCRIPT fallback),
+// the text of WAIT commands, and the Hub that gives a driver Node.Watch over
+// a minimal pub/sub connection.
+package nodekit
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/dlmgo/dlm"
+)
+
+// Name names n for errors and logs: its String method when it has one,
+// otherwise its position among the nodes of a strategy.
+func Name(n dlm.Node, index int) string {
+	if s, ok := n.(fmt.Stringer); ok {
+		return s.String()
+	}
+	return fmt.Sprintf("node[%d]", index)
+}
+
+// A Script is a Lua script that replies with an array of integers. Its SHA1
+// digest is computed once, on first use.
+type Script struct {
+	src  string
+	once sync.Once
+	sha  string
+}
+
+// NewScript returns a Script with the given Lua source.
+func NewScript(src string) *Script { return &Script{src: src} }
+
+// Source returns the script's Lua source.
+func (s *Script) Source() string { return s.src }
+
+// SHA1 returns the hex SHA1 digest by which Redis caches the script.
+func (s *Script) SHA1() string {
+	s.once.Do(func() {
+		sum := sha1.Sum([]byte(s.src))
+		s.sha = hex.EncodeToString(sum[:])
+	})
+	return s.sha
+}
+
+// Run runs the script once on n with EVALSHA and, when the server does not
+// have it cached, once more with EVAL.
+func (s *Script) Run(ctx context.Context, n dlm.Node, keys []string, args ...string) ([]int64, error) {
+	c := []dlm.Call{{SHA1: s.SHA1(), Keys: keys, Args: args}}
+	s.RunMany(ctx, n, c)
+	return c[0].Reply, c[0].Err
+}
+
+// RunMany runs the script once per call on n, pipelined, and sets every
+// call's Reply or Err (the calls' SHA1 and Source are set here). Calls that
+// met NOSCRIPT run again once the script is loaded: one EVAL, then the rest
+// by EVALSHA (on a Cluster every master caches scripts on its own, so this
+// may take a round per master).
+func (s *Script) RunMany(ctx context.Context, n dlm.Node, calls []dlm.Call) {
+	for i := range calls {
+		calls[i].SHA1, calls[i].Source, calls[i].Reply, calls[i].Err = s.SHA1(), "", nil, nil
+	}
+	n.Run(ctx, calls)
+	for range 16 {
+		retry := noScript(calls)
+		if len(retry) == 0 {
+			return
+		}
+		first := retry[0]
+		again := []dlm.Call{{Source: s.src, Keys: calls[first].Keys, Args: calls[first].Args}}
+		for _, i := range retry[1:] {
+			again = append(again, dlm.Call{SHA1: s.SHA1(), Keys: calls[i].Keys, Args: calls[i].Args})
+		}
+		n.Run(ctx, again)
+		for j, i := range retry {
+			calls[i].Reply, calls[i].Err = again[j].Reply, again[j].Err
+		}
+	}
+}
+
+// RunWait runs the script on n and then w's command on the same connection
+// (see dlm.Node.RunWait), with EVALSHA and, when the server does not have
+// the script cached, once more with EVAL (the wait is then sent again).
+func (s *Script) RunWait(ctx context.Context, n dlm.Node, w dlm.Wait, keys []string, args ...string) ([]int64, dlm.Acks, error) {
+	c := []dlm.Call{{SHA1: s.SHA1(), Keys: keys, Args: args}}
+	acks, err := n.RunWait(ctx, c, w)
+	if c[0].Err != nil && errors.Is(c[0].Err, dlm.ErrNoScript) {
+		c[0] = dlm.Call{Source: s.src, Keys: keys, Args: args}
+		acks, err = n.RunWait(ctx, c, w)
+	}
+	if c[0].Err != nil {
+		return nil, dlm.Acks{}, c[0].Err
+	}
+	return c[0].Reply, acks, err
+}
+
+func noScript(calls []dlm.Call) []int {
+	var idx []int
+	for i := range calls {
+		if calls[i].Err != nil && errors.Is(calls[i].Err, dlm.ErrNoScript) {
+			idx = append(idx, i)
+		}
+	}
+	return idx
+}
+
+// Fail sets err on every call that has neither a Reply nor an Err: a driver
+// calls it when a batch stops before all replies arrived.
+func Fail(calls []dlm.Call, err error) {
+	for i := range calls {
+		if calls[i].Reply == nil && calls[i].Err == nil {
+			calls[i].Err = err
+		}
+	}
+}
+
+// ReplyError converts an error reply of a script call: NOSCRIPT is wrapped
+// with dlm.ErrNoScript, anything else is returned as it is.
+func ReplyError(err error) error {
+	if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+		return fmt.Errorf("%w: %w", dlm.ErrNoScript, err)
+	}
+	return err
+}
+
+// Ints converts a script's reply, as clients that decode RESP to Go values
+// give it (an []any of int64), to []int64.
+func Ints(v any) ([]int64, error) {
+	arr, ok := v.([]any)
+	if !ok {
+		return nil, fmt.Errorf("dlm: script replied %T, want an array of integers", v)
+	}
+	out := make([]int64, len(arr))
+	for i, e := range arr {
+		x, ok := e.(int64)
+		if !ok {
+			return nil, fmt.Errorf("dlm: script reply element %d is %T, want an integer", i, e)
+		}
+		out[i] = x
+	}
+	return out, nil
+}
+
+// WaitCommand returns the command w stands for, for example
+// ["WAIT", "2", "100"] or ["WAITAOF", "1", "2", "100"]. The error matches
+// dlm.ErrInvalid when w is not valid.
+func WaitCommand(w dlm.Wait) ([]string, error) {
+	switch {
+	case w.Replicas < 0:
+		return nil, fmt.Errorf("%w: Wait: negative replica count %d", dlm.ErrInvalid, w.Replicas)
+	case w.Timeout < time.Millisecond:
+		return nil, fmt.Errorf("%w: Wait: timeout %v is below 1ms (WAIT 0 blocks forever)", dlm.ErrInvalid, w.Timeout)
+	case w.Local && !w.AOF:
+		return nil, fmt.Errorf("%w: Wait: Local needs AOF (WAIT has no local acknowledgement)", dlm.ErrInvalid)
+	}
+	ms := strconv.FormatInt(int64((w.Timeout+time.Millisecond-1)/time.Millisecond), 10)
+	n := strconv.Itoa(w.Replicas)
+	if !w.AOF {
+		return []string{"WAIT", n, ms}, nil
+	}
+	local := "0"
+	if w.Local {
+		local = "1"
+	}
+	return []string{"WAITAOF", local, n, ms}, nil
+}
+
+// ParseAcks converts the reply of w's command to Acks: one integer for
+// WAIT, an array of two (numlocal, numreplicas) for WAITAOF, as clients that
+// decode RESP to Go values give them (int64, []any of int64).
+func ParseAcks(w dlm.Wait, v any) (dlm.Acks, error) {
+	switch r := v.(type) {
+	case int64:
+		if !w.AOF {
+			return dlm.Acks{Replicas: int(r)}, nil
+		}
+	case []any:
+		if x, err := Ints(r); err == nil && w.AOF && len(x) == 2 {
+			return dlm.Acks{Local: x[0] > 0, Replicas: int(x[1])}, nil
+		}
+	}
+	cmd := "WAIT"
+	if w.AOF {
+		cmd = "WAITAOF"
+	}
+	return dlm.Acks{}, fmt.Errorf("dlm: unexpected reply %v to %s", v, cmd)
+}
