@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/nodekit"
 )
 
 // The failover strategy's scripts are the single-instance scripts, wrapped
@@ -20,9 +21,9 @@ var (
 	probeScript           = mustScript("failover_probe.lua")
 )
 
-func wrapReplicas(s *dlm.Script) *dlm.Script {
+func wrapReplicas(s *nodekit.Script) *nodekit.Script {
 	tail := mustScript("failover_replicas.lua").Source()
-	return dlm.NewScript("local function dlm_script()\n" + s.Source() + "\nend\nlocal r = dlm_script()\n" + tail)
+	return nodekit.NewScript("local function dlm_script()\n" + s.Source() + "\nend\nlocal r = dlm_script()\n" + tail)
 }
 
 // DefaultWaitTimeout is the default bound on how long the failover strategy
@@ -48,7 +49,7 @@ const DefaultWaitTimeout = 100 * time.Millisecond
 // A lease is valid for the TTL less the drift margin, counted from before the
 // script was sent, so the time spent waiting for replicas is taken off it.
 type Failover struct {
-	node dlm.ReplicaWaiter
+	node dlm.Node
 	name string
 	cfg  config
 	fo   failoverConfig
@@ -57,11 +58,7 @@ type Failover struct {
 	aofOK    atomic.Bool  // the server was found to offer WAITAOF
 }
 
-var (
-	_ dlm.Strategy       = (*Failover)(nil)
-	_ dlm.BatchExtender  = (*Failover)(nil)
-	_ dlm.ReleaseWatcher = (*Failover)(nil)
-)
+var _ dlm.Strategy = (*Failover)(nil)
 
 type failoverConfig struct {
 	acks        AckPolicy
@@ -73,8 +70,11 @@ type failoverConfig struct {
 // waits reports whether the strategy waits for anything after a write.
 func (c *failoverConfig) waits() bool { return c.acks.kind != ackNone || c.aof }
 
-// NewFailover returns the failover-replica strategy over node, which must
-// implement dlm.ReplicaWaiter (driver/goredis and driver/redigo do).
+// NewFailover returns the failover-replica strategy over node, whose RunWait
+// must work: every driver in this module's driver/ packages qualifies (for
+// go-redis, a *redis.Client, a failover client or a *redis.ClusterClient).
+// A node whose RunWait reports errors.ErrUnsupported makes every call fail
+// with that error.
 //
 // Options: WithAcks (default AckAll), WithWaitTimeout (default
 // DefaultWaitTimeout), WithReplicas (default 1), WithWaitAOF, and the shared
@@ -84,12 +84,7 @@ func NewFailover(node dlm.Node, opts ...Option) (*Failover, error) {
 	if isNil(node) {
 		return nil, fmt.Errorf("%w: NewFailover: nil Node", dlm.ErrInvalid)
 	}
-	rw, ok := node.(dlm.ReplicaWaiter)
-	if !ok {
-		return nil, fmt.Errorf("%w: NewFailover: node %s (%T) does not implement dlm.ReplicaWaiter "+
-			"(running a script and then WAIT on the same connection)", dlm.ErrInvalid, dlm.NodeName(node, 0), node)
-	}
-	f := &Failover{node: rw, name: dlm.NodeName(node, 0), cfg: defaultConfig()}
+	f := &Failover{node: node, name: nodekit.Name(node, 0), cfg: defaultConfig()}
 	f.cfg.failover = &failoverConfig{acks: AckAll(), waitTimeout: DefaultWaitTimeout, replicas: 1}
 	if err := applyOptions(&f.cfg, opts); err != nil {
 		return nil, fmt.Errorf("NewFailover: %w", err)
@@ -370,7 +365,7 @@ func (f *Failover) prepare(ctx context.Context) (dlm.Wait, error) {
 // run runs s (or its wrapped form followed by the wait) and returns the
 // single-instance part of the reply, the acknowledgements and the replicas
 // the primary reported connected (-1 when not asked).
-func (f *Failover) run(ctx context.Context, plain, wrapped *dlm.Script, w dlm.Wait, want int, keys []string, args ...string) ([]int64, dlm.Acks, int, error) {
+func (f *Failover) run(ctx context.Context, plain, wrapped *nodekit.Script, w dlm.Wait, want int, keys []string, args ...string) ([]int64, dlm.Acks, int, error) {
 	if !f.fo.waits() {
 		r, err := plain.Run(ctx, f.node, keys, args...)
 		if err == nil && len(r) != want {
@@ -523,10 +518,9 @@ func (f *Failover) lease(start time.Time, ttl time.Duration, fence int64) dlm.Le
 // strategy waits for replicas.
 const extendParallel = 16
 
-// ExtendMany implements dlm.BatchExtender. Under AckNone (without
-// WithWaitAOF) it runs the extensions pipelined on the primary when the node
-// is a dlm.Pipeliner (one round trip for the batch), as Single does; a
-// WithTimeout bound then grows by 100µs per key.
+// ExtendMany implements dlm.Strategy. Under AckNone (without WithWaitAOF) it
+// runs the extensions pipelined on the primary (one round trip for the
+// batch), as Single does; a WithTimeout bound then grows by 100µs per key.
 // Otherwise each lock is extended with Extend, 16 at a time, each followed by
 // its own WAIT on the same connection: WAIT counts the acknowledgements of
 // the last write on its connection, and a pipelined batch may be spread over
@@ -556,15 +550,14 @@ func (f *Failover) ExtendMany(ctx context.Context, locks []dlm.HeldKey, ttl time
 	return extendBatch(ctx, &f.cfg, f.node, f.name, locks, ttl)
 }
 
-// WatchRelease implements dlm.ReleaseWatcher on the primary: the release
+// WatchRelease implements dlm.Strategy on the primary: the release
 // script publishes on a channel named like the lock's key. The subscription
 // lives on a connection of the node's client; when the client reconnects
 // it subscribes again, on whatever server it dials (go-redis' failover
 // client dials the primary Sentinel names at that time). Messages published
 // in between are lost: notifications are hints, and waiters still poll at
 // the Manager's maximum retry delay.
-// When the node is not a dlm.Notifier the error matches
-// errors.ErrUnsupported.
+// When the node cannot watch, the error matches errors.ErrUnsupported.
 func (f *Failover) WatchRelease(ctx context.Context, key string, notify func()) (func(), error) {
 	return watchRelease(ctx, &f.cfg, f.node, f.name, key, notify)
 }

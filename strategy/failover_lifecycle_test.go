@@ -17,19 +17,25 @@ import (
 )
 
 // failoverCountingNode is a go-redis node that counts its pipelined batches
-// (every other ability is the node's own).
+// (Run calls of more than one script; every other method is the node's own).
 type failoverCountingNode struct {
 	*goredis.Node
 	batches *atomic.Int32
 }
 
-func (n failoverCountingNode) EvalSHAMany(ctx context.Context, sha string, calls []dlm.ScriptCall) ([]dlm.ScriptResult, error) {
-	n.batches.Add(1)
-	return n.Node.EvalSHAMany(ctx, sha, calls)
+func (n failoverCountingNode) Run(ctx context.Context, calls []dlm.Call) {
+	if len(calls) > 1 {
+		n.batches.Add(1)
+	}
+	n.Node.Run(ctx, calls)
 }
 
-// failoverNotNotifier is a ReplicaWaiter that cannot notify.
-type failoverNotNotifier struct{ dlm.ReplicaWaiter }
+// failoverNotNotifier is a node that cannot watch.
+type failoverNotNotifier struct{ dlm.Node }
+
+func (failoverNotNotifier) Watch(context.Context, string, func(string)) (func(), error) {
+	return nil, errors.ErrUnsupported
+}
 
 func TestFailoverLifecycle(t *testing.T) {
 	topo := redistest.StartReplicated(t, redistest.ReplicatedOptions{Replicas: 1})

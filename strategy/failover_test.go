@@ -26,11 +26,6 @@ func TestNewFailoverRejects(t *testing.T) {
 	_, err := strategy.NewFailover(nil)
 	assert.ErrorIs(t, err, dlm.ErrInvalid)
 
-	// A Node without the ability: only EvalSHA and Eval are promoted.
-	_, err = strategy.NewFailover(struct{ dlm.Node }{node})
-	assert.ErrorIs(t, err, dlm.ErrInvalid)
-	assert.ErrorContains(t, err, "dlm.ReplicaWaiter")
-
 	for name, opts := range map[string][]strategy.Option{
 		"AckN(0)":             {strategy.WithAcks(strategy.AckN(0))},
 		"wait timeout 0":      {strategy.WithWaitTimeout(0)},
@@ -62,31 +57,19 @@ func TestNewFailoverRejects(t *testing.T) {
 	}
 }
 
-// otherConnWaiter is a deliberately wrong dlm.ReplicaWaiter: it runs the
-// script through the node and sends WAIT on a connection of its own. WAIT
-// there counts acknowledgements of that connection's earlier writes, not of
-// the script's.
+// otherConnWaiter is a deliberately wrong RunWait: it runs the scripts
+// through the node and sends WAIT on a connection of its own. WAIT there
+// counts acknowledgements of that connection's earlier writes, not of the
+// scripts'.
 type otherConnWaiter struct {
 	*goredis.Node
 	other *redis.Client
 }
 
-func (o otherConnWaiter) EvalSHAWait(ctx context.Context, w dlm.Wait, sha1 string, keys []string, args ...string) ([]int64, dlm.Acks, error) {
-	r, err := o.EvalSHA(ctx, sha1, keys, args...)
-	return o.wait(ctx, w, r, err)
-}
-
-func (o otherConnWaiter) EvalWait(ctx context.Context, w dlm.Wait, src string, keys []string, args ...string) ([]int64, dlm.Acks, error) {
-	r, err := o.Eval(ctx, src, keys, args...)
-	return o.wait(ctx, w, r, err)
-}
-
-func (o otherConnWaiter) wait(ctx context.Context, w dlm.Wait, r []int64, err error) ([]int64, dlm.Acks, error) {
-	if err != nil {
-		return nil, dlm.Acks{}, err
-	}
+func (o otherConnWaiter) RunWait(ctx context.Context, calls []dlm.Call, w dlm.Wait) (dlm.Acks, error) {
+	o.Run(ctx, calls)
 	n, err := o.other.Wait(ctx, w.Replicas, w.Timeout).Result()
-	return r, dlm.Acks{Replicas: int(n)}, err
+	return dlm.Acks{Replicas: int(n)}, err
 }
 
 func newFailover(t *testing.T, n dlm.Node, opts ...strategy.Option) *strategy.Failover {

@@ -2,7 +2,6 @@ package strategy
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -12,13 +11,12 @@ import (
 // The lifecycle abilities of the strategies that run on one node (Single,
 // and Failover on its primary).
 
-// extendBatch extends locks held on node in one batch: pipelined when the
-// node is a dlm.Pipeliner (one round trip), else one call after another.
+// extendBatch extends locks held on node in one pipelined batch.
 // A WithTimeout bound grows by batchKeyTime per key. Every lease counts from
 // before the batch was sent.
 func extendBatch(ctx context.Context, c *config, node dlm.Node, name string, locks []dlm.HeldKey, ttl time.Duration) []dlm.ExtendResult {
 	out := make([]dlm.ExtendResult, len(locks))
-	calls := make([]dlm.ScriptCall, 0, len(locks))
+	calls := make([]dlm.Call, 0, len(locks))
 	idx := make([]int, 0, len(locks))
 	for i, l := range locks {
 		if err := c.checkCall(l.Key, l.Token, ttl, true); err != nil {
@@ -26,7 +24,7 @@ func extendBatch(ctx context.Context, c *config, node dlm.Node, name string, loc
 			continue
 		}
 		keys, args := lockCall(l.Key, l.Token, ttl)
-		calls = append(calls, dlm.ScriptCall{Keys: keys, Args: args})
+		calls = append(calls, dlm.Call{Keys: keys, Args: args})
 		idx = append(idx, i)
 	}
 	if len(calls) == 0 {
@@ -38,14 +36,10 @@ func extendBatch(ctx context.Context, c *config, node dlm.Node, name string, loc
 		cctx, cancel = context.WithTimeout(ctx, c.timeout+time.Duration(len(calls))*batchKeyTime)
 	}
 	defer cancel()
-	res, err := extendScript.RunMany(cctx, node, calls)
+	extendScript.RunMany(cctx, node, calls)
 	until := start.Add(ttl - c.driftMargin(ttl))
 	for j, i := range idx {
-		var r []int64
-		e := err
-		if e == nil {
-			r, e = res[j].Reply, res[j].Err
-		}
+		r, e := calls[j].Reply, calls[j].Err
 		if e == nil && len(r) != 2 {
 			e = errReply(r)
 		}
@@ -62,17 +56,13 @@ func extendBatch(ctx context.Context, c *config, node dlm.Node, name string, loc
 }
 
 // watchRelease calls notify whenever the release script publishes on key's
-// channel (named like the lock's Redis key) on node. When the node is not a
-// dlm.Notifier the error matches errors.ErrUnsupported.
+// channel (named like the lock's Redis key) on node. When the node cannot
+// watch, the error matches errors.ErrUnsupported.
 func watchRelease(ctx context.Context, c *config, node dlm.Node, name, key string, notify func()) (func(), error) {
 	if err := c.checkCall(key, "-", 0, false); err != nil {
 		return nil, err
 	}
-	n, ok := dlm.NodeAs[dlm.Notifier](node)
-	if !ok {
-		return nil, fmt.Errorf("dlm: %s cannot notify (its Node is not a dlm.Notifier): %w", name, errors.ErrUnsupported)
-	}
-	stop, err := n.Watch(ctx, lockKeys(key)[0], func(string) { notify() })
+	stop, err := node.Watch(ctx, lockKeys(key)[0], func(string) { notify() })
 	if err != nil {
 		return nil, &dlm.NodeError{Node: name, Op: "watch", Err: err}
 	}

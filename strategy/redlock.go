@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/nodekit"
 )
 
 // DefaultNodeTimeout is Redlock's default per-node timeout (see WithTimeout).
@@ -60,7 +61,7 @@ var _ dlm.Strategy = (*Redlock)(nil)
 // NewRedlock returns the Redlock strategy over nodes, which must be distinct
 // independent masters (not replicas of each other): no nil node, no node
 // given twice (the same value, or the same name as reported by
-// dlm.NodeName). Options: WithTimeout (the per-node timeout, default
+// nodekit.Name). Options: WithTimeout (the per-node timeout, default
 // DefaultNodeTimeout), WithDriftFactor, WithMaxExtensions, WithMaxHold.
 func NewRedlock(nodes []dlm.Node, opts ...Option) (*Redlock, error) {
 	if len(nodes) == 0 {
@@ -84,7 +85,7 @@ func NewRedlock(nodes []dlm.Node, opts ...Option) (*Redlock, error) {
 				return nil, fmt.Errorf("%w: NewRedlock: nodes[%d] and nodes[%d] are the same node", dlm.ErrInvalid, j, i)
 			}
 		}
-		s.names[i] = dlm.NodeName(n, i)
+		s.names[i] = nodekit.Name(n, i)
 		if j, ok := seen[s.names[i]]; ok {
 			return nil, fmt.Errorf("%w: NewRedlock: nodes[%d] and nodes[%d] are both %s", dlm.ErrInvalid, j, i, s.names[i])
 		}

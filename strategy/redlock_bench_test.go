@@ -2,6 +2,7 @@ package strategy_test
 
 import (
 	"context"
+	"errors"
 	"runtime"
 	"slices"
 	"strconv"
@@ -170,15 +171,22 @@ func runtimeProcs() int { return runtime.GOMAXPROCS(0) }
 // runs against real servers.
 type instantNode struct{ name string }
 
-func (n instantNode) EvalSHA(_ context.Context, _ string, keys []string, _ ...string) ([]int64, error) {
-	if len(keys) == 2 {
-		return []int64{1, 1}, nil // acquire, extend: granted, fence 1
+func (n instantNode) Run(_ context.Context, calls []dlm.Call) {
+	for i := range calls {
+		if len(calls[i].Keys) == 2 {
+			calls[i].Reply = []int64{1, 1} // acquire, extend: granted, fence 1
+		} else {
+			calls[i].Reply = []int64{1} // release, fence write-back
+		}
 	}
-	return []int64{1}, nil // release, fence write-back
 }
 
-func (n instantNode) Eval(ctx context.Context, _ string, keys []string, args ...string) ([]int64, error) {
-	return n.EvalSHA(ctx, "", keys, args...)
+func (n instantNode) RunWait(context.Context, []dlm.Call, dlm.Wait) (dlm.Acks, error) {
+	return dlm.Acks{}, errors.ErrUnsupported
+}
+
+func (n instantNode) Watch(context.Context, string, func(string)) (func(), error) {
+	return nil, errors.ErrUnsupported
 }
 
 func (n instantNode) String() string { return n.name }

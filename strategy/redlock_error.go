@@ -53,7 +53,7 @@ func (o Outcome) String() string {
 
 // NodeResult is one node's answer to one call.
 type NodeResult struct {
-	Node    string // the node's name, see dlm.NodeName
+	Node    string // the node's name, see nodekit.Name
 	Outcome Outcome
 	// Remaining is, for an acquisition Refused because another token holds
 	// the lock, the holder's remaining TTL on that node; negative when unknown.

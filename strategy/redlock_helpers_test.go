@@ -133,18 +133,13 @@ type lossyNode struct{ dlm.Node }
 
 var errLost = errors.New("test: reply lost")
 
-func (n lossyNode) EvalSHA(ctx context.Context, sha string, keys []string, args ...string) ([]int64, error) {
-	if _, err := n.Node.EvalSHA(ctx, sha, keys, args...); err != nil {
-		return nil, err
+func (n lossyNode) Run(ctx context.Context, calls []dlm.Call) {
+	n.Node.Run(ctx, calls)
+	for i := range calls {
+		if calls[i].Err == nil {
+			calls[i].Reply, calls[i].Err = nil, errLost
+		}
 	}
-	return nil, errLost
-}
-
-func (n lossyNode) Eval(ctx context.Context, src string, keys []string, args ...string) ([]int64, error) {
-	if _, err := n.Node.Eval(ctx, src, keys, args...); err != nil {
-		return nil, err
-	}
-	return nil, errLost
 }
 
 func (n lossyNode) String() string { return "lossy " + n.Node.(interface{ String() string }).String() }
@@ -155,16 +150,10 @@ type countingNode struct {
 	inflight *atomic.Int32
 }
 
-func (n countingNode) EvalSHA(ctx context.Context, sha string, keys []string, args ...string) ([]int64, error) {
+func (n countingNode) Run(ctx context.Context, calls []dlm.Call) {
 	n.inflight.Add(1)
 	defer n.inflight.Add(-1)
-	return n.Node.EvalSHA(ctx, sha, keys, args...)
-}
-
-func (n countingNode) Eval(ctx context.Context, src string, keys []string, args ...string) ([]int64, error) {
-	n.inflight.Add(1)
-	defer n.inflight.Add(-1)
-	return n.Node.Eval(ctx, src, keys, args...)
+	n.Node.Run(ctx, calls)
 }
 
 func (n countingNode) String() string { return n.Node.(interface{ String() string }).String() }
@@ -197,14 +186,9 @@ type deafNode struct {
 	delay time.Duration
 }
 
-func (n deafNode) EvalSHA(_ context.Context, sha string, keys []string, args ...string) ([]int64, error) {
+func (n deafNode) Run(_ context.Context, calls []dlm.Call) {
 	time.Sleep(n.delay)
-	return n.Node.EvalSHA(context.Background(), sha, keys, args...)
-}
-
-func (n deafNode) Eval(_ context.Context, src string, keys []string, args ...string) ([]int64, error) {
-	time.Sleep(n.delay)
-	return n.Node.Eval(context.Background(), src, keys, args...)
+	n.Node.Run(context.Background(), calls)
 }
 
 func (n deafNode) String() string { return "deaf " + n.Node.(interface{ String() string }).String() }

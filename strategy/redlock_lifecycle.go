@@ -4,16 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/dlmgo/dlm"
-)
-
-var (
-	_ dlm.BatchExtender  = (*Redlock)(nil)
-	_ dlm.ReleaseWatcher = (*Redlock)(nil)
 )
 
 // nodeErr wraps err, node i's failure in op, in a *dlm.NodeError, saying
@@ -58,8 +54,7 @@ func untilReplies(ctx context.Context, timeout time.Duration, n int) (context.Co
 // batchReply is one node's answer to a batch of extensions.
 type batchReply struct {
 	i   int
-	res []dlm.ScriptResult
-	err error // the batch as a whole failed: a *dlm.NodeError
+	res []dlm.Call
 }
 
 // batchKey is the state of one key of an ExtendMany batch.
@@ -76,10 +71,8 @@ func (k *batchKey) decided(n, q int) bool {
 	return k.extended >= q || k.refused >= q || k.extended+n-k.answered < q
 }
 
-// ExtendMany implements dlm.BatchExtender. It sends all the extensions to
-// every node in parallel, one batch per node (pipelined, one round trip,
-// when the node is a dlm.Pipeliner; otherwise one call per key, see
-// dlm.Script.RunMany), each node bounded by the per-node timeout plus 100µs
+// ExtendMany implements dlm.Strategy. It sends all the extensions to every
+// node in parallel, one pipelined batch per node, each node bounded by the per-node timeout plus 100µs
 // per key of the batch (a server and the client need time for every key;
 // 10,000 keys add 1s). Each key
 // then follows Extend's rule: extended when a majority extended it and the
@@ -115,10 +108,10 @@ func (s *Redlock) ExtendMany(ctx context.Context, locks []dlm.HeldKey, ttl time.
 		}
 		return out
 	}
-	calls := make([]dlm.ScriptCall, len(keys))
+	calls := make([]dlm.Call, len(keys))
 	for j, k := range keys {
 		l := locks[k.i]
-		calls[j] = dlm.ScriptCall{Keys: lockKeys(l.Key), Args: []string{l.Token, ms(k.ttl)}}
+		calls[j] = dlm.Call{Keys: lockKeys(l.Key), Args: []string{l.Token, ms(k.ttl)}}
 	}
 
 	n, q := len(s.nodes), s.quorum
@@ -131,16 +124,10 @@ func (s *Redlock) ExtendMany(ctx context.Context, locks []dlm.HeldKey, ttl time.
 	cctx, replied := untilReplies(ctx, timeout, n)
 	ch := make(chan batchReply, n)
 	for i := range s.nodes {
-		node := s.nodes[i]
-		if p, ok := dlm.NodeAs[dlm.Pipeliner](node); ok {
-			node = p
-		}
+		node, mine := s.nodes[i], slices.Clone(calls) // each node fills in its own replies
 		workers.run(task{fn: func() {
-			res, err := extendScript.RunMany(cctx, node, calls)
-			if err == nil && len(res) != len(calls) {
-				err = fmt.Errorf("dlm: %d results for a batch of %d", len(res), len(calls))
-			}
-			ch <- batchReply{i: i, res: res, err: s.nodeErr(ctx, i, "extend", timeout, err)}
+			extendScript.RunMany(cctx, node, mine)
+			ch <- batchReply{i: i, res: mine}
 			replied()
 		}})
 	}
@@ -181,12 +168,7 @@ func (s *Redlock) ExtendMany(ctx context.Context, locks []dlm.HeldKey, ttl time.
 			left--
 			answered[rp.i] = true
 			for j := range keys {
-				var r []int64
-				err := rp.err
-				if err == nil {
-					r, err = rp.res[j].Reply, rp.res[j].Err
-				}
-				apply(&keys[j], rp.i, r, err)
+				apply(&keys[j], rp.i, rp.res[j].Reply, rp.res[j].Err)
 				lost = lost || keys[j].refused >= q
 			}
 			continue
@@ -199,12 +181,7 @@ func (s *Redlock) ExtendMany(ctx context.Context, locks []dlm.HeldKey, ttl time.
 				left--
 				answered[rp.i] = true
 				for j := range keys {
-					var r []int64
-					err := rp.err
-					if err == nil {
-						r, err = rp.res[j].Reply, rp.res[j].Err
-					}
-					apply(&keys[j], rp.i, r, err)
+					apply(&keys[j], rp.i, rp.res[j].Reply, rp.res[j].Err)
 				}
 			default:
 				more = false
@@ -250,45 +227,32 @@ func (s *Redlock) ExtendMany(ctx context.Context, locks []dlm.HeldKey, ttl time.
 	return out
 }
 
-// WatchRelease implements dlm.ReleaseWatcher. It subscribes to the key's
-// release channel (the release script publishes on it) on every node that is
-// a dlm.Notifier, in parallel, and returns once every subscription was
+// WatchRelease implements dlm.Strategy. It subscribes to the key's
+// release channel (the release script publishes on it) on every node, in
+// parallel, and returns once every subscription was
 // confirmed or failed, or the per-node timeout passed, with at least one
 // active; subscriptions confirmed later are kept too. A release publishes on
 // every node that held the lock, so messages from other nodes within the
 // per-node timeout of one that notified are taken for the same release and
 // do not notify again; a second message from one node always does. Every
-// notification is a hint. When no node is a dlm.Notifier the error matches
-// errors.ErrUnsupported; when none could subscribe it joins the nodes'
-// errors. stop ends every subscription, including those still being made.
+// notification is a hint. When no node could subscribe the error joins the
+// nodes' errors (matching errors.ErrUnsupported when the nodes cannot
+// watch). stop ends every subscription, including those still being made.
 func (s *Redlock) WatchRelease(ctx context.Context, key string, notify func()) (func(), error) {
 	if err := s.cfg.checkCall(key, "-", 0, false); err != nil {
 		return nil, err
-	}
-	type target struct {
-		i int
-		n dlm.Notifier
-	}
-	var ts []target
-	for i, nd := range s.nodes {
-		if n, ok := dlm.NodeAs[dlm.Notifier](nd); ok {
-			ts = append(ts, target{i, n})
-		}
-	}
-	if len(ts) == 0 {
-		return nil, fmt.Errorf("dlm: redlock cannot notify (none of its Nodes is a dlm.Notifier): %w", errors.ErrUnsupported)
 	}
 	channel := lockKeys(key)[0]
 	// Watches still being made end when ctx ends or stop is called.
 	wctx, cancel := context.WithCancel(ctx)
 	w := &watches{cancel: cancel}
 	co := &coalescer{window: s.cfg.timeout, notify: notify}
-	results := make(chan error, len(ts))
-	for _, t := range ts {
+	results := make(chan error, len(s.nodes))
+	for i, n := range s.nodes {
 		go func() {
-			stop, err := t.n.Watch(wctx, channel, func(string) { co.message(t.i) })
+			stop, err := n.Watch(wctx, channel, func(string) { co.message(i) })
 			if err != nil {
-				err = &dlm.NodeError{Node: s.names[t.i], Op: "watch", Err: err}
+				err = &dlm.NodeError{Node: s.names[i], Op: "watch", Err: err}
 			} else {
 				w.add(stop)
 			}
@@ -299,7 +263,7 @@ func (s *Redlock) WatchRelease(ctx context.Context, key string, notify func()) (
 	defer timer.Stop()
 	var errs []error
 wait:
-	for range ts {
+	for range s.nodes {
 		select {
 		case err := <-results:
 			if err != nil {

@@ -12,23 +12,25 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/nodekit"
 	"github.com/dlmgo/dlm/strategy"
 )
 
-// batchCountingNode counts the pipelined batches run through it; other
-// abilities of the wrapped node stay reachable through Unwrap.
+// batchCountingNode counts the pipelined batches (Run calls of more than
+// one script) run through it; every other method is the wrapped node's.
 type batchCountingNode struct {
 	dlm.Node
 	batches *atomic.Int32
 }
 
-func (n batchCountingNode) EvalSHAMany(ctx context.Context, sha string, calls []dlm.ScriptCall) ([]dlm.ScriptResult, error) {
-	n.batches.Add(1)
-	return n.Node.(dlm.Pipeliner).EvalSHAMany(ctx, sha, calls)
+func (n batchCountingNode) Run(ctx context.Context, calls []dlm.Call) {
+	if len(calls) > 1 {
+		n.batches.Add(1)
+	}
+	n.Node.Run(ctx, calls)
 }
 
-func (n batchCountingNode) Unwrap() dlm.Node { return n.Node }
-func (n batchCountingNode) String() string   { return n.Node.(interface{ String() string }).String() }
+func (n batchCountingNode) String() string { return n.Node.(interface{ String() string }).String() }
 
 // countBatches wraps c's nodes in batchCountingNode and returns them with
 // the per-node counters.
@@ -327,13 +329,14 @@ type slowPipeliner struct {
 	delay time.Duration
 }
 
-func (n slowPipeliner) EvalSHAMany(ctx context.Context, sha string, calls []dlm.ScriptCall) ([]dlm.ScriptResult, error) {
+func (n slowPipeliner) Run(ctx context.Context, calls []dlm.Call) {
 	select {
 	case <-time.After(n.delay):
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		nodekit.Fail(calls, ctx.Err())
+		return
 	}
-	return n.Node.(dlm.Pipeliner).EvalSHAMany(ctx, sha, calls)
+	n.Node.Run(ctx, calls)
 }
 
 func (n slowPipeliner) String() string {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/nodekit"
 )
 
 // Single locks on one Redis endpoint: SET NX PX with a fencing counter,
@@ -20,11 +21,7 @@ type Single struct {
 	cfg  config
 }
 
-var (
-	_ dlm.Strategy       = (*Single)(nil)
-	_ dlm.BatchExtender  = (*Single)(nil)
-	_ dlm.ReleaseWatcher = (*Single)(nil)
-)
+var _ dlm.Strategy = (*Single)(nil)
 
 // NewSingle returns the single-instance strategy over node.
 // Options: WithDriftFactor, WithTimeout.
@@ -32,7 +29,7 @@ func NewSingle(node dlm.Node, opts ...Option) (*Single, error) {
 	if isNil(node) {
 		return nil, fmt.Errorf("%w: NewSingle: nil Node", dlm.ErrInvalid)
 	}
-	s := &Single{node: node, name: dlm.NodeName(node, 0), cfg: defaultConfig()}
+	s := &Single{node: node, name: nodekit.Name(node, 0), cfg: defaultConfig()}
 	if err := applyOptions(&s.cfg, opts); err != nil {
 		return nil, fmt.Errorf("NewSingle: %w", err)
 	}
@@ -124,18 +121,17 @@ func (s *Single) lease(start time.Time, ttl time.Duration, fence int64) dlm.Leas
 	return dlm.Lease{Fence: uint64(fence), Until: start.Add(ttl - s.cfg.driftMargin(ttl))}
 }
 
-// ExtendMany implements dlm.BatchExtender: the extensions run pipelined
-// when the node is a dlm.Pipeliner (one round trip for the batch), else one
-// after another. The whole batch is one call, bounded by WithTimeout plus
+// ExtendMany implements dlm.Strategy: the extensions run pipelined, in one
+// round trip for the batch. The whole batch is one call, bounded by WithTimeout plus
 // 100µs per key; the Manager's auto-renewal sends batches of at most a
 // thousand locks.
 func (s *Single) ExtendMany(ctx context.Context, locks []dlm.HeldKey, ttl time.Duration) []dlm.ExtendResult {
 	return extendBatch(ctx, &s.cfg, s.node, s.name, locks, ttl)
 }
 
-// WatchRelease implements dlm.ReleaseWatcher. The release script publishes
-// on a channel named like the lock's Redis key; when the node is not a
-// dlm.Notifier the error matches errors.ErrUnsupported. Expiry publishes
+// WatchRelease implements dlm.Strategy. The release script publishes on a
+// channel named like the lock's Redis key; when the node cannot watch, the
+// error matches errors.ErrUnsupported. Expiry publishes
 // nothing: a waiter learns the holder's remaining TTL from HeldError and
 // tries again when it runs out.
 func (s *Single) WatchRelease(ctx context.Context, key string, notify func()) (func(), error) {

@@ -19,17 +19,18 @@ import (
 	"time"
 
 	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/nodekit"
 )
 
 //go:embed scripts/*.lua
 var scriptFS embed.FS
 
-func mustScript(name string) *dlm.Script {
+func mustScript(name string) *nodekit.Script {
 	b, err := scriptFS.ReadFile("scripts/" + name)
 	if err != nil {
 		panic(err) // the file is embedded at build time
 	}
-	return dlm.NewScript(string(b))
+	return nodekit.NewScript(string(b))
 }
 
 var (
