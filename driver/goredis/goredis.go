@@ -74,19 +74,14 @@ func (n *Node) Client() redis.UniversalClient { return n.c }
 // go-redis pipeline (on a Cluster, one per master).
 func (n *Node) Run(ctx context.Context, calls []dlm.Call) {
 	if len(calls) > 0 {
-		_, _ = n.bounded(ctx, calls, dlm.Wait{}, nil)
+		_, _ = n.bounded(ctx, calls, nil)
 	}
 }
 
 // RunWait implements dlm.Node: the calls and the wait are one pipeline on
 // one connection (see the package documentation for the client kinds).
 func (n *Node) RunWait(ctx context.Context, calls []dlm.Call, w dlm.Wait) (dlm.Acks, error) {
-	wcmd, err := nodekit.WaitCommand(w)
-	if err != nil {
-		nodekit.Fail(calls, err)
-		return dlm.Acks{}, err
-	}
-	return n.bounded(ctx, calls, w, wcmd)
+	return n.bounded(ctx, calls, &w)
 }
 
 // Watch implements dlm.Node. All channels of a Node share one dedicated
@@ -96,15 +91,20 @@ func (n *Node) Watch(ctx context.Context, channel string, notify func(payload st
 	return n.hub.Watch(ctx, channel, notify)
 }
 
-// bounded runs calls, and then the wait command wcmd unless it is nil,
-// within ctx (see the package documentation). On the goroutine path the
-// commands work on a private copy of calls, copied back only when they
-// finish in time, so an abandoned goroutine never writes into calls.
-func (n *Node) bounded(ctx context.Context, calls []dlm.Call, w dlm.Wait, wcmd []string) (dlm.Acks, error) {
+// bounded runs calls, and then w's command unless w is nil, within ctx
+// (see the package documentation). On the goroutine path the commands work
+// on a private copy of calls, copied back only when they finish in time, so
+// an abandoned goroutine never writes into calls.
+func (n *Node) bounded(ctx context.Context, calls []dlm.Call, w *dlm.Wait) (dlm.Acks, error) {
 	for i := range calls {
 		calls[i].Reply, calls[i].Err = nil, nil
 	}
-	if err := ctx.Err(); err != nil {
+	var wcmd []string
+	err := ctx.Err()
+	if w != nil && err == nil {
+		wcmd, err = nodekit.WaitCommand(*w)
+	}
+	if err != nil {
 		nodekit.Fail(calls, err)
 		return dlm.Acks{}, err
 	}
@@ -131,10 +131,10 @@ func (n *Node) bounded(ctx context.Context, calls []dlm.Call, w dlm.Wait, wcmd [
 	}
 }
 
-// do sends calls, and wcmd after them unless it is nil, and sets every
-// call's Reply or Err. With wcmd it returns the wait's reply, or the first
-// failed call's error, or the wait's.
-func (n *Node) do(ctx context.Context, calls []dlm.Call, w dlm.Wait, wcmd []string) (dlm.Acks, error) {
+// do sends calls, and w's command wcmd after them unless it is nil, and
+// sets every call's Reply or Err. With wcmd it returns the wait's reply, or
+// the first failed call's error, or the wait's.
+func (n *Node) do(ctx context.Context, calls []dlm.Call, w *dlm.Wait, wcmd []string) (dlm.Acks, error) {
 	if wcmd == nil && len(calls) == 1 {
 		cmd := newCmd(ctx, &calls[0])
 		_ = n.c.Process(ctx, cmd)
@@ -178,7 +178,7 @@ func (n *Node) do(ctx context.Context, calls []dlm.Call, w dlm.Wait, wcmd []stri
 	v, err := wc.Result()
 	if err == nil {
 		var acks dlm.Acks
-		if acks, err = nodekit.ParseAcks(w, v); err == nil {
+		if acks, err = nodekit.ParseAcks(*w, v); err == nil {
 			return acks, nil
 		}
 	}
