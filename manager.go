@@ -17,7 +17,7 @@ const (
 )
 
 // An Option configures a Manager. Options with bad values make New fail.
-type Option func(*options) error
+type Option struct{ apply func(*options) error }
 
 type options struct {
 	ttl                time.Duration
@@ -30,13 +30,13 @@ type options struct {
 // The default is DefaultTTL (10s). The TTL must be positive; a strategy
 // refuses TTLs too short for its clock-drift margin.
 func WithTTL(ttl time.Duration) Option {
-	return func(o *options) error {
+	return Option{func(o *options) error {
 		if ttl <= 0 {
 			return invalidf("WithTTL(%v): TTL must be positive", ttl)
 		}
 		o.ttl = ttl
 		return nil
-	}
+	}}
 }
 
 // WithRetryDelay bounds the pause between two attempts of Lock when it has
@@ -47,13 +47,13 @@ func WithTTL(ttl time.Duration) Option {
 // is longer than max, or than the holder's remaining TTL.
 // The defaults are DefaultRetryMinDelay (5ms) and DefaultRetryMaxDelay (250ms).
 func WithRetryDelay(min, max time.Duration) Option {
-	return func(o *options) error {
+	return Option{func(o *options) error {
 		if min <= 0 || max < min {
 			return invalidf("WithRetryDelay(%v, %v): need 0 < min <= max", min, max)
 		}
 		o.retryMin, o.retryMax = min, max
 		return nil
-	}
+	}}
 }
 
 // A Manager takes locks through a Strategy. It is safe for concurrent use.
@@ -72,11 +72,11 @@ func New(s Strategy, opts ...Option) (*Manager, error) {
 	m := &Manager{s: s, o: options{ttl: DefaultTTL, retryMin: DefaultRetryMinDelay, retryMax: DefaultRetryMaxDelay}}
 	var errs []error
 	for _, opt := range opts {
-		if opt == nil {
-			errs = append(errs, invalidf("New: nil Option"))
+		if opt.apply == nil {
+			errs = append(errs, invalidf("New: zero Option"))
 			continue
 		}
-		if err := opt(&m.o); err != nil {
+		if err := opt.apply(&m.o); err != nil {
 			errs = append(errs, err)
 		}
 	}

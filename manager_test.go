@@ -184,7 +184,7 @@ func TestBadInput(t *testing.T) {
 		{"negative TTL", []dlm.Option{dlm.WithTTL(-time.Second)}},
 		{"zero retry delay", []dlm.Option{dlm.WithRetryDelay(0, time.Second)}},
 		{"max below min", []dlm.Option{dlm.WithRetryDelay(time.Second, time.Millisecond)}},
-		{"nil option", []dlm.Option{nil}},
+		{"zero option", []dlm.Option{{}}},
 	} {
 		_, err := dlm.New(s, tc.opts...)
 		assert.ErrorIs(t, err, dlm.ErrInvalid, tc.name)
