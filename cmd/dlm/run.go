@@ -190,7 +190,8 @@ func watchLease(lock *dlm.Lock, onLost string, grace time.Duration, exited <-cha
 	for {
 		select {
 		case <-exited:
-			if wasLost && onLost != "ignore" {
+			// Stopped by dlm because the lease was ending counts as lost.
+			if (wasLost || killed || !termed.IsZero()) && onLost != "ignore" {
 				return exitLost
 			}
 			return status()
