@@ -74,6 +74,9 @@ func NewHub(open func(ctx context.Context, ev Events) (PubSub, error)) *Hub {
 
 // Watch implements dlm.Node.Watch.
 func (h *Hub) Watch(ctx context.Context, channel string, notify func(payload string)) (func(), error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err // neither dial nor subscribe for a call already over
+	}
 	h.mu.Lock()
 	if h.idle != nil {
 		h.idle.Stop()
