@@ -18,12 +18,11 @@ import (
 // One goroutine per Manager renews all its locks, in batches: locks due
 // within half a renewal period of each other are renewed together, through
 // the strategy's ExtendMany (one pipelined round trip per node for every
-// renewBatch locks). A renewal
-// that the servers refuse (ErrNotHeld) ends the lock's context at once with
-// ErrLost; one that fails otherwise is retried until the validity runs out.
-// Auto-renewal is off by default.
+// thousand locks). A renewal that the servers refuse (ErrNotHeld) ends the
+// lock's context at once with ErrLost; one that fails otherwise is retried
+// until the validity runs out. Auto-renewal is off by default.
 func WithAutoRenew(fraction float64, maxHold time.Duration) Option {
-	return func(o *options) error {
+	return Option{func(o *options) error {
 		if !(fraction > 0 && fraction < 1) {
 			return invalidf("WithAutoRenew(%v, %v): fraction must be in (0, 1)", fraction, maxHold)
 		}
@@ -32,7 +31,7 @@ func WithAutoRenew(fraction float64, maxHold time.Duration) Option {
 		}
 		o.renewFraction, o.maxHold = fraction, maxHold
 		return nil
-	}
+	}}
 }
 
 // renewBatch is the most locks one ExtendMany call renews: a strategy bounds
