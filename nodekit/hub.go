@@ -27,6 +27,10 @@ type Events struct {
 	// Subscribed confirms a subscription to channel. It is reported once
 	// per channel of each Subscribe, as Redis replies to SUBSCRIBE.
 	Subscribed func(channel string)
+	// Refused reports that a subscription to channel cannot be made (the
+	// server replied to SUBSCRIBE with an error, or the client is closed):
+	// the Watch calls waiting for its confirmation fail with err.
+	Refused func(channel string, err error)
 	// Broken reports that the connection failed and that the driver will not
 	// re-establish it. The Hub then opens a new one and subscribes to its
 	// channels again. A driver whose client re-establishes connections and
@@ -63,7 +67,8 @@ type hubConn struct {
 type hubSub struct {
 	handlers  map[int]func(string)
 	confirmed chan struct{}
-	ok        bool // confirmed is closed
+	ok        bool  // confirmed is closed
+	err       error // why it was refused; set before confirmed is closed
 }
 
 // NewHub returns a Hub that opens its connection with open. open must
@@ -111,6 +116,10 @@ func (h *Hub) Watch(ctx context.Context, channel string, notify func(payload str
 	}
 	select {
 	case <-s.confirmed:
+		if s.err != nil {
+			stop()
+			return nil, s.err
+		}
 		return stop, nil
 	case <-ctx.Done():
 		stop()
@@ -125,6 +134,7 @@ func (h *Hub) connectLocked(ctx context.Context) error {
 	ps, err := h.open(context.WithoutCancel(ctx), Events{
 		Message:    func(ch, payload string) { h.message(c, ch, payload) },
 		Subscribed: func(ch string) { h.subscribed(c, ch) },
+		Refused:    func(ch string, err error) { h.refused(c, ch, err) },
 		Broken:     func(error) { h.broken(c) },
 	})
 	if err != nil {
@@ -195,6 +205,15 @@ func (h *Hub) subscribed(c *hubConn, channel string) {
 	delete(c.pending, channel)
 	if s := h.subs[channel]; s != nil && !s.ok {
 		s.ok = true
+		close(s.confirmed)
+	}
+}
+
+func (h *Hub) refused(c *hubConn, channel string, err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if s := h.subs[channel]; h.conn == c && s != nil && !s.ok {
+		s.ok, s.err = true, err
 		close(s.confirmed)
 	}
 }
