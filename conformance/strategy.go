@@ -26,10 +26,9 @@ type Topology struct {
 
 // RunStrategy checks that the strategies newStrategy builds keep every rule
 // of the dlm.Strategy contract, each in a subtest named after the rule.
-// Before calling newStrategy it wraps every node in a [FaultyNode] (passed
-// as [FaultyNode.WithAbilities], so the node's optional abilities stay
-// visible to type assertions and see the faults too), and it injects faults
-// through those wrappers:
+// Before calling newStrategy it wraps every node in a [FaultyNode], whose
+// faults apply to every Node method, and it injects faults through those
+// wrappers:
 //
 //   - MutualExclusion: a held key is refused to another token with an error
 //     matching dlm.ErrNotAcquired, and granted to it after release.
@@ -56,14 +55,14 @@ type Topology struct {
 //     allows, Acquire returns near the deadline, refused.
 //   - SlowLease: the lease counts from before the request, so a slow node
 //     shortens it.
-//   - BatchExtend (a dlm.BatchExtender only): ExtendMany extends the locks
-//     the token holds and, lock by lock, refuses the others (dlm.ErrNotHeld)
-//     and bad input (dlm.ErrInvalid).
-//   - WatchRelease (a dlm.ReleaseWatcher whose nodes can notify): a release
-//     calls notify within a second; a cancelled context fails.
+//   - BatchExtend: ExtendMany extends the locks the token holds and, lock by
+//     lock, refuses the others (dlm.ErrNotHeld) and bad input (dlm.ErrInvalid).
+//   - WatchRelease: a release calls notify within a second; a cancelled
+//     context fails.
 //
 // Rules that need more nodes than the topology can lose are skipped with the
-// reason (a single endpoint tolerates no failed node).
+// reason (a single endpoint tolerates no failed node), and so is
+// WatchRelease when it reports errors.ErrUnsupported.
 func RunStrategy(t *testing.T, topology Topology, newStrategy func(nodes []dlm.Node) (dlm.Strategy, error)) {
 	t.Helper()
 	if topology.Nodes == nil || newStrategy == nil {
@@ -86,7 +85,7 @@ func RunStrategy(t *testing.T, topology Topology, newStrategy func(nodes []dlm.N
 			wrapped := make([]dlm.Node, len(nodes))
 			for i, n := range nodes {
 				c.faulty = append(c.faulty, Wrap(n))
-				wrapped[i] = c.faulty[i].WithAbilities()
+				wrapped[i] = c.faulty[i]
 			}
 			s, err := newStrategy(wrapped)
 			if err != nil {

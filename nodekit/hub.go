@@ -67,6 +67,10 @@ func NewHub(open func(ctx context.Context, ev Events) (PubSub, error)) *Hub {
 
 // Watch implements dlm.Node.Watch.
 func (h *Hub) Watch(ctx context.Context, channel string, notify func(payload string)) (func(), error) {
+	if err := ctx.Err(); err != nil {
+		// Checked first: a confirmation may otherwise win the race below.
+		return nil, err
+	}
 	h.mu.Lock()
 	if h.idle != nil {
 		h.idle.Stop()
