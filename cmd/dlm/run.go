@@ -18,7 +18,7 @@ import (
 
 // Exit codes of dlm run besides the command's own status.
 const (
-	exitNotLocked = 75 // EX_TEMPFAIL: the lock could not be taken
+	exitNotLocked   = 75  // EX_TEMPFAIL: the lock could not be taken
 	exitLost        = 76  // the lock was lost while the command ran
 	exitInterrupted = 130 // interrupted (SIGINT) while waiting for the lock
 )
