@@ -49,6 +49,9 @@ var (
 	// ErrUnlocked is the cause of a Lock's context ending because Unlock was
 	// called.
 	ErrUnlocked = errors.New("dlm: lock released")
+	// ErrClosed is wrapped by a Node's errors once the client it wraps was
+	// closed.
+	ErrClosed = errors.New("dlm: client closed")
 )
 
 // A Node is one Redis deployment seen through a client library: a single

@@ -210,6 +210,32 @@ func TestMaxHoldStopsRenewal(t *testing.T) {
 	assert.Less(t, held, 300*time.Millisecond+ttl+time.Second)
 }
 
+// The maximum hold time is the one bound on holding a lock: explicit
+// extensions are shortened to end at it and refused after it.
+func TestMaxHoldBoundsExtend(t *testing.T) {
+	const maxHold = 400 * time.Millisecond
+	// Renewal would come at 0.9 of the TTL: after the maximum hold.
+	m, c := newManager(t, dlm.WithTTL(time.Second), dlm.WithAutoRenew(0.9, maxHold))
+	ctx := context.Background()
+	short, err := m.TryLock(ctx, "extend-shortened")
+	require.NoError(t, err)
+	require.NoError(t, short.Extend(ctx, time.Minute))
+	assert.WithinDuration(t, time.Now(), short.Until(), maxHold, "the extension ends at the maximum hold")
+	pttl, err := c.PTTL(ctx, "dlm:{extend-shortened}").Result()
+	require.NoError(t, err)
+	assert.LessOrEqual(t, pttl, maxHold, "the servers' TTL is shortened too")
+
+	refused, err := m.TryLock(ctx, "extend-refused")
+	require.NoError(t, err)
+	time.Sleep(maxHold + 50*time.Millisecond)
+	require.NoError(t, refused.Context().Err(), "the lease (1s) is still valid")
+	err = refused.Extend(ctx, time.Minute)
+	assert.ErrorIs(t, err, dlm.ErrNotHeld)
+	require.Error(t, refused.Context().Err(), "refusal ends the context")
+	assert.ErrorIs(t, context.Cause(refused.Context()), dlm.ErrLost)
+	assert.Contains(t, context.Cause(refused.Context()).Error(), "maximum hold time")
+}
+
 func TestAutoRenewBadOptions(t *testing.T) {
 	s := newSingle(t, goredis.New(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})))
 	for _, o := range []dlm.Option{

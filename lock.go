@@ -216,12 +216,25 @@ func (l *Lock) lostLocked(err error) {
 // the error matches ErrNotHeld and the Lock's context ends with ErrLost.
 // Extending a lease that has already run out fails with ErrNotHeld even if
 // the servers still had it: its context has ended and stays ended.
+//
+// With WithAutoRenew's maximum hold time, an extension is shortened to end
+// at it, and refused once it has passed: the error matches ErrNotHeld and
+// the context ends with ErrLost as its lease would.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if ttl <= 0 {
 		return invalidf("Extend: TTL %v must be positive", ttl)
 	}
 	l.mu.Lock()
 	released, ended := l.released, l.ended
+	if maxHold := l.m.o.maxHold; ended == nil && !released && maxHold > 0 {
+		left := maxHold - time.Since(l.base)
+		if left <= 0 {
+			l.capped = true
+			l.endLocked(&lostError{key: l.key, why: "maximum hold time reached, extension refused", until: l.lease.Until})
+			ended = l.ended
+		}
+		ttl = min(ttl, left)
+	}
 	l.mu.Unlock()
 	if released {
 		return fmt.Errorf("%w: %q was unlocked", ErrNotHeld, l.key)

@@ -16,8 +16,27 @@ const (
 	DefaultRetryMaxDelay = 250 * time.Millisecond
 )
 
+// Bounds on what a lock may be: a longer key or TTL is an error matching
+// ErrInvalid, from the Manager and from every strategy of this module.
+const (
+	MaxKeyLen = 1024           // bytes of a lock's key
+	MaxTTL    = 24 * time.Hour // a lease's TTL; renew a lock held longer
+)
+
+// CheckKey returns an error matching ErrInvalid when key cannot name a
+// lock: empty, or longer than MaxKeyLen.
+func CheckKey(key string) error {
+	switch {
+	case key == "":
+		return invalidf("empty key")
+	case len(key) > MaxKeyLen:
+		return invalidf("key of %d bytes is longer than MaxKeyLen (%d)", len(key), MaxKeyLen)
+	}
+	return nil
+}
+
 // An Option configures a Manager. Options with bad values make New fail.
-type Option func(*options) error
+type Option struct{ apply func(*options) error }
 
 type options struct {
 	ttl                time.Duration
@@ -27,16 +46,16 @@ type options struct {
 }
 
 // WithTTL sets the lease length of every lock the Manager takes.
-// The default is DefaultTTL (10s). The TTL must be positive; a strategy
-// refuses TTLs too short for its clock-drift margin.
+// The default is DefaultTTL (10s). The TTL must be positive and at most
+// MaxTTL; a strategy refuses TTLs too short for its clock-drift margin.
 func WithTTL(ttl time.Duration) Option {
-	return func(o *options) error {
-		if ttl <= 0 {
-			return invalidf("WithTTL(%v): TTL must be positive", ttl)
+	return Option{func(o *options) error {
+		if ttl <= 0 || ttl > MaxTTL {
+			return invalidf("WithTTL(%v): TTL must be positive and at most %v", ttl, MaxTTL)
 		}
 		o.ttl = ttl
 		return nil
-	}
+	}}
 }
 
 // WithRetryDelay bounds the pause between two attempts of Lock when it has
@@ -47,13 +66,13 @@ func WithTTL(ttl time.Duration) Option {
 // is longer than max, or than the holder's remaining TTL.
 // The defaults are DefaultRetryMinDelay (5ms) and DefaultRetryMaxDelay (250ms).
 func WithRetryDelay(min, max time.Duration) Option {
-	return func(o *options) error {
+	return Option{func(o *options) error {
 		if min <= 0 || max < min {
 			return invalidf("WithRetryDelay(%v, %v): need 0 < min <= max", min, max)
 		}
 		o.retryMin, o.retryMax = min, max
 		return nil
-	}
+	}}
 }
 
 // A Manager takes locks through a Strategy. It is safe for concurrent use.
@@ -72,11 +91,11 @@ func New(s Strategy, opts ...Option) (*Manager, error) {
 	m := &Manager{s: s, o: options{ttl: DefaultTTL, retryMin: DefaultRetryMinDelay, retryMax: DefaultRetryMaxDelay}}
 	var errs []error
 	for _, opt := range opts {
-		if opt == nil {
-			errs = append(errs, invalidf("New: nil Option"))
+		if opt.apply == nil {
+			errs = append(errs, invalidf("New: zero Option"))
 			continue
 		}
-		if err := opt(&m.o); err != nil {
+		if err := opt.apply(&m.o); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -94,8 +113,8 @@ func (m *Manager) TTL() time.Duration { return m.o.ttl }
 // TryLock makes one attempt to take key. When another owner holds it, the
 // error matches ErrNotAcquired (and HeldError with errors.As).
 func (m *Manager) TryLock(ctx context.Context, key string) (*Lock, error) {
-	if key == "" {
-		return nil, invalidf("empty key")
+	if err := CheckKey(key); err != nil {
+		return nil, err
 	}
 	token := newToken()
 	start := time.Now()

@@ -12,17 +12,17 @@ import (
 // passed since its validity was last confirmed (fraction in (0, 1); 1/3 is a
 // good choice: two renewals can fail before the lease runs out). Renewal
 // stops once a lock has been held for maxHold (> 0); its lease then runs out
-// within one TTL and its context ends with ErrLost.
+// within one TTL and its context ends with ErrLost. maxHold is the one bound
+// on holding a lock: it also bounds Lock.Extend.
 //
 // One goroutine per Manager renews all its locks, in batches: locks due
 // within half a renewal period of each other are renewed together, through
 // the strategy's ExtendMany (one pipelined round trip per node for every
-// renewBatch locks). A renewal
-// that the servers refuse (ErrNotHeld) ends the lock's context at once with
-// ErrLost; one that fails otherwise is retried until the validity runs out.
-// Auto-renewal is off by default.
+// thousand locks). A renewal that the servers refuse (ErrNotHeld) ends the
+// lock's context at once with ErrLost; one that fails otherwise is retried
+// until the validity runs out. Auto-renewal is off by default.
 func WithAutoRenew(fraction float64, maxHold time.Duration) Option {
-	return func(o *options) error {
+	return Option{func(o *options) error {
 		if !(fraction > 0 && fraction < 1) {
 			return invalidf("WithAutoRenew(%v, %v): fraction must be in (0, 1)", fraction, maxHold)
 		}
@@ -31,7 +31,7 @@ func WithAutoRenew(fraction float64, maxHold time.Duration) Option {
 		}
 		o.renewFraction, o.maxHold = fraction, maxHold
 		return nil
-	}
+	}}
 }
 
 // renewBatch is the most locks one ExtendMany call renews: a strategy bounds

@@ -10,9 +10,16 @@ import (
 )
 
 // Lock takes key, waiting while others hold it, until it succeeds or ctx
-// ends. Failed attempts, including node failures, are retried; only invalid
-// arguments end the wait early. When ctx ends first the error matches
-// ErrNotAcquired, ctx's error, and the last attempt's error.
+// ends. Failed attempts, including node failures, are retried; an error
+// that waiting cannot cure (see Permanent: invalid arguments, a closed
+// client, authentication, a key of another type, an endpoint without
+// scripting) ends the wait at once. When ctx ends first the error matches
+// ErrNotAcquired, ctx's error, and the most informative refusal seen: a
+// holder's or the servers' refusal rather than a timeout that followed it.
+//
+// Every attempt uses a token of its own, so a failed attempt's clean-up,
+// however late it reaches a server, can never delete a later attempt's
+// grant.
 //
 // How it waits: calls of one Manager that wait for the same key queue up
 // in arrival order, and a new call joins the end of a queue instead of
@@ -33,14 +40,13 @@ import (
 // poll with jittered exponential backoff between the bounds of
 // WithRetryDelay, also capped by the holder's remaining TTL.
 func (m *Manager) Lock(ctx context.Context, key string) (*Lock, error) {
-	if key == "" {
-		return nil, invalidf("empty key")
+	if err := CheckKey(key); err != nil {
+		return nil, err
 	}
-	token := newToken()
-	var prev error // the last refusal not caused by ctx ending
+	var prev error // the most informative refusal not caused by ctx ending
 	w := &m.waits
 	if !w.queued(key) {
-		if l, err, done := m.attempt(ctx, key, token, &prev); done {
+		if l, err, done := m.attempt(ctx, key, &prev); done {
 			return l, err
 		}
 	}
@@ -58,7 +64,7 @@ func (m *Manager) Lock(ctx context.Context, key string) (*Lock, error) {
 	defer timer.Stop()
 	for {
 		if try {
-			l, err, done := m.attempt(ctx, key, token, &prev)
+			l, err, done := m.attempt(ctx, key, &prev)
 			if done {
 				won = l
 				return l, err
@@ -79,9 +85,11 @@ func (m *Manager) Lock(ctx context.Context, key string) (*Lock, error) {
 	}
 }
 
-// attempt makes one acquisition attempt. done reports that Lock must return
-// (l, err): on success, on invalid input, or when ctx has ended.
-func (m *Manager) attempt(ctx context.Context, key, token string, prev *error) (l *Lock, err error, done bool) {
+// attempt makes one acquisition attempt with a new token. done reports
+// that Lock must return (l, err): on success, on a permanent error, or when
+// ctx has ended.
+func (m *Manager) attempt(ctx context.Context, key string, prev *error) (l *Lock, err error, done bool) {
+	token := newToken()
 	start := time.Now()
 	lease, err := m.s.Acquire(ctx, key, token, m.o.ttl)
 	if err == nil {
@@ -90,11 +98,20 @@ func (m *Manager) attempt(ctx context.Context, key, token string, prev *error) (
 	if ctx.Err() != nil && *prev != nil && errors.Is(err, ctx.Err()) {
 		err = *prev // say why the lock was busy, not only that time ran out
 	}
-	if errors.Is(err, ErrInvalid) || ctx.Err() != nil {
+	if Permanent(err) || ctx.Err() != nil {
 		return nil, withContext(ctx, err), true
 	}
-	*prev = err
+	if *prev == nil || !timedOut(err) || timedOut(*prev) {
+		*prev = err
+	}
 	return nil, err, false
+}
+
+// timedOut reports whether err says no more than that time ran out: a
+// deadline or a network timeout, which tells less than a refusal.
+func timedOut(err error) bool {
+	var t interface{ Timeout() bool }
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &t) && t.Timeout()
 }
 
 // giveUp is Lock's error when ctx ends while waiting.

@@ -502,10 +502,7 @@ func (f *Failover) Release(ctx context.Context, key, token string) error {
 
 // rollback releases a lock whose acquisition is not granted.
 func (f *Failover) rollback(ctx context.Context, key, token string) {
-	rctx, cancel := f.cfg.cleanupContext(ctx)
-	defer cancel()
-	keys, args := lockCall(key, token, 0)
-	_, _ = releaseScript.Run(rctx, f.node, keys[:1], args...)
+	undo(ctx, &f.cfg, f.node, key, token)
 }
 
 // lease is valid for ttl less the drift margin, counted from before the

@@ -11,6 +11,20 @@ import (
 // The lifecycle abilities of the strategies that run on one node (Single,
 // and Failover on its primary).
 
+// undo releases token's lock on key in the background, bounded by the
+// clean-up timeout, so that the call that gives the lock back returns
+// within its own deadline. A release that reaches a server only after it
+// thaws still runs there; a later acquisition uses another token, so it
+// cannot be deleted by it.
+func undo(ctx context.Context, c *config, node dlm.Node, key, token string) {
+	keys, args := lockCall(key, token, 0)
+	go func() {
+		rctx, cancel := c.cleanupContext(ctx)
+		defer cancel()
+		_, _ = releaseScript.Run(rctx, node, keys[:1], args...)
+	}()
+}
+
 // extendBatch extends locks held on node in one pipelined batch.
 // A WithTimeout bound grows by batchKeyTime per key. Every lease counts from
 // before the batch was sent.

@@ -48,6 +48,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	switch args[0] {
+	case superviseArg:
+		return supervise(args[2:]) // after "--"
 	case "demo":
 		return demo(ctx, args[1:], stdout, stderr)
 	case "run":

@@ -122,6 +122,9 @@ func (s *Server) start() error {
 	args = append(args, s.args...)
 	cmd := exec.Command(s.bin, args...)
 	cmd.Dir = s.dir
+	// The server dies with the test process however it ends (a watchdog's
+	// exit, a panic, SIGKILL), not only through the test's Cleanup.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return err
 	}

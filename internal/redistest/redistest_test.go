@@ -1,10 +1,14 @@
 package redistest
 
 import (
+	"bufio"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -57,4 +61,40 @@ func TestFreezeKillRestart(t *testing.T) {
 	v, err := c.Get(ctx, "k").Result()
 	require.NoError(t, err)
 	assert.Equal(t, "v", v, "AOF kept the data across the restart on the same port")
+}
+
+// TestServerDiesWithTestProcessHelper starts a server, prints its address
+// and waits to be killed; run by TestServerDiesWithTestProcess.
+func TestServerDiesWithTestProcessHelper(t *testing.T) {
+	if os.Getenv("REDISTEST_HELPER") != "1" {
+		t.Skip("run by TestServerDiesWithTestProcess")
+	}
+	s := Start(t)
+	fmt.Printf("ADDR %s\n", s.Addr)
+	time.Sleep(time.Minute)
+}
+
+// A test process killed outright (as a watchdog or a CI timeout does) runs
+// no Cleanup: its servers must still end.
+func TestServerDiesWithTestProcess(t *testing.T) {
+	Binary(t, "redis-server")
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestServerDiesWithTestProcessHelper$")
+	cmd.Env = append(os.Environ(), "REDISTEST_HELPER=1")
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	line, err := bufio.NewReader(out).ReadString('\n')
+	require.NoError(t, err)
+	addr, ok := strings.CutPrefix(strings.TrimSpace(line), "ADDR ")
+	require.True(t, ok, "helper said %q", line)
+	require.NoError(t, ping(addr), "the helper's server is up")
+
+	require.NoError(t, cmd.Process.Kill())
+	_ = cmd.Wait()
+	deadline := time.Now().Add(5 * time.Second)
+	for ping(addr) == nil && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	assert.Error(t, ping(addr), "the server outlived the test process that started it")
 }
