@@ -62,7 +62,8 @@ type Config struct {
 	SentinelUsername string `json:"sentinel_username,omitempty"`
 	SentinelPassword string `json:"sentinel_password,omitempty"`
 
-	// TTL is the lease length (dlm.WithTTL; 0: dlm.DefaultTTL).
+	// TTL is the lease length (dlm.WithTTL; at most dlm.MaxTTL; 0:
+	// dlm.DefaultTTL).
 	TTL Duration `json:"ttl,omitempty"`
 	// Renew makes the Manager renew its locks once this fraction of the TTL
 	// has passed (dlm.WithAutoRenew; in (0, 1); 0: no auto-renewal).
@@ -412,6 +413,9 @@ func (c Config) Validate() error {
 		if d.d < 0 {
 			return badField(d.name, "%v is negative", time.Duration(d.d))
 		}
+	}
+	if time.Duration(c.TTL) > dlm.MaxTTL {
+		return badField("ttl", "%v is above %v", time.Duration(c.TTL), dlm.MaxTTL)
 	}
 	if c.Renew != 0 && !(c.Renew > 0 && c.Renew < 1) {
 		return badField("renew", "%v is not in (0, 1)", c.Renew)

@@ -173,6 +173,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		"single://h:1?tll=10s":                        `"tll": unknown parameter`,
 		"single://h:1?ttl=ten":                        `ttl: "ten" is not a duration`,
 		"single://h:1?ttl=-1s":                        "ttl",
+		"single://h:1?ttl=25h":                        "ttl: 25h0m0s is above 24h0m0s",
 		"single://h:1?timeout=-1s":                    "timeout",
 		"single://h:1?drift_factor=0.9":               "drift_factor",
 		"single://h:1?drift_factor=x":                 "drift_factor",
