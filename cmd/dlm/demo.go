@@ -35,6 +35,7 @@ doctor, for any strategy (servers named so are never stopped).
 
 `
 
+// demo runs dlm demo with args and returns its exit status.
 func demo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	f, code := parseDemoFlags(args, stderr)
 	if f == nil {
