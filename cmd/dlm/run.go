@@ -66,7 +66,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	wait := fs.Duration("wait", 0, "how long to wait for the lock; 0 makes one attempt")
 	onLost := fs.String("on-lost", "term", "what to do with COMMAND when the lock is lost: term (SIGTERM, then SIGKILL after --grace), kill, or ignore")
 	grace := fs.Duration("grace", 5*time.Second, "time between SIGTERM and SIGKILL when the lock is lost")
-	maxHold := fs.Duration("max-hold", 0, "stop renewing after this long: the lease then runs out within one TTL and COMMAND is treated as having lost the lock (default: no bound)")
+	maxHold := fs.Duration("max-hold", 0, "stop renewing after this long: the lease then runs out within one TTL and COMMAND is treated as having lost the lock (default: the config's max_hold, else no bound)")
 	if err := fs.Parse(args); err != nil {
 		return parseExit(err)
 	}
@@ -102,21 +102,19 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	// SIGTERM comes at the latest when a third of the lease is left.
 	*grace = min(*grace, *ttl/3)
-	t, err := connect(cfg)
-	if err != nil {
-		fmt.Fprintln(stderr, "dlm run:", err)
-		return 2
+	if *maxHold == 0 {
+		*maxHold = time.Duration(cfg.MaxHold)
 	}
-	defer t.Close()
-	// Without --max-hold renewal has no bound: COMMAND decides how long it runs.
+	// Without a maximum hold renewal has no bound: COMMAND decides how long it runs.
 	if *maxHold == 0 {
 		*maxHold = math.MaxInt64
 	}
-	m, err := dlm.New(t.strat, dlm.WithTTL(*ttl), dlm.WithAutoRenew(1.0/3, *maxHold))
+	m, closer, err := open(ctx, cfg, dlm.WithTTL(*ttl), dlm.WithAutoRenew(1.0/3, *maxHold))
 	if err != nil {
 		fmt.Fprintln(stderr, "dlm run:", err)
 		return 2
 	}
+	defer closer.Close()
 
 	var lock *dlm.Lock
 	if *wait == 0 {
