@@ -52,7 +52,7 @@ func startWithGrandchild(t *testing.T, url, key string, flags ...string) (*exec.
 		}
 		pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
 		return err == nil
-	}, 10*time.Second, 10*time.Millisecond, out.String())
+	}, 10*time.Second, 10*time.Millisecond, "COMMAND never wrote its pid file")
 	t.Cleanup(func() {
 		if alive(pid) {
 			_ = syscallKill(pid)

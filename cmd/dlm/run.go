@@ -205,6 +205,10 @@ func watchLease(lock *dlm.Lock, onLost string, grace time.Duration, exited <-cha
 			continue
 		}
 		left := time.Until(lock.Until())
+		if !wasLost && left <= grace+stopMargin {
+			wasLost, lost = true, nil
+			reportLost(fmt.Errorf("its lease ends in %v and no renewal extended it (renewals failing, or --max-hold reached)", left.Round(time.Millisecond)))
+		}
 		switch {
 		case left <= stopMargin || wasLost && onLost == "kill" || !termed.IsZero() && time.Since(termed) >= grace:
 			signalGroup(group, syscall.SIGKILL)
