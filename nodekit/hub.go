@@ -27,9 +27,10 @@ type Events struct {
 	// Subscribed confirms a subscription to channel. It is reported once
 	// per channel of each Subscribe, as Redis replies to SUBSCRIBE.
 	Subscribed func(channel string)
-	// Refused reports that a subscription to channel cannot be made (the
-	// server replied to SUBSCRIBE with an error, or the client is closed):
-	// the Watch calls waiting for its confirmation fail with err.
+	// Refused reports, instead of Subscribed, that a subscription to
+	// channel cannot be made (the server replied to SUBSCRIBE with an
+	// error, or the client is closed): the Watch calls waiting for its
+	// confirmation fail with err.
 	Refused func(channel string, err error)
 	// Broken reports that the connection failed and that the driver will not
 	// re-establish it. The Hub then opens a new one and subscribes to its
@@ -209,10 +210,18 @@ func (h *Hub) subscribed(c *hubConn, channel string) {
 	}
 }
 
+// refused answers a Subscribe as subscribed does, with a refusal.
 func (h *Hub) refused(c *hubConn, channel string, err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if s := h.subs[channel]; h.conn == c && s != nil && !s.ok {
+	if h.conn != c {
+		return
+	}
+	if c.pending[channel]--; c.pending[channel] > 0 {
+		return
+	}
+	delete(c.pending, channel)
+	if s := h.subs[channel]; s != nil && !s.ok {
 		s.ok, s.err = true, err
 		close(s.confirmed)
 	}

@@ -98,7 +98,7 @@ func TestWatchCancelled(t *testing.T) {
 	n := rueidisnode.New(newClient(t, rueidis.ClientOption{InitAddress: []string{srv.Addr}}))
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err := n.Watch(ctx, "ch", func(string) {})
+	_, err := n.Watch(ctx, "canceled", func(string) {})
 	assert.ErrorIs(t, err, context.Canceled)
 
 	// A server that never confirms: Watch returns at the deadline.
@@ -112,6 +112,19 @@ func TestWatchCancelled(t *testing.T) {
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.Less(t, time.Since(start), 2*time.Second)
 	srv.Thaw(t)
+
+	// The subscription given up is no debt: the channel can be watched
+	// again at once, and Watch returns once it is confirmed.
+	for _, ch := range []string{"frozen", "canceled"} {
+		got := make(chan string, 1)
+		wctx, wcancel := context.WithTimeout(context.Background(), 5*time.Second)
+		stop, err := n.Watch(wctx, ch, func(p string) { got <- p })
+		wcancel()
+		require.NoError(t, err, ch)
+		require.Equal(t, int64(1), srv.Client(t).Publish(context.Background(), ch, "again").Val(), ch)
+		assert.Equal(t, "again", <-got, ch)
+		stop()
+	}
 
 	// A closed client: Watch fails at once, not when ctx ends.
 	closed, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}})

@@ -1,19 +1,17 @@
 // Package rueidis adapts any rueidis.Client (github.com/redis/rueidis):
-// standalone, Sentinel or Cluster, to dlm.Node.
-//
-// Deadlines: every call honours its context's deadline, which rueidis puts
-// on the socket. For a context that can be cancelled but has no deadline,
-// the Node waits for the replies in a goroutine of its own and returns as
-// soon as the context ends (rueidis alone does not always: not with
-// DisableAutoPipelining, nor while its handshake waits for a busy server);
-// the abandoned commands end when the server answers or the client's
-// ConnWriteTimeout passes. Other contexts cost no goroutine.
-//
-// On a Cluster client the keys of a call, and the calls of a RunWait, must
-// share a hash slot; otherwise the calls fail with dlm.ErrInvalid.
+// standalone, Sentinel or Cluster, to dlm.Node. Every call honours its
+// context's deadline, which rueidis puts on the socket. For a context that
+// can be cancelled but has no deadline, the Node waits for the replies in a
+// goroutine of its own and returns as soon as the context ends (rueidis
+// alone does not always: not with DisableAutoPipelining, nor while its
+// handshake waits for a busy server); the abandoned commands end when the
+// server answers or the client's ConnWriteTimeout passes. Other contexts
+// cost no goroutine. On a Cluster client the keys of a call, and the calls
+// of a RunWait, must share a hash slot, else they fail with dlm.ErrInvalid.
 package rueidis
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -45,17 +43,13 @@ func New(c rueidis.Client) *Node {
 	if c == nil {
 		return nil
 	}
-	addrs := slices.Sorted(maps.Keys(c.Nodes()))
-	n := &Node{c: c, name: "rueidis(" + strings.Join(addrs, ",") + ")", last: map[string]*receive{}}
-	n.hub = nodekit.NewHub(n.open)
+	n := &Node{c: c, name: "rueidis(" + strings.Join(slices.Sorted(maps.Keys(c.Nodes())), ",") + ")", last: map[string]*receive{}}
+	n.hub = nodekit.NewHub(func(_ context.Context, ev nodekit.Events) (nodekit.PubSub, error) { return session{n, ev}, nil })
 	return n
 }
 
 // String names the node by its client's addresses.
 func (n *Node) String() string { return n.name }
-
-// Client returns the wrapped client.
-func (n *Node) Client() rueidis.Client { return n.c }
 
 // Run implements dlm.Node: one Do for one call, one DoMulti for several
 // (sent per primary on a Cluster). A call whose keys span slots fails unsent.
@@ -84,13 +78,11 @@ func (n *Node) RunWait(ctx context.Context, calls []dlm.Call, w dlm.Wait) (dlm.A
 		return dlm.Acks{}, err
 	}
 	v, err := resps[len(calls)].ToAny()
-	if err == nil {
-		var acks dlm.Acks
-		if acks, err = nodekit.ParseAcks(w, v); err == nil {
-			return acks, nil
-		}
+	acks, perr := nodekit.ParseAcks(w, v)
+	if err = cmp.Or(err, perr); err != nil {
+		return dlm.Acks{}, fmt.Errorf("dlm: %s after the scripts: %w", wcmd[0], err)
 	}
-	return dlm.Acks{}, fmt.Errorf("dlm: %s after the scripts: %w", wcmd[0], err)
+	return acks, nil
 }
 
 // Watch implements dlm.Node with one Receive per channel (see nodekit.Hub)
@@ -113,10 +105,6 @@ type receive struct {
 type session struct {
 	n  *Node
 	ev nodekit.Events
-}
-
-func (n *Node) open(_ context.Context, ev nodekit.Events) (nodekit.PubSub, error) {
-	return session{n, ev}, nil
 }
 
 func (s session) Subscribe(_ context.Context, channels ...string) error {
@@ -147,9 +135,22 @@ func (s session) Unsubscribe(_ context.Context, channels ...string) error {
 func (s session) Close() error { return nil }
 
 // receive keeps ch subscribed until ctx ends, and then unsubscribes. It
-// subscribes once prev, the channel's previous subscription, unsubscribed.
+// subscribes once prev, the channel's previous subscription, unsubscribed,
+// and answers its Subscribe with one event: Subscribed, or Refused (also
+// when stopped before the confirmation, for the Hub's count).
 func (n *Node) receive(ctx context.Context, ch string, ev nodekit.Events, prev, rc *receive) {
+	var answered atomic.Bool // one event per Subscribe, not per reconnection
+	answer := func(err error) {
+		switch {
+		case !answered.CompareAndSwap(false, true):
+		case err != nil:
+			ev.Refused(ch, err)
+		default:
+			ev.Subscribed(ch)
+		}
+	}
 	defer func() {
+		answer(context.Canceled)
 		n.mu.Lock()
 		if n.last[ch] == rc {
 			delete(n.last, ch)
@@ -164,10 +165,9 @@ func (n *Node) receive(ctx context.Context, ch string, ev nodekit.Events, prev, 
 			return
 		}
 	}
-	var confirmed atomic.Bool // once per subscription, not per reconnection
 	rctx := rueidis.WithOnSubscriptionHook(ctx, func(p rueidis.PubSubSubscription) {
-		if p.Kind == "subscribe" && p.Channel == ch && ctx.Err() == nil && confirmed.CompareAndSwap(false, true) {
-			ev.Subscribed(ch)
+		if p.Kind == "subscribe" && p.Channel == ch && ctx.Err() == nil {
+			answer(nil)
 		}
 	})
 	rctx = rueidis.WithOnReceiveReturnHook(rctx, func(err error, c rueidis.CommandClient) error {
@@ -181,7 +181,7 @@ func (n *Node) receive(ctx context.Context, ch string, ev nodekit.Events, prev, 
 	for {
 		err := n.c.Receive(rctx, n.c.B().Subscribe().Channel(ch).Build(), func(m rueidis.PubSubMessage) { ev.Message(ch, m.Message) })
 		if re := (*rueidis.RedisError)(nil); ctx.Err() == nil && (errors.Is(err, rueidis.ErrClosing) || errors.As(err, &re)) {
-			ev.Refused(ch, err)
+			answer(err)
 			return
 		}
 		select { // the connection broke and rueidis did not subscribe again, or the server unsubscribed
