@@ -116,8 +116,30 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// strategies are the strategy names a Config takes.
-var strategies = []string{"single", "redlock", "failover"}
+// builders build each strategy a Config can name from its options and the
+// nodes the caller dialled: adding a strategy is one line here.
+var builders = map[string]func(c Config, nodes []dlm.Node) (dlm.Strategy, error){
+	"single": func(c Config, n []dlm.Node) (dlm.Strategy, error) { return oneNode(c, n, strategy.NewSingle) },
+	"redlock": func(c Config, n []dlm.Node) (dlm.Strategy, error) {
+		return strategy.NewRedlock(n, c.strategyOptions()...)
+	},
+	"failover": func(c Config, n []dlm.Node) (dlm.Strategy, error) { return oneNode(c, n, strategy.NewFailover) },
+}
+
+// oneNode builds a strategy that runs on exactly one node.
+func oneNode[S dlm.Strategy](c Config, nodes []dlm.Node, build func(dlm.Node, ...strategy.Option) (S, error)) (dlm.Strategy, error) {
+	if len(nodes) != 1 {
+		return nil, invalid("nodes: %s takes one node, got %d", c.Strategy, len(nodes))
+	}
+	s, err := build(nodes[0], c.strategyOptions()...)
+	if err != nil {
+		return nil, err // not a typed nil in the interface
+	}
+	return s, nil
+}
+
+// strategyNames lists the strategies a Config can name, sorted.
+func strategyNames() string { return strings.Join(slices.Sorted(maps.Keys(builders)), ", ") }
 
 // failoverOnly are the fields that apply to the failover strategy only.
 var failoverOnly = []string{"master", "sentinel_username", "sentinel_password", "ack", "wait_timeout", "replicas", "wait_aof"}
@@ -373,11 +395,11 @@ func (c Config) url() *url.URL {
 // take (empty, repeated, or more than one for single and for failover
 // without Master).
 func (c Config) Validate() error {
-	if !slices.Contains(strategies, c.Strategy) {
+	if _, ok := builders[c.Strategy]; !ok {
 		if c.Strategy == "" {
-			return badField("strategy", "missing; one of %s", strings.Join(strategies, ", "))
+			return badField("strategy", "missing; one of %s", strategyNames())
 		}
-		return badField("strategy", "unknown strategy %q; one of %s", c.Strategy, strings.Join(strategies, ", "))
+		return badField("strategy", "unknown strategy %q; one of %s", c.Strategy, strategyNames())
 	}
 	if c.Strategy != "failover" {
 		v := reflect.ValueOf(c)
@@ -504,16 +526,5 @@ func (c Config) NewStrategy(nodes ...dlm.Node) (dlm.Strategy, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
-	switch c.Strategy {
-	case "single", "failover":
-		if len(nodes) != 1 {
-			return nil, invalid("nodes: %s takes one node, got %d", c.Strategy, len(nodes))
-		}
-		if c.Strategy == "single" {
-			return strategy.NewSingle(nodes[0], c.strategyOptions()...)
-		}
-		return strategy.NewFailover(nodes[0], c.strategyOptions()...)
-	default: // redlock: Validate admits no other
-		return strategy.NewRedlock(nodes, c.strategyOptions()...)
-	}
+	return builders[c.Strategy](c, nodes)
 }

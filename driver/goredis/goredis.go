@@ -231,6 +231,8 @@ func setReply(c *dlm.Call, cmd *redis.Cmd) {
 	switch {
 	case errors.Is(err, redis.Nil):
 		c.Err = errNilReply
+	case errors.Is(err, redis.ErrClosed):
+		c.Err = fmt.Errorf("%w: %w", dlm.ErrClosed, err)
 	case err != nil:
 		c.Err = nodekit.ReplyError(err)
 	default:
