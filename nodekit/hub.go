@@ -8,7 +8,9 @@ import (
 
 // A PubSub is a driver's dedicated pub/sub connection: the primitive a Hub
 // builds dlm.Node.Watch on. Its methods are called by one Hub, with the
-// Hub's lock held, so they need no locking of their own against each other.
+// Hub's lock held, so they need no locking of their own against each other;
+// for the same reason they must not wait for the server's replies (the
+// Events callbacks that report them take that lock): they send and return.
 type PubSub interface {
 	// Subscribe asks the server to subscribe to channels. It does not wait
 	// for the confirmations: the driver reports them with Events.Subscribed.
