@@ -137,12 +137,17 @@ type Acks struct {
 }
 
 // A Strategy is a locking algorithm over one or more nodes. Each method makes
-// one attempt: it neither sleeps nor retries (the Manager does both). A
-// strategy undoes its own partial work before it returns an error.
+// one attempt: it neither sleeps nor retries (the Manager does both), and
+// returns within its context's deadline. A failed Acquire undoes its own
+// partial work, in the background when the servers are slow to answer (a
+// grant whose reply was lost is released once they do), so that nothing
+// it did outlives it.
 //
 // Keys and tokens are opaque, non-empty strings. Acquiring again with the
-// token that holds the lock succeeds and refreshes its TTL, so a caller whose
-// reply was lost may simply retry.
+// token that holds the lock succeeds and refreshes its TTL. After a failed
+// Acquire, try again with a new token: the failed attempt's clean-up may
+// reach a server after the new attempt and would delete a grant made with
+// the same token (the Manager uses a new token for every attempt).
 //
 // As with Node, every method is part of the contract so that a wrapper keeps
 // them all; a strategy that cannot watch releases says so with an error

@@ -433,19 +433,19 @@ func (f *Failover) Acquire(ctx context.Context, key, token string, ttl time.Dura
 	}
 	if err != nil {
 		// The script may have run even though the reply was lost: undo it.
-		f.rollback(ctx, key, token)
+		undo(ctx, &f.cfg, f.node, key, token, start.Add(ttl))
 		return dlm.Lease{}, fmt.Errorf("%w: %w", dlm.ErrNotAcquired, &dlm.NodeError{Node: f.name, Op: "acquire", Err: err})
 	}
 	if r[0] == 0 {
 		return dlm.Lease{}, &dlm.HeldError{Key: key, Remaining: time.Duration(r[1]) * time.Millisecond}
 	}
 	if err := f.checkAcks("acquire", key, w, acks, connected); err != nil {
-		f.rollback(ctx, key, token)
+		undo(ctx, &f.cfg, f.node, key, token, start.Add(ttl))
 		return dlm.Lease{}, err
 	}
 	lease := f.lease(start, ttl, r[1])
 	if !time.Now().Before(lease.Until) {
-		f.rollback(ctx, key, token)
+		undo(ctx, &f.cfg, f.node, key, token, start.Add(ttl))
 		return dlm.Lease{}, fmt.Errorf("%w: %q: the lease's validity ran out while waiting for replicas", dlm.ErrNotAcquired, key)
 	}
 	return lease, nil
@@ -498,11 +498,6 @@ func (f *Failover) Release(ctx context.Context, key, token string) error {
 		return fmt.Errorf("%w: %q is not held by this token on %s", dlm.ErrNotHeld, key, f.name)
 	}
 	return nil
-}
-
-// rollback releases a lock whose acquisition is not granted.
-func (f *Failover) rollback(ctx context.Context, key, token string) {
-	undo(ctx, &f.cfg, f.node, key, token)
 }
 
 // lease is valid for ttl less the drift margin, counted from before the

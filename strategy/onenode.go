@@ -11,17 +11,24 @@ import (
 // The lifecycle abilities of the strategies that run on one node (Single,
 // and Failover on its primary).
 
-// undo releases token's lock on key in the background, bounded by the
-// clean-up timeout, so that the call that gives the lock back returns
-// within its own deadline. A release that reaches a server only after it
-// thaws still runs there; a later acquisition uses another token, so it
-// cannot be deleted by it.
-func undo(ctx context.Context, c *config, node dlm.Node, key, token string) {
+// undo releases token's lock on key in the background, so that the call
+// that gives the lock back returns within its own deadline. A release that
+// fails (the server is frozen, unreachable, restarting) is tried again,
+// with growing pauses, until it succeeds or until expires, after which no
+// grant of that attempt can be left on the server. A later acquisition
+// uses another token, so a late release cannot delete it.
+func undo(ctx context.Context, c *config, node dlm.Node, key, token string, expires time.Time) {
 	keys, args := lockCall(key, token, 0)
 	go func() {
-		rctx, cancel := c.cleanupContext(ctx)
-		defer cancel()
-		_, _ = releaseScript.Run(rctx, node, keys[:1], args...)
+		for pause := 10 * time.Millisecond; ; pause = min(2*pause, time.Second) {
+			rctx, cancel := c.cleanupContext(ctx)
+			_, err := releaseScript.Run(rctx, node, keys[:1], args...)
+			cancel()
+			if err == nil || !time.Now().Add(pause).Before(expires) {
+				return
+			}
+			time.Sleep(pause)
+		}
 	}()
 }
 

@@ -51,7 +51,7 @@ func (s *Single) Acquire(ctx context.Context, key, token string, ttl time.Durati
 	}
 	if err != nil {
 		// The script may have run even though the reply was lost: undo it.
-		undo(ctx, &s.cfg, s.node, key, token)
+		undo(ctx, &s.cfg, s.node, key, token, start.Add(ttl))
 		return dlm.Lease{}, fmt.Errorf("%w: %w", dlm.ErrNotAcquired, &dlm.NodeError{Node: s.name, Op: "acquire", Err: err})
 	}
 	if r[0] == 0 {
@@ -61,7 +61,7 @@ func (s *Single) Acquire(ctx context.Context, key, token string, ttl time.Durati
 	if took := time.Since(start); !l.Until.After(start.Add(took)) {
 		// Granted, but the reply came after the lease's validity ended: a
 		// lock nobody may trust. Give it back.
-		undo(ctx, &s.cfg, s.node, key, token)
+		undo(ctx, &s.cfg, s.node, key, token, start.Add(ttl))
 		return dlm.Lease{}, fmt.Errorf("%w: %q: %s answered after %v, past the lease's validity of %v",
 			dlm.ErrNotAcquired, key, s.name, took.Round(time.Millisecond), ttl-s.cfg.driftMargin(ttl))
 	}

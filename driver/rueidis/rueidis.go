@@ -1,12 +1,12 @@
 // Package rueidis adapts any rueidis.Client (github.com/redis/rueidis):
 // standalone, Sentinel or Cluster, to dlm.Node. Every call honours its
-// context's deadline, which rueidis puts on the socket. For a context that
-// can be cancelled but has no deadline, the Node waits for the replies in a
-// goroutine of its own and returns as soon as the context ends (rueidis
-// alone does not always: not with DisableAutoPipelining, nor while its
-// handshake waits for a busy server); the abandoned commands end when the
-// server answers or the client's ConnWriteTimeout passes. Other contexts
-// cost no goroutine. On a Cluster client the keys of a call, and the calls
+// context: for a context that can end, the Node waits for the replies in a
+// goroutine of its own and returns as soon as the context ends, because
+// rueidis alone does not always (not with DisableAutoPipelining, and not
+// while it opens a connection: its handshake with a frozen server waits out
+// the dial timeout, past any deadline); the abandoned commands end when the
+// server answers or the client's ConnWriteTimeout passes. A context that
+// cannot end (context.Background) costs no goroutine. On a Cluster client the keys of a call, and the calls
 // of a RunWait, must share a hash slot, else they fail with dlm.ErrInvalid.
 package rueidis
 
@@ -54,7 +54,7 @@ func (n *Node) String() string { return n.name }
 // Run implements dlm.Node: one Do for one call, one DoMulti for several
 // (sent per primary on a Cluster). A call whose keys span slots fails unsent.
 func (n *Node) Run(ctx context.Context, calls []dlm.Call) {
-	if len(calls) == 1 && !watches(ctx) { // every lock's path: no slices
+	if len(calls) == 1 && ctx.Done() == nil { // every lock's path: no slices
 		if cmd, ok := n.script(&calls[0]); ok {
 			calls[0].Reply, calls[0].Err = ints(n.c.Do(ctx, cmd))
 		}
@@ -233,17 +233,11 @@ func (n *Node) script(c *dlm.Call) (cmd rueidis.Completed, ok bool) {
 	return n.c.B().Evalsha().Sha1(c.SHA1).Numkeys(int64(len(c.Keys))).Key(c.Keys...).Arg(c.Args...).Build(), true
 }
 
-// watches reports whether ctx can be cancelled but has no deadline.
-func watches(ctx context.Context) bool {
-	_, ok := ctx.Deadline()
-	return !ok && ctx.Done() != nil
-}
-
-// await sends cmds and returns their results. When watches(ctx), it sends
+// await sends cmds and returns their results. When ctx can end, it sends
 // them from a goroutine of its own and returns ctx's error as soon as ctx
 // ends; the abandoned goroutine touches nothing of the caller's.
 func (n *Node) await(ctx context.Context, cmds []rueidis.Completed, dedicated bool) ([]rueidis.RedisResult, error) {
-	if !watches(ctx) {
+	if ctx.Done() == nil {
 		return n.send(ctx, cmds, dedicated), nil
 	}
 	ch := make(chan []rueidis.RedisResult, 1)

@@ -1,0 +1,138 @@
+package strategy_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	redigolib "github.com/gomodule/redigo/redis"
+	"github.com/redis/go-redis/v9"
+	rueidislib "github.com/redis/rueidis"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/driver/goredis"
+	"github.com/dlmgo/dlm/driver/redigo"
+	"github.com/dlmgo/dlm/driver/rueidis"
+	"github.com/dlmgo/dlm/internal/redistest"
+	"github.com/dlmgo/dlm/strategy"
+)
+
+// deadlineDrivers build a node over a server with each driver, with the
+// clients' default options (go-redis without ContextTimeoutEnabled: the
+// driver must make the deadline real itself).
+var deadlineDrivers = []struct {
+	name string
+	node func(t *testing.T, addr string) dlm.Node
+}{
+	{"goredis", func(t *testing.T, addr string) dlm.Node {
+		c := redis.NewClient(&redis.Options{Addr: addr})
+		t.Cleanup(func() { _ = c.Close() })
+		return goredis.New(c)
+	}},
+	{"redigo", func(t *testing.T, addr string) dlm.Node {
+		p := &redigolib.Pool{MaxIdle: 8, DialContext: func(ctx context.Context) (redigolib.Conn, error) {
+			return redigolib.DialContext(ctx, "tcp", addr)
+		}}
+		t.Cleanup(func() { _ = p.Close() })
+		return redigo.New(p)
+	}},
+	{"rueidis", func(t *testing.T, addr string) dlm.Node {
+		c, err := rueidislib.NewClient(rueidislib.ClientOption{InitAddress: []string{addr}, DisableCache: true})
+		require.NoError(t, err)
+		t.Cleanup(c.Close)
+		return rueidis.New(c)
+	}},
+}
+
+// deadlineSlack is what a call may take past its context's deadline here:
+// the bound is 20ms; -race on a loaded 2-core machine needs more,
+// and the test logs the largest overrun it saw.
+const deadlineSlack = 100 * time.Millisecond
+
+// Against frozen servers, every call returns within its context's deadline
+// (plus scheduling), on every strategy and driver; and once the servers
+// thaw, no attempt made meanwhile has left a lock behind.
+func TestCallsEndAtTheirDeadline(t *testing.T) {
+	const deadline = 100 * time.Millisecond
+	var worst time.Duration
+	for _, d := range deadlineDrivers {
+		for _, st := range []struct {
+			name  string
+			start func(t *testing.T) (s dlm.Strategy, all, freeze []*redistest.Server)
+		}{
+			{"single", func(t *testing.T) (dlm.Strategy, []*redistest.Server, []*redistest.Server) {
+				srv := redistest.Start(t)
+				s, err := strategy.NewSingle(d.node(t, srv.Addr))
+				require.NoError(t, err)
+				return s, []*redistest.Server{srv}, []*redistest.Server{srv}
+			}},
+			{"redlock", func(t *testing.T) (dlm.Strategy, []*redistest.Server, []*redistest.Server) {
+				srvs := redistest.StartN(t, 3)
+				var nodes []dlm.Node
+				for _, s := range srvs {
+					nodes = append(nodes, d.node(t, s.Addr))
+				}
+				s, err := strategy.NewRedlock(nodes)
+				require.NoError(t, err)
+				return s, srvs, srvs[:2] // a majority
+			}},
+			{"failover", func(t *testing.T) (dlm.Strategy, []*redistest.Server, []*redistest.Server) {
+				primary, replica := redistest.Start(t), redistest.Start(t)
+				replica.ReplicaOf(t, primary)
+				s, err := strategy.NewFailover(d.node(t, primary.Addr), strategy.WithWaitTimeout(20*time.Millisecond))
+				require.NoError(t, err)
+				return s, []*redistest.Server{primary}, []*redistest.Server{primary}
+			}},
+		} {
+			t.Run(d.name+"/"+st.name, func(t *testing.T) {
+				s, all, frozen := st.start(t)
+				m, err := dlm.New(s, dlm.WithTTL(10*time.Second), dlm.WithRetryDelay(5*time.Millisecond, 20*time.Millisecond))
+				require.NoError(t, err)
+				ctx := context.Background()
+				held, err := m.TryLock(ctx, "held")
+				require.NoError(t, err)
+				for _, srv := range frozen {
+					srv.Freeze(t)
+				}
+				thawed := false
+				thaw := func() {
+					if !thawed {
+						for _, srv := range frozen {
+							srv.Thaw(t)
+						}
+						thawed = true
+					}
+				}
+				defer thaw()
+				for _, op := range []struct {
+					name string
+					call func(ctx context.Context) error
+				}{
+					{"TryLock", func(ctx context.Context) error { _, err := m.TryLock(ctx, "other"); return err }},
+					{"Lock", func(ctx context.Context) error { _, err := m.Lock(ctx, "other"); return err }},
+					{"Extend", func(ctx context.Context) error { return held.Extend(ctx, 10*time.Second) }},
+					{"Unlock", func(ctx context.Context) error { return held.Unlock(ctx) }},
+				} {
+					cctx, cancel := context.WithTimeout(ctx, deadline)
+					start := time.Now()
+					err := op.call(cctx)
+					took := time.Since(start)
+					cancel()
+					assert.Error(t, err, op.name)
+					assert.Less(t, took, deadline+deadlineSlack, "%s took %v", op.name, took)
+					worst = max(worst, took-deadline)
+				}
+				thaw()
+				for _, srv := range all {
+					c := srv.Client(t)
+					assert.Eventually(t, func() bool { return c.Exists(ctx, "dlm:{other}").Val() == 0 },
+						2*time.Second, 10*time.Millisecond, "an attempt left a lock on %s", srv.Addr)
+				}
+			})
+		}
+	}
+	t.Log(fmt.Sprintf("largest overrun past the %v deadline: %v", deadline, worst.Round(time.Millisecond)))
+}
