@@ -77,7 +77,8 @@ type Node interface {
 	// the calls' keys live on, in order on each. It sets every call's Reply
 	// or Err: a call whose reply did not arrive (the connection broke, ctx
 	// ended) gets the error that stopped it, while replies that arrived are
-	// kept.
+	// kept. Run keeps no reference to calls once it returns (a
+	// goroutine that outlives it works on a copy).
 	Run(ctx context.Context, calls []Call)
 	// RunWait runs calls as Run does and then w's command (WAIT or WAITAOF)
 	// on the same connection, with no other caller's command in between, and

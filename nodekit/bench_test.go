@@ -1,0 +1,43 @@
+package nodekit_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/nodekit"
+)
+
+// instantNode answers every script at once, in process: it measures what
+// Script.Run itself costs.
+type instantNode struct{}
+
+func (instantNode) Run(_ context.Context, calls []dlm.Call) {
+	for i := range calls {
+		calls[i].Reply = []int64{1}
+	}
+}
+
+func (instantNode) RunWait(context.Context, []dlm.Call, dlm.Wait) (dlm.Acks, error) {
+	return dlm.Acks{}, errors.ErrUnsupported
+}
+
+func (instantNode) Watch(context.Context, string, func(string)) (func(), error) {
+	return nil, errors.ErrUnsupported
+}
+
+// BenchmarkScriptRun is one script call through Script.Run, as every lock
+// operation makes: its allocations are the reply's and nothing of its own.
+func BenchmarkScriptRun(b *testing.B) {
+	s := nodekit.NewScript("return {1}")
+	keys, args := []string{"k"}, []string{"a"}
+	var n dlm.Node = instantNode{}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := s.Run(ctx, n, keys, args...); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
