@@ -154,7 +154,7 @@ func (n *Node) run(ctx context.Context, calls []dlm.Call, wait []string, err err
 	}
 	for i := 0; i < len(calls) && err == nil; i++ {
 		var r any
-		if r, err = redis.ReceiveContext(c, ctx); err == nil {
+		if r, err = receive(ctx, c); err == nil {
 			calls[i].Reply, calls[i].Err = nodekit.Ints(r)
 		} else if _, ok := err.(redis.Error); ok { // the connection is in step
 			calls[i].Err, err = nodekit.ReplyError(err), nil
@@ -168,8 +168,17 @@ func (n *Node) run(ctx context.Context, calls []dlm.Call, wait []string, err err
 	if wait == nil {
 		return nil, nil
 	}
-	r, err := redis.ReceiveContext(c, ctx)
+	r, err := receive(ctx, c)
 	return r, withCtxErr(ctx, err)
+}
+
+// receive reads a reply within ctx; redis.ReceiveContext costs a goroutine
+// per reply, which a context that cannot end does without.
+func receive(ctx context.Context, c redis.Conn) (any, error) {
+	if ctx.Done() == nil {
+		return c.Receive()
+	}
+	return redis.ReceiveContext(c, ctx)
 }
 
 func appendStrings(argv []any, s []string) []any {
