@@ -390,3 +390,31 @@ func TestDoctorRedlock(t *testing.T) {
 	assert.Contains(t, out, "warn AOF off: a restart loses this master's locks and fencing counters")
 	assert.Contains(t, out, "fail the same server as "+bare.Addr)
 }
+
+// Doctor names what is wrong, and what to do, for the mistakes users make:
+// a Sentinel's port as the server, a missing password, an unknown master
+// name, too few or an even number of Redlock masters, a memory limit with
+// noeviction.
+func TestDoctorFindings(t *testing.T) {
+	primary := redistest.Start(t)
+	sentinel := redistest.StartSentinel(t, "mymaster", primary, 1, 5*time.Second)
+	secret := redistest.Start(t, "--requirepass", "pw")
+	full := redistest.Start(t, "--maxmemory", "10mb", "--maxmemory-policy", "noeviction")
+	for _, tc := range []struct {
+		name, url, want string
+	}{
+		{"a Sentinel's port", "single://" + sentinel.Addr, "fail scripts refused"},
+		{"no password", "single://" + secret.Addr, "fail authentication failed"},
+		{"wrong password", "single://:nope@" + secret.Addr, "fail authentication failed"},
+		{"unknown master", "sentinel://" + sentinel.Addr + "/nosuch", `knows no master named "nosuch"`},
+		{"two masters", "redlock://" + primary.Addr + "," + full.Addr, "warn 2 master(s): the quorum is 2"},
+		{"four masters", "redlock://" + primary.Addr + "," + full.Addr + "," + secret.Addr + ",localhost:1", "warn 4 masters tolerate no more failures than 3"},
+		{"maxmemory with noeviction", "single://" + full.Addr, "warn maxmemory 10.00M with noeviction"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out := runDLM(t, "doctor", "--timeout", "1s", "--url", tc.url)
+			assert.Equal(t, 1, code, out)
+			assert.Contains(t, out, tc.want)
+		})
+	}
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/config"
 	"github.com/dlmgo/dlm/strategy"
 )
@@ -109,6 +111,14 @@ func doctor(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			check(addr, func(ctx context.Context, c *redis.Client) map[string]string { return checkReplica(ctx, c, cfg, r) })
 		}
 	default:
+		if n := len(cfg.Addrs); cfg.Strategy == "redlock" && (n < 3 || n%2 == 0) {
+			r.section("redlock")
+			if n < 3 {
+				r.addf("warn", "%d master(s): the quorum is %d, so one master down stops every lock; use at least 3", n, n/2+1)
+			} else {
+				r.addf("warn", "%d masters tolerate no more failures than %d do (quorum %d); use an odd number", n, n-1, n/2+1)
+			}
+		}
 		runIDs := map[string]string{}
 		for _, addr := range cfg.Addrs {
 			r.section(addr)
@@ -149,6 +159,10 @@ func checkSentinels(ctx context.Context, cfg config.Config, timeout time.Duratio
 		cctx, cancel := context.WithTimeout(ctx, timeout)
 		hp, err := sc.GetMasterAddrByName(cctx, cfg.Master).Result()
 		switch {
+		case errors.Is(err, redis.Nil):
+			r.addf("fail", "%s knows no master named %q: check the name (SENTINEL MASTERS lists the ones it monitors)", addr, cfg.Master)
+		case err != nil && dlm.Permanent(err):
+			r.addf("fail", "%s: %v: check sentinel_username and sentinel_password", addr, err)
 		case err != nil:
 			r.addf("fail", "%s: %v", addr, err)
 		case len(hp) != 2:
@@ -276,10 +290,18 @@ func checkReplica(ctx context.Context, c *redis.Client, cfg config.Config, r *re
 func ping(ctx context.Context, c *redis.Client, r *report) map[string]string {
 	start := time.Now()
 	if err := c.Ping(ctx).Err(); err != nil {
-		r.addf("fail", "unreachable: %v", err)
+		if dlm.Permanent(err) {
+			r.addf("fail", "authentication failed: %v: put the right user and password in the URL (redis://user:password@host, percent-encoded)", err)
+		} else {
+			r.addf("fail", "unreachable: %v", err)
+		}
 		return nil
 	}
 	r.addf("ok", "reachable, PING in %v", time.Since(start).Round(10*time.Microsecond))
+	if err := c.Eval(ctx, "return 1", nil).Err(); err != nil {
+		r.addf("fail", "scripts refused (%v): locks cannot be taken here; is this a Sentinel's port, or an ACL without EVAL/EVALSHA?", err)
+		return nil
+	}
 	raw, err := c.Info(ctx, "server", "memory", "persistence", "replication", "cluster").Result()
 	if err != nil {
 		r.addf("fail", "INFO failed: %v", err)
@@ -313,6 +335,8 @@ func checkServer(ctx context.Context, c *redis.Client, cfg config.Config, r *rep
 	}
 
 	switch p := info["maxmemory_policy"]; {
+	case p == "noeviction" && info["maxmemory"] != "" && info["maxmemory"] != "0":
+		r.addf("warn", "maxmemory %s with noeviction: nothing is evicted, but once memory is full every lock is refused with OOM; keep headroom (used_memory %s) or give locks a server of their own", info["maxmemory_human"], info["used_memory_human"])
 	case p == "noeviction":
 		r.addf("ok", "maxmemory-policy noeviction: lock keys and fencing counters are never evicted")
 	case p == "":
