@@ -12,6 +12,7 @@ import (
 	"io"
 	"maps"
 	"math"
+	"net"
 	"net/url"
 	"reflect"
 	"slices"
@@ -412,6 +413,10 @@ func (c Config) Validate() error {
 	for i, a := range c.Addrs {
 		if a == "" {
 			return badField("addrs", "address %d is empty", i)
+		}
+		host, port, err := net.SplitHostPort(a)
+		if n, perr := strconv.Atoi(port); err != nil || host == "" || perr != nil || n < 1 || n > 65535 {
+			return badField("addrs", "%q: want host:port, with an IPv6 host in brackets ([::1]:6379)", a)
 		}
 		if slices.Index(c.Addrs, a) < i {
 			return badField("addrs", "%s is given twice", a)

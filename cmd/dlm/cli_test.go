@@ -197,6 +197,13 @@ func TestConfigErrors(t *testing.T) {
 		{args: []string{"doctor", "--config", filepath.Join(dir, "missing.json")}, want: "missing.json"},
 		{args: []string{"demo", "--url", "failover://127.0.0.1:1,127.0.0.1:2"}, want: "addrs: failover without master"},
 		{args: []string{"demo", "--url", "single://127.0.0.1:1", "--addr", "127.0.0.1:1"}, want: "cannot be combined"},
+		// Every usage or configuration error exits 2 before connecting.
+		{args: []string{"run", "--key", "k", "--url", "single://127.0.0.1", "--", "true"}, want: `"127.0.0.1": want host:port`},
+		{args: []string{"run", "--key", "k", "--url", "single://::1:6379", "--", "true"}, want: "IPv6 host in brackets"},
+		{args: []string{"run", "--key", "k", "--url", "redlock://127.0.0.1:1,127.0.0.1:70000,127.0.0.1:3", "--", "true"}, want: `"127.0.0.1:70000": want host:port`},
+		{args: []string{"run", "--key", strings.Repeat("k", 1025), "--url", "single://127.0.0.1:1", "--", "true"}, want: "longer than MaxKeyLen"},
+		{args: []string{"run", "--key", "k", "--ttl", "25h", "--url", "single://127.0.0.1:1", "--", "true"}, want: "at most 24h"},
+		{args: []string{"run", "--key", "k", "--ttl", "100ms", "--url", "single://127.0.0.1:1", "--", "true"}, want: "too short"},
 	} {
 		cmd := exec.Command(dlmBin, tc.args...)
 		cmd.Env = append(os.Environ(), "DLM_URL=")
