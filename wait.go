@@ -95,7 +95,7 @@ func (m *Manager) attempt(ctx context.Context, key string, prev *error) (l *Lock
 	if err == nil {
 		return m.held(key, token, start, lease), nil, true
 	}
-	if ctx.Err() != nil && *prev != nil && errors.Is(err, ctx.Err()) {
+	if ctx.Err() != nil && *prev != nil && (errors.Is(err, ctx.Err()) || timedOut(err)) {
 		err = *prev // say why the lock was busy, not only that time ran out
 	}
 	if Permanent(err) || ctx.Err() != nil {

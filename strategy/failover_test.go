@@ -213,6 +213,21 @@ func TestFailoverReplicated(t *testing.T) {
 		none := newFailover(t, node, strategy.WithAcks(strategy.AckNone()))
 		_, err := none.Acquire(ctx, "frozen-none", "tok", ttl)
 		assert.NoError(t, err, "policy none grants without any replica")
+
+		// Waiting until the deadline: the error still says why each attempt
+		// was refused, not only that time ran out.
+		// A client that puts the deadline on its socket: the last attempt ends
+		// with an i/o timeout, not the context's error.
+		onWire := redis.NewClient(&redis.Options{Addr: topo.Primary.Addr, ContextTimeoutEnabled: true})
+		defer onWire.Close()
+		m, err := dlm.New(newFailover(t, goredis.New(onWire), strategy.WithWaitTimeout(50*time.Millisecond)), dlm.WithRetryDelay(5*time.Millisecond, 20*time.Millisecond))
+		require.NoError(t, err)
+		wctx, cancel := context.WithTimeout(ctx, 400*time.Millisecond)
+		_, err = m.Lock(wctx, "frozen-wait")
+		cancel()
+		assert.ErrorIs(t, err, context.DeadlineExceeded)
+		var ack *strategy.AckError
+		assert.ErrorAs(t, err, &ack, "the refusal seen, not only the deadline: %v", err)
 		thaw(t, topo.Replicas...)
 	})
 
