@@ -136,8 +136,8 @@ func (h *Hub) connectLocked(ctx context.Context) error {
 	c := &hubConn{pending: map[string]int{}}
 	ps, err := h.open(context.WithoutCancel(ctx), Events{
 		Message:    func(ch, payload string) { h.message(c, ch, payload) },
-		Subscribed: func(ch string) { h.subscribed(c, ch) },
-		Refused:    func(ch string, err error) { h.refused(c, ch, err) },
+		Subscribed: func(ch string) { h.answered(c, ch, nil) },
+		Refused:    func(ch string, err error) { h.answered(c, ch, err) },
 		Broken:     func(error) { h.broken(c) },
 	})
 	if err != nil {
@@ -196,24 +196,10 @@ func (h *Hub) closeIdle(c *hubConn) {
 	_ = c.ps.Close()
 }
 
-func (h *Hub) subscribed(c *hubConn, channel string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.conn != c {
-		return
-	}
-	if c.pending[channel]--; c.pending[channel] > 0 {
-		return
-	}
-	delete(c.pending, channel)
-	if s := h.subs[channel]; s != nil && !s.ok {
-		s.ok = true
-		close(s.confirmed)
-	}
-}
-
-// refused answers a Subscribe as subscribed does, with a refusal.
-func (h *Hub) refused(c *hubConn, channel string, err error) {
+// answered settles a Subscribe of channel on c: confirmed when err is nil,
+// refused with err otherwise. Only the answer to the channel's latest
+// Subscribe on c settles the Watch calls waiting for it.
+func (h *Hub) answered(c *hubConn, channel string, err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.conn != c {
