@@ -52,18 +52,7 @@ func BenchmarkRedlockLockUnlock(b *testing.B) {
 	for _, n := range []int{1, 5} {
 		b.Run("nodes="+strconv.Itoa(n), func(b *testing.B) {
 			m, _ := benchManager(b, n)
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			b.ReportAllocs()
-			for b.Loop() {
-				l, err := m.TryLock(ctx, "bench")
-				if err != nil {
-					b.Fatal(err)
-				}
-				if err := l.Unlock(ctx); err != nil {
-					b.Fatal(err)
-				}
-			}
+			benchSerial(b, m)
 		})
 	}
 }
@@ -107,6 +96,21 @@ func BenchmarkRedlockParallel(b *testing.B) {
 			}
 			benchParallel(b, m)
 		})
+	}
+}
+
+// benchSerial runs TryLock and Unlock of one key in a loop.
+func benchSerial(b *testing.B, m *dlm.Manager) {
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		l, err := m.TryLock(ctx, "bench")
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
 
@@ -206,18 +210,6 @@ func BenchmarkRedlockOverhead(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	ctx := context.Background()
-	b.Run("serial", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			l, err := m.TryLock(ctx, "bench")
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := l.Unlock(ctx); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
+	b.Run("serial", func(b *testing.B) { benchSerial(b, m) })
 	b.Run("parallel", func(b *testing.B) { benchParallel(b, m) })
 }

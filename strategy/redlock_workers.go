@@ -16,19 +16,10 @@ const (
 	maxIdleWorker = 256
 )
 
-// A task is one call of a fan (f, i), or fn.
+// A task is the call of round r to node i.
 type task struct {
-	f  *fan
-	i  int
-	fn func()
-}
-
-func (t task) run() {
-	if t.fn != nil {
-		t.fn()
-		return
-	}
-	t.f.run(t.i)
+	r *round
+	i int
 }
 
 type workerPool struct {
@@ -59,7 +50,7 @@ func (p *workerPool) run(t task) {
 
 func (p *workerPool) work(w *worker, t task) {
 	for {
-		t.run()
+		t.r.call(t.i)
 		p.mu.Lock()
 		if len(p.idle) >= maxIdleWorker {
 			p.mu.Unlock()
@@ -72,7 +63,7 @@ func (p *workerPool) work(w *worker, t task) {
 			go p.sweep()
 		}
 		p.mu.Unlock()
-		if t = <-w.ch; t.f == nil && t.fn == nil {
+		if t = <-w.ch; t.r == nil {
 			return
 		}
 	}
