@@ -107,8 +107,8 @@ type Call struct {
 	Source string   // the script's source, to send it with EVAL
 	Keys   []string // KEYS
 	Args   []string // ARGV
-	Reply  []int64  // set by the Node
-	Err    error    // set by the Node
+	Reply  []int64  // set by the Node on success: non-nil, empty for an empty array
+	Err    error    // set by the Node on failure
 }
 
 // A Wait says what RunWait waits for after its script calls: WAIT

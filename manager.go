@@ -16,6 +16,25 @@ const (
 	DefaultRetryMaxDelay = 250 * time.Millisecond
 )
 
+// Bounds on what a lock may be: a longer key or TTL is an error matching
+// ErrInvalid, from the Manager and from every strategy of this module.
+const (
+	MaxKeyLen = 1024           // bytes of a lock's key
+	MaxTTL    = 24 * time.Hour // a lease's TTL; renew a lock held longer
+)
+
+// CheckKey returns an error matching ErrInvalid when key cannot name a
+// lock: empty, or longer than MaxKeyLen.
+func CheckKey(key string) error {
+	switch {
+	case key == "":
+		return invalidf("empty key")
+	case len(key) > MaxKeyLen:
+		return invalidf("key of %d bytes is longer than MaxKeyLen (%d)", len(key), MaxKeyLen)
+	}
+	return nil
+}
+
 // An Option configures a Manager. Options with bad values make New fail.
 type Option struct{ apply func(*options) error }
 
@@ -27,12 +46,12 @@ type options struct {
 }
 
 // WithTTL sets the lease length of every lock the Manager takes.
-// The default is DefaultTTL (10s). The TTL must be positive; a strategy
-// refuses TTLs too short for its clock-drift margin.
+// The default is DefaultTTL (10s). The TTL must be positive and at most
+// MaxTTL; a strategy refuses TTLs too short for its clock-drift margin.
 func WithTTL(ttl time.Duration) Option {
 	return Option{func(o *options) error {
-		if ttl <= 0 {
-			return invalidf("WithTTL(%v): TTL must be positive", ttl)
+		if ttl <= 0 || ttl > MaxTTL {
+			return invalidf("WithTTL(%v): TTL must be positive and at most %v", ttl, MaxTTL)
 		}
 		o.ttl = ttl
 		return nil
@@ -94,8 +113,8 @@ func (m *Manager) TTL() time.Duration { return m.o.ttl }
 // TryLock makes one attempt to take key. When another owner holds it, the
 // error matches ErrNotAcquired (and HeldError with errors.As).
 func (m *Manager) TryLock(ctx context.Context, key string) (*Lock, error) {
-	if key == "" {
-		return nil, invalidf("empty key")
+	if err := CheckKey(key); err != nil {
+		return nil, err
 	}
 	token := newToken()
 	start := time.Now()

@@ -2,6 +2,7 @@ package dlm_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -182,6 +183,7 @@ func TestBadInput(t *testing.T) {
 	}{
 		{"zero TTL", []dlm.Option{dlm.WithTTL(0)}},
 		{"negative TTL", []dlm.Option{dlm.WithTTL(-time.Second)}},
+		{"TTL above MaxTTL", []dlm.Option{dlm.WithTTL(dlm.MaxTTL + time.Millisecond)}},
 		{"zero retry delay", []dlm.Option{dlm.WithRetryDelay(0, time.Second)}},
 		{"max below min", []dlm.Option{dlm.WithRetryDelay(time.Second, time.Millisecond)}},
 		{"zero option", []dlm.Option{{}}},
@@ -218,6 +220,13 @@ func TestBadInput(t *testing.T) {
 	assert.ErrorIs(t, err, dlm.ErrInvalid, "empty key")
 	_, err = m.TryLock(ctx, "}x")
 	assert.ErrorIs(t, err, dlm.ErrInvalid, "key breaking the hash tag")
+	long := strings.Repeat("k", dlm.MaxKeyLen+1)
+	_, err = m.Lock(ctx, long)
+	assert.ErrorIs(t, err, dlm.ErrInvalid, "key above MaxKeyLen")
+	_, err = s.Acquire(ctx, long, "t", time.Second)
+	assert.ErrorIs(t, err, dlm.ErrInvalid, "key above MaxKeyLen, to the strategy")
+	_, err = s.Acquire(ctx, "k", "t", dlm.MaxTTL+time.Millisecond)
+	assert.ErrorIs(t, err, dlm.ErrInvalid, "TTL above MaxTTL, to the strategy")
 	_, err = s.Acquire(ctx, "k", "", time.Second)
 	assert.ErrorIs(t, err, dlm.ErrInvalid, "empty token")
 	assert.ErrorIs(t, s.Release(ctx, "", "t"), dlm.ErrInvalid)

@@ -38,7 +38,7 @@ func TestPermanentErrorsEndTheWait(t *testing.T) {
 	sentinel := redistest.StartSentinel(t, "mymaster", open, 1, 5*time.Second)
 	plain := open.Client(t)
 	ctx := context.Background()
-	require.NoError(t, plain.Set(ctx, "dlm:{wrongtype}", "a string, not a lock", 0).Err())
+	require.NoError(t, plain.HSet(ctx, "dlm:{wrongtype}", "a", "hash, not a lock").Err())
 	require.NoError(t, plain.Do(ctx, "ACL", "SETUSER", "noscripts", "on", ">pw", "~*", "+@all", "-evalsha", "-eval").Err())
 
 	client := func(addr, user, pw string) *redis.Client {

@@ -40,8 +40,8 @@ import (
 // poll with jittered exponential backoff between the bounds of
 // WithRetryDelay, also capped by the holder's remaining TTL.
 func (m *Manager) Lock(ctx context.Context, key string) (*Lock, error) {
-	if key == "" {
-		return nil, invalidf("empty key")
+	if err := CheckKey(key); err != nil {
+		return nil, err
 	}
 	var prev error // the most informative refusal not caused by ctx ending
 	w := &m.waits

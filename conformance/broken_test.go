@@ -3,6 +3,7 @@ package conformance_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"regexp"
@@ -23,71 +24,76 @@ import (
 // brokenEnv selects the broken driver TestBrokenDriver runs the suite on.
 const brokenEnv = "DLM_CONFORMANCE_BROKEN"
 
-// A brokenNode wraps a correct driver and breaks one rule on purpose.
+// A brokenNode wraps a correct driver and breaks one rule on purpose. It
+// embeds the driver as a user's wrapper would, overriding Run, RunWait and
+// Watch; breaking nothing it passes every rule, RunWait's and Watch's too.
 type brokenNode struct {
 	dlm.Node
 	breakage string
 }
 
-func (b brokenNode) EvalSHA(ctx context.Context, sha1 string, keys []string, args ...string) ([]int64, error) {
-	return b.do(ctx, func(ctx context.Context) ([]int64, error) { return b.Node.EvalSHA(ctx, sha1, keys, args...) })
-}
-
-func (b brokenNode) Eval(ctx context.Context, src string, keys []string, args ...string) ([]int64, error) {
-	if b.breakage == "IgnoresNX" {
-		// As a driver that emulated SET without its NX option would.
-		src = strings.ReplaceAll(src, "'NX', ", "")
-	}
-	return b.do(ctx, func(ctx context.Context) ([]int64, error) { return b.Node.Eval(ctx, src, keys, args...) })
-}
-
-func (b brokenNode) do(ctx context.Context, call func(context.Context) ([]int64, error)) ([]int64, error) {
+func (b brokenNode) Run(ctx context.Context, calls []dlm.Call) {
 	switch b.breakage {
-	case "IgnoresDeadline":
-		return call(context.WithoutCancel(ctx))
-	case "MistypesReplies":
-		r, err := call(ctx)
-		for i := range r {
-			r[i] = int64(uint32(r[i])) // read as a 32-bit unsigned integer
+	case "IgnoresNX": // as a driver that emulated SET without its NX option would
+		for i := range calls {
+			calls[i].Source = strings.ReplaceAll(calls[i].Source, "'NX', ", "")
 		}
-		return r, err
+	case "IgnoresDeadline":
+		ctx = context.WithoutCancel(ctx)
 	case "Hangs":
 		time.Sleep(time.Hour) // ignores ctx altogether
-		return nil, errors.New("unreachable")
-	case "DropsReply":
-		_, err := call(ctx) // applied on the server; the reply is dropped
-		return nil, err
 	}
-	return call(ctx)
-}
-
-// A brokenAbilities also implements dlm.Pipeliner and dlm.ReplicaWaiter,
-// breaking them as its breakage says.
-type brokenAbilities struct {
-	brokenNode
-	inner *goredis.Node
-}
-
-func (b brokenAbilities) EvalSHAMany(ctx context.Context, sha1 string, calls []dlm.ScriptCall) ([]dlm.ScriptResult, error) {
-	res, err := b.inner.EvalSHAMany(ctx, sha1, calls)
-	if b.breakage == "PipelinesOutOfOrder" && len(res) > 1 {
-		res[0], res[1] = res[1], res[0] // as a driver matching replies to calls wrongly would
+	b.Node.Run(ctx, calls)
+	switch b.breakage {
+	case "MistypesReplies":
+		for _, c := range calls {
+			for i := range c.Reply {
+				c.Reply[i] = int64(uint32(c.Reply[i])) // read as a 32-bit unsigned integer
+			}
+		}
+	case "DropsReply": // applied on the server; the reply is dropped
+		for i := range calls {
+			calls[i].Reply = nil
+		}
+	case "PipelinesOutOfOrder": // as a driver matching replies to calls wrongly would
+		if len(calls) > 1 {
+			calls[0].Reply, calls[1].Reply = calls[1].Reply, calls[0].Reply
+			calls[0].Err, calls[1].Err = calls[1].Err, calls[0].Err
+		}
+	case "FailsWholeBatch": // one failed call fails them all
+		for _, c := range calls {
+			if c.Err != nil {
+				for i := range calls {
+					calls[i].Reply, calls[i].Err = nil, c.Err
+				}
+				break
+			}
+		}
 	}
-	return res, err
 }
 
-func (b brokenAbilities) EvalSHAWait(ctx context.Context, w dlm.Wait, sha1 string, keys []string, args ...string) ([]int64, dlm.Acks, error) {
-	if b.breakage == "WaitIgnoresDeadline" {
+func (b brokenNode) RunWait(ctx context.Context, calls []dlm.Call, w dlm.Wait) (dlm.Acks, error) {
+	switch b.breakage {
+	case "Unsupported":
+		return dlm.Acks{}, fmt.Errorf("broken: RunWait: %w", errors.ErrUnsupported)
+	case "WaitIgnoresDeadline":
 		ctx = context.WithoutCancel(ctx)
 	}
-	return b.inner.EvalSHAWait(ctx, w, sha1, keys, args...)
+	return b.Node.RunWait(ctx, calls, w)
 }
 
-func (b brokenAbilities) EvalWait(ctx context.Context, w dlm.Wait, src string, keys []string, args ...string) ([]int64, dlm.Acks, error) {
-	if b.breakage == "WaitIgnoresDeadline" {
-		ctx = context.WithoutCancel(ctx)
+func (b brokenNode) Watch(ctx context.Context, channel string, notify func(string)) (func(), error) {
+	switch b.breakage {
+	case "Unsupported":
+		return nil, fmt.Errorf("broken: Watch: %w", errors.ErrUnsupported)
+	case "WatchNeverStops":
+		stop, err := b.Node.Watch(ctx, channel, notify)
+		if err == nil {
+			stop = func() {} // the subscription outlives stop; the subprocess ends it
+		}
+		return stop, err
 	}
-	return b.inner.EvalWait(ctx, w, src, keys, args...)
+	return b.Node.Watch(ctx, channel, notify)
 }
 
 // TestBrokenDriver runs RunNode over the broken driver named by
@@ -100,10 +106,7 @@ func TestBrokenDriver(t *testing.T) {
 	srv := redistest.Start(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = c.Close() })
-	var node dlm.Node = brokenNode{goredis.New(c), breakage}
-	if breakage == "None" || breakage == "PipelinesOutOfOrder" || breakage == "WaitIgnoresDeadline" {
-		node = brokenAbilities{brokenNode{goredis.New(c), breakage}, goredis.New(c)}
-	}
+	node := brokenNode{goredis.New(c), breakage}
 	conformance.RunNode(t, func(*testing.T) dlm.Node { return node })
 }
 
@@ -111,21 +114,29 @@ func TestBrokenDriver(t *testing.T) {
 // rule; the same wrapper breaking nothing passes.
 func TestBrokenDriversFail(t *testing.T) {
 	checkBroken(t, "TestBrokenDriver", []breakage{
-		{name: "None"},
+		{name: "None", passed: abilityRules},
+		{name: "Unsupported", skipped: abilityRules[3:]},
 		{name: "IgnoresNX", rules: []string{"SetNX", "OneWinner"}},
 		{name: "MistypesReplies", rules: []string{"IntegerReplies"}},
-		{name: "IgnoresDeadline", rules: []string{"Deadline", "Cancel", "CanceledContext"}},
+		{name: "IgnoresDeadline", rules: []string{"Deadline", "Cancel", "CanceledContext", "BatchContext"}},
 		{name: "DropsReply", rules: []string{"IntegerReplies", "SetNX", "ConcurrentUse"}},
-		{name: "PipelinesOutOfOrder", rules: []string{"PipelinerOrder", "PipelinerNoScript"}},
-		{name: "WaitIgnoresDeadline", rules: []string{"ReplicaWaiterDeadline"}},
+		{name: "PipelinesOutOfOrder", rules: []string{"BatchOrder", "BatchNoScript"}},
+		{name: "FailsWholeBatch", rules: []string{"BatchNoScript"}},
+		{name: "WaitIgnoresDeadline", rules: []string{"RunWaitDeadline"}},
+		{name: "WatchNeverStops", rules: []string{"WatchDelivers"}},
 		// The watchdog ends the binary, naming the first rule, which hangs.
 		{name: "Hangs", watchdog: "2s", output: "conformance: TestBrokenDriver/NoScript did not finish within 2s"},
 	})
 }
 
+// abilityRules are the rules of batches, RunWait and Watch.
+var abilityRules = []string{"BatchOrder", "BatchNoScript", "BatchContext", "RunWaitReplies", "RunWaitNoScript", "RunWaitDeadline", "WatchDelivers"}
+
 type breakage struct {
 	name     string
 	rules    []string // rules that must fail (others may too); none: the suite must pass
+	passed   []string // rules that must pass, not skip
+	skipped  []string // rules that must skip
 	watchdog string   // DLM_CONFORMANCE_WATCHDOG for the subprocess
 	output   string   // text the subprocess must print
 }
@@ -161,8 +172,16 @@ func checkBroken(t *testing.T, test string, cases []breakage) {
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			out, err := results[i].out, results[i].err
-			failed := failedRules(test, string(out))
+			failed := rules(test, "FAIL", string(out))
 			t.Logf("%s: the suite failed rules %v", tc.name, failed)
+			for verdict, want := range map[string][]string{"PASS": tc.passed, "SKIP": tc.skipped} {
+				got := rules(test, verdict, string(out))
+				for _, r := range want {
+					if !slices.Contains(got, r) {
+						t.Errorf("rule %s is not reported %s for an implementation that %s\n%s", r, verdict, tc.name, out)
+					}
+				}
+			}
 			if tc.rules == nil && tc.output == "" {
 				if err != nil {
 					t.Fatalf("the suite failed on a correct implementation: %v\n%s", err, out)
@@ -185,8 +204,10 @@ func checkBroken(t *testing.T, test string, cases []breakage) {
 	}
 }
 
-func failedRules(test, out string) []string {
-	re := regexp.MustCompile(`(?m)^\s*--- FAIL: ` + test + `/(\S+)`)
+// rules returns the rules of test that out reports with verdict (PASS,
+// FAIL or SKIP).
+func rules(test, verdict, out string) []string {
+	re := regexp.MustCompile(`(?m)^\s*--- ` + verdict + `: ` + test + `/(\S+)`)
 	var rules []string
 	for _, m := range re.FindAllStringSubmatch(out, -1) {
 		rules = append(rules, m[1])

@@ -2,7 +2,10 @@ package conformance_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -56,6 +59,30 @@ func (b *brokenStrategy) Release(ctx context.Context, key, token string) error {
 	return b.Strategy.Release(ctx, key, token)
 }
 
+func (b *brokenStrategy) ExtendMany(ctx context.Context, locks []dlm.HeldKey, ttl time.Duration) []dlm.ExtendResult {
+	if b.breakage == "ExtendsForAnyone" {
+		locks = slices.Clone(locks)
+		b.mu.Lock()
+		for i, l := range locks {
+			if h, ok := b.holders[l.Key]; ok {
+				locks[i].Token = h
+			}
+		}
+		b.mu.Unlock()
+	}
+	return b.Strategy.ExtendMany(ctx, locks, ttl)
+}
+
+func (b *brokenStrategy) WatchRelease(ctx context.Context, key string, notify func()) (func(), error) {
+	switch b.breakage {
+	case "NeverNotifies":
+		notify = func() {}
+	case "Unsupported":
+		return nil, fmt.Errorf("broken: WatchRelease: %w", errors.ErrUnsupported)
+	}
+	return b.Strategy.WatchRelease(ctx, key, notify)
+}
+
 // TestBrokenStrategy runs RunStrategy over the broken strategy named by
 // DLM_CONFORMANCE_BROKEN; TestBrokenStrategiesFail runs it in a subprocess.
 func TestBrokenStrategy(t *testing.T) {
@@ -77,10 +104,13 @@ func TestBrokenStrategy(t *testing.T) {
 // Each strategy broken on purpose makes RunStrategy fail, naming the rule.
 func TestBrokenStrategiesFail(t *testing.T) {
 	checkBroken(t, "TestBrokenStrategy", []breakage{
-		{name: "None"},
+		{name: "None", passed: []string{"BatchExtend", "WatchRelease"}},
+		{name: "Unsupported", skipped: []string{"WatchRelease"}},
 		{name: "SharesLocks", rules: []string{"MutualExclusion", "OneWinner", "ReleaseOwnerOnly"}},
 		{name: "LeaseFromReply", rules: []string{"Lease", "SlowLease"}},
 		{name: "ConstantFence", rules: []string{"FencesIncrease"}},
 		{name: "ReleasesForAnyone", rules: []string{"ReleaseOwnerOnly"}},
+		{name: "ExtendsForAnyone", rules: []string{"BatchExtend"}},
+		{name: "NeverNotifies", rules: []string{"WatchRelease"}},
 	})
 }

@@ -12,9 +12,9 @@
 // one Redis Cluster hash slot, expiring within a minute) and runs under a
 // watchdog: a call that ignores its context makes the test binary fail with
 // the rule's name instead of hanging (after 60s, or the duration in
-// DLM_CONFORMANCE_WATCHDOG). Optional abilities (dlm.Pipeliner,
-// dlm.Notifier, dlm.ReplicaWaiter) are found with dlm.NodeAs; a subtest for
-// an ability the node lacks is skipped with the reason.
+// DLM_CONFORMANCE_WATCHDOG). The rules of Node.RunWait and Node.Watch, and
+// of Strategy.WatchRelease, are skipped with the reason when the method
+// reports errors.ErrUnsupported.
 //
 // RunNode briefly blocks the server it talks to (a Lua script that
 // busy-waits about 1.5 seconds) to check that deadlines and cancellation are
@@ -22,10 +22,21 @@
 // only by tests.
 //
 // The fault wrappers ([FaultyNode], [Down], [Slow], [ReplyLost]) work around
-// any Node, in this suite and in a user's own tests;
-// [FaultyNode.WithAbilities] keeps the wrapped Node's optional abilities.
+// any Node, in this suite and in a user's own tests. Every method of a Node
+// is part of its contract, so a wrapper of one's own keeps them all by
+// embedding the Node and overriding only what it changes:
 //
-// The package imports only the standard library and dlm.
+//	type counted struct {
+//		dlm.Node
+//		runs atomic.Int64
+//	}
+//
+//	func (c *counted) Run(ctx context.Context, calls []dlm.Call) {
+//		c.runs.Add(1)
+//		c.Node.Run(ctx, calls)
+//	}
+//
+// The package imports only the standard library, dlm and dlm/nodekit.
 package conformance
 
 import (

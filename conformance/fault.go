@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/nodekit"
 )
 
 // Errors a [FaultyNode] returns in place of the wrapped Node's reply.
@@ -22,16 +23,19 @@ var (
 // A Fault describes how a [FaultyNode] misbehaves. The zero Fault is a
 // healthy node.
 type Fault struct {
-	// Down makes every call fail with ErrDown without reaching the node.
+	// Down makes every call (every call of a batch, and Watch) fail with
+	// ErrDown without reaching the node.
 	Down bool
-	// Delay holds every call this long before it reaches the node, as a slow
-	// network would. When the call's context ends first, the call returns the
-	// context's error and never reaches the node.
+	// Delay holds every call (a whole batch, a Watch) this long before it
+	// reaches the node, as a slow network would. When the call's context
+	// ends first, the call fails with the context's error and never reaches
+	// the node.
 	Delay time.Duration
 	// LoseReply lets every call reach the node and run there, then replaces
 	// its reply with ErrReplyLost: the command was applied, the caller cannot
 	// know it. Error replies (NOSCRIPT among them) come through, so a
-	// caller's EVALSHA-then-EVAL fallback still runs the script.
+	// caller's EVALSHA-then-EVAL fallback still runs the script. RunWait
+	// loses the wait's reply too.
 	LoseReply bool
 }
 
@@ -50,13 +54,12 @@ func (f Fault) String() string {
 	}
 }
 
-// A FaultyNode wraps a Node and injects a [Fault] that can be changed at any
-// time, also while calls are running. It is safe for concurrent use.
+// A FaultyNode wraps a Node and injects a [Fault] into every call of Run,
+// RunWait and Watch; the fault can be changed at any time, also while calls
+// are running. It is safe for concurrent use.
 //
-// A *FaultyNode itself implements only dlm.Node. Optional abilities of the
-// wrapped Node stay reachable through Unwrap (see [dlm.NodeAs]), and calls
-// made through them bypass the fault; [FaultyNode.WithAbilities] returns a
-// Node that implements them with the fault applied.
+// A Watch delivers messages only while the node is neither down nor losing
+// replies (a delay does not hold messages).
 type FaultyNode struct {
 	node dlm.Node
 
@@ -107,36 +110,75 @@ func (f *FaultyNode) Fault() Fault {
 	return f.fault
 }
 
-// Calls returns how many calls were made through f, and how many of them
-// reached the wrapped node.
+// Calls returns how many calls of Run, RunWait and Watch were made through
+// f (a batch counts once), and how many of them reached the wrapped node.
 func (f *FaultyNode) Calls() (made, reached int64) { return f.calls.Load(), f.reached.Load() }
 
-// Unwrap returns the wrapped Node.
-func (f *FaultyNode) Unwrap() dlm.Node { return f.node }
-
 // String names the wrapped node.
-func (f *FaultyNode) String() string { return "faulty(" + dlm.NodeName(f.node, 0) + ")" }
+func (f *FaultyNode) String() string { return "faulty(" + nodekit.Name(f.node, 0) + ")" }
 
-// EvalSHA implements dlm.Node.
-func (f *FaultyNode) EvalSHA(ctx context.Context, sha1 string, keys []string, args ...string) ([]int64, error) {
-	return f.call(ctx, func() ([]int64, error) { return f.node.EvalSHA(ctx, sha1, keys, args...) })
-}
-
-// Eval implements dlm.Node.
-func (f *FaultyNode) Eval(ctx context.Context, src string, keys []string, args ...string) ([]int64, error) {
-	return f.call(ctx, func() ([]int64, error) { return f.node.Eval(ctx, src, keys, args...) })
-}
-
-func (f *FaultyNode) call(ctx context.Context, do func() ([]int64, error)) ([]int64, error) {
+// Run implements dlm.Node. A call that never reached the node fails with
+// ErrDown or its context's error; with LoseReply, every reply is replaced by
+// ErrReplyLost while error replies come through.
+func (f *FaultyNode) Run(ctx context.Context, calls []dlm.Call) {
 	fault, err := f.enter(ctx)
 	if err != nil {
+		failAll(calls, err)
+		return
+	}
+	f.node.Run(ctx, calls)
+	if fault.LoseReply {
+		loseReplies(calls)
+	}
+}
+
+// RunWait implements dlm.Node, applying the fault as Run does. With
+// LoseReply the wait's reply is lost too: the error is that of the first
+// call, or ErrReplyLost when there are no calls, and the Acks are zero
+// (errors matching errors.ErrUnsupported or dlm.ErrInvalid come through).
+func (f *FaultyNode) RunWait(ctx context.Context, calls []dlm.Call, w dlm.Wait) (dlm.Acks, error) {
+	fault, err := f.enter(ctx)
+	if err != nil {
+		failAll(calls, err)
+		return dlm.Acks{}, err
+	}
+	acks, err := f.node.RunWait(ctx, calls, w)
+	if !fault.LoseReply || errors.Is(err, errors.ErrUnsupported) || errors.Is(err, dlm.ErrInvalid) {
+		return acks, err
+	}
+	loseReplies(calls)
+	if len(calls) == 0 {
+		return dlm.Acks{}, ErrReplyLost
+	}
+	return dlm.Acks{}, calls[0].Err
+}
+
+// Watch implements dlm.Node. Down fails it with ErrDown and Delay holds it
+// before it reaches the node.
+func (f *FaultyNode) Watch(ctx context.Context, channel string, notify func(payload string)) (func(), error) {
+	if _, err := f.enter(ctx); err != nil {
 		return nil, err
 	}
-	r, err := do()
-	if fault.LoseReply && err == nil {
-		return nil, ErrReplyLost
+	return f.node.Watch(ctx, channel, func(payload string) {
+		if fault := f.Fault(); !fault.Down && !fault.LoseReply {
+			notify(payload)
+		}
+	})
+}
+
+func failAll(calls []dlm.Call, err error) {
+	for i := range calls {
+		calls[i].Reply, calls[i].Err = nil, err
 	}
-	return r, err
+}
+
+// loseReplies replaces every reply with ErrReplyLost; errors stay.
+func loseReplies(calls []dlm.Call) {
+	for i := range calls {
+		if calls[i].Err == nil {
+			calls[i].Reply, calls[i].Err = nil, ErrReplyLost
+		}
+	}
 }
 
 // enter counts a call and applies the fault's Down and Delay; it returns the

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"strconv"
 	"sync"
@@ -12,15 +11,20 @@ import (
 	"time"
 
 	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/nodekit"
 )
 
 // RunNode checks that the Nodes newNode returns keep every rule of the
-// dlm.Node contract, each in a subtest named after the rule:
+// dlm.Node contract, each in a subtest named after the rule. Every Run must
+// set exactly one of each call's Reply (non-nil, empty for an empty array)
+// and Err; a call that runs one script is "Eval" below when it sends the
+// source and "EvalSHA" when it sends the digest.
 //
 //   - NoScript: EvalSHA of a script the server lacks fails with an error
 //     matching dlm.ErrNoScript.
 //   - EvalCachesScript: after Eval, EvalSHA of the same source runs it.
-//   - ScriptRunFallsBack: dlm.Script.Run runs a new script (EVALSHA, then EVAL).
+//   - ScriptRunFallsBack: nodekit.Script.Run runs a new script (EVALSHA,
+//     then EVAL).
 //   - ScriptErrors: error replies and failing scripts are errors that do
 //     not match dlm.ErrNoScript (so Script.Run does not run them twice).
 //   - IntegerReplies: arrays of integers come back exact, negative values
@@ -43,39 +47,39 @@ import (
 //   - ConcurrentUse: concurrent calls each get their own reply.
 //   - Stringer: a node that implements fmt.Stringer names itself (skipped
 //     otherwise).
-//
-// Nodes that implement optional abilities (found with dlm.NodeAs) keep their
-// rules too; each is skipped, saying so, for a Node without the ability:
-//
-//   - PipelinerOrder: dlm.Pipeliner's EvalSHAMany returns one result per
-//     call, exact and in the order of the calls, for 1, 3 and 1000 calls,
-//     and none for no calls.
-//   - PipelinerNoScript: a script the server lacks fails each call with
-//     dlm.ErrNoScript, not the batch; a call whose script errors fails alone,
-//     not as NOSCRIPT; dlm.Script.RunMany loads the script and runs them all.
-//   - PipelinerContext: an ended context fails the batch; while the server
-//     is blocked, the batch returns near its context's deadline.
-//   - NotifierDelivers: messages published after dlm.Notifier's Watch
-//     returned reach notify, byte for byte; none after stop returned; a
-//     second stop does nothing; Watch with an ended context fails.
-//   - ReplicaWaiterReplies: dlm.ReplicaWaiter's EvalWait, EvalSHAWait and
-//     Script.RunWait return the script's exact reply, and WAIT for 0
-//     replicas answers at once; a zero Wait.Timeout is refused with
-//     dlm.ErrInvalid; a failing script is an error with zero Acks.
-//   - ReplicaWaiterNoScript: EvalSHAWait of an unknown script fails with
+//   - BatchOrder: Run of 1, 3 and 1000 calls, EVAL and EVALSHA mixed, sets
+//     every call's exact reply in the order of the calls; Run of no calls
+//     returns.
+//   - BatchNoScript: a script the server lacks fails each call with
+//     dlm.ErrNoScript; a call whose script errors fails alone, not as
+//     NOSCRIPT; nodekit.Script.RunMany loads the script and runs them all.
+//   - BatchContext: an ended context fails every call of a batch; while the
+//     server is blocked, a batch returns near its context's deadline, every
+//     call failing with context.DeadlineExceeded.
+//   - RunWaitReplies: RunWait with EVAL, with EVALSHA, of several calls and
+//     through nodekit.Script.RunWait returns the calls' exact replies, and
+//     WAIT for 0 replicas answers at once; a zero Wait.Timeout is refused
+//     with dlm.ErrInvalid; a failing script is an error with zero Acks.
+//   - RunWaitNoScript: RunWait of an unknown script fails with
 //     dlm.ErrNoScript and zero Acks.
-//   - ReplicaWaiterDeadline: on a server without replicas, WAIT for 1
-//     replica with a long timeout returns near the context's deadline with
+//   - RunWaitDeadline: on a server without replicas, WAIT for 1 replica
+//     with a long timeout returns near the context's deadline with
 //     context.DeadlineExceeded, and the node answers afterwards (skipped when
 //     the server has a replica).
+//   - WatchDelivers: messages published after Watch returned reach notify,
+//     byte for byte; none after stop returned; a second stop does nothing;
+//     Watch with an ended context fails.
+//
+// The RunWait and Watch rules are skipped, saying so, when the first
+// RunWait or Watch returns an error matching errors.ErrUnsupported.
 //
 // newNode is called once per subtest; it may return Nodes over one shared
-// client and server, and may use t (t.Cleanup, t.Fatal). See the package
-// documentation about the server being blocked.
+// client and server, and may use t (t.Cleanup, t.Fatal, t.Skip). See the
+// package documentation about the server being blocked.
 func RunNode(t *testing.T, newNode func(t *testing.T) dlm.Node) {
 	t.Helper()
 	run := runID()
-	for _, rule := range slices.Concat(nodeRules, abilityRules) {
+	for _, rule := range nodeRules {
 		subtest(t, rule.name, func(t *testing.T) {
 			n := newNode(t)
 			if n == nil {
@@ -83,34 +87,6 @@ func RunNode(t *testing.T, newNode func(t *testing.T) dlm.Node) {
 			}
 			rule.run(t, &nodeCase{Node: n, keyspace: newKeyspace(run), run: run})
 		})
-	}
-}
-
-type nodeCase struct {
-	dlm.Node
-	keyspace
-	run string
-}
-
-// script returns source made unique to this run, so its SHA1 is new to the server.
-func (c *nodeCase) script(body string) string {
-	return "-- dlm conformance " + c.run + " " + c.prefix + "\n" + body
-}
-
-// eval runs src with Eval and fails t on error.
-func (c *nodeCase) eval(t *testing.T, src string, keys []string, args ...string) []int64 {
-	t.Helper()
-	r, err := c.Eval(ctx(t), src, keys, args...)
-	if err != nil {
-		t.Fatalf("Eval(%s): %v", quote(src), err)
-	}
-	return r
-}
-
-func expect(t *testing.T, what string, got, want []int64) {
-	t.Helper()
-	if !slices.Equal(got, want) {
-		t.Errorf("%s: reply %s, want %s", what, ints(got), ints(want))
 	}
 }
 
@@ -138,29 +114,97 @@ var nodeRules = []nodeRule{
 	{"OneWinner", testOneWinner},
 	{"ConcurrentUse", testConcurrentUse},
 	{"Stringer", testStringer},
+	{"BatchOrder", testBatchOrder},
+	{"BatchNoScript", testBatchNoScript},
+	{"BatchContext", testBatchContext},
+	{"RunWaitReplies", testRunWaitReplies},
+	{"RunWaitNoScript", testRunWaitNoScript},
+	{"RunWaitDeadline", testRunWaitDeadline},
+	{"WatchDelivers", testWatchDelivers},
+}
+
+type nodeCase struct {
+	dlm.Node
+	keyspace
+	run string
+}
+
+// script returns source made unique to this run, so its SHA1 is new to the server.
+func (c *nodeCase) script(body string) string {
+	return "-- dlm conformance " + c.run + " " + c.prefix + "\n" + body
+}
+
+// call runs one call with Run and returns its outcome.
+func (c *nodeCase) call(t *testing.T, cx context.Context, call dlm.Call) ([]int64, error) {
+	t.Helper()
+	calls := []dlm.Call{call}
+	c.Run(cx, calls)
+	settled(t, "Run", calls)
+	return calls[0].Reply, calls[0].Err
+}
+
+// evalCtx runs src with EVAL.
+func (c *nodeCase) evalCtx(t *testing.T, cx context.Context, src string, keys []string, args ...string) ([]int64, error) {
+	t.Helper()
+	return c.call(t, cx, dlm.Call{Source: src, Keys: keys, Args: args})
+}
+
+// evalSHA runs the script with the given digest with EVALSHA.
+func (c *nodeCase) evalSHA(t *testing.T, cx context.Context, sha1 string, keys []string, args ...string) ([]int64, error) {
+	t.Helper()
+	return c.call(t, cx, dlm.Call{SHA1: sha1, Keys: keys, Args: args})
+}
+
+// eval runs src with EVAL and fails t on error.
+func (c *nodeCase) eval(t *testing.T, src string, keys []string, args ...string) []int64 {
+	t.Helper()
+	r, err := c.evalCtx(t, ctx(t), src, keys, args...)
+	if err != nil {
+		t.Fatalf("Eval(%s): %v", quote(src), err)
+	}
+	return r
+}
+
+// settled fails t unless what set exactly one of Reply and Err on every
+// call. It may be called from any goroutine.
+func settled(t *testing.T, what string, calls []dlm.Call) {
+	t.Helper()
+	for i, cl := range calls {
+		if (cl.Reply == nil) == (cl.Err == nil) {
+			t.Errorf("%s: call %d of %d has reply %v and error %v; a Node sets exactly one of Reply (non-nil, empty for an empty array) and Err",
+				what, i+1, len(calls), cl.Reply, cl.Err)
+		}
+	}
+}
+
+func expect(t *testing.T, what string, got, want []int64) {
+	t.Helper()
+	if !slices.Equal(got, want) {
+		t.Errorf("%s: reply %s, want %s", what, ints(got), ints(want))
+	}
 }
 
 func testNoScript(t *testing.T, c *nodeCase) {
-	sc := dlm.NewScript(c.script("return {7}"))
-	r, err := c.EvalSHA(ctx(t), sc.SHA1(), []string{c.key("k")})
+	sc := nodekit.NewScript(c.script("return {7}"))
+	r, err := c.evalSHA(t, ctx(t), sc.SHA1(), []string{c.key("k")})
 	if !errors.Is(err, dlm.ErrNoScript) {
 		t.Fatalf("EvalSHA of a script the server never saw: reply %v, error %v; want an error matching dlm.ErrNoScript", r, err)
 	}
 }
 
 func testEvalCachesScript(t *testing.T, c *nodeCase) {
-	sc := dlm.NewScript(c.script("return {7, -7}"))
+	sc := nodekit.NewScript(c.script("return {7, -7}"))
 	keys := []string{c.key("k")}
 	expect(t, "Eval", c.eval(t, sc.Source(), keys), []int64{7, -7})
-	r, err := c.EvalSHA(ctx(t), sc.SHA1(), keys)
+	r, err := c.evalSHA(t, ctx(t), sc.SHA1(), keys)
 	if err != nil {
-		t.Fatalf("EvalSHA after Eval of the same source: %v (Eval must send EVAL with the source; the server caches it)", err)
+		t.Fatalf("EvalSHA after Eval of the same source: %v (a call with a Source must send EVAL with it; the server caches it)", err)
 	}
 	expect(t, "EvalSHA after Eval", r, []int64{7, -7})
 }
 
 func testScriptRunFallsBack(t *testing.T, c *nodeCase) {
-	sc := dlm.NewScript(c.script("return {tonumber(ARGV[1]) + 1}"))
+	sc := nodekit.NewScript(c.script("return {tonumber(ARGV[1]) + 1}"))
 	keys := []string{c.key("k")}
 	for i := range 2 { // first through EVAL, then through EVALSHA
 		r, err := sc.Run(ctx(t), c, keys, "41")
@@ -179,7 +223,7 @@ func testScriptErrors(t *testing.T, c *nodeCase) {
 		"return {1} +", // does not compile
 	} {
 		src = c.script(src)
-		r, err := c.Eval(ctx(t), src, keys)
+		r, err := c.evalCtx(t, ctx(t), src, keys)
 		switch {
 		case err == nil:
 			t.Errorf("Eval(%s): reply %v and no error, want an error", quote(src), r)
@@ -188,123 +232,15 @@ func testScriptErrors(t *testing.T, c *nodeCase) {
 		}
 	}
 	// The same through EVALSHA: once cached, an erroring script is not NOSCRIPT.
-	sc := dlm.NewScript(c.script("return redis.error_reply('CONFORMANCE error reply')"))
-	_, _ = c.Eval(ctx(t), sc.Source(), keys)
-	_, err := c.EvalSHA(ctx(t), sc.SHA1(), keys)
+	sc := nodekit.NewScript(c.script("return redis.error_reply('CONFORMANCE error reply')"))
+	_, _ = c.evalCtx(t, ctx(t), sc.Source(), keys)
+	_, err := c.evalSHA(t, ctx(t), sc.SHA1(), keys)
 	switch {
 	case err == nil:
 		t.Errorf("EvalSHA of a script replying with an error: no error")
 	case errors.Is(err, dlm.ErrNoScript):
 		t.Errorf("EvalSHA of a cached script replying with an error: %v matches dlm.ErrNoScript, so Script.Run would run it twice", err)
 	}
-}
-
-func testIntegerReplies(t *testing.T, c *nodeCase) {
-	keys := []string{c.key("k")}
-	expect(t, "mixed values", c.eval(t, c.script(
-		"return {0, 1, -1, -2, 2147483648, -2147483649, 4294967296, 9007199254740992, -9007199254740992}"), keys),
-		[]int64{0, 1, -1, -2, 2147483648, -2147483649, 4294967296, 1 << 53, -1 << 53})
-	expect(t, "one value", c.eval(t, c.script("return {-42}"), keys), []int64{-42})
-	expect(t, "from redis.call", c.eval(t, c.script(
-		"redis.call('SET', KEYS[1], '10', 'PX', 60000) return {redis.call('INCRBY', KEYS[1], -15), redis.call('PTTL', KEYS[1]) > 0 and 1 or 0}"), keys),
-		[]int64{-5, 1})
-	if r := c.eval(t, c.script("return {}"), keys); len(r) != 0 {
-		t.Errorf("empty array: reply %s, want no values", ints(r))
-	}
-	var want []int64
-	for i := range 300 {
-		want = append(want, int64(i-150)*1000003)
-	}
-	expect(t, "300 values", c.eval(t, c.script("local t = {} for i = 1, 300 do t[i] = (i - 151) * 1000003 end return t"), keys), want)
-}
-
-func testOtherReplyShapes(t *testing.T, c *nodeCase) {
-	keys := []string{c.key("k")}
-	for _, tc := range []struct{ what, src string }{
-		{"bulk string", "return 'x'"},
-		{"numeric string", "return '1'"},
-		{"integer", "return 1"},
-		{"nil", "return nil"},
-		{"boolean", "return true"},
-		{"status", "return redis.status_reply('OK')"},
-		{"array with a string", "return {1, 'x'}"},
-		{"array with a numeric string", "return {1, '2'}"},
-		{"array with nil", "return {1, false}"},
-		{"nested array", "return {1, {2}}"},
-	} {
-		r, err := c.Eval(ctx(t), c.script(tc.src), keys)
-		if err == nil {
-			t.Errorf("%s reply (%s): got %s and no error, want an error", tc.what, tc.src, ints(r))
-		}
-	}
-}
-
-// bytesScript replies, for every key and then every argument, its length
-// followed by its bytes.
-const bytesScript = `local out = {}
-local function add(s)
-  out[#out + 1] = #s
-  for i = 1, #s do out[#out + 1] = string.byte(s, i) end
-end
-for _, k in ipairs(KEYS) do add(k) end
-for _, a in ipairs(ARGV) do add(a) end
-return out`
-
-func bytesOf(ss ...string) []int64 {
-	var out []int64
-	for _, s := range ss {
-		out = append(out, int64(len(s)))
-		for i := range len(s) {
-			out = append(out, int64(s[i]))
-		}
-	}
-	return out
-}
-
-var binaryStrings = []string{"\x00", "a\x00b", "\r\n", "*1\r\n$4\r\nPING\r\n", "\xff\xfe\x80", "é ü 鍵", " \t", "{}"}
-
-func testBinaryKeys(t *testing.T, c *nodeCase) {
-	src := c.script(bytesScript)
-	for _, s := range binaryStrings {
-		k := c.key(s)
-		expect(t, "key "+quote(k), c.eval(t, src, []string{k}), bytesOf(k))
-	}
-	// A value stored under a binary key is found under the same key.
-	k := c.key("\x00\r\n\xff")
-	r := c.eval(t, c.script(`redis.call('SET', KEYS[1], 'v', 'PX', 60000)
-return {redis.call('EXISTS', KEYS[1]), redis.call('EXISTS', KEYS[2])}`), []string{k, c.key("\x00\r\n")})
-	expect(t, "SET then EXISTS under a binary key", r, []int64{1, 0})
-}
-
-func testBinaryArgs(t *testing.T, c *nodeCase) {
-	src := c.script(bytesScript)
-	for _, s := range append(binaryStrings, "", string(make([]byte, 3000))) {
-		expect(t, "argument "+quote(s), c.eval(t, src, nil, s), bytesOf(s))
-	}
-	// A token stored and compared, as lock scripts do.
-	token := "tok\x00\r\n\xff"
-	r := c.eval(t, c.script(`redis.call('SET', KEYS[1], ARGV[1], 'PX', 60000)
-return {redis.call('GET', KEYS[1]) == ARGV[1] and 1 or 0, redis.call('GET', KEYS[1]) == ARGV[2] and 1 or 0}`),
-		[]string{c.key("token")}, token, token[:len(token)-1])
-	expect(t, "stored token compared with itself and with a prefix of itself", r, []int64{1, 0})
-}
-
-func testArgumentOrder(t *testing.T, c *nodeCase) {
-	src := c.script(bytesScript)
-	keys := []string{c.key("a"), c.key("bb"), c.key("ccc")}
-	for _, args := range [][]string{nil, {}, {"1"}, {"1", "", "3"}, {"", ""}, {"x", "yy", "zzz", "", "5"}} {
-		want := bytesOf(append(slices.Clone(keys), args...)...)
-		expect(t, fmt.Sprintf("3 keys, args %q", args), c.eval(t, src, keys, args...), want)
-	}
-	expect(t, "no keys, no args", c.eval(t, src, nil), nil)
-	expect(t, "no keys, args", c.eval(t, src, []string{}, "p", "q"), bytesOf("p", "q"))
-	// Through EVALSHA too.
-	sc := dlm.NewScript(src)
-	r, err := sc.Run(ctx(t), c, keys, "1", "", "3")
-	if err != nil {
-		t.Fatalf("Script.Run: %v", err)
-	}
-	expect(t, "Script.Run, 3 keys, 3 args", r, bytesOf(append(slices.Clone(keys), "1", "", "3")...))
 }
 
 // setNX sets KEYS[1] to ARGV[1] with a TTL of ARGV[2] ms only when it is
@@ -350,137 +286,6 @@ func testExpiry(t *testing.T, c *nodeCase) {
 	}
 }
 
-func testCanceledContext(t *testing.T, c *nodeCase) {
-	cx, cancel := context.WithCancel(context.Background())
-	cancel()
-	r, err := c.Eval(cx, c.script("return {1}"), []string{c.key("k")})
-	if !errors.Is(err, context.Canceled) {
-		t.Errorf("Eval with a canceled context: reply %v, error %v; want an error matching context.Canceled", r, err)
-	}
-	cx, cancel = context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
-	defer cancel()
-	r, err = c.EvalSHA(cx, dlm.NewScript(c.script("return {1}")).SHA1(), []string{c.key("k")})
-	if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, os.ErrDeadlineExceeded) {
-		t.Errorf("EvalSHA with an expired deadline: reply %v, error %v; want an error matching context.DeadlineExceeded", r, err)
-	}
-}
-
-// busyScript blocks the server: it busy-waits on the server clock for
-// ARGV[1] microseconds and replies {1}.
-const busyScript = `local function now()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-local start = now()
-while now() - start < tonumber(ARGV[1]) do end
-return {1}`
-
-// The server is blocked for busyFor; a call with a 100ms deadline must
-// return well before the server answers again.
-const (
-	busyFor   = 1500 * time.Millisecond
-	callLimit = 100 * time.Millisecond
-	returnBy  = 900 * time.Millisecond // generous: a loaded machine is slow
-)
-
-// whileBlocked blocks the server that holds c's keys, calls f with a fresh
-// probe script while it is blocked, and waits until the server answers
-// again. f reports whether the call was answered by the server before it was
-// blocked, in which case the probe is tried again.
-func whileBlocked(t *testing.T, c *nodeCase, f func(probe string, keys []string) (early bool)) {
-	t.Helper()
-	busyKeys := []string{c.key("busy")}
-	busy := c.script(busyScript)
-	for attempt := 1; ; attempt++ {
-		done := make(chan error, 1)
-		go func() {
-			cx, cancel := context.WithTimeout(context.Background(), callTimeout)
-			defer cancel()
-			_, err := c.Eval(cx, busy, busyKeys, strconv.FormatInt(busyFor.Microseconds(), 10))
-			done <- err
-		}()
-		time.Sleep(150 * time.Millisecond) // let the busy script reach the server
-		early := f(c.script(fmt.Sprintf("return {%d}", attempt)), []string{c.key("probe")})
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Logf("the busy script failed: %v", err)
-			}
-		case <-time.After(callTimeout + time.Second):
-			t.Fatal("the busy script did not return")
-		}
-		waitAnswering(t, c)
-		if !early || t.Failed() {
-			return
-		}
-		if attempt == 3 {
-			t.Fatal("the server answered every probe before the busy script blocked it; the machine is too slow for this rule")
-		}
-	}
-}
-
-// waitAnswering waits until the server answers a trivial script again.
-func waitAnswering(t *testing.T, c *nodeCase) {
-	t.Helper()
-	deadline := time.Now().Add(callTimeout)
-	for {
-		cx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_, err := c.Eval(cx, c.script("return {1}"), []string{c.key("busy")})
-		cancel()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the server does not answer after the busy script: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-func testDeadline(t *testing.T, c *nodeCase) {
-	whileBlocked(t, c, func(probe string, keys []string) bool {
-		cx, cancel := context.WithTimeout(context.Background(), callLimit)
-		defer cancel()
-		start := time.Now()
-		r, err := c.Eval(cx, probe, keys)
-		took := time.Since(start)
-		switch {
-		case err == nil && took < callLimit:
-			return true // answered before the server was blocked
-		case err == nil:
-			t.Errorf("while the server was blocked, a call with a %v deadline returned a reply %v after %v: the deadline is not enforced", callLimit, r, took.Round(time.Millisecond))
-		case took > returnBy:
-			t.Errorf("while the server was blocked, a call with a %v deadline returned after %v (error %v): the deadline is not enforced on the connection", callLimit, took.Round(time.Millisecond), err)
-		case !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, os.ErrDeadlineExceeded):
-			t.Errorf("the call that ran out of time returned %v, want an error matching context.DeadlineExceeded", err)
-		}
-		return false
-	})
-}
-
-func testCancel(t *testing.T, c *nodeCase) {
-	whileBlocked(t, c, func(probe string, keys []string) bool {
-		cx, cancel := context.WithCancel(context.Background())
-		timer := time.AfterFunc(callLimit, cancel)
-		defer timer.Stop()
-		defer cancel()
-		start := time.Now()
-		r, err := c.Eval(cx, probe, keys)
-		took := time.Since(start)
-		switch {
-		case err == nil && took < callLimit:
-			return true
-		case err == nil:
-			t.Errorf("while the server was blocked, a call canceled after %v returned a reply %v after %v: cancellation is ignored", callLimit, r, took.Round(time.Millisecond))
-		case took > returnBy:
-			t.Errorf("while the server was blocked, a call canceled after %v returned after %v (error %v): cancellation is ignored", callLimit, took.Round(time.Millisecond), err)
-		case !errors.Is(err, context.Canceled):
-			t.Errorf("the canceled call returned %v, want an error matching context.Canceled", err)
-		}
-		return false
-	})
-}
-
 func testOneWinner(t *testing.T, c *nodeCase) {
 	const n = 64
 	src := c.script(setNX)
@@ -497,7 +302,7 @@ func testOneWinner(t *testing.T, c *nodeCase) {
 			<-start
 			cx, cancel := context.WithTimeout(context.Background(), callTimeout)
 			defer cancel()
-			r, err := c.Eval(cx, src, k, "owner-"+strconv.Itoa(i), "60000")
+			r, err := c.evalCtx(t, cx, src, k, "owner-"+strconv.Itoa(i), "60000")
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
@@ -523,7 +328,7 @@ func testOneWinner(t *testing.T, c *nodeCase) {
 
 func testConcurrentUse(t *testing.T, c *nodeCase) {
 	const goroutines, calls = 32, 25
-	sc := dlm.NewScript(c.script(`redis.call('SET', KEYS[1], ARGV[1], 'PX', 60000)
+	sc := nodekit.NewScript(c.script(`redis.call('SET', KEYS[1], ARGV[1], 'PX', 60000)
 return {tonumber(ARGV[1]), -tonumber(ARGV[1]), tonumber(redis.call('GET', KEYS[1]))}`))
 	var (
 		wg   sync.WaitGroup
@@ -535,12 +340,13 @@ return {tonumber(ARGV[1]), -tonumber(ARGV[1]), tonumber(redis.call('GET', KEYS[1
 			for i := range calls {
 				v := int64(g*1000 + i + 1)
 				cx, cancel := context.WithTimeout(context.Background(), callTimeout)
+				keys, arg := []string{c.key("g" + strconv.Itoa(g))}, strconv.FormatInt(v, 10)
 				var r []int64
 				var err error
 				if i%2 == 0 {
-					r, err = sc.Run(cx, c, []string{c.key("g" + strconv.Itoa(g))}, strconv.FormatInt(v, 10))
+					r, err = sc.Run(cx, c, keys, arg)
 				} else {
-					r, err = c.Eval(cx, sc.Source(), []string{c.key("g" + strconv.Itoa(g))}, strconv.FormatInt(v, 10))
+					r, err = c.evalCtx(t, cx, sc.Source(), keys, arg)
 				}
 				cancel()
 				if err == nil && !slices.Equal(r, []int64{v, -v, v}) {

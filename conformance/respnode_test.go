@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"slices"
 	"strconv"
@@ -15,12 +16,14 @@ import (
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/conformance"
 	"github.com/dlmgo/dlm/internal/redistest"
+	"github.com/dlmgo/dlm/nodekit"
 	"github.com/dlmgo/dlm/strategy"
 )
 
 // RESPNode is a complete dlm.Node over one TCP connection, speaking RESP
-// with nothing but the standard library: the smallest driver that passes
-// conformance.RunNode. Calls take turns on the connection.
+// with nothing but the standard library and nodekit: the smallest driver
+// that passes conformance.RunNode. Calls take turns on the connection. It
+// cannot Watch (it would need a second connection), and says so.
 type RESPNode struct {
 	addr string
 	turn chan struct{} // holds a token while a call uses the connection
@@ -34,12 +37,65 @@ func NewRESPNode(addr string) *RESPNode {
 
 func (n *RESPNode) String() string { return "resp(" + n.addr + ")" }
 
-func (n *RESPNode) EvalSHA(ctx context.Context, sha1 string, keys []string, args ...string) ([]int64, error) {
-	return n.do(ctx, "EVALSHA", sha1, keys, args)
+func (n *RESPNode) Run(ctx context.Context, calls []dlm.Call) {
+	if len(calls) > 0 {
+		replies, err := n.roundTrip(ctx, commands(calls))
+		settle(calls, replies, err)
+	}
 }
 
-func (n *RESPNode) Eval(ctx context.Context, src string, keys []string, args ...string) ([]int64, error) {
-	return n.do(ctx, "EVAL", src, keys, args)
+func (n *RESPNode) RunWait(ctx context.Context, calls []dlm.Call, w dlm.Wait) (dlm.Acks, error) {
+	wait, err := nodekit.WaitCommand(w)
+	if err != nil {
+		nodekit.Fail(calls, err)
+		return dlm.Acks{}, err
+	}
+	replies, err := n.roundTrip(ctx, append(commands(calls), wait))
+	settle(calls, replies, err)
+	for _, c := range calls {
+		if c.Err != nil {
+			return dlm.Acks{}, c.Err
+		}
+	}
+	if err != nil {
+		return dlm.Acks{}, err
+	}
+	if e, ok := replies[len(calls)].(errorReply); ok {
+		return dlm.Acks{}, e
+	}
+	return nodekit.ParseAcks(w, replies[len(calls)])
+}
+
+func (n *RESPNode) Watch(context.Context, string, func(string)) (func(), error) {
+	return nil, fmt.Errorf("%v: Watch: %w", n, errors.ErrUnsupported)
+}
+
+// commands returns the EVAL or EVALSHA command of each call.
+func commands(calls []dlm.Call) [][]string {
+	cmds := make([][]string, len(calls))
+	for i, c := range calls {
+		cmd, script := "EVALSHA", c.SHA1
+		if c.Source != "" {
+			cmd, script = "EVAL", c.Source
+		}
+		cmds[i] = slices.Concat([]string{cmd, script, strconv.Itoa(len(c.Keys))}, c.Keys, c.Args)
+	}
+	return cmds
+}
+
+// settle sets each call's Reply or Err from its reply; calls whose reply
+// did not arrive get err.
+func settle(calls []dlm.Call, replies []any, err error) {
+	for i := range calls {
+		switch {
+		case i >= len(replies):
+			calls[i].Reply, calls[i].Err = nil, err
+		case isErrorReply(replies[i]):
+			calls[i].Reply, calls[i].Err = nil, nodekit.ReplyError(replies[i].(errorReply))
+		default:
+			calls[i].Reply, calls[i].Err = nodekit.Ints(replies[i])
+		}
+	}
 }
 
 // An errorReply is an error the server sent; the connection stays in step.
@@ -47,7 +103,11 @@ type errorReply string
 
 func (e errorReply) Error() string { return string(e) }
 
-func (n *RESPNode) do(ctx context.Context, cmd, script string, keys, args []string) ([]int64, error) {
+func isErrorReply(v any) bool { _, ok := v.(errorReply); return ok }
+
+// roundTrip sends cmds, pipelined, and reads their replies: all of them, or
+// those that arrived before the error that stopped it.
+func (n *RESPNode) roundTrip(ctx context.Context, cmds [][]string) ([]any, error) {
 	select { // wait for our turn, or for ctx to end
 	case n.turn <- struct{}{}:
 		defer func() { <-n.turn }()
@@ -71,13 +131,20 @@ func (n *RESPNode) do(ctx context.Context, cmd, script string, keys, args []stri
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) }) // wakes a blocked read
 	defer stop()
 
-	r, err := n.roundTrip(slices.Concat([]string{cmd, script, strconv.Itoa(len(keys))}, keys, args))
-	var reply errorReply
-	if errors.As(err, &reply) {
-		if strings.HasPrefix(string(reply), "NOSCRIPT") {
-			return nil, fmt.Errorf("%w: %w", dlm.ErrNoScript, err)
+	var b strings.Builder
+	for _, argv := range cmds {
+		fmt.Fprintf(&b, "*%d\r\n", len(argv))
+		for _, a := range argv {
+			fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
 		}
-		return nil, err
+	}
+	var replies []any
+	_, err := io.WriteString(conn, b.String())
+	for err == nil && len(replies) < len(cmds) {
+		var v any
+		if v, err = n.value(); err == nil {
+			replies = append(replies, v)
+		}
 	}
 	if err != nil { // the connection may be out of step: drop it
 		_ = conn.Close()
@@ -86,54 +153,46 @@ func (n *RESPNode) do(ctx context.Context, cmd, script string, keys, args []stri
 			err = fmt.Errorf("%w: %w", ctx.Err(), err)
 		}
 	}
-	return r, err
+	return replies, err
 }
 
-// roundTrip sends one command and reads an array of integers.
-func (n *RESPNode) roundTrip(argv []string) ([]int64, error) {
-	var b strings.Builder
-	fmt.Fprintf(&b, "*%d\r\n", len(argv))
-	for _, a := range argv {
-		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
-	}
-	if _, err := n.conn.Write([]byte(b.String())); err != nil {
-		return nil, err
-	}
-	kind, line, err := n.line()
-	if err != nil {
-		return nil, err
-	}
-	if kind == '-' {
-		return nil, errorReply(line)
-	}
-	count, err := strconv.Atoi(line)
-	if kind != '*' || err != nil || count < 0 {
-		return nil, fmt.Errorf("script replied %c%s, want an array of integers", kind, line)
-	}
-	out := make([]int64, count)
-	for i := range out {
-		kind, line, err := n.line()
-		if err != nil {
-			return nil, err
-		}
-		if out[i], err = strconv.ParseInt(line, 10, 64); kind != ':' || err != nil {
-			return nil, fmt.Errorf("script reply element %d is %c%s, want an integer", i, kind, line)
-		}
-	}
-	return out, nil
-}
-
-// line reads one RESP line: its type byte and the rest, without CRLF.
-func (n *RESPNode) line() (byte, string, error) {
+// value reads one RESP2 value: string, errorReply, int64, []any or nil.
+func (n *RESPNode) value() (any, error) {
 	s, err := n.r.ReadString('\n')
 	if err != nil {
-		return 0, "", err
+		return nil, err
 	}
 	s = strings.TrimSuffix(s, "\r\n")
 	if s == "" {
-		return 0, "", errors.New("empty RESP line")
+		return nil, errors.New("empty RESP line")
 	}
-	return s[0], s[1:], nil
+	kind, line := s[0], s[1:]
+	switch kind {
+	case '+':
+		return line, nil
+	case '-':
+		return errorReply(line), nil
+	case ':':
+		return strconv.ParseInt(line, 10, 64)
+	}
+	size, err := strconv.Atoi(line)
+	switch {
+	case err != nil || kind != '$' && kind != '*':
+		return nil, fmt.Errorf("bad RESP line %q", s)
+	case size < 0:
+		return nil, nil
+	case kind == '$':
+		buf := make([]byte, size+2)
+		_, err := io.ReadFull(n.r, buf)
+		return string(buf[:size]), err
+	}
+	arr := make([]any, size)
+	for i := range arr {
+		if arr[i], err = n.value(); err != nil {
+			return nil, err
+		}
+	}
+	return arr, nil
 }
 
 // The three lines that run the suite on a driver.

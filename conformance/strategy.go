@@ -26,10 +26,9 @@ type Topology struct {
 
 // RunStrategy checks that the strategies newStrategy builds keep every rule
 // of the dlm.Strategy contract, each in a subtest named after the rule.
-// Before calling newStrategy it wraps every node in a [FaultyNode] (passed
-// as [FaultyNode.WithAbilities], so the node's optional abilities stay
-// visible to type assertions and see the faults too), and it injects faults
-// through those wrappers:
+// Before calling newStrategy it wraps every node in a [FaultyNode], whose
+// faults apply to every Node method, and it injects faults through those
+// wrappers:
 //
 //   - MutualExclusion: a held key is refused to another token with an error
 //     matching dlm.ErrNotAcquired, and granted to it after release.
@@ -48,22 +47,25 @@ type Topology struct {
 //     dlm.ErrInvalid, without a panic.
 //   - DownTolerated, DownBeyondQuorum: with as many nodes down as the quorum
 //     allows the lock is granted; with one more it is refused, and nothing
-//     is left behind that blocks the next owner once the nodes are back.
+//     is left behind that blocks the next owner once the nodes are back
+//     (the strategy may undo its partial work in the background, within a
+//     second).
 //   - ReplyLostTolerated, ReplyLostBeyondQuorum: the same with nodes that
 //     apply commands and lose the replies; the strategy undoes writes it
 //     never saw answered.
 //   - SlowBeyondDeadline: with too many nodes slower than the context
-//     allows, Acquire returns near the deadline, refused.
+//     allows, Acquire returns near the deadline, refused, and the key is
+//     granted within a second once the nodes are back.
 //   - SlowLease: the lease counts from before the request, so a slow node
 //     shortens it.
-//   - BatchExtend (a dlm.BatchExtender only): ExtendMany extends the locks
-//     the token holds and, lock by lock, refuses the others (dlm.ErrNotHeld)
-//     and bad input (dlm.ErrInvalid).
-//   - WatchRelease (a dlm.ReleaseWatcher whose nodes can notify): a release
-//     calls notify within a second; a cancelled context fails.
+//   - BatchExtend: ExtendMany extends the locks the token holds and, lock by
+//     lock, refuses the others (dlm.ErrNotHeld) and bad input (dlm.ErrInvalid).
+//   - WatchRelease: a release calls notify within a second; a cancelled
+//     context fails.
 //
 // Rules that need more nodes than the topology can lose are skipped with the
-// reason (a single endpoint tolerates no failed node).
+// reason (a single endpoint tolerates no failed node), and so is
+// WatchRelease when it reports errors.ErrUnsupported.
 func RunStrategy(t *testing.T, topology Topology, newStrategy func(nodes []dlm.Node) (dlm.Strategy, error)) {
 	t.Helper()
 	if topology.Nodes == nil || newStrategy == nil {
@@ -86,7 +88,7 @@ func RunStrategy(t *testing.T, topology Topology, newStrategy func(nodes []dlm.N
 			wrapped := make([]dlm.Node, len(nodes))
 			for i, n := range nodes {
 				c.faulty = append(c.faulty, Wrap(n))
-				wrapped[i] = c.faulty[i].WithAbilities()
+				wrapped[i] = c.faulty[i]
 			}
 			s, err := newStrategy(wrapped)
 			if err != nil {
@@ -221,23 +223,31 @@ func testStrategyOneWinner(t *testing.T, c *strategyCase) {
 		// votes), but with healthy nodes someone must then get it, long
 		// before the losers' TTL: a loser may still be undoing grants whose
 		// replies came after it had given up.
-		deadline := time.Now().Add(settleTime)
-		for {
-			_, err := c.Acquire(ctx(t), k, "late", ttl)
-			if err == nil {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("after a race nobody won, the key was still refused %v later: %v", settleTime, err)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		c.acquireSettled(t, k, "late", "after a race nobody won")
 	}
 }
 
 // settleTime bounds how long a strategy may take to undo a failed
 // acquisition in the background.
 const settleTime = time.Second
+
+// acquireSettled acquires key for token with healthy nodes, retrying for up
+// to settleTime while the strategy may still be undoing a failed
+// acquisition in the background; after, the key must be granted.
+func (c *strategyCase) acquireSettled(t *testing.T, key, token, after string) {
+	t.Helper()
+	deadline := time.Now().Add(settleTime)
+	for {
+		_, err := c.Acquire(ctx(t), key, token, ttl)
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s, the key was still refused to %s %v later: %v; the strategy must undo its partial work, on nodes whose reply it never saw too", after, token, settleTime, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
 
 func testReacquire(t *testing.T, c *strategyCase) {
 	k := c.key("k")
@@ -400,75 +410,4 @@ func testInvalidArguments(t *testing.T, c *strategyCase) {
 	check("Extend with an empty key", func() error { _, err := c.Extend(ctx(t), "", "A", ttl); return err })
 	check("Extend with a zero TTL", func() error { _, err := c.Extend(ctx(t), k, "A", 0); return err })
 	check("Release with an empty token", func() error { return c.Release(ctx(t), k, "") })
-}
-
-func faultTolerated(fault Fault) func(t *testing.T, c *strategyCase) {
-	return func(t *testing.T, c *strategyCase) {
-		f := c.tolerated()
-		if f == 0 {
-			t.Skipf("a quorum of %d of %d nodes tolerates no %s node", c.quorum, len(c.faulty), fault)
-		}
-		k := c.key("k")
-		c.inject(f, fault)
-		c.acquire(t, k, "A", ttl)
-		c.refused(t, k, "B", ttl, fmt.Sprintf("while A holds it, with %d nodes %s", f, fault))
-		if _, err := c.Extend(ctx(t), k, "A", ttl); err != nil {
-			t.Errorf("Extend with %d of %d nodes %s: %v", f, len(c.faulty), fault, err)
-		}
-		_ = c.Release(ctx(t), k, "A") // a node that lost the reply may make it report an error
-		c.inject(0, Fault{})
-		c.acquire(t, k, "B", ttl) // released everywhere, the nodes that had faults included
-	}
-}
-
-func faultBeyondQuorum(fault Fault) func(t *testing.T, c *strategyCase) {
-	return func(t *testing.T, c *strategyCase) {
-		k := c.key("k")
-		n := c.tolerated() + 1
-		c.inject(n, fault)
-		c.refused(t, k, "A", ttl, fmt.Sprintf("with %d of %d nodes %s (quorum %d)", n, len(c.faulty), fault, c.quorum))
-		c.inject(0, Fault{})
-		l, err := c.Acquire(ctx(t), k, "B", ttl)
-		if err != nil {
-			t.Fatalf("after A was refused with %d nodes %s and the nodes recovered, B was refused too: %v; the strategy must undo its partial work, on nodes whose reply it never saw too", n, fault, err)
-		}
-		_ = l
-	}
-}
-
-func testSlowBeyondDeadline(t *testing.T, c *strategyCase) {
-	const deadline = 200 * time.Millisecond
-	k := c.key("k")
-	n := c.tolerated() + 1
-	c.inject(n, Fault{Delay: 30 * time.Second})
-	cx, cancel := context.WithTimeout(context.Background(), deadline)
-	defer cancel()
-	start := time.Now()
-	l, err := c.Acquire(cx, k, "A", ttl)
-	took := time.Since(start)
-	if err == nil {
-		t.Fatalf("Acquire with %d of %d nodes slower than its %v deadline granted %+v", n, len(c.faulty), deadline, l)
-	}
-	if !errors.Is(err, dlm.ErrNotAcquired) {
-		t.Errorf("Acquire with too many slow nodes: error %v does not match dlm.ErrNotAcquired", err)
-	}
-	// A strategy may spend a bounded cleanup after the deadline.
-	if took > deadline+3*time.Second {
-		t.Errorf("Acquire with a %v deadline returned after %v", deadline, took.Round(time.Millisecond))
-	}
-	c.inject(0, Fault{})
-	c.acquire(t, k, "B", ttl)
-}
-
-func testSlowLease(t *testing.T, c *strategyCase) {
-	const delay = 300 * time.Millisecond
-	c.inject(len(c.faulty), Fault{Delay: delay})
-	before := time.Now()
-	l := c.acquire(t, c.key("k"), "A", ttl)
-	if limit := before.Add(ttl); l.Until.After(limit) {
-		t.Errorf("with every node %v slow, Until is %v past the request's start plus the TTL: the lease must count from before the request", delay, l.Until.Sub(limit))
-	}
-	if !l.Until.After(time.Now()) {
-		t.Error("the lease granted is already over")
-	}
 }

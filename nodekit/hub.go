@@ -8,7 +8,9 @@ import (
 
 // A PubSub is a driver's dedicated pub/sub connection: the primitive a Hub
 // builds dlm.Node.Watch on. Its methods are called by one Hub, with the
-// Hub's lock held, so they need no locking of their own against each other.
+// Hub's lock held, so they need no locking of their own against each other;
+// for the same reason they must not wait for the server's replies (the
+// Events callbacks that report them take that lock): they send and return.
 type PubSub interface {
 	// Subscribe asks the server to subscribe to channels. It does not wait
 	// for the confirmations: the driver reports them with Events.Subscribed.
@@ -24,8 +26,14 @@ type PubSub interface {
 type Events struct {
 	// Message delivers a message published on channel.
 	Message func(channel, payload string)
-	// Subscribed confirms a subscription to channel.
+	// Subscribed confirms a subscription to channel. It is reported once
+	// per channel of each Subscribe, as Redis replies to SUBSCRIBE.
 	Subscribed func(channel string)
+	// Refused reports, instead of Subscribed, that a subscription to
+	// channel cannot be made (the server replied to SUBSCRIBE with an
+	// error, or the client is closed): the Watch calls waiting for its
+	// confirmation fail with err.
+	Refused func(channel string, err error)
 	// Broken reports that the connection failed and that the driver will not
 	// re-establish it. The Hub then opens a new one and subscribes to its
 	// channels again. A driver whose client re-establishes connections and
@@ -51,12 +59,19 @@ type Hub struct {
 	idle   *time.Timer
 }
 
-type hubConn struct{ ps PubSub }
+type hubConn struct {
+	ps PubSub
+	// pending counts, per channel, the subscriptions asked for and not yet
+	// confirmed: a channel unsubscribed and subscribed again must be
+	// confirmed by the reply to the last SUBSCRIBE, not to an earlier one.
+	pending map[string]int
+}
 
 type hubSub struct {
 	handlers  map[int]func(string)
 	confirmed chan struct{}
-	ok        bool // confirmed is closed
+	ok        bool  // confirmed is closed
+	err       error // why it was refused; set before confirmed is closed
 }
 
 // NewHub returns a Hub that opens its connection with open. open must
@@ -67,6 +82,9 @@ func NewHub(open func(ctx context.Context, ev Events) (PubSub, error)) *Hub {
 
 // Watch implements dlm.Node.Watch.
 func (h *Hub) Watch(ctx context.Context, channel string, notify func(payload string)) (func(), error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err // neither dial nor subscribe for a call already over
+	}
 	h.mu.Lock()
 	if h.idle != nil {
 		h.idle.Stop()
@@ -89,6 +107,7 @@ func (h *Hub) Watch(ctx context.Context, channel string, notify func(payload str
 	s.handlers[id] = notify
 	var err error
 	if first {
+		h.conn.pending[channel]++
 		err = h.conn.ps.Subscribe(ctx, channel)
 	}
 	h.mu.Unlock()
@@ -100,6 +119,10 @@ func (h *Hub) Watch(ctx context.Context, channel string, notify func(payload str
 	}
 	select {
 	case <-s.confirmed:
+		if s.err != nil {
+			stop()
+			return nil, s.err
+		}
 		return stop, nil
 	case <-ctx.Done():
 		stop()
@@ -110,10 +133,11 @@ func (h *Hub) Watch(ctx context.Context, channel string, notify func(payload str
 // connectLocked opens a connection whose events reach the Hub for as long
 // as it is the Hub's, and subscribes on it to every channel watched.
 func (h *Hub) connectLocked(ctx context.Context) error {
-	c := &hubConn{}
+	c := &hubConn{pending: map[string]int{}}
 	ps, err := h.open(context.WithoutCancel(ctx), Events{
 		Message:    func(ch, payload string) { h.message(c, ch, payload) },
 		Subscribed: func(ch string) { h.subscribed(c, ch) },
+		Refused:    func(ch string, err error) { h.refused(c, ch, err) },
 		Broken:     func(error) { h.broken(c) },
 	})
 	if err != nil {
@@ -124,6 +148,7 @@ func (h *Hub) connectLocked(ctx context.Context) error {
 		chans := make([]string, 0, len(h.subs))
 		for ch := range h.subs {
 			chans = append(chans, ch)
+			c.pending[ch]++
 		}
 		if err := ps.Subscribe(ctx, chans...); err != nil {
 			_ = ps.Close()
@@ -174,8 +199,32 @@ func (h *Hub) closeIdle(c *hubConn) {
 func (h *Hub) subscribed(c *hubConn, channel string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if s := h.subs[channel]; h.conn == c && s != nil && !s.ok {
+	if h.conn != c {
+		return
+	}
+	if c.pending[channel]--; c.pending[channel] > 0 {
+		return
+	}
+	delete(c.pending, channel)
+	if s := h.subs[channel]; s != nil && !s.ok {
 		s.ok = true
+		close(s.confirmed)
+	}
+}
+
+// refused answers a Subscribe as subscribed does, with a refusal.
+func (h *Hub) refused(c *hubConn, channel string, err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.conn != c {
+		return
+	}
+	if c.pending[channel]--; c.pending[channel] > 0 {
+		return
+	}
+	delete(c.pending, channel)
+	if s := h.subs[channel]; s != nil && !s.ok {
+		s.ok, s.err = true, err
 		close(s.confirmed)
 	}
 }

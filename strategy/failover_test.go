@@ -185,7 +185,7 @@ func TestFailoverReplicated(t *testing.T) {
 			assert.Equal(t, tc.wanted, ack.Wanted)
 			assert.Equal(t, 2, ack.Connected)
 			assert.ErrorContains(t, err, fmt.Sprintf("%d of %d replicas acknowledged", tc.acked, tc.wanted))
-			assert.Zero(t, primary.Exists(ctx, "dlm:{"+key+"}").Val(), "rolled back")
+			assert.Eventually(t, func() bool { return primary.Exists(ctx, "dlm:{"+key+"}").Val() == 0 }, time.Second, 5*time.Millisecond, "rolled back")
 		}
 	})
 
@@ -208,7 +208,7 @@ func TestFailoverReplicated(t *testing.T) {
 			assert.Equal(t, tc.acked, ack.Acked)
 			assert.Equal(t, tc.wanted, ack.Wanted)
 			assert.ErrorContains(t, err, fmt.Sprintf("%d of %d replicas acknowledged", tc.acked, tc.wanted))
-			assert.Zero(t, primary.Exists(ctx, "dlm:{"+key+"}").Val(), "rolled back on the primary")
+			assert.Eventually(t, func() bool { return primary.Exists(ctx, "dlm:{"+key+"}").Val() == 0 }, time.Second, 5*time.Millisecond, "rolled back on the primary")
 		}
 		none := newFailover(t, node, strategy.WithAcks(strategy.AckNone()))
 		_, err := none.Acquire(ctx, "frozen-none", "tok", ttl)
@@ -365,7 +365,8 @@ func TestFailoverSentinel(t *testing.T) {
 		require.ErrorAs(t, err, &ack)
 		assert.ErrorIs(t, err, dlm.ErrNotAcquired)
 		assert.ErrorContains(t, err, "0 of 2 replicas acknowledged")
-		assert.Zero(t, topo.Primary.Client(t).Exists(ctx, "dlm:{race}").Val(), "rolled back")
+		pc := topo.Primary.Client(t)
+		assert.Eventually(t, func() bool { return pc.Exists(ctx, "dlm:{race}").Val() == 0 }, time.Second, 5*time.Millisecond, "rolled back")
 		thaw(t, topo.Replicas...)
 
 		var leaseA dlm.Lease

@@ -33,7 +33,7 @@ func TestRedlockBadInput(t *testing.T) {
 		{"nil node", []dlm.Node{a, nil}, nil, "nodes[1] is nil"},
 		{"typed nil node", []dlm.Node{(*goredis.Node)(nil), a}, nil, "nodes[0] is nil"},
 		{"same node twice", []dlm.Node{a, b, a}, nil, "nodes[0] and nodes[2] are the same node"},
-		{"same server twice", []dlm.Node{a, sameAddr}, nil, "nodes[0] and nodes[1] are both Redis<" + c.servers[0].Addr},
+		{"same server twice", []dlm.Node{a, sameAddr}, nil, "nodes[0] and nodes[1] are both " + c.servers[0].Addr},
 		{"uncomparable node twice", []dlm.Node{sliceNode{Node: a, tags: []string{"x"}}, sliceNode{Node: a, tags: []string{"x"}}}, nil, "nodes[0] and nodes[1] are both x"},
 		{"zero per-node timeout", []dlm.Node{a}, []strategy.Option{strategy.WithTimeout(0)}, "per-node timeout"},
 		{"negative timeout", []dlm.Node{a}, []strategy.Option{strategy.WithTimeout(-time.Second)}, "WithTimeout"},

@@ -17,14 +17,20 @@ import (
 )
 
 // lifecyclePlainNode hides every optional ability of a Node.
+// lifecyclePlainNode is a node that cannot watch; its other methods are
+// the wrapped node's.
 type lifecyclePlainNode struct{ dlm.Node }
+
+func (lifecyclePlainNode) Watch(context.Context, string, func(string)) (func(), error) {
+	return nil, errors.ErrUnsupported
+}
 
 func TestSingleExtendMany(t *testing.T) {
 	c := redistest.Start(t).Client(t)
 	for _, tc := range []struct {
 		name string
 		node dlm.Node
-	}{{"pipelined", goredis.New(c)}, {"one-by-one", lifecyclePlainNode{goredis.New(c)}}} {
+	}{{"pipelined", goredis.New(c)}, {"wrapped", lifecyclePlainNode{goredis.New(c)}}} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, err := strategy.NewSingle(tc.node)
 			require.NoError(t, err)

@@ -118,8 +118,8 @@ func (c *config) driftMargin(ttl time.Duration) time.Duration {
 // checkCall validates the arguments every strategy method shares.
 func (c *config) checkCall(key, token string, ttl time.Duration, needTTL bool) error {
 	switch {
-	case key == "":
-		return fmt.Errorf("%w: empty key", dlm.ErrInvalid)
+	case dlm.CheckKey(key) != nil:
+		return dlm.CheckKey(key)
 	case strings.HasPrefix(key, "}"):
 		return fmt.Errorf("%w: key %q must not begin with '}' (it would break the hash tag)", dlm.ErrInvalid, key)
 	case token == "":
@@ -128,6 +128,8 @@ func (c *config) checkCall(key, token string, ttl time.Duration, needTTL bool) e
 		return nil
 	case ttl < time.Millisecond:
 		return fmt.Errorf("%w: TTL %v is below Redis' 1ms resolution", dlm.ErrInvalid, ttl)
+	case ttl > dlm.MaxTTL:
+		return fmt.Errorf("%w: TTL %v is above dlm.MaxTTL (%v)", dlm.ErrInvalid, ttl, dlm.MaxTTL)
 	case ttl <= c.driftMargin(ttl):
 		return fmt.Errorf("%w: TTL %v is not above its clock-drift margin %v", dlm.ErrInvalid, ttl, c.driftMargin(ttl))
 	}

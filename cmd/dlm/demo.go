@@ -2,10 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/config"
 	"github.com/dlmgo/dlm/driver/goredis"
 	"github.com/dlmgo/dlm/strategy"
 )
@@ -35,212 +35,297 @@ doctor, for any strategy (servers named so are never stopped).
 
 `
 
+// demo runs dlm demo with args and returns its exit status.
 func demo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	f, code := parseDemoFlags(args, stderr)
+	if f == nil {
+		return code
+	}
+	setup, err := f.deployment()
+	if err != nil {
+		return demoFail(stderr, err)
+	}
+	defer setup.stopEmbedded()
+	m, closer, err := setup.cfg.Open(ctx, warmDial, dlm.WithRetryDelay(retryDelays(setup.cfg.Strategy)))
+	if err != nil {
+		return demoFail(stderr, usageError{err})
+	}
+	defer closer.Close()
+
+	fmt.Fprintln(stdout, setup.header)
+	fmt.Fprintf(stdout, "%d workers for %v, each holding %q for %v (TTL %v)\n", f.workers, f.duration, f.key, f.hold, m.TTL())
+	n := len(setup.cfg.Addrs)
+	var stopped atomic.Bool
+	stopMsg := func() string { return "" }
+	if setup.toStop > 0 {
+		fmt.Fprintf(stdout, "halfway through, %d of the %d nodes stop\n", setup.toStop, n)
+		var cancel func()
+		stopMsg, cancel = setup.stopHalfway(f.duration/2, &stopped)
+		defer cancel()
+	}
+	fmt.Fprintln(stdout)
+	r := runWorkers(ctx, m, f.key, f.workers, f.duration, f.hold, &stopped)
+	if setup.toStop > 0 {
+		r.stop = &stopReport{msg: stopMsg(), left: n - setup.toStop, quorum: n/2 + 1}
+	}
+	return r.report(stdout)
+}
+
+// demoFlags are dlm demo's flags.
+type demoFlags struct {
+	target                           targetFlags
+	addr, strategy, key              string
+	nodes, stop, workers             int
+	nodeTimeout, duration, hold, ttl time.Duration
+}
+
+// parseDemoFlags returns the flags args set, or nil and the exit code for
+// -h and for bad flags.
+func parseDemoFlags(args []string, stderr io.Writer) (*demoFlags, int) {
 	fs := flag.NewFlagSet("dlm demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, demoUsage+targetUsage+"\nflags:\n"); fs.PrintDefaults() }
-	tf := addTargetFlags(fs)
-	addr := fs.String("addr", "", "Redis address host:port, or several separated by commas for Redlock (default: embedded in-process Redis nodes)")
-	strat := fs.String("strategy", "", "single or redlock (default: redlock, or single when --addr names one server)")
-	nodes := fs.Int("nodes", 5, "embedded Redis nodes for Redlock")
-	stop := fs.Int("stop", -1, "embedded nodes to stop halfway through (default: as many as the Redlock quorum survives)")
-	nodeTimeout := fs.Duration("node-timeout", 200*time.Millisecond, "Redlock's per-node timeout (with --url/--config: when the config sets no timeout)")
-	workers := fs.Int("workers", 8, "concurrent workers")
-	duration := fs.Duration("duration", 3*time.Second, "how long the workers run")
-	hold := fs.Duration("hold", time.Millisecond, "how long each worker holds the lock")
-	ttl := fs.Duration("ttl", 5*time.Second, "lock TTL (with --url/--config: when the config sets no ttl)")
-	key := fs.String("key", "dlm-demo", "lock key")
+	f := &demoFlags{target: addTargetFlags(fs)}
+	fs.StringVar(&f.addr, "addr", "", "Redis address host:port, or several separated by commas for Redlock (default: embedded in-process Redis nodes)")
+	fs.StringVar(&f.strategy, "strategy", "", "single or redlock (default: redlock, or single when --addr names one server)")
+	fs.IntVar(&f.nodes, "nodes", 5, "embedded Redis nodes for Redlock")
+	fs.IntVar(&f.stop, "stop", -1, "embedded nodes to stop halfway through (default: as many as the Redlock quorum survives)")
+	fs.DurationVar(&f.nodeTimeout, "node-timeout", 200*time.Millisecond, "Redlock's per-node timeout (with --url/--config: when the config sets no timeout)")
+	fs.IntVar(&f.workers, "workers", 8, "concurrent workers")
+	fs.DurationVar(&f.duration, "duration", 3*time.Second, "how long the workers run")
+	fs.DurationVar(&f.hold, "hold", time.Millisecond, "how long each worker holds the lock")
+	fs.DurationVar(&f.ttl, "ttl", 5*time.Second, "lock TTL (with --url/--config: when the config sets no ttl)")
+	fs.StringVar(&f.key, "key", "dlm-demo", "lock key")
 	if err := fs.Parse(args); err != nil {
-		return parseExit(err)
+		return nil, parseExit(err)
 	}
-	if *workers < 1 || *duration <= 0 || *hold < 0 {
-		fmt.Fprintln(stderr, "dlm demo: --workers must be at least 1, --duration positive, --hold not negative")
-		return 2
-	}
-	if *nodeTimeout <= 0 {
+	switch {
+	case f.workers < 1 || f.duration <= 0 || f.hold < 0 || f.ttl <= 0:
+		fmt.Fprintln(stderr, "dlm demo: --workers must be at least 1, --duration and --ttl positive, --hold not negative")
+		return nil, 2
+	case f.nodeTimeout <= 0:
 		fmt.Fprintln(stderr, "dlm demo: --node-timeout must be positive")
+		return nil, 2
+	}
+	return f, 0
+}
+
+// A usageError is a usage or configuration error: the demo exits 2.
+type usageError struct{ error }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
+
+// demoFail reports err and returns the exit code: 2 for a usageError, else 1.
+func demoFail(stderr io.Writer, err error) int {
+	fmt.Fprintln(stderr, "dlm demo:", err)
+	if errors.As(err, new(usageError)) {
 		return 2
 	}
-	var (
-		s         dlm.Strategy
-		header    string
-		stoppers  []func()
-		addrs     []string
-		n, quorum int
-		toStop    int
-	)
-	if *tf.url != "" || *tf.config != "" || os.Getenv("DLM_URL") != "" {
-		if *addr != "" || *strat != "" {
-			fmt.Fprintln(stderr, "dlm demo: --addr and --strategy cannot be combined with --url, --config or DLM_URL")
-			return 2
-		}
-		cfg, err := tf.load()
-		if err != nil {
-			fmt.Fprintln(stderr, "dlm demo:", err)
-			return 2
-		}
-		if cfg.TTL > 0 {
-			*ttl = time.Duration(cfg.TTL)
-		}
-		if cfg.Timeout == 0 {
-			switch {
-			case cfg.Strategy == "redlock":
-				cfg.Timeout = strategy.Duration(*nodeTimeout)
-			case cfg.WaitTimeout > 0:
-				cfg.Timeout = cfg.WaitTimeout + strategy.Duration(time.Second)
-			default:
-				cfg.Timeout = strategy.Duration(time.Second + strategy.DefaultWaitTimeout)
-			}
-		}
-		t, err := connect(cfg)
-		if err != nil {
-			fmt.Fprintln(stderr, "dlm demo:", err)
-			return 2
-		}
-		defer t.Close()
-		for _, c := range t.clients {
-			// Best effort: open a connection before the clock starts.
-			pctx, cancel := context.WithTimeout(ctx, time.Second)
-			_ = c.Ping(pctx).Err()
-			cancel()
-		}
-		s, *strat = t.strat, cfg.Strategy
-		header = fmt.Sprintf("dlm demo: %s strategy, %s", cfg.Strategy, cfg)
-		if rl, ok := s.(*strategy.Redlock); ok {
-			header += fmt.Sprintf(", quorum %d, per-node timeout %v", rl.Quorum(), rl.Timeout())
-		}
-	} else {
-		if *addr != "" {
-			addrs = strings.Split(*addr, ",")
-		}
-		switch {
-		case *strat == "" && len(addrs) == 1:
-			*strat = "single"
-		case *strat == "":
-			*strat = "redlock"
-		case *strat != "single" && *strat != "redlock":
-			fmt.Fprintf(stderr, "dlm demo: --strategy %q: want single or redlock (or --url for failover)\n", *strat)
-			return 2
-		}
-		if *strat == "single" && len(addrs) > 1 {
-			fmt.Fprintln(stderr, "dlm demo: --strategy single takes one --addr")
-			return 2
-		}
-		n = len(addrs)
-		if n == 0 {
-			n = 1
-			if *strat == "redlock" {
-				n = *nodes
-			}
-		}
-		if n < 1 {
-			fmt.Fprintln(stderr, "dlm demo: --nodes must be at least 1")
-			return 2
-		}
-		quorum = n/2 + 1
-		if len(addrs) == 0 && *strat == "redlock" {
-			toStop = n - quorum
-			if *stop >= 0 {
-				toStop = *stop
-			}
-			if toStop > n {
-				fmt.Fprintf(stderr, "dlm demo: --stop %d: there are only %d nodes\n", toStop, n)
-				return 2
-			}
-		}
+	return 1
+}
 
-		where := "Redis at " + *addr
-		if len(addrs) == 0 {
-			for range n {
-				srv, stopSrv, err := startEmbedded()
-				if err != nil {
-					fmt.Fprintln(stderr, "dlm demo:", err)
-					return 1
-				}
-				defer stopSrv()
-				addrs = append(addrs, srv)
-				stoppers = append(stoppers, stopSrv)
-			}
-			where = fmt.Sprintf("%d embedded Redis node%s (miniredis, in-process)", n, map[bool]string{true: "", false: "s"}[n == 1])
-		}
-		var dnodes []dlm.Node
-		for _, a := range addrs {
-			// One round trip per call: no client-side retries, and a stopped
-			// node fails at once rather than after go-redis' five redials
-			// 100ms apart.
-			client := redis.NewClient(&redis.Options{Addr: a, ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1})
-			defer client.Close()
-			dnodes = append(dnodes, goredis.New(client))
-			// Best effort: open a connection before the clock starts.
-			pctx, cancel := context.WithTimeout(ctx, time.Second)
-			_ = client.Ping(pctx).Err()
-			cancel()
-		}
-		var err error
-		if *strat == "single" {
-			s, err = strategy.NewSingle(dnodes[0], strategy.WithTimeout(time.Second))
-			header = "dlm demo: single-instance strategy over " + where
-		} else {
-			s, err = strategy.NewRedlock(dnodes, strategy.WithTimeout(*nodeTimeout))
-			header = fmt.Sprintf("dlm demo: Redlock strategy over %s, quorum %d, per-node timeout %v", where, quorum, *nodeTimeout)
-		}
-		if err != nil {
-			fmt.Fprintln(stderr, "dlm demo:", err)
-			return 1
-		}
+// A demoSetup is the deployment the demo runs on.
+type demoSetup struct {
+	cfg      config.Config
+	header   string   // the report's first line
+	stoppers []func() // stop each embedded node; nil for servers named by the user
+	toStop   int      // embedded nodes to stop halfway through
+}
+
+// deployment returns the deployment the flags name: a configured one, else
+// servers given by --addr, else embedded nodes it starts.
+func (f *demoFlags) deployment() (*demoSetup, error) {
+	if f.target.given() {
+		return f.configured()
 	}
-	// Redlock waiters retry sooner: a split vote costs more than a retry,
-	// and the Manager's jitter keeps contenders apart.
-	retryMin, retryMax := time.Millisecond, 20*time.Millisecond
-	if *strat == "redlock" {
-		retryMin, retryMax = time.Millisecond, 10*time.Millisecond
+	return f.byAddress()
+}
+
+// configured is the deployment --url, --config or DLM_URL names; its
+// servers are never stopped.
+func (f *demoFlags) configured() (*demoSetup, error) {
+	if f.addr != "" || f.strategy != "" {
+		return nil, usagef("--addr and --strategy cannot be combined with --url, --config or DLM_URL")
 	}
-	var stopped atomic.Bool
-	counted := &countingStrategy{Strategy: s, stopped: &stopped}
-	m, err := dlm.New(counted, dlm.WithTTL(*ttl), dlm.WithRetryDelay(retryMin, retryMax))
+	cfg, err := f.target.load()
 	if err != nil {
-		fmt.Fprintln(stderr, "dlm demo:", err)
-		return 2
+		return nil, usageError{err}
 	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = config.Duration(demoTimeout(cfg, f.nodeTimeout))
+	}
+	header := fmt.Sprintf("dlm demo: %s strategy, %s", cfg.Strategy, cfg)
+	if cfg.Strategy == "redlock" {
+		header += fmt.Sprintf(", quorum %d, per-node timeout %v", len(cfg.Addrs)/2+1, time.Duration(cfg.Timeout))
+	}
+	if cfg.TTL == 0 {
+		cfg.TTL = config.Duration(f.ttl)
+	}
+	return &demoSetup{cfg: cfg, header: header}, nil
+}
 
-	fmt.Fprintln(stdout, header)
-	fmt.Fprintf(stdout, "%d workers for %v, each holding %q for %v (TTL %v)\n", *workers, *duration, *key, *hold, *ttl)
-	var (
-		stopMu  sync.Mutex
-		stopMsg string
-	)
-	if toStop > 0 {
-		fmt.Fprintf(stdout, "halfway through, %d of the %d nodes stop\n", toStop, n)
-		// Stop every other node, so the survivors are not simply the first ones.
-		var victims []int
-		for i := 1; len(victims) < toStop; i = (i + 2) % (n + n%2 + 1) {
-			if i < n && !slices.Contains(victims, i) {
-				victims = append(victims, i)
-			}
+// demoTimeout is the per-call timeout for a configured deployment that sets
+// none: Redlock's per-node timeout, else a second more than the failover
+// strategy's wait for replicas.
+func demoTimeout(cfg config.Config, nodeTimeout time.Duration) time.Duration {
+	switch {
+	case cfg.Strategy == "redlock":
+		return nodeTimeout
+	case cfg.WaitTimeout > 0:
+		return time.Duration(cfg.WaitTimeout) + time.Second
+	}
+	return time.Second + strategy.DefaultWaitTimeout
+}
+
+// byAddress is the deployment --addr, --strategy, --nodes and --stop
+// describe: the servers --addr names, or embedded nodes started here.
+func (f *demoFlags) byAddress() (*demoSetup, error) {
+	var addrs []string
+	if f.addr != "" {
+		addrs = strings.Split(f.addr, ",")
+	}
+	strat, err := f.pickStrategy(len(addrs))
+	if err != nil {
+		return nil, err
+	}
+	n := len(addrs)
+	if n == 0 {
+		n = 1
+		if strat == "redlock" {
+			n = f.nodes
 		}
-		slices.Sort(victims)
-		timer := time.AfterFunc(*duration/2, func() {
-			var names []string
-			for _, i := range victims {
-				stoppers[i]()
-				names = append(names, fmt.Sprintf("node %d (%s)", i+1, addrs[i]))
+	}
+	if n < 1 {
+		return nil, usagef("--nodes must be at least 1")
+	}
+	quorum := n/2 + 1
+	s := &demoSetup{}
+	if len(addrs) == 0 && strat == "redlock" {
+		s.toStop = n - quorum
+		if f.stop >= 0 {
+			s.toStop = f.stop
+		}
+		if s.toStop > n {
+			return nil, usagef("--stop %d: there are only %d nodes", s.toStop, n)
+		}
+	}
+	where := "Redis at " + f.addr
+	if len(addrs) == 0 {
+		if addrs, s.stoppers, err = startEmbeddedNodes(n); err != nil {
+			return nil, err
+		}
+		where = fmt.Sprintf("%d embedded Redis node%s (miniredis, in-process)", n, map[bool]string{true: "", false: "s"}[n == 1])
+	}
+	timeout := time.Second
+	s.header = "dlm demo: single-instance strategy over " + where
+	if strat == "redlock" {
+		timeout = f.nodeTimeout
+		s.header = fmt.Sprintf("dlm demo: Redlock strategy over %s, quorum %d, per-node timeout %v", where, quorum, f.nodeTimeout)
+	}
+	s.cfg = config.Config{Strategy: strat, Addrs: addrs, Timeout: config.Duration(timeout), TTL: config.Duration(f.ttl)}
+	return s, nil
+}
+
+// pickStrategy returns the strategy --strategy names, or the default for
+// the number of addresses --addr gives.
+func (f *demoFlags) pickStrategy(addrs int) (string, error) {
+	switch {
+	case f.strategy == "" && addrs == 1:
+		return "single", nil
+	case f.strategy == "":
+		return "redlock", nil
+	case f.strategy != "single" && f.strategy != "redlock":
+		return "", usagef("--strategy %q: want single or redlock (or --url for failover)", f.strategy)
+	case f.strategy == "single" && addrs > 1:
+		return "", usagef("--strategy single takes one --addr")
+	}
+	return f.strategy, nil
+}
+
+// startEmbeddedNodes starts n embedded nodes; on error it stops those it
+// started.
+func startEmbeddedNodes(n int) (addrs []string, stoppers []func(), err error) {
+	for range n {
+		addr, stop, err := startEmbedded()
+		if err != nil {
+			for _, stop := range stoppers {
+				stop()
 			}
-			stopMu.Lock()
-			stopMsg = fmt.Sprintf("at %v: %s", (*duration / 2).Round(time.Millisecond), strings.Join(names, ", "))
-			stopMu.Unlock()
-			stopped.Store(true)
-		})
-		defer timer.Stop()
+			return nil, nil, err
+		}
+		addrs, stoppers = append(addrs, addr), append(stoppers, stop)
 	}
-	fmt.Fprintln(stdout)
-	r := runWorkers(ctx, m, *key, *workers, *duration, *hold)
-	r.afterStop = counted.afterStop.Load()
-	if toStop > 0 {
-		stopMu.Lock()
-		r.stop = &stopReport{msg: stopMsg, left: n - toStop, quorum: quorum}
-		stopMu.Unlock()
+	return addrs, stoppers, nil
+}
+
+// stopEmbedded stops the embedded nodes that are still running.
+func (s *demoSetup) stopEmbedded() {
+	for _, stop := range s.stoppers {
+		stop()
 	}
-	return r.report(stdout)
+}
+
+// stopHalfway stops s.toStop embedded nodes after the given time and then
+// sets stopped. report says which nodes stopped and when ("" before);
+// cancel stops the timer.
+func (s *demoSetup) stopHalfway(after time.Duration, stopped *atomic.Bool) (report func() string, cancel func()) {
+	victims := pickVictims(len(s.stoppers), s.toStop)
+	var (
+		mu  sync.Mutex
+		msg string
+	)
+	timer := time.AfterFunc(after, func() {
+		var names []string
+		for _, i := range victims {
+			s.stoppers[i]()
+			names = append(names, fmt.Sprintf("node %d (%s)", i+1, s.cfg.Addrs[i]))
+		}
+		mu.Lock()
+		msg = fmt.Sprintf("at %v: %s", after.Round(time.Millisecond), strings.Join(names, ", "))
+		mu.Unlock()
+		stopped.Store(true)
+	})
+	report = func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return msg
+	}
+	return report, func() { timer.Stop() }
+}
+
+// pickVictims returns which k of n nodes to stop: every other one, so that
+// the survivors are not simply the first ones.
+func pickVictims(n, k int) []int {
+	var victims []int
+	for i := 1; len(victims) < k; i = (i + 2) % (n + n%2 + 1) {
+		if i < n && !slices.Contains(victims, i) {
+			victims = append(victims, i)
+		}
+	}
+	slices.Sort(victims)
+	return victims
+}
+
+// retryDelays are the bounds of the Manager's retry delay. Redlock waiters
+// retry sooner: a split vote costs more than a retry, and the Manager's
+// jitter keeps contenders apart.
+func retryDelays(strategy string) (min, max time.Duration) {
+	if strategy == "redlock" {
+		return time.Millisecond, 10 * time.Millisecond
+	}
+	return time.Millisecond, 20 * time.Millisecond
+}
+
+// warmDial is goredis.Dial that also opens a connection, best effort, so
+// that the clock starts with connected clients.
+func warmDial(ctx context.Context, ep config.Endpoint) (dlm.Node, io.Closer, error) {
+	n, c, err := goredis.Dial(ctx, ep)
+	if node, ok := n.(*goredis.Node); ok && err == nil {
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		_ = node.Client().Ping(pctx).Err()
+		cancel()
+	}
+	return n, c, err
 }
 
 // startEmbedded starts an in-process Redis whose keys expire in real time.
@@ -269,23 +354,6 @@ func startEmbedded() (addr string, stop func(), err error) {
 	return srv.Addr(), func() { once.Do(func() { close(done); srv.Close() }) }, nil
 }
 
-// countingStrategy counts the acquisitions whose attempt began after the
-// nodes stopped: those were granted by the remaining nodes alone.
-type countingStrategy struct {
-	dlm.Strategy
-	stopped   *atomic.Bool
-	afterStop atomic.Int64
-}
-
-func (c *countingStrategy) Acquire(ctx context.Context, key, token string, ttl time.Duration) (dlm.Lease, error) {
-	began := c.stopped.Load()
-	l, err := c.Strategy.Acquire(ctx, key, token, ttl)
-	if err == nil && began {
-		c.afterStop.Add(1)
-	}
-	return l, err
-}
-
 // quietLogger drops go-redis' log lines.
 type quietLogger struct{}
 
@@ -301,7 +369,7 @@ type results struct {
 	waits         []time.Duration
 	errs          []error
 	lastErr       error
-	afterStop     int64       // acquisitions whose attempt began after nodes stopped
+	afterStop     int64       // acquisitions whose Lock call began after nodes stopped
 	stop          *stopReport // nil when no node was stopped
 }
 
@@ -310,7 +378,10 @@ type stopReport struct {
 	left, quorum int
 }
 
-func runWorkers(ctx context.Context, m *dlm.Manager, key string, workers int, duration, hold time.Duration) *results {
+// runWorkers runs workers that lock key, hold it and unlock it until
+// duration has passed, and collects what they saw. An acquisition counts as
+// after the stop when its Lock call began once stopped was set.
+func runWorkers(ctx context.Context, m *dlm.Manager, key string, workers int, duration, hold time.Duration, stopped *atomic.Bool) *results {
 	ctx, cancel := context.WithTimeout(ctx, duration)
 	defer cancel()
 	var (
@@ -326,7 +397,7 @@ func runWorkers(ctx context.Context, m *dlm.Manager, key string, workers int, du
 			var waits []time.Duration
 			defer func() { mu.Lock(); r.waits = append(r.waits, waits...); mu.Unlock() }()
 			for ctx.Err() == nil {
-				start := time.Now()
+				start, afterStop := time.Now(), stopped.Load()
 				l, err := m.Lock(ctx, key)
 				if err != nil {
 					mu.Lock()
@@ -350,6 +421,9 @@ func runWorkers(ctx context.Context, m *dlm.Manager, key string, workers int, du
 				}
 				r.lastFence = max(r.lastFence, l.Fence())
 				r.acquisitions++
+				if afterStop {
+					r.afterStop++
+				}
 				mu.Unlock()
 				// The shared resource: a read-modify-write that only the
 				// lock keeps exact.

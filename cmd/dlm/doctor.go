@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlmgo/dlm/config"
 	"github.com/dlmgo/dlm/strategy"
 )
 
@@ -71,16 +72,16 @@ func doctor(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "dlm doctor:", err)
 		return 2
 	}
-	t, err := connect(cfg) // the same checks as dlm run
+	_, closer, err := open(ctx, cfg) // the same checks as dlm run
 	if err != nil {
 		fmt.Fprintln(stderr, "dlm doctor:", err)
 		return 2
 	}
-	t.Close()
+	_ = closer.Close()
 	fmt.Fprintf(stdout, "dlm doctor: %s strategy, %s\n", cfg.Strategy, cfg)
 	r := &report{w: stdout}
 	check := func(addr string, f func(context.Context, *redis.Client) map[string]string) map[string]string {
-		c := newClient(cfg, addr)
+		c := serverClient(cfg, addr)
 		defer c.Close()
 		cctx, cancel := context.WithTimeout(ctx, *timeout)
 		defer cancel()
@@ -89,7 +90,7 @@ func doctor(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch {
 	case cfg.Strategy == "failover":
 		primary := cfg.Addrs[0]
-		if sentinelVia(cfg) {
+		if cfg.Master != "" {
 			r.section(fmt.Sprintf("Sentinels for %q", cfg.Master))
 			primary = checkSentinels(ctx, cfg, *timeout, r)
 			if primary == "" {
@@ -128,9 +129,17 @@ func doctor(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// serverClient returns a client for the checks on one server of cfg.
+func serverClient(cfg config.Config, addr string) *redis.Client {
+	return redis.NewClient(&redis.Options{
+		Addr: addr, Username: cfg.Username, Password: cfg.Password,
+		ContextTimeoutEnabled: true, MaxRetries: -1, DialTimeout: time.Second,
+	})
+}
+
 // checkSentinels asks each Sentinel for the primary and returns the address
 // the first one that answered gave ("" when none did).
-func checkSentinels(ctx context.Context, cfg strategy.Config, timeout time.Duration, r *report) string {
+func checkSentinels(ctx context.Context, cfg config.Config, timeout time.Duration, r *report) string {
 	primary := ""
 	for _, addr := range cfg.Addrs {
 		sc := redis.NewSentinelClient(&redis.Options{
@@ -171,7 +180,7 @@ func checkSentinels(ctx context.Context, cfg strategy.Config, timeout time.Durat
 }
 
 // checkAcks compares the primary's connected replicas with the ack policy.
-func checkAcks(cfg strategy.Config, connected int, r *report) {
+func checkAcks(cfg config.Config, connected int, r *report) {
 	ack := strategy.AckAll()
 	if cfg.Ack != nil {
 		ack = *cfg.Ack
@@ -235,7 +244,7 @@ func replicaAddrs(info map[string]string) []string {
 }
 
 // checkReplica inspects a replica of the failover primary.
-func checkReplica(ctx context.Context, c *redis.Client, cfg strategy.Config, r *report) map[string]string {
+func checkReplica(ctx context.Context, c *redis.Client, cfg config.Config, r *report) map[string]string {
 	info := ping(ctx, c, r)
 	if info == nil {
 		return nil
@@ -281,7 +290,7 @@ func ping(ctx context.Context, c *redis.Client, r *report) map[string]string {
 
 // checkServer inspects a server locks are taken on and returns its INFO, or
 // nil when it could not be read.
-func checkServer(ctx context.Context, c *redis.Client, cfg strategy.Config, r *report) map[string]string {
+func checkServer(ctx context.Context, c *redis.Client, cfg config.Config, r *report) map[string]string {
 	info := ping(ctx, c, r)
 	if info == nil {
 		return nil

@@ -27,9 +27,12 @@ commands:
   doctor  check a Redis deployment for what makes locks unsafe or slow
 
 Every command takes the deployment as --url URL, --config FILE (JSON) or
-DLM_URL: single://host:6379, redlock://h1:6379,h2:6379,h3:6379,
-sentinel://s1:26379,s2:26379/mymaster?ack=all. Run 'dlm <command> -h' for
-a command's flags.
+DLM_URL, one URL form per deployment:
+  single://host:6379                      one server
+  redlock://h1:6379,h2:6379,h3:6379       independent masters (Redlock)
+  sentinel://s1:26379,s2:26379/mymaster   a primary found through Sentinel
+  failover://primary:6379                 a primary given by its address
+Run 'dlm <command> -h' for a command's flags and the URLs' options.
 `
 
 func main() {
@@ -48,6 +51,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	switch args[0] {
+	case superviseArg:
+		return supervise(args[2:]) // after "--"
 	case "demo":
 		return demo(ctx, args[1:], stdout, stderr)
 	case "run":

@@ -55,5 +55,5 @@ func TestDemoUnreachable(t *testing.T) {
 	code := run(context.Background(), []string{"demo", "--addr", "127.0.0.1:1", "--duration", "200ms"}, &out, &errOut)
 	assert.Equal(t, 1, code, out.String())
 	assert.Contains(t, out.String(), "FAILED")
-	assert.Contains(t, out.String(), "acquire on Redis<127.0.0.1:1")
+	assert.Contains(t, out.String(), "acquire on 127.0.0.1:1")
 }

@@ -2,12 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"math"
 	"os"
-	"os/exec"
 	"os/signal"
 	"strconv"
 	"syscall"
@@ -18,8 +18,9 @@ import (
 
 // Exit codes of dlm run besides the command's own status.
 const (
-	exitNotLocked = 75 // EX_TEMPFAIL: the lock could not be taken
-	exitLost      = 76 // the lock was lost while the command ran
+	exitNotLocked   = 75  // EX_TEMPFAIL: the lock could not be taken
+	exitLost        = 76  // the lock was lost while the command ran
+	exitInterrupted = 130 // interrupted (SIGINT) while waiting for the lock
 )
 
 // unlockTimeout bounds the release after COMMAND exits.
@@ -34,17 +35,25 @@ environment gets:
   DLM_FENCE  the fencing token, a number larger than that of any earlier
              holder of KEY: pass it to the storage COMMAND writes to, so it
              can refuse writes from a holder that lost the lock
-Signals dlm receives (INT, TERM, HUP, QUIT, USR1, USR2) are forwarded to
-COMMAND. When the lock is lost (a renewal is refused, or fails until the
-lease runs out, or --max-hold passed) COMMAND is stopped as --on-lost says.
+
+COMMAND runs in a process group of its own. No process of that group runs
+after the lease's validity ends: when the lock is lost (a renewal is
+refused, renewals fail, or --max-hold passed) the group gets SIGTERM, and
+SIGKILL after --grace; in any case SIGTERM comes once less than --grace of
+the lease is left (--grace is capped at a third of the TTL) and SIGKILL
+just before it ends. If dlm itself dies, even by SIGKILL, the group is
+killed at once. When COMMAND exits, what it left running in its group is
+killed before the lock is released. Signals dlm receives (INT, TERM, HUP,
+QUIT, USR1, USR2) are forwarded to the group. --on-lost ignore lets the
+group run on after a loss (and past the lease): the rule no longer holds.
 
 Exit status:
   COMMAND's own (128+N when signal N ended it)
   75  the lock could not be taken (held by another, or unreachable servers)
   76  the lock was lost while COMMAND ran (unless --on-lost ignore)
-  2   usage or configuration error
+  130 interrupted (SIGINT) while waiting for the lock
+  2   usage or configuration error, including a TTL below 300ms
   127 COMMAND could not be started
-
 `
 
 func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -57,7 +66,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	wait := fs.Duration("wait", 0, "how long to wait for the lock; 0 makes one attempt")
 	onLost := fs.String("on-lost", "term", "what to do with COMMAND when the lock is lost: term (SIGTERM, then SIGKILL after --grace), kill, or ignore")
 	grace := fs.Duration("grace", 5*time.Second, "time between SIGTERM and SIGKILL when the lock is lost")
-	maxHold := fs.Duration("max-hold", 0, "stop renewing after this long: the lease then runs out within one TTL and COMMAND is treated as having lost the lock (default: no bound)")
+	maxHold := fs.Duration("max-hold", 0, "stop renewing after this long: the lease then runs out within one TTL and COMMAND is treated as having lost the lock (default: the config's max_hold, else no bound)")
 	if err := fs.Parse(args); err != nil {
 		return parseExit(err)
 	}
@@ -87,21 +96,25 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if *ttl == 0 {
 		*ttl = dlm.DefaultTTL
 	}
-	t, err := connect(cfg)
-	if err != nil {
-		fmt.Fprintln(stderr, "dlm run:", err)
+	if *ttl < minRunTTL {
+		fmt.Fprintf(stderr, "dlm run: TTL %v is too short: COMMAND must be stopped within the lease; use at least %v\n", *ttl, minRunTTL)
 		return 2
 	}
-	defer t.Close()
-	// Without --max-hold renewal has no bound: COMMAND decides how long it runs.
+	// SIGTERM comes at the latest when a third of the lease is left.
+	*grace = min(*grace, *ttl/3)
+	if *maxHold == 0 {
+		*maxHold = time.Duration(cfg.MaxHold)
+	}
+	// Without a maximum hold renewal has no bound: COMMAND decides how long it runs.
 	if *maxHold == 0 {
 		*maxHold = math.MaxInt64
 	}
-	m, err := dlm.New(t.strat, dlm.WithTTL(*ttl), dlm.WithAutoRenew(1.0/3, *maxHold))
+	m, closer, err := open(ctx, cfg, dlm.WithTTL(*ttl), dlm.WithAutoRenew(1.0/3, *maxHold))
 	if err != nil {
 		fmt.Fprintln(stderr, "dlm run:", err)
 		return 2
 	}
+	defer closer.Close()
 
 	var lock *dlm.Lock
 	if *wait == 0 {
@@ -111,7 +124,15 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		lock, err = m.Lock(wctx, *key)
 		cancel()
 	}
-	if err != nil {
+	switch {
+	case err == nil:
+	case errors.Is(err, dlm.ErrInvalid):
+		fmt.Fprintf(stderr, "dlm run: %v\n", err)
+		return 2
+	case ctx.Err() != nil:
+		fmt.Fprintf(stderr, "dlm run: interrupted while waiting for %q\n", *key)
+		return exitInterrupted
+	default:
 		fmt.Fprintf(stderr, "dlm run: could not lock %q: %v\n", *key, err)
 		return exitNotLocked
 	}
@@ -120,47 +141,81 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		// after COMMAND has exited.
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unlockTimeout)
 		defer cancel()
-		_ = lock.Unlock(uctx)
+		if err := lock.Unlock(uctx); err != nil && !errors.Is(err, dlm.ErrNotHeld) {
+			fmt.Fprintf(stderr, "dlm run: unlock %q: %v (the lease runs out within its TTL)\n", *key, err)
+		}
 	}()
 
-	cmd := exec.Command(cmdArgs[0], cmdArgs[1:]...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
-	cmd.Env = append(os.Environ(), "DLM_KEY="+*key, "DLM_FENCE="+strconv.FormatUint(lock.Fence(), 10))
+	env := append(os.Environ(), "DLM_KEY="+*key, "DLM_FENCE="+strconv.FormatUint(lock.Fence(), 10))
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)
 	defer signal.Stop(sigs)
-	if err := cmd.Start(); err != nil {
+	sup, group, _, err := startSupervised(cmdArgs, env, os.Stdin, stdout, stderr)
+	if err != nil {
 		fmt.Fprintf(stderr, "dlm run: %v\n", err)
 		return 127
 	}
+	defer group.Close()
 	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
+	go func() { _ = sup.Wait(); close(exited) }()
+	status := func() int { return exitStatus(sup.ProcessState) }
+	return watchLease(lock, *onLost, *grace, exited, sigs, group, status, func(cause error) {
+		fmt.Fprintf(stderr, "dlm run: lost the lock on %q: %v\n", *key, cause)
+	})
+}
 
+// minRunTTL is the shortest TTL dlm run takes: renewal comes every TTL/3,
+// and the group must be stoppable within what is left of a lease.
+const minRunTTL = 300 * time.Millisecond
+
+// stopMargin is how long before the lease's validity ends COMMAND's group
+// is killed at the latest.
+const stopMargin = 50 * time.Millisecond
+
+// watchLease runs until COMMAND's supervisor exits, forwarding signals to
+// COMMAND's group and stopping the group as onLost says: when the lock is
+// lost, and in any case so that no process of the group runs after the
+// lease's validity ends — SIGTERM once less than grace+stopMargin of it is
+// left, SIGKILL at stopMargin.
+func watchLease(lock *dlm.Lock, onLost string, grace time.Duration, exited <-chan struct{}, sigs <-chan os.Signal,
+	group *os.File, status func() int, reportLost func(error)) int {
 	lost := lock.Context().Done() // the Manager renews; this ends when it cannot
-	wasLost := false
-	var killAt <-chan time.Time
+	wasLost, killed := false, false
+	var termed time.Time // when SIGTERM was sent
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
 	for {
 		select {
 		case <-exited:
-			if wasLost && *onLost != "ignore" {
+			// Stopped by dlm because the lease was ending counts as lost.
+			if (wasLost || killed || !termed.IsZero()) && onLost != "ignore" {
 				return exitLost
 			}
-			return exitStatus(cmd.ProcessState)
+			return status()
 		case s := <-sigs:
-			_ = cmd.Process.Signal(s)
+			signalGroup(group, s.(syscall.Signal))
+			continue
 		case <-lost:
 			lost = nil
 			wasLost = true
-			fmt.Fprintf(stderr, "dlm run: lost the lock on %q: %v\n", *key, context.Cause(lock.Context()))
-			switch *onLost {
-			case "term":
-				_ = cmd.Process.Signal(syscall.SIGTERM)
-				killAt = time.After(*grace)
-			case "kill":
-				_ = cmd.Process.Kill()
-			}
-		case <-killAt:
-			_ = cmd.Process.Kill()
+			reportLost(context.Cause(lock.Context()))
+		case <-tick.C:
+		}
+		if onLost == "ignore" || killed {
+			continue
+		}
+		left := time.Until(lock.Until())
+		if !wasLost && left <= grace+stopMargin {
+			wasLost, lost = true, nil
+			reportLost(fmt.Errorf("its lease ends in %v and no renewal extended it (renewals failing, or --max-hold reached)", left.Round(time.Millisecond)))
+		}
+		switch {
+		case left <= stopMargin || wasLost && onLost == "kill" || !termed.IsZero() && time.Since(termed) >= grace:
+			signalGroup(group, syscall.SIGKILL)
+			killed = true
+		case termed.IsZero() && (left <= grace+stopMargin || wasLost):
+			signalGroup(group, syscall.SIGTERM)
+			termed = time.Now()
 		}
 	}
 }

@@ -2,27 +2,36 @@
 // to dlm.Node.
 //
 // Any redis.UniversalClient works: *redis.Client, *redis.ClusterClient, and
-// the *redis.Client returned by redis.NewFailoverClient (Sentinel).
+// the *redis.Client returned by redis.NewFailoverClient (Sentinel). RunWait
+// needs one connection to the server the calls' keys live on: it works on a
+// *redis.Client, a failover client and a *redis.ClusterClient (on the master
+// of the first call's first key); other kinds, such as *redis.Ring, report
+// an error matching errors.ErrUnsupported.
 //
 // A context's deadline bounds every call. go-redis applies it to the socket
-// only when the client was built with ContextTimeoutEnabled; otherwise the
-// Node waits for the reply in a separate goroutine and returns as soon as the
-// context ends, and the abandoned command finishes in the background within
-// the client's ReadTimeout. Set ContextTimeoutEnabled for the cheaper path.
-// go-redis never watches cancellation, so a context that can be canceled but
-// has no deadline always takes the goroutine path.
+// only when the client was built with ContextTimeoutEnabled, and it never
+// watches cancellation. So a call goes straight to the client when its
+// context cannot end, or has a deadline and the client has
+// ContextTimeoutEnabled; otherwise it runs in a separate goroutine and
+// returns as soon as the context ends, and the abandoned commands finish in
+// the background within the client's ReadTimeout (they still read the calls'
+// Keys and Args meanwhile). Set ContextTimeoutEnabled for the cheaper path.
+// go-redis reads a pipeline's replies within ReadTimeout (default 3s) when
+// the context has no deadline on the socket, so a Wait's Timeout must stay
+// below it.
 package goredis
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
-	"sync"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/nodekit"
 )
 
 // Node is a dlm.Node over a go-redis client. It does not close the client.
@@ -30,9 +39,7 @@ type Node struct {
 	c         redis.UniversalClient
 	ctxOnWire bool // the client applies context deadlines to its sockets
 	name      string
-
-	hubMu sync.Mutex
-	hub   *hub // the pub/sub connection of Watch, created on first use
+	hub       *nodekit.Hub // Watch's pub/sub connection
 }
 
 var _ dlm.Node = (*Node)(nil)
@@ -42,97 +49,215 @@ func New(c redis.UniversalClient) *Node {
 	if c == nil {
 		return nil
 	}
-	n := &Node{c: c, name: fmt.Sprint(c)}
+	n := &Node{c: c, name: fmt.Sprintf("%T", c)}
 	switch c := c.(type) {
 	case *redis.Client:
-		n.ctxOnWire = c.Options().ContextTimeoutEnabled
+		// A failover client's Addr is "FailoverClient"; go-redis does not
+		// expose its master name.
+		n.ctxOnWire, n.name = c.Options().ContextTimeoutEnabled, c.Options().Addr
 	case *redis.ClusterClient:
 		n.ctxOnWire = c.Options().ContextTimeoutEnabled
+		n.name = "cluster(" + strings.Join(c.Options().Addrs, ",") + ")"
 	}
+	n.hub = nodekit.NewHub(n.openPubSub)
 	return n
 }
 
-// String names the node by its client.
+// String names the node by its address: "host:port" for a *redis.Client,
+// "cluster(host:port,...)" for a *redis.ClusterClient.
 func (n *Node) String() string { return n.name }
 
 // Client returns the wrapped client.
 func (n *Node) Client() redis.UniversalClient { return n.c }
 
-// EvalSHA implements dlm.Node.
-func (n *Node) EvalSHA(ctx context.Context, sha1 string, keys []string, args ...string) ([]int64, error) {
-	return n.call(ctx, true, sha1, keys, args)
+// Run implements dlm.Node: one call is one EVALSHA or EVAL, several are one
+// go-redis pipeline (on a Cluster, one per master).
+func (n *Node) Run(ctx context.Context, calls []dlm.Call) {
+	if len(calls) > 0 {
+		_, _ = n.bounded(ctx, calls, nil)
+	}
 }
 
-// Eval implements dlm.Node.
-func (n *Node) Eval(ctx context.Context, src string, keys []string, args ...string) ([]int64, error) {
-	return n.call(ctx, false, src, keys, args)
+// RunWait implements dlm.Node: the calls and the wait are one pipeline on
+// one connection (see the package documentation for the client kinds).
+func (n *Node) RunWait(ctx context.Context, calls []dlm.Call, w dlm.Wait) (dlm.Acks, error) {
+	return n.bounded(ctx, calls, &w)
 }
 
-func (n *Node) do(ctx context.Context, bySHA bool, script string, keys, args []string) ([]int64, error) {
-	if bySHA {
-		return ints(n.c.EvalSha(ctx, script, keys, toAny(args)...))
-	}
-	return ints(n.c.Eval(ctx, script, keys, toAny(args)...))
+// Watch implements dlm.Node. All channels of a Node share one dedicated
+// pub/sub connection (see nodekit.Hub). go-redis re-establishes a broken
+// connection and its subscriptions; messages published in between are lost.
+func (n *Node) Watch(ctx context.Context, channel string, notify func(payload string)) (func(), error) {
+	return n.hub.Watch(ctx, channel, notify)
 }
 
-func (n *Node) call(ctx context.Context, bySHA bool, script string, keys, args []string) ([]int64, error) {
-	// go-redis puts a context's deadline on the socket, but never watches
-	// for cancellation: only a context that cannot end before its deadline
-	// takes the direct path.
-	if _, ok := ctx.Deadline(); ctx.Done() == nil || n.ctxOnWire && ok {
-		return n.do(ctx, bySHA, script, keys, args)
+// bounded runs calls, and then w's command unless w is nil, within ctx
+// (see the package documentation). On the goroutine path the commands work
+// on a private copy of calls, copied back only when they finish in time, so
+// an abandoned goroutine never writes into calls.
+func (n *Node) bounded(ctx context.Context, calls []dlm.Call, w *dlm.Wait) (dlm.Acks, error) {
+	for i := range calls {
+		calls[i].Reply, calls[i].Err = nil, nil
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
+	var wcmd []string
+	err := ctx.Err()
+	if w != nil && err == nil {
+		wcmd, err = nodekit.WaitCommand(*w)
 	}
+	if err != nil {
+		nodekit.Fail(calls, err)
+		return dlm.Acks{}, err
+	}
+	if _, ok := ctx.Deadline(); ctx.Done() == nil || ok && n.ctxOnWire {
+		return n.do(ctx, calls, w, wcmd)
+	}
+	own := slices.Clone(calls)
 	type result struct {
-		r   []int64
-		err error
+		acks dlm.Acks
+		err  error
 	}
 	ch := make(chan result, 1)
 	go func() {
-		r, err := n.do(ctx, bySHA, script, keys, args)
-		ch <- result{r, err}
+		acks, err := n.do(ctx, own, w, wcmd)
+		ch <- result{acks, err}
 	}()
 	select {
-	case res := <-ch:
-		return res.r, res.err
+	case r := <-ch:
+		copy(calls, own)
+		return r.acks, r.err
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		nodekit.Fail(calls, ctx.Err())
+		return dlm.Acks{}, ctx.Err()
 	}
 }
 
-func toAny(args []string) []any {
-	a := make([]any, len(args))
-	for i, s := range args {
-		a[i] = s
+// do sends calls, and w's command wcmd after them unless it is nil, and
+// sets every call's Reply or Err. With wcmd it returns the wait's reply, or
+// the first failed call's error, or the wait's.
+func (n *Node) do(ctx context.Context, calls []dlm.Call, w *dlm.Wait, wcmd []string) (dlm.Acks, error) {
+	if wcmd == nil && len(calls) == 1 {
+		cmd := newCmd(ctx, &calls[0])
+		_ = n.c.Process(ctx, cmd)
+		setReply(&calls[0], cmd)
+		return dlm.Acks{}, nil
 	}
-	return a
+	var p redis.Pipeliner
+	if wcmd == nil {
+		p = n.c.Pipeline()
+	} else if m, err := n.pinned(ctx, calls); err != nil {
+		nodekit.Fail(calls, err)
+		return dlm.Acks{}, err
+	} else {
+		p = m.Pipeline()
+	}
+	cmds := make([]*redis.Cmd, len(calls))
+	for i := range calls {
+		cmds[i] = newCmd(ctx, &calls[i])
+		_ = p.Process(ctx, cmds[i])
+	}
+	var wc *redis.Cmd
+	if wcmd != nil {
+		args := make([]any, len(wcmd))
+		for i, s := range wcmd {
+			args[i] = s
+		}
+		wc = p.Do(ctx, args...)
+	}
+	_, _ = p.Exec(ctx) // each command keeps its own reply or error
+	for i, cmd := range cmds {
+		setReply(&calls[i], cmd)
+	}
+	if wc == nil {
+		return dlm.Acks{}, nil
+	}
+	for i := range calls {
+		if calls[i].Err != nil {
+			return dlm.Acks{}, calls[i].Err
+		}
+	}
+	v, err := wc.Result()
+	if err == nil {
+		var acks dlm.Acks
+		if acks, err = nodekit.ParseAcks(*w, v); err == nil {
+			return acks, nil
+		}
+	}
+	return dlm.Acks{}, fmt.Errorf("dlm: %s after the scripts: %w", wcmd[0], err)
 }
 
-// ints converts a script's reply to []int64.
-func ints(cmd *redis.Cmd) ([]int64, error) {
+// pinned returns the client whose pipelines run on one connection to the
+// server that holds the calls' keys.
+func (n *Node) pinned(ctx context.Context, calls []dlm.Call) (*redis.Client, error) {
+	switch c := n.c.(type) {
+	case *redis.Client:
+		return c, nil
+	case *redis.ClusterClient:
+		if len(calls) == 0 || len(calls[0].Keys) == 0 {
+			return nil, fmt.Errorf("%w: goredis: RunWait on a Cluster needs a first call with keys to find its master", dlm.ErrInvalid)
+		}
+		return c.MasterForKey(ctx, calls[0].Keys[0])
+	}
+	return nil, fmt.Errorf("goredis: %T cannot send scripts and WAIT on one connection (use *redis.Client, a failover client or *redis.ClusterClient): %w", n.c, errors.ErrUnsupported)
+}
+
+// newCmd returns c as an EVALSHA or EVAL command, its arguments in one
+// slice.
+func newCmd(ctx context.Context, c *dlm.Call) *redis.Cmd {
+	args := make([]any, 3, 3+len(c.Keys)+len(c.Args))
+	if c.Source == "" {
+		args[0], args[1] = "evalsha", c.SHA1
+	} else {
+		args[0], args[1] = "eval", c.Source
+	}
+	args[2] = len(c.Keys)
+	for _, k := range c.Keys {
+		args = append(args, k)
+	}
+	for _, a := range c.Args {
+		args = append(args, a)
+	}
+	cmd := redis.NewCmd(ctx, args...)
+	if len(c.Keys) > 0 {
+		cmd.SetFirstKeyPos(3) // the Cluster routes by the first key
+	}
+	return cmd
+}
+
+var errNilReply = errors.New("dlm: script replied nil, want an array of integers")
+
+// setReply sets c's Reply or Err from cmd's reply.
+func setReply(c *dlm.Call, cmd *redis.Cmd) {
 	v, err := cmd.Result()
-	if err != nil {
-		if strings.HasPrefix(err.Error(), "NOSCRIPT") {
-			return nil, fmt.Errorf("%w: %w", dlm.ErrNoScript, err)
-		}
-		if errors.Is(err, redis.Nil) {
-			return nil, errors.New("dlm: script replied nil, want an array of integers")
-		}
-		return nil, err
+	switch {
+	case errors.Is(err, redis.Nil):
+		c.Err = errNilReply
+	case errors.Is(err, redis.ErrClosed):
+		c.Err = fmt.Errorf("%w: %w", dlm.ErrClosed, err)
+	case err != nil:
+		c.Err = nodekit.ReplyError(err)
+	default:
+		c.Reply, c.Err = nodekit.Ints(v)
 	}
-	arr, ok := v.([]any)
-	if !ok {
-		return nil, fmt.Errorf("dlm: script replied %T, want an array of integers", v)
-	}
-	out := make([]int64, len(arr))
-	for i, e := range arr {
-		x, ok := e.(int64)
-		if !ok {
-			return nil, fmt.Errorf("dlm: script reply element %d is %T, want an integer", i, e)
+}
+
+// openPubSub opens the Hub's connection, a redis.PubSub, and starts its
+// dispatcher, which reports confirmations and messages until the PubSub
+// closes. A redis.PubSub re-subscribes by itself after a broken connection,
+// so Events.Broken is never called.
+func (n *Node) openPubSub(ctx context.Context, ev nodekit.Events) (nodekit.PubSub, error) {
+	ps := n.c.Subscribe(ctx)
+	ch := ps.ChannelWithSubscriptions(redis.WithChannelSize(1024))
+	go func() {
+		for m := range ch {
+			switch m := m.(type) {
+			case *redis.Subscription:
+				if m.Kind == "subscribe" {
+					ev.Subscribed(m.Channel)
+				}
+			case *redis.Message:
+				ev.Message(m.Channel, m.Payload)
+			}
 		}
-		out[i] = x
-	}
-	return out, nil
+	}()
+	return ps, nil
 }

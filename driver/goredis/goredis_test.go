@@ -12,6 +12,7 @@ import (
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/driver/goredis"
 	"github.com/dlmgo/dlm/internal/redistest"
+	"github.com/dlmgo/dlm/nodekit"
 	"github.com/dlmgo/dlm/strategy"
 )
 
@@ -37,15 +38,25 @@ func lockCycle(t *testing.T, n dlm.Node, key string) {
 	}
 }
 
+// run runs one call on n, as Run's single-call path does.
+func run(ctx context.Context, n dlm.Node, c dlm.Call) ([]int64, error) {
+	calls := []dlm.Call{c}
+	n.Run(ctx, calls)
+	return calls[0].Reply, calls[0].Err
+}
+
 func TestClient(t *testing.T) {
-	c := redistest.Start(t).Client(t)
-	lockCycle(t, goredis.New(c), "plain")
+	srv := redistest.Start(t)
+	n := goredis.New(srv.Client(t))
+	assert.Equal(t, srv.Addr, n.String(), "named by its address")
+	lockCycle(t, n, "plain")
 }
 
 func TestClusterClient(t *testing.T) {
 	nodes := redistest.StartCluster(t, 3)
-	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{nodes[0].Addr}})
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{nodes[0].Addr, nodes[1].Addr}})
 	defer c.Close()
+	assert.Equal(t, "cluster("+nodes[0].Addr+","+nodes[1].Addr+")", goredis.New(c).String())
 	// Keys spread over all three masters; each lock and its fence share a slot.
 	for _, k := range []string{"a", "b", "c", "orders:42", "x{y}z"} {
 		lockCycle(t, goredis.New(c), k)
@@ -57,20 +68,22 @@ func TestFailoverClient(t *testing.T) {
 	sentinel := redistest.StartSentinel(t, "mymaster", primary, 1, time.Second)
 	c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "mymaster", SentinelAddrs: []string{sentinel.Addr}})
 	defer c.Close()
-	lockCycle(t, goredis.New(c), "sentinel")
+	n := goredis.New(c)
+	assert.NotContains(t, n.String(), "0x", "named by go-redis's address, not a pointer")
+	lockCycle(t, n, "sentinel")
 }
 
 func TestNoScriptIsMapped(t *testing.T) {
 	c := redistest.Start(t).Client(t)
 	n := goredis.New(c)
 	ctx := context.Background()
-	sc := dlm.NewScript("return {1, -2, 9007199254740992}")
-	_, err := n.EvalSHA(ctx, sc.SHA1(), nil)
+	sc := nodekit.NewScript("return {1, -2, 9007199254740992}")
+	_, err := run(ctx, n, dlm.Call{SHA1: sc.SHA1()})
 	require.ErrorIs(t, err, dlm.ErrNoScript)
 	r, err := sc.Run(ctx, n, nil)
 	require.NoError(t, err)
 	assert.Equal(t, []int64{1, -2, 9007199254740992}, r, "integers kept exact up to 2^53 (Lua numbers are doubles), negative too")
-	r, err = n.EvalSHA(ctx, sc.SHA1(), nil)
+	r, err = run(ctx, n, dlm.Call{SHA1: sc.SHA1()})
 	require.NoError(t, err, "cached after EVAL")
 	assert.Len(t, r, 3)
 }
@@ -79,7 +92,7 @@ func TestRepliesOtherThanIntegerArraysAreErrors(t *testing.T) {
 	c := redistest.Start(t).Client(t)
 	n := goredis.New(c)
 	for _, src := range []string{"return 'x'", "return 1", "return nil", "return {1, 'x'}", "return redis.error_reply('boom')"} {
-		_, err := n.Eval(context.Background(), src, nil)
+		_, err := run(context.Background(), n, dlm.Call{Source: src})
 		assert.Error(t, err, src)
 	}
 }
@@ -96,11 +109,45 @@ func TestDeadlineIsEnforcedWithoutContextTimeoutEnabled(t *testing.T) {
 		srv.Freeze(t)
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 		start := time.Now()
-		_, err := n.Eval(ctx, "return {1}", nil)
+		_, err := run(ctx, n, dlm.Call{Source: "return {1}"})
 		elapsed := time.Since(start)
 		cancel()
 		assert.ErrorIs(t, err, context.DeadlineExceeded, "ContextTimeoutEnabled=%v", ctxOnWire)
 		assert.Less(t, elapsed, 2*time.Second, "ContextTimeoutEnabled=%v", ctxOnWire)
 		srv.Thaw(t)
+	}
+}
+
+// A call abandoned at its context's end finishes in the background once the
+// server answers, and never writes into the caller's calls (-race checks
+// that the caller may use them at once).
+func TestAbandonedCallsAreNotWritten(t *testing.T) {
+	srv := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: 30 * time.Second})
+	defer c.Close()
+	n := goredis.New(c)
+	require.NoError(t, c.Ping(context.Background()).Err())
+	for _, size := range []int{1, 3} {
+		srv.Freeze(t)
+		calls := make([]dlm.Call, size)
+		for i := range calls {
+			calls[i] = dlm.Call{Source: "return {redis.call('INCR', KEYS[1])}", Keys: []string{"abandoned"}}
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(100*time.Millisecond, cancel)
+		n.Run(ctx, calls)
+		srv.Thaw(t)
+		for i := range calls {
+			assert.ErrorIs(t, calls[i].Err, context.Canceled, "%d calls: call %d", size, i)
+			calls[i].Reply = []int64{-1} // the caller owns calls again
+		}
+		require.Eventually(t, func() bool {
+			v, _ := c.Get(context.Background(), "abandoned").Int()
+			return v == size
+		}, 5*time.Second, 10*time.Millisecond, "the abandoned commands ran once the server answered")
+		require.NoError(t, c.Del(context.Background(), "abandoned").Err())
+		for i := range calls {
+			assert.Equal(t, []int64{-1}, calls[i].Reply, "%d calls: call %d untouched", size, i)
+		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/driver/goredis"
 	"github.com/dlmgo/dlm/internal/redistest"
+	"github.com/dlmgo/dlm/nodekit"
 )
 
 // pubsubClients counts the server's connections in pub/sub mode.
@@ -33,7 +34,7 @@ func pubsubClients(t *testing.T, c *redis.Client) int {
 func TestWatch(t *testing.T) {
 	c := redistest.Start(t).Client(t)
 	n := goredis.New(c)
-	var _ dlm.Notifier = n
+	var _ dlm.Node = n
 	ctx := context.Background()
 	got1, got2 := make(chan string, 10), make(chan string, 10)
 	stop1, err := n.Watch(ctx, "ch", func(p string) { got1 <- p })
@@ -100,7 +101,7 @@ func TestWatchCluster(t *testing.T) {
 	assert.Equal(t, int64(6), count.Load())
 }
 
-func TestEvalSHAMany(t *testing.T) {
+func TestRunMany(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		client func(t *testing.T) redis.UniversalClient
@@ -117,25 +118,22 @@ func TestEvalSHAMany(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := tc.client(t)
 			n := goredis.New(c)
-			var _ dlm.Pipeliner = n
-			s := dlm.NewScript("return {tonumber(ARGV[1]), redis.call('INCR', KEYS[1])}")
+			s := nodekit.NewScript("return {tonumber(ARGV[1]), redis.call('INCR', KEYS[1])}")
 			ctx := context.Background()
 			if tc.name == "client-noctxtimeout-deadline" {
 				var cancel context.CancelFunc
 				ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
 				defer cancel()
 			}
-			calls := make([]dlm.ScriptCall, 50)
+			calls := make([]dlm.Call, 50)
 			for i := range calls {
-				calls[i] = dlm.ScriptCall{Keys: []string{"k" + strconv.Itoa(i%7)}, Args: []string{strconv.Itoa(i)}}
+				calls[i] = dlm.Call{Keys: []string{"k" + strconv.Itoa(i%7)}, Args: []string{strconv.Itoa(i)}}
 			}
 			// The script is not cached: the first pipeline meets NOSCRIPT,
 			// RunMany loads it and runs the rest again.
-			res, err := s.RunMany(ctx, n, calls)
-			require.NoError(t, err)
-			require.Len(t, res, len(calls))
+			s.RunMany(ctx, n, calls)
 			perKey := map[string]int64{}
-			for i, r := range res {
+			for i, r := range calls {
 				require.NoError(t, r.Err, "call %d", i)
 				require.Len(t, r.Reply, 2)
 				assert.Equal(t, int64(i), r.Reply[0])
@@ -143,9 +141,9 @@ func TestEvalSHAMany(t *testing.T) {
 				assert.Equal(t, perKey[calls[i].Keys[0]], r.Reply[1], "call %d ran once, in order", i)
 			}
 			// A call that fails does not fail the others.
-			bad := dlm.NewScript("if ARGV[1] == 'x' then return redis.error_reply('boom') end return {1}")
-			res, err = bad.RunMany(ctx, n, []dlm.ScriptCall{{Keys: []string{"a"}, Args: []string{"1"}}, {Keys: []string{"a"}, Args: []string{"x"}}, {Keys: []string{"a"}, Args: []string{"2"}}})
-			require.NoError(t, err)
+			bad := nodekit.NewScript("if ARGV[1] == 'x' then return redis.error_reply('boom') end return {1}")
+			res := []dlm.Call{{Keys: []string{"a"}, Args: []string{"1"}}, {Keys: []string{"a"}, Args: []string{"x"}}, {Keys: []string{"a"}, Args: []string{"2"}}}
+			bad.RunMany(ctx, n, res)
 			assert.NoError(t, res[0].Err)
 			assert.ErrorContains(t, res[1].Err, "boom")
 			assert.NoError(t, res[2].Err)
@@ -153,7 +151,7 @@ func TestEvalSHAMany(t *testing.T) {
 	}
 }
 
-func TestEvalSHAManyDeadline(t *testing.T) {
+func TestRunManyDeadline(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client(t) // without ContextTimeoutEnabled
 	n := goredis.New(c)
@@ -163,7 +161,11 @@ func TestEvalSHAManyDeadline(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	_, err := n.EvalSHAMany(ctx, "0000000000000000000000000000000000000000", []dlm.ScriptCall{{Keys: []string{"a"}}})
-	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	calls := []dlm.Call{{SHA1: "0000000000000000000000000000000000000000", Keys: []string{"a"}}, {SHA1: "0000000000000000000000000000000000000000", Keys: []string{"b"}}}
+	n.Run(ctx, calls)
+	for i := range calls {
+		assert.ErrorIs(t, calls[i].Err, context.DeadlineExceeded, "call %d", i)
+		assert.Nil(t, calls[i].Reply, "call %d", i)
+	}
 	assert.Less(t, time.Since(start), 2*time.Second)
 }

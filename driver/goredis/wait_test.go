@@ -2,6 +2,7 @@ package goredis_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -12,27 +13,45 @@ import (
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/driver/goredis"
 	"github.com/dlmgo/dlm/internal/redistest"
+	"github.com/dlmgo/dlm/nodekit"
 )
 
 // incr writes, so WAIT after it has something to count.
 const incr = "return {redis.call('INCR', KEYS[1])}"
 
-func TestEvalWait(t *testing.T) {
+// evalWait runs src with EVAL and then w through RunWait, and returns the
+// script's reply (kept when only the wait failed), the acks and the error.
+func evalWait(ctx context.Context, n dlm.Node, w dlm.Wait, src string, keys []string) ([]int64, dlm.Acks, error) {
+	calls := []dlm.Call{{Source: src, Keys: keys}}
+	acks, err := n.RunWait(ctx, calls, w)
+	return calls[0].Reply, acks, err
+}
+
+func TestRunWait(t *testing.T) {
 	topo := redistest.StartReplicated(t, redistest.ReplicatedOptions{Replicas: 1})
 	ctx := context.Background()
 	w := dlm.Wait{Replicas: 1, Timeout: time.Second}
 
 	t.Run("replies and acknowledgements", func(t *testing.T) {
 		n := goredis.New(topo.Primary.Client(t))
-		r, acks, err := n.EvalWait(ctx, w, incr, []string{"ew"})
+		r, acks, err := evalWait(ctx, n, w, incr, []string{"ew"})
 		require.NoError(t, err)
 		assert.Equal(t, []int64{1}, r)
 		assert.Equal(t, dlm.Acks{Replicas: 1}, acks)
 		assert.Equal(t, "1", topo.Replicas[0].Client(t).Get(ctx, "ew").Val(), "acknowledged means the replica has it")
 
-		_, _, err = n.EvalSHAWait(ctx, w, dlm.NewScript("return {7}").SHA1(), nil)
+		calls := []dlm.Call{{Source: incr, Keys: []string{"ew"}}, {Source: incr, Keys: []string{"ew2"}}}
+		acks, err = n.RunWait(ctx, calls, w)
+		require.NoError(t, err)
+		assert.Equal(t, []int64{2}, calls[0].Reply)
+		assert.Equal(t, []int64{1}, calls[1].Reply)
+		assert.Equal(t, dlm.Acks{Replicas: 1}, acks, "one WAIT after several calls")
+
+		calls = []dlm.Call{{SHA1: nodekit.NewScript("return {7}").SHA1()}}
+		_, err = n.RunWait(ctx, calls, w)
 		assert.ErrorIs(t, err, dlm.ErrNoScript)
-		r, _, err = dlm.NewScript("return {7}").RunWait(ctx, n, w, nil)
+		assert.ErrorIs(t, calls[0].Err, dlm.ErrNoScript)
+		r, _, err = nodekit.NewScript("return {7}").RunWait(ctx, n, w, nil)
 		require.NoError(t, err, "RunWait falls back to EVAL")
 		assert.Equal(t, []int64{7}, r)
 	})
@@ -40,7 +59,7 @@ func TestEvalWait(t *testing.T) {
 	t.Run("bad waits are refused before anything is sent", func(t *testing.T) {
 		n := goredis.New(topo.Primary.Client(t))
 		for _, bad := range []dlm.Wait{{Replicas: 1}, {Replicas: -1, Timeout: time.Second}, {Timeout: time.Second, Local: true}} {
-			_, _, err := n.EvalWait(ctx, bad, incr, []string{"bad"})
+			_, _, err := evalWait(ctx, n, bad, incr, []string{"bad"})
 			assert.ErrorIs(t, err, dlm.ErrInvalid, "%+v", bad)
 		}
 		assert.Zero(t, topo.Primary.Client(t).Exists(ctx, "bad").Val())
@@ -48,7 +67,7 @@ func TestEvalWait(t *testing.T) {
 
 	t.Run("a failed wait keeps the script's reply", func(t *testing.T) {
 		n := goredis.New(topo.Primary.Client(t))
-		r, _, err := n.EvalWait(ctx, dlm.Wait{Replicas: 1, Timeout: time.Second, AOF: true}, incr, []string{"aof"})
+		r, _, err := evalWait(ctx, n, dlm.Wait{Replicas: 1, Timeout: time.Second, AOF: true}, incr, []string{"aof"})
 		if err == nil {
 			t.Skip("this server offers WAITAOF")
 		}
@@ -63,7 +82,7 @@ func TestEvalWait(t *testing.T) {
 			topo.Replicas[0].Freeze(t)
 			cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 			start := time.Now()
-			_, _, err := n.EvalWait(cctx, dlm.Wait{Replicas: 1, Timeout: 5 * time.Second}, incr, []string{"blocked"})
+			_, _, err := evalWait(cctx, n, dlm.Wait{Replicas: 1, Timeout: 5 * time.Second}, incr, []string{"blocked"})
 			elapsed := time.Since(start)
 			cancel()
 			topo.Replicas[0].Thaw(t)
@@ -77,7 +96,7 @@ func TestEvalWait(t *testing.T) {
 		nodes := redistest.StartCluster(t, 1)
 		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{nodes[0].Addr}})
 		defer c.Close()
-		r, acks, err := goredis.New(c).EvalWait(ctx, dlm.Wait{Replicas: 1, Timeout: 50 * time.Millisecond}, incr, []string{"cw"})
+		r, acks, err := evalWait(ctx, goredis.New(c), dlm.Wait{Replicas: 1, Timeout: 50 * time.Millisecond}, incr, []string{"cw"})
 		require.NoError(t, err)
 		assert.Equal(t, []int64{1}, r)
 		assert.Zero(t, acks.Replicas, "the cluster master has no replica")
@@ -86,7 +105,11 @@ func TestEvalWait(t *testing.T) {
 	t.Run("a client that cannot pin a connection says so", func(t *testing.T) {
 		ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": topo.Primary.Addr}})
 		defer ring.Close()
-		_, _, err := goredis.New(ring).EvalWait(ctx, w, incr, []string{"ring"})
-		assert.ErrorContains(t, err, "cannot send a script and WAIT on one connection")
+		calls := []dlm.Call{{Source: incr, Keys: []string{"ring"}}}
+		_, err := goredis.New(ring).RunWait(ctx, calls, w)
+		assert.ErrorContains(t, err, "cannot send scripts and WAIT on one connection")
+		assert.ErrorIs(t, err, errors.ErrUnsupported)
+		assert.ErrorIs(t, calls[0].Err, errors.ErrUnsupported, "the call did not run")
+		assert.Zero(t, topo.Primary.Client(t).Exists(ctx, "ring").Val())
 	})
 }

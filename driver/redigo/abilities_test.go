@@ -3,8 +3,10 @@ package redigo_test
 import (
 	"context"
 	"errors"
+	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/driver/redigo"
 	"github.com/dlmgo/dlm/internal/redistest"
+	"github.com/dlmgo/dlm/nodekit"
 	"github.com/dlmgo/dlm/strategy"
 )
 
@@ -33,61 +36,70 @@ func get(t *testing.T, addr, key string) string {
 	return v
 }
 
-func TestEvalWait(t *testing.T) {
+// evalWait runs src once on n with EVAL and then w's command.
+func evalWait(ctx context.Context, n dlm.Node, w dlm.Wait, src string, keys []string) ([]int64, dlm.Acks, error) {
+	c := []dlm.Call{{Source: src, Keys: keys}}
+	acks, err := n.RunWait(ctx, c, w)
+	return c[0].Reply, acks, err
+}
+
+func TestRunWait(t *testing.T) {
 	topo := redistest.StartReplicated(t, redistest.ReplicatedOptions{Replicas: 2})
 	ctx := context.Background()
 	pool := newPool(t, topo.Primary.Addr)
-	n := redigo.New(pool)
+	n := redigo.New(pool).WithName(topo.Primary.Addr)
 	all := dlm.Wait{Replicas: 2, Timeout: 2 * time.Second}
 
 	t.Run("acknowledged by every replica", func(t *testing.T) {
-		r, acks, err := n.EvalWait(ctx, all, incr, []string{"ew"})
+		r, acks, err := evalWait(ctx, n, all, incr, []string{"ew"})
 		if err != nil || !slices.Equal(r, []int64{1}) || acks != (dlm.Acks{Replicas: 2}) {
-			t.Fatalf("EvalWait: %v %+v %v, want [1] {Replicas:2} nil", r, acks, err)
+			t.Fatalf("RunWait: %v %+v %v, want [1] {Replicas:2} nil", r, acks, err)
 		}
 		for _, rep := range topo.Replicas {
 			if v := get(t, rep.Addr, "ew"); v != "1" {
 				t.Errorf("replica %s has ew=%q after the acknowledgement, want 1", rep.Addr, v)
 			}
 		}
-		sc := dlm.NewScript(incr)
-		if _, _, err := n.EvalSHAWait(ctx, all, dlm.NewScript("return {7} -- new").SHA1(), nil); !errors.Is(err, dlm.ErrNoScript) {
-			t.Errorf("EvalSHAWait of an unknown script: %v, want ErrNoScript", err)
+		sc := nodekit.NewScript(incr)
+		unknown := []dlm.Call{{SHA1: nodekit.NewScript("return {7} -- new").SHA1()}}
+		if _, err := n.RunWait(ctx, unknown, all); !errors.Is(err, dlm.ErrNoScript) || !errors.Is(unknown[0].Err, dlm.ErrNoScript) {
+			t.Errorf("RunWait of an unknown script: %v (call: %v), want ErrNoScript", err, unknown[0].Err)
 		}
 		r, acks, err = sc.RunWait(ctx, n, all, []string{"ew"})
 		if err != nil || !slices.Equal(r, []int64{2}) || acks.Replicas != 2 {
 			t.Fatalf("RunWait: %v %+v %v, want [2] 2 replicas", r, acks, err)
 		}
 		// The connection went back to the pool in step: a plain call on it works.
-		if r, err := n.Eval(ctx, "return {5}", nil); err != nil || !slices.Equal(r, []int64{5}) {
-			t.Fatalf("Eval after EvalWait: %v %v", r, err)
+		if r, err := eval(ctx, n, "return {5}", nil); err != nil || !slices.Equal(r, []int64{5}) {
+			t.Fatalf("Run after RunWait: %v %v", r, err)
 		}
 	})
 
 	t.Run("a script error has zero acks", func(t *testing.T) {
-		_, acks, err := n.EvalWait(ctx, all, "return redis.error_reply('boom')", nil)
+		_, acks, err := evalWait(ctx, n, all, "return redis.error_reply('boom')", nil)
 		if err == nil || errors.Is(err, dlm.ErrNoScript) || acks != (dlm.Acks{}) {
-			t.Fatalf("EvalWait of an erroring script: %+v %v", acks, err)
+			t.Fatalf("RunWait of an erroring script: %+v %v", acks, err)
 		}
-		if r, err := n.Eval(ctx, "return {6}", nil); err != nil || !slices.Equal(r, []int64{6}) {
-			t.Fatalf("Eval after a script error: %v %v (WAIT's reply left unread?)", r, err)
+		if r, err := eval(ctx, n, "return {6}", nil); err != nil || !slices.Equal(r, []int64{6}) {
+			t.Fatalf("Run after a script error: %v %v (WAIT's reply left unread?)", r, err)
 		}
 	})
 
 	t.Run("a failed wait keeps the script's reply", func(t *testing.T) {
-		r, _, err := n.EvalWait(ctx, dlm.Wait{Replicas: 1, Timeout: time.Second, AOF: true}, incr, []string{"aof"})
+		r, _, err := evalWait(ctx, n, dlm.Wait{Replicas: 1, Timeout: time.Second, AOF: true}, incr, []string{"aof"})
 		if err == nil {
 			t.Skip("this server offers WAITAOF")
 		}
 		if !slices.Equal(r, []int64{1}) {
-			t.Fatalf("EvalWait with an unknown WAITAOF: reply %v (%v), want [1]: the caller must be able to undo the script", r, err)
+			t.Fatalf("RunWait with an unknown WAITAOF: reply %v (%v), want [1]: the caller must be able to undo the script", r, err)
 		}
 	})
 
 	t.Run("bad waits are refused", func(t *testing.T) {
 		for _, bad := range []dlm.Wait{{Replicas: 1}, {Replicas: -1, Timeout: time.Second}, {Timeout: time.Second, Local: true}} {
-			if _, _, err := n.EvalWait(ctx, bad, incr, []string{"bad"}); !errors.Is(err, dlm.ErrInvalid) {
-				t.Errorf("%+v: %v, want ErrInvalid", bad, err)
+			c := []dlm.Call{{Source: incr, Keys: []string{"bad"}, Reply: []int64{9}}}
+			if _, err := n.RunWait(ctx, c, bad); !errors.Is(err, dlm.ErrInvalid) || !errors.Is(c[0].Err, dlm.ErrInvalid) || c[0].Reply != nil {
+				t.Errorf("%+v: %v, call %+v; want ErrInvalid on both", bad, err, c[0])
 			}
 		}
 	})
@@ -95,9 +107,9 @@ func TestEvalWait(t *testing.T) {
 	t.Run("a frozen replica does not acknowledge", func(t *testing.T) {
 		topo.Replicas[1].Freeze(t)
 		defer topo.Replicas[1].Thaw(t)
-		r, acks, err := n.EvalWait(ctx, dlm.Wait{Replicas: 2, Timeout: 300 * time.Millisecond}, incr, []string{"frozen"})
+		r, acks, err := evalWait(ctx, n, dlm.Wait{Replicas: 2, Timeout: 300 * time.Millisecond}, incr, []string{"frozen"})
 		if err != nil || !slices.Equal(r, []int64{1}) {
-			t.Fatalf("EvalWait: %v %v", r, err)
+			t.Fatalf("RunWait: %v %v", r, err)
 		}
 		if acks.Replicas != 1 {
 			t.Fatalf("acks %+v with one of two replicas frozen, want 1", acks)
@@ -111,10 +123,13 @@ func TestEvalWait(t *testing.T) {
 		cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 		defer cancel()
 		start := time.Now()
-		r, _, err := n.EvalWait(cctx, dlm.Wait{Replicas: 2, Timeout: 10 * time.Second}, incr, []string{"blocked"})
+		r, _, err := evalWait(cctx, n, dlm.Wait{Replicas: 2, Timeout: 10 * time.Second}, incr, []string{"blocked"})
 		took := time.Since(start)
 		if !errors.Is(err, context.DeadlineExceeded) || took > 3*time.Second {
-			t.Fatalf("EvalWait blocked in WAIT: %v %v after %v, want DeadlineExceeded near 200ms", r, err, took)
+			t.Fatalf("RunWait blocked in WAIT: %v %v after %v, want DeadlineExceeded near 200ms", r, err, took)
+		}
+		if !slices.Equal(r, []int64{1}) {
+			t.Errorf("RunWait blocked in WAIT: the script's reply %v arrived but was not kept", r)
 		}
 		if after := pool.Stats().IdleCount; after >= before {
 			t.Errorf("idle connections %d before and %d after: the connection with WAIT's reply unread went back to the pool", before, after)
@@ -122,58 +137,67 @@ func TestEvalWait(t *testing.T) {
 	})
 }
 
-func TestEvalSHAMany(t *testing.T) {
+func TestRunMany(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := context.Background()
-	n := redigo.New(newPool(t, srv.Addr))
-	sc := dlm.NewScript("return {tonumber(ARGV[1]), redis.call('INCR', KEYS[1])}")
-	calls := make([]dlm.ScriptCall, 500)
+	pool := newPool(t, srv.Addr)
+	n := redigo.New(pool).WithName(srv.Addr)
+	sc := nodekit.NewScript("return {tonumber(ARGV[1]), redis.call('INCR', KEYS[1])}")
+	calls := make([]dlm.Call, 500)
 	for i := range calls {
-		calls[i] = dlm.ScriptCall{Keys: []string{"m" + strconv.Itoa(i%7)}, Args: []string{strconv.Itoa(i)}}
+		calls[i] = dlm.Call{SHA1: sc.SHA1(), Keys: []string{"m" + strconv.Itoa(i%7)}, Args: []string{strconv.Itoa(i)}}
 	}
-	res, err := n.EvalSHAMany(ctx, sc.SHA1(), calls)
-	if err != nil || len(res) != len(calls) {
-		t.Fatalf("EvalSHAMany: %d results, %v", len(res), err)
-	}
-	for i, r := range res {
-		if !errors.Is(r.Err, dlm.ErrNoScript) {
-			t.Fatalf("result %d of an unknown script: %+v, want ErrNoScript", i, r)
+	n.Run(ctx, calls)
+	for i, c := range calls {
+		if !errors.Is(c.Err, dlm.ErrNoScript) || c.Reply != nil {
+			t.Fatalf("call %d of an unknown script: %+v, want ErrNoScript", i, c)
 		}
 	}
-	res, err = sc.RunMany(ctx, n, calls)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sc.RunMany(ctx, n, calls)
 	counts := map[string]int64{}
-	for i, r := range res {
-		counts[calls[i].Keys[0]]++
-		if want := []int64{int64(i), counts[calls[i].Keys[0]]}; r.Err != nil || !slices.Equal(r.Reply, want) {
-			t.Fatalf("result %d: %+v, want %v", i, r, want)
+	for i, c := range calls {
+		counts[c.Keys[0]]++
+		if want := []int64{int64(i), counts[c.Keys[0]]}; c.Err != nil || !slices.Equal(c.Reply, want) {
+			t.Fatalf("call %d: %+v, want %v", i, c, want)
 		}
 	}
-	if res, err := n.EvalSHAMany(ctx, sc.SHA1(), nil); err != nil || len(res) != 0 {
-		t.Fatalf("empty batch: %v %v", res, err)
+	before := pool.Stats()
+	n.Run(ctx, nil)
+	if after := pool.Stats(); after != before {
+		t.Fatalf("an empty batch used the pool: stats %+v before, %+v after", before, after)
 	}
 
 	srv.Freeze(t)
-	defer srv.Thaw(t)
 	cctx, cancel := context.WithTimeout(ctx, 150*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	if _, err := n.EvalSHAMany(cctx, sc.SHA1(), calls); !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 3*time.Second {
-		t.Fatalf("EvalSHAMany on a frozen server: %v after %v, want DeadlineExceeded near 150ms", err, time.Since(start))
+	n.Run(cctx, calls)
+	took := time.Since(start)
+	srv.Thaw(t)
+	for i, c := range calls {
+		if !errors.Is(c.Err, context.DeadlineExceeded) || c.Reply != nil || took > 3*time.Second {
+			t.Fatalf("call %d on a frozen server: %+v after %v, want DeadlineExceeded near 150ms", i, c, took)
+		}
+	}
+	// The batch's replies come once the server thaws; none reaches a later
+	// caller, whose connection must not be the one they arrive on.
+	for i := range 50 {
+		arg := "late" + strconv.Itoa(i)
+		if r, err := eval(ctx, n, "return {tonumber(string.sub(ARGV[1], 5))}", nil, arg); err != nil || !slices.Equal(r, []int64{int64(i)}) {
+			t.Fatalf("call %d after a batch cut short: %v %v, want [%d] (a reply of the earlier batch?)", i, r, err, i)
+		}
 	}
 }
 
 func TestWatch(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := context.Background()
-	n := redigo.New(newPool(t, srv.Addr))
+	n := newNode(t, srv.Addr)
 	pub := func(ch, msg string) {
 		t.Helper()
-		_, err := n.Eval(ctx, "redis.call('PUBLISH', KEYS[1], ARGV[1]) return {}", []string{ch}, msg)
+		_, err := eval(ctx, n, "redis.call('PUBLISH', KEYS[1], ARGV[1]) return {}", []string{ch}, msg)
 		if err != nil { // a pooled connection from before a restart: once more
-			_, err = n.Eval(ctx, "redis.call('PUBLISH', KEYS[1], ARGV[1]) return {}", []string{ch}, msg)
+			_, err = eval(ctx, n, "redis.call('PUBLISH', KEYS[1], ARGV[1]) return {}", []string{ch}, msg)
 		}
 		if err != nil {
 			t.Fatal(err)
@@ -264,7 +288,7 @@ func TestWatch(t *testing.T) {
 func TestWatchRelease(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := context.Background()
-	s, err := strategy.NewSingle(redigo.New(newPool(t, srv.Addr)))
+	s, err := strategy.NewSingle(newNode(t, srv.Addr))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -302,7 +326,7 @@ func TestWatchRelease(t *testing.T) {
 func TestWatchChurn(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := context.Background()
-	n := redigo.New(newPool(t, srv.Addr))
+	n := newNode(t, srv.Addr)
 	const goroutines, rounds = 16, 10
 	errs := make(chan error, goroutines)
 	for g := range goroutines {
@@ -320,7 +344,7 @@ func TestWatchChurn(t *testing.T) {
 					if err != nil {
 						return err
 					}
-					if _, err := n.Eval(ctx, "redis.call('PUBLISH', KEYS[1], ARGV[1]) return {}", []string{ch}, want); err != nil {
+					if _, err := eval(ctx, n, "redis.call('PUBLISH', KEYS[1], ARGV[1]) return {}", []string{ch}, want); err != nil {
 						stop()
 						return err
 					}
@@ -344,11 +368,12 @@ func TestWatchChurn(t *testing.T) {
 }
 
 // The subscription connection is killed: the channel is subscribed again on
-// a new one, and messages published afterwards arrive.
+// a new one (by the Hub), and messages published afterwards arrive. Once
+// every Watch stopped, the connection is closed and its reader ends.
 func TestWatchReconnect(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := context.Background()
-	n := redigo.New(newPool(t, srv.Addr))
+	n := newNode(t, srv.Addr)
 	admin, err := redis.Dial("tcp", srv.Addr, redis.DialReadTimeout(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
@@ -401,4 +426,24 @@ func TestWatchReconnect(t *testing.T) {
 	stop()
 	stop2()
 	waitNumsub(0, "after both Watches stopped")
+	// A second after the last stop (nodekit.HubLinger) the connection closes.
+	for deadline := time.Now().Add(nodekit.HubLinger + 5*time.Second); ; time.Sleep(20 * time.Millisecond) {
+		clients, err := redis.String(admin.Do("CLIENT", "LIST", "TYPE", "pubsub"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		readers := receivers()
+		if clients == "" && readers == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%v after the last stop: pubsub clients %q, %d receive goroutines; want none", nodekit.HubLinger+5*time.Second, clients, readers)
+		}
+	}
+}
+
+// receivers counts the goroutines reading a subscription connection.
+func receivers() int {
+	buf := make([]byte, 1<<20)
+	return strings.Count(string(buf[:runtime.Stack(buf, true)]), "driver/redigo.pubSub.receive")
 }

@@ -16,7 +16,7 @@ func BenchmarkLockUnlock(b *testing.B) {
 	srv := redistest.Start(b)
 	p := newPool(b, srv.Addr)
 	p.MaxIdle = redistest.BenchGoroutines
-	s, err := strategy.NewSingle(redigo.New(p))
+	s, err := strategy.NewSingle(redigo.New(p).WithName(srv.Addr))
 	if err != nil {
 		b.Fatal(err)
 	}

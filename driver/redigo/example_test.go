@@ -12,12 +12,53 @@ import (
 	"github.com/dlmgo/dlm/strategy"
 )
 
-// A pool that follows the primary Sentinel names, for the failover
-// strategy. It needs running Sentinels, so the example has no output.
-func ExampleSentinelDial() {
+// A Node over a pool to one server, named by the server's address (a pool
+// does not know it). The example needs a running server, so it has no
+// output.
+func ExampleNew() {
+	const addr = "localhost:6379"
 	pool := &redis.Pool{
 		MaxIdle: 16,
-		DialContext: redigo.SentinelDial([]string{"10.0.0.1:26379", "10.0.0.2:26379", "10.0.0.3:26379"}, "mymaster",
+		Dial: func() (redis.Conn, error) {
+			return redis.Dial("tcp", addr, redis.DialReadTimeout(time.Second))
+		},
+	}
+	defer pool.Close()
+	s, err := strategy.NewSingle(redigo.New(pool).WithName(addr))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	m, err := dlm.New(s)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	lock, err := m.Lock(ctx, "orders:42")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer lock.Unlock(context.WithoutCancel(ctx))
+	// work under lock.Context(), passing lock.Fence() to storage
+}
+
+// A pool that follows the primary Sentinel names, for the failover
+// strategy: Sentinels that require a password (requirepass in
+// sentinel.conf) and a primary that requires another. The node is named by
+// the master's name. The example needs running Sentinels, so it has no
+// output.
+func ExampleSentinels_Dial() {
+	sentinels := redigo.Sentinels{
+		Addrs:       []string{"10.0.0.1:26379", "10.0.0.2:26379", "10.0.0.3:26379"},
+		Master:      "mymaster",
+		DialOptions: []redis.DialOption{redis.DialPassword("sentinel-secret")},
+	}
+	pool := &redis.Pool{
+		MaxIdle: 16,
+		DialContext: sentinels.Dial(redis.DialPassword("primary-secret"),
 			redis.DialReadTimeout(time.Second)), // above the failover strategy's wait timeout
 		TestOnBorrow: func(c redis.Conn, idleSince time.Time) error {
 			if time.Since(idleSince) < time.Second {
@@ -27,7 +68,7 @@ func ExampleSentinelDial() {
 		},
 	}
 	defer pool.Close()
-	f, err := strategy.NewFailover(redigo.New(pool), strategy.WithAcks(strategy.AckAll()))
+	f, err := strategy.NewFailover(redigo.New(pool).WithName(sentinels.Master), strategy.WithAcks(strategy.AckAll()))
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -46,21 +87,4 @@ func ExampleSentinelDial() {
 	}
 	defer lock.Unlock(context.WithoutCancel(ctx))
 	// work under lock.Context(), passing lock.Fence() to storage
-}
-
-// Sentinels that require a password (requirepass in sentinel.conf) and a
-// primary that requires another. The example needs running Sentinels, so it
-// has no output.
-func ExampleSentinels_Dial() {
-	sentinels := redigo.Sentinels{
-		Addrs:       []string{"10.0.0.1:26379", "10.0.0.2:26379", "10.0.0.3:26379"},
-		Master:      "mymaster",
-		DialOptions: []redis.DialOption{redis.DialPassword("sentinel-secret")},
-	}
-	pool := &redis.Pool{
-		MaxIdle:     16,
-		DialContext: sentinels.Dial(redis.DialPassword("primary-secret"), redis.DialReadTimeout(time.Second)),
-	}
-	defer pool.Close()
-	_, _ = strategy.NewFailover(redigo.New(pool))
 }

@@ -9,7 +9,6 @@ import (
 
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/conformance"
-	"github.com/dlmgo/dlm/driver/redigo"
 	"github.com/dlmgo/dlm/internal/redistest"
 	"github.com/dlmgo/dlm/strategy"
 )
@@ -18,7 +17,7 @@ import (
 // primary with two replicas and policy all: every grant waits for both.
 func TestFailoverConformance(t *testing.T) {
 	topo := redistest.StartReplicated(t, redistest.ReplicatedOptions{Replicas: 2})
-	node := redigo.New(newPool(t, topo.Primary.Addr)).WithName("redigo " + topo.Primary.Addr)
+	node := newNode(t, topo.Primary.Addr)
 	conformance.RunStrategy(t, conformance.Topology{Nodes: func(*testing.T) []dlm.Node { return []dlm.Node{node} }, Quorum: 1},
 		func(nodes []dlm.Node) (dlm.Strategy, error) {
 			return strategy.NewFailover(nodes[0], strategy.WithAcks(strategy.AckAll()), strategy.WithReplicas(2))
@@ -33,7 +32,7 @@ func TestFailoverStalePrimary(t *testing.T) {
 	ctx := context.Background()
 	const ttl = 10 * time.Second
 
-	replica, err := strategy.NewFailover(redigo.New(newPool(t, topo.Replicas[0].Addr)))
+	replica, err := strategy.NewFailover(newNode(t, topo.Replicas[0].Addr))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +40,7 @@ func TestFailoverStalePrimary(t *testing.T) {
 		t.Fatalf("Acquire on a replica: %+v, %v; want an error matching dlm.ErrNotAcquired", l, err)
 	}
 
-	f, err := strategy.NewFailover(redigo.New(newPool(t, topo.Primary.Addr)), strategy.WithAcks(strategy.AckAll()))
+	f, err := strategy.NewFailover(newNode(t, topo.Primary.Addr), strategy.WithAcks(strategy.AckAll()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,187 +1,208 @@
-// Package redigo adapts a redigo connection pool (github.com/gomodule/redigo)
-// to dlm.Node.
+// Package redigo adapts a redigo pool (github.com/gomodule/redigo) to
+// dlm.Node; a pool with Sentinels.Dial as its DialContext follows a primary.
 //
-// redigo speaks to one server; it has no Sentinel or Cluster client of its
-// own. A pool whose DialContext is SentinelDial follows the primary Sentinel
-// names, since each call takes a connection from the pool.
-//
-// Besides dlm.Node, a Node implements dlm.Pipeliner, dlm.Notifier and
-// dlm.ReplicaWaiter (what the failover strategy needs).
-//
-// Every call honours its context: the connection is taken with
-// Pool.GetContext and the command runs with redis.DoContext, which sets the
-// read deadline from the context's deadline and closes the connection when
-// the context ends first, so a call against a server that stopped answering
-// returns at its deadline.
+// Deadlines: a call takes its connection with Pool.GetContext and reads each
+// reply with redis.ReceiveContext, whose read deadline is ctx's (or the read
+// timeout, when sooner) and which closes the connection when ctx ends first:
+// a call returns by ctx's deadline even if the server stopped answering, and
+// a connection with replies unread is never reused. Writes are bounded by
+// the connection's write timeout.
 package redigo
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/nodekit"
 )
 
 // Node is a dlm.Node over a *redis.Pool. It does not close the pool.
 type Node struct {
 	pool *redis.Pool
 	name string
-	hub  *hub // shared by copies made with WithName
+	hub  *nodekit.Hub // shared by copies made with WithName
 }
 
-var _ dlm.Node = (*Node)(nil)
-
 // New returns a Node over p, or nil when p is nil (which strategies reject).
-// It is named "redigo(pool@0x…)"; see WithName.
+// A pool does not know its server's address: name the node with WithName.
 func New(p *redis.Pool) *Node {
 	if p == nil {
 		return nil
 	}
-	return &Node{pool: p, name: fmt.Sprintf("redigo(pool@%p)", p), hub: &hub{pool: p}}
+	return &Node{pool: p, name: fmt.Sprintf("redigo(pool@%p)", p), hub: nodekit.NewHub(openPubSub(p))}
 }
 
-// WithName returns a copy of n that String reports as name, for example the
-// server's address (a pool does not know it).
-func (n *Node) WithName(name string) *Node {
-	c := *n
-	c.name = name
-	return &c
-}
+// WithName returns a copy of n named name: its address, or its master's.
+func (n *Node) WithName(name string) *Node { return &Node{pool: n.pool, name: name, hub: n.hub} }
 
 // String names the node.
 func (n *Node) String() string { return n.name }
 
-// Pool returns the wrapped pool.
-func (n *Node) Pool() *redis.Pool { return n.pool }
-
-// EvalSHA implements dlm.Node.
-func (n *Node) EvalSHA(ctx context.Context, sha1 string, keys []string, args ...string) ([]int64, error) {
-	return n.do(ctx, "EVALSHA", sha1, keys, args)
+// Watch implements dlm.Node with a nodekit.Hub over one connection dialled
+// with the pool's DialContext (or Dial), outside its accounting. Reads have
+// no deadline: TCP keepalive (redis.DialKeepAlive) notices a lost server.
+func (n *Node) Watch(ctx context.Context, channel string, notify func(payload string)) (func(), error) {
+	return n.hub.Watch(ctx, channel, notify)
 }
 
-// Eval implements dlm.Node.
-func (n *Node) Eval(ctx context.Context, src string, keys []string, args ...string) ([]int64, error) {
-	return n.do(ctx, "EVAL", src, keys, args)
-}
+// pubSub is the nodekit.PubSub primitive over a dedicated connection.
+type pubSub struct{ redis.PubSubConn }
 
-func (n *Node) do(ctx context.Context, cmd, script string, keys, args []string) ([]int64, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
+func openPubSub(p *redis.Pool) func(context.Context, nodekit.Events) (nodekit.PubSub, error) {
+	return func(ctx context.Context, ev nodekit.Events) (nodekit.PubSub, error) {
+		var c redis.Conn
+		err := errors.New("redigo: the pool has neither DialContext nor Dial")
+		if p.DialContext != nil {
+			c, err = p.DialContext(ctx)
+		} else if p.Dial != nil {
+			c, err = p.Dial()
+		}
+		if err != nil {
+			return nil, err
+		}
+		ps := pubSub{redis.PubSubConn{Conn: c}}
+		go ps.receive(ev)
+		return ps, nil
 	}
-	c, err := n.pool.GetContext(ctx)
+}
+
+func (ps pubSub) receive(ev nodekit.Events) {
+	for {
+		switch m := ps.ReceiveWithTimeout(0).(type) { // 0: no read deadline
+		case error: // the Hub closes the connection
+			ev.Broken(m)
+			return
+		case redis.Subscription:
+			if m.Kind == "subscribe" {
+				ev.Subscribed(m.Channel)
+			}
+		case redis.Message:
+			ev.Message(m.Channel, string(m.Data))
+		}
+	}
+}
+
+func (ps pubSub) Subscribe(_ context.Context, channels ...string) error {
+	return ps.PubSubConn.Subscribe(redis.Args{}.AddFlat(channels)...)
+}
+
+func (ps pubSub) Unsubscribe(_ context.Context, channels ...string) error {
+	return ps.PubSubConn.Unsubscribe(redis.Args{}.AddFlat(channels)...)
+}
+
+// Run implements dlm.Node on one connection from the pool.
+func (n *Node) Run(ctx context.Context, calls []dlm.Call) { _, _ = n.run(ctx, calls, nil, nil) }
+
+// RunWait implements dlm.Node. A read also ends at the connection's read
+// timeout (redis.DialReadTimeout), so w.Timeout must stay below it.
+func (n *Node) RunWait(ctx context.Context, calls []dlm.Call, w dlm.Wait) (dlm.Acks, error) {
+	wait, err := nodekit.WaitCommand(w)
+	reply, err := n.run(ctx, calls, wait, err)
+	for i := len(calls) - 1; i >= 0; i-- { // the first failed call's error
+		err = cmp.Or(calls[i].Err, err)
+	}
 	if err != nil {
-		return nil, err
+		return dlm.Acks{}, err
 	}
-	defer c.Close()
-	ap := argvPool.Get().(*[]any)
-	argv := append((*ap)[:0], boxScript(cmd, script), len(keys))
-	for _, k := range keys {
-		argv = append(argv, k)
-	}
-	for _, a := range args {
-		argv = append(argv, a)
-	}
-	var reply any
-	if ctx.Done() == nil {
-		reply, err = c.Do(cmd, argv...) // nothing can end this context: skip DoContext's goroutine
-	} else {
-		reply, err = redis.DoContext(c, ctx, cmd, argv...)
-		err = withCtxErr(ctx, err)
-	}
-	if ctx.Err() == nil { // else DoContext may have left a goroutine still writing argv
-		clear(argv)
-		*ap = argv
-		argvPool.Put(ap)
-	}
-	return ints(reply, err)
+	return nodekit.ParseAcks(w, reply)
 }
 
-// withCtxErr wraps err, when ctx has ended or its deadline has passed, with
-// the context's error: the read deadline, set from ctx's, may fire before
-// ctx's own timer.
+// run sends calls, then wait if any, and returns wait's reply; a non-nil err
+// fails every call. Send copies argv out, so one pooled argv serves all.
+func (n *Node) run(ctx context.Context, calls []dlm.Call, wait []string, err error) (any, error) {
+	for i := range calls {
+		calls[i].Reply, calls[i].Err = nil, nil
+	}
+	if len(calls) == 0 && wait == nil {
+		return nil, nil
+	}
+	var c redis.Conn
+	if err = cmp.Or(err, ctx.Err()); err == nil {
+		c, err = n.pool.GetContext(ctx)
+	}
+	if err != nil {
+		nodekit.Fail(calls, err)
+		return nil, err
+	}
+	defer c.Close() // redigo's pool discards a connection that failed
+	ap := argvPool.Get().(*[]any)
+	argv := (*ap)[:0]
+	for i := 0; i < len(calls) && err == nil; i++ {
+		cmd, script := "EVAL", any(calls[i].Source)
+		if calls[i].Source == "" {
+			cmd, script = "EVALSHA", boxSHA(calls[i].SHA1)
+		}
+		argv = append(argv[:0], script, len(calls[i].Keys))
+		argv = appendStrings(appendStrings(argv, calls[i].Keys), calls[i].Args)
+		err = c.Send(cmd, argv...)
+	}
+	if wait != nil && err == nil {
+		err = c.Send(wait[0], appendStrings(argv[:0], wait[1:])...)
+	}
+	clear(argv[:cap(argv)])
+	*ap = argv[:0]
+	argvPool.Put(ap)
+	if err == nil {
+		err = c.Flush()
+	}
+	for i := 0; i < len(calls) && err == nil; i++ {
+		var r any
+		if r, err = redis.ReceiveContext(c, ctx); err == nil {
+			calls[i].Reply, calls[i].Err = nodekit.Ints(r)
+		} else if _, ok := err.(redis.Error); ok { // the connection is in step
+			calls[i].Err, err = nodekit.ReplyError(err), nil
+		}
+	}
+	if err != nil { // the connection failed: redigo closed it
+		err = withCtxErr(ctx, err)
+		nodekit.Fail(calls, err)
+		return nil, err
+	}
+	if wait == nil {
+		return nil, nil
+	}
+	r, err := redis.ReceiveContext(c, ctx)
+	return r, withCtxErr(ctx, err)
+}
+
+func appendStrings(argv []any, s []string) []any {
+	for _, x := range s {
+		argv = append(argv, x)
+	}
+	return argv
+}
+
+// withCtxErr wraps an I/O error with ctx's when ctx ended or its deadline
+// passed (the read deadline, set from ctx's, may fire first).
 func withCtxErr(ctx context.Context, err error) error {
-	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return err
-	}
-	var re redis.Error
-	if errors.As(err, &re) {
-		return err // a reply from the server
-	}
 	cerr := ctx.Err()
-	if dl, ok := ctx.Deadline(); cerr == nil && ok && !time.Now().Before(dl) {
+	if dl, ok := ctx.Deadline(); ok && cerr == nil && !time.Now().Before(dl) {
 		cerr = context.DeadlineExceeded
 	}
-	if cerr != nil {
-		return fmt.Errorf("%w: %w", cerr, err)
+	if _, reply := err.(redis.Error); err == nil || reply || cerr == nil || errors.Is(err, cerr) {
+		return err
 	}
-	return err
+	return fmt.Errorf("%w: %w", cerr, err)
 }
 
 // argvPool recycles argument lists: redigo takes arguments as []any.
 var argvPool = sync.Pool{New: func() any { return new([]any) }}
 
-// boxedSHAs holds script digests already converted to interface values, so
-// the same few digests are not boxed again on every call.
-var boxedSHAs struct {
-	sync.RWMutex
-	m map[string]any
-}
+// shas holds script digests boxed as interface values, not to box them on
+// every call; like the server's script cache, it keeps all it sees.
+var shas sync.Map
 
-const maxBoxedSHAs = 256
-
-// boxScript returns script as an interface value, without allocating for a
-// digest seen before.
-func boxScript(cmd, script string) any {
-	if cmd != "EVALSHA" {
-		return script
-	}
-	boxedSHAs.RLock()
-	v, ok := boxedSHAs.m[script]
-	boxedSHAs.RUnlock()
-	if ok {
+func boxSHA(sha string) any {
+	if v, ok := shas.Load(sha); ok {
 		return v
 	}
-	v = script
-	boxedSHAs.Lock()
-	if boxedSHAs.m == nil {
-		boxedSHAs.m = make(map[string]any)
-	}
-	if len(boxedSHAs.m) < maxBoxedSHAs {
-		boxedSHAs.m[script] = v
-	}
-	boxedSHAs.Unlock()
-	return v
-}
-
-// ints converts a script's reply to []int64.
-func ints(reply any, err error) ([]int64, error) {
-	if err != nil {
-		var re redis.Error
-		if errors.As(err, &re) && strings.HasPrefix(string(re), "NOSCRIPT") {
-			return nil, fmt.Errorf("%w: %w", dlm.ErrNoScript, err)
-		}
-		return nil, err
-	}
-	arr, ok := reply.([]any)
-	if !ok {
-		if reply == nil {
-			return nil, errors.New("dlm: script replied nil, want an array of integers")
-		}
-		return nil, fmt.Errorf("dlm: script replied %T, want an array of integers", reply)
-	}
-	out := make([]int64, len(arr))
-	for i, e := range arr {
-		x, ok := e.(int64)
-		if !ok {
-			return nil, fmt.Errorf("dlm: script reply element %d is %T, want an integer", i, e)
-		}
-		out[i] = x
-	}
-	return out, nil
+	shas.Store(sha, any(sha))
+	return sha
 }

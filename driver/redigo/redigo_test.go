@@ -27,9 +27,24 @@ func newPool(t testing.TB, addr string) *redis.Pool {
 	return p
 }
 
+// newNode returns a Node over a new pool to addr, named by the address.
+func newNode(t testing.TB, addr string) *redigo.Node {
+	return redigo.New(newPool(t, addr)).WithName(addr)
+}
+
+// eval runs src once on n with EVAL.
+func eval(ctx context.Context, n dlm.Node, src string, keys []string, args ...string) ([]int64, error) {
+	c := []dlm.Call{{Source: src, Keys: keys, Args: args}}
+	n.Run(ctx, c)
+	return c[0].Reply, c[0].Err
+}
+
 func TestConformance(t *testing.T) {
 	srv := redistest.Start(t)
-	node := redigo.New(newPool(t, srv.Addr)).WithName("redigo " + srv.Addr)
+	node := newNode(t, srv.Addr)
+	if got := node.String(); got != srv.Addr {
+		t.Fatalf("String() = %q, want the name given to WithName, %q", got, srv.Addr)
+	}
 	t.Run("Node", func(t *testing.T) {
 		conformance.RunNode(t, func(*testing.T) dlm.Node { return node })
 	})
@@ -52,8 +67,8 @@ func TestNilPool(t *testing.T) {
 // although the connection's read timeout is 30s.
 func TestDeadlineOnFrozenServer(t *testing.T) {
 	srv := redistest.Start(t)
-	n := redigo.New(newPool(t, srv.Addr))
-	if _, err := n.Eval(context.Background(), "return {1}", nil); err != nil {
+	n := newNode(t, srv.Addr)
+	if _, err := eval(context.Background(), n, "return {1}", nil); err != nil {
 		t.Fatal(err)
 	}
 	srv.Freeze(t)
@@ -61,8 +76,8 @@ func TestDeadlineOnFrozenServer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	_, err := n.Eval(ctx, "return {1}", nil)
+	_, err := eval(ctx, n, "return {1}", nil)
 	if took := time.Since(start); !errors.Is(err, context.DeadlineExceeded) || took > 2*time.Second {
-		t.Fatalf("Eval on a frozen server: %v after %v, want context.DeadlineExceeded near 100ms", err, took)
+		t.Fatalf("Run on a frozen server: %v after %v, want context.DeadlineExceeded near 100ms", err, took)
 	}
 }

@@ -15,17 +15,17 @@ import (
 	"github.com/dlmgo/dlm/strategy"
 )
 
-// A pool that dials through SentinelDial follows the primary across a
+// A pool that dials through Sentinels.Dial follows the primary across a
 // failover: after the primary is killed and Sentinel promotes a replica,
 // new connections go to the promoted server and locking works there.
-func TestSentinelDial(t *testing.T) {
+func TestSentinelsDial(t *testing.T) {
 	topo := redistest.StartReplicated(t, redistest.ReplicatedOptions{Replicas: 2, Sentinels: 3})
 	ctx := context.Background()
 	// The first address answers nothing: the next Sentinel is asked.
 	sentinels := append([]string{"127.0.0.1:1"}, topo.SentinelAddrs()...)
 	pool := &redis.Pool{
 		MaxIdle:     8,
-		DialContext: redigo.SentinelDial(sentinels, topo.Master, redis.DialReadTimeout(5*time.Second)),
+		DialContext: redigo.Sentinels{Addrs: sentinels, Master: topo.Master}.Dial(redis.DialReadTimeout(5 * time.Second)),
 		TestOnBorrow: func(c redis.Conn, idleSince time.Time) error {
 			if time.Since(idleSince) < time.Second {
 				return nil
@@ -34,7 +34,8 @@ func TestSentinelDial(t *testing.T) {
 		},
 	}
 	t.Cleanup(func() { _ = pool.Close() })
-	s, err := strategy.NewSingle(redigo.New(pool), strategy.WithTimeout(time.Second))
+	node := redigo.New(pool).WithName(topo.Master)
+	s, err := strategy.NewSingle(node, strategy.WithTimeout(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +104,7 @@ func TestSentinelDial(t *testing.T) {
 	// The failover strategy over the same pool: once Sentinel has made the
 	// remaining replica follow the promoted server, locks are granted with
 	// its acknowledgement.
-	f, err := strategy.NewFailover(redigo.New(pool), strategy.WithAcks(strategy.AckAll()), strategy.WithReplicas(1))
+	f, err := strategy.NewFailover(node, strategy.WithAcks(strategy.AckAll()), strategy.WithReplicas(1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,17 +129,17 @@ func TestSentinelDial(t *testing.T) {
 	}
 }
 
-func TestSentinelDialFails(t *testing.T) {
+func TestSentinelsDialFails(t *testing.T) {
 	srv := redistest.Start(t, "--repl-diskless-sync-delay", "0") // a plain server: not a Sentinel
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if c, err := redigo.SentinelDial(nil, "m")(ctx); err == nil {
+	if c, err := (redigo.Sentinels{Master: "m"}).Dial()(ctx); err == nil {
 		c.Close()
-		t.Fatal("SentinelDial with no Sentinels dialled")
+		t.Fatal("Sentinels.Dial with no Sentinels dialled")
 	}
-	_, err := redigo.SentinelDial([]string{"127.0.0.1:1", srv.Addr}, "m")(ctx)
+	_, err := redigo.Sentinels{Addrs: []string{"127.0.0.1:1", srv.Addr}, Master: "m"}.Dial()(ctx)
 	if err == nil || !strings.Contains(err.Error(), "127.0.0.1:1") || !strings.Contains(err.Error(), srv.Addr) {
-		t.Fatalf("SentinelDial with no working Sentinel: %v, want an error naming each", err)
+		t.Fatalf("Sentinels.Dial with no working Sentinel: %v, want an error naming each", err)
 	}
 	c, err := redis.Dial("tcp", srv.Addr)
 	if err != nil {

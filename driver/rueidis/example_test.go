@@ -42,9 +42,9 @@ func ExampleNode_Watch() {
 	// Output: released
 }
 
-// EvalSHAMany runs a script once per call in one round trip; RunMany uses
-// it and loads the script first when the server lacks it.
-func ExampleNode_EvalSHAMany() {
+// Run sends several calls in one round trip (one per primary on a
+// Cluster) and sets each call's Reply or Err.
+func ExampleNode_Run() {
 	srv, err := miniredis.Run()
 	if err != nil {
 		fmt.Println(err)
@@ -57,18 +57,15 @@ func ExampleNode_EvalSHAMany() {
 		return
 	}
 	defer client.Close()
-	incr := dlm.NewScript("return {redis.call('INCRBY', KEYS[1], ARGV[1])}")
-	res, err := incr.RunMany(context.Background(), rueidisnode.New(client), []dlm.ScriptCall{
-		{Keys: []string{"a"}, Args: []string{"1"}},
-		{Keys: []string{"a"}, Args: []string{"2"}},
-		{Keys: []string{"b"}, Args: []string{"5"}},
-	})
-	if err != nil {
-		fmt.Println(err)
-		return
+	const incr = "return {redis.call('INCRBY', KEYS[1], ARGV[1])}"
+	calls := []dlm.Call{
+		{Source: incr, Keys: []string{"a"}, Args: []string{"1"}},
+		{Source: incr, Keys: []string{"a"}, Args: []string{"2"}},
+		{Source: incr, Keys: []string{"b"}, Args: []string{"5"}},
 	}
-	for _, r := range res {
-		fmt.Println(r.Reply, r.Err)
+	rueidisnode.New(client).Run(context.Background(), calls)
+	for _, c := range calls {
+		fmt.Println(c.Reply, c.Err)
 	}
 	// Output:
 	// [1] <nil>
@@ -79,7 +76,7 @@ func ExampleNode_EvalSHAMany() {
 // The failover strategy over a rueidis Sentinel client: every lock is
 // acknowledged by the primary's replicas (WAIT on the script's connection)
 // before it is granted.
-func ExampleNode_EvalWait() {
+func ExampleNode_RunWait() {
 	client, err := rueidis.NewClient(rueidis.ClientOption{
 		InitAddress: []string{"127.0.0.1:26379", "127.0.0.1:26380", "127.0.0.1:26381"},
 		Sentinel:    rueidis.SentinelOption{MasterSet: "mymaster"},

@@ -49,7 +49,7 @@ func TestWatch(t *testing.T) {
 			c := srv.Client(t)
 			tc.opt.InitAddress = []string{srv.Addr}
 			n := rueidisnode.New(newClient(t, tc.opt))
-			var _ dlm.Notifier = n
+			var _ dlm.Node = n
 			ctx := context.Background()
 			got1, got2 := make(chan string, 10), make(chan string, 10)
 			stop1, err := n.Watch(ctx, "ch", func(p string) { got1 <- p })
@@ -98,11 +98,11 @@ func TestWatchCancelled(t *testing.T) {
 	n := rueidisnode.New(newClient(t, rueidis.ClientOption{InitAddress: []string{srv.Addr}}))
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err := n.Watch(ctx, "ch", func(string) {})
+	_, err := n.Watch(ctx, "canceled", func(string) {})
 	assert.ErrorIs(t, err, context.Canceled)
 
 	// A server that never confirms: Watch returns at the deadline.
-	_, err = n.Eval(context.Background(), "return {1}", nil)
+	_, err = eval(context.Background(), n, "return {1}")
 	require.NoError(t, err)
 	srv.Freeze(t)
 	dctx, dcancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
@@ -112,6 +112,49 @@ func TestWatchCancelled(t *testing.T) {
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.Less(t, time.Since(start), 2*time.Second)
 	srv.Thaw(t)
+
+	// The subscription given up is no debt: the channel can be watched
+	// again at once, and Watch returns once it is confirmed.
+	for _, ch := range []string{"frozen", "canceled"} {
+		got := make(chan string, 1)
+		wctx, wcancel := context.WithTimeout(context.Background(), 5*time.Second)
+		stop, err := n.Watch(wctx, ch, func(p string) { got <- p })
+		wcancel()
+		require.NoError(t, err, ch)
+		require.Equal(t, int64(1), srv.Client(t).Publish(context.Background(), ch, "again").Val(), ch)
+		assert.Equal(t, "again", <-got, ch)
+		stop()
+	}
+
+	// A closed client: Watch fails at once, not when ctx ends.
+	closed, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}})
+	require.NoError(t, err)
+	cn := rueidisnode.New(closed)
+	closed.Close()
+	start = time.Now()
+	_, err = cn.Watch(context.Background(), "ch", func(string) {})
+	assert.ErrorIs(t, err, rueidis.ErrClosing)
+	assert.Less(t, time.Since(start), 2*time.Second)
+}
+
+// A server that refuses SUBSCRIBE (an ACL user without the channel): Watch
+// fails at once with the server's error, and other channels still work.
+func TestWatchRefused(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	ctx := context.Background()
+	require.NoError(t, c.Do(ctx, "ACL", "SETUSER", "limited", "on", ">pw", "resetchannels", "&allowed", "+@all", "~*").Err())
+	n := rueidisnode.New(newClient(t, rueidis.ClientOption{InitAddress: []string{srv.Addr}, Username: "limited", Password: "pw"}))
+	start := time.Now()
+	_, err := n.Watch(ctx, "forbidden", func(string) {})
+	assert.ErrorContains(t, err, "NOPERM")
+	assert.Less(t, time.Since(start), 2*time.Second)
+	got := make(chan string, 1)
+	stop, err := n.Watch(ctx, "allowed", func(p string) { got <- p })
+	require.NoError(t, err)
+	defer stop()
+	require.NoError(t, c.Publish(ctx, "allowed", "yes").Err())
+	assert.Equal(t, "yes", <-got)
 }
 
 // The connection breaks; the subscription comes back on a new one.

@@ -13,9 +13,10 @@ import (
 	"github.com/dlmgo/dlm"
 	rueidisnode "github.com/dlmgo/dlm/driver/rueidis"
 	"github.com/dlmgo/dlm/internal/redistest"
+	"github.com/dlmgo/dlm/nodekit"
 )
 
-func TestEvalSHAMany(t *testing.T) {
+func TestRunMany(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		opt  func(t *testing.T) rueidis.ClientOption
@@ -32,39 +33,37 @@ func TestEvalSHAMany(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := rueidisnode.New(newClient(t, tc.opt(t)))
-			var _ dlm.Pipeliner = n
 			ctx := context.Background()
-			s := dlm.NewScript("return {tonumber(ARGV[1]), redis.call('INCR', KEYS[1])}")
-			calls := make([]dlm.ScriptCall, 50)
+			s := nodekit.NewScript("return {tonumber(ARGV[1]), redis.call('INCR', KEYS[1])}")
+			calls := make([]dlm.Call, 50)
 			for i := range calls {
-				calls[i] = dlm.ScriptCall{Keys: []string{"k" + strconv.Itoa(i%7)}, Args: []string{strconv.Itoa(i)}}
+				calls[i] = dlm.Call{Keys: []string{"k" + strconv.Itoa(i%7)}, Args: []string{strconv.Itoa(i)}}
 			}
 			// Not cached yet: every call meets NOSCRIPT, wrapped.
-			res, err := n.EvalSHAMany(ctx, s.SHA1(), calls[:3])
-			require.NoError(t, err)
-			for i, r := range res {
-				assert.ErrorIs(t, r.Err, dlm.ErrNoScript, "call %d", i)
+			first := []dlm.Call{{SHA1: s.SHA1(), Keys: []string{"a"}}, {SHA1: s.SHA1(), Keys: []string{"b"}}, {SHA1: s.SHA1(), Keys: []string{"c"}}}
+			n.Run(ctx, first)
+			for i, c := range first {
+				assert.ErrorIs(t, c.Err, dlm.ErrNoScript, "call %d", i)
+				assert.Nil(t, c.Reply, "call %d", i)
 			}
 			// RunMany loads it and runs the rest again.
-			res, err = s.RunMany(ctx, n, calls)
-			require.NoError(t, err)
-			require.Len(t, res, len(calls))
+			s.RunMany(ctx, n, calls)
 			perKey := map[string]int64{}
-			for i, r := range res {
-				require.NoError(t, r.Err, "call %d", i)
-				perKey[calls[i].Keys[0]]++
-				assert.Equal(t, []int64{int64(i), perKey[calls[i].Keys[0]]}, r.Reply, "call %d ran once, in order", i)
+			for i, c := range calls {
+				require.NoError(t, c.Err, "call %d", i)
+				perKey[c.Keys[0]]++
+				assert.Equal(t, []int64{int64(i), perKey[c.Keys[0]]}, c.Reply, "call %d ran once, in order", i)
 			}
 			// A failing call does not fail the others; neither does one
 			// whose keys span slots (an error on a Cluster, fine elsewhere).
-			bad := dlm.NewScript("if ARGV[1] == 'x' then return redis.error_reply('boom') end return {1}")
-			res, err = bad.RunMany(ctx, n, []dlm.ScriptCall{
+			bad := nodekit.NewScript("if ARGV[1] == 'x' then return redis.error_reply('boom') end return {1}")
+			res := []dlm.Call{
 				{Keys: []string{"a"}, Args: []string{"1"}},
 				{Keys: []string{"a"}, Args: []string{"x"}},
 				{Keys: []string{"a", "b"}, Args: []string{"2"}},
 				{Keys: []string{"a"}, Args: []string{"3"}},
-			})
-			require.NoError(t, err)
+			}
+			bad.RunMany(ctx, n, res)
 			assert.Equal(t, []int64{1}, res[0].Reply)
 			assert.ErrorContains(t, res[1].Err, "boom")
 			if tc.name == "cluster" {
@@ -73,15 +72,30 @@ func TestEvalSHAMany(t *testing.T) {
 				assert.NoError(t, res[2].Err)
 			}
 			assert.Equal(t, []int64{1}, res[3].Reply)
-			// Replies other than integers are refused.
-			res, err = dlm.NewScript("return 'str'").RunMany(ctx, n, []dlm.ScriptCall{{Keys: []string{"a"}}})
-			require.NoError(t, err)
-			assert.Error(t, res[0].Err)
+			// Replies other than arrays of integers are refused.
+			for _, src := range []string{"return 'str'", "return {1, 'a'}", "return nil", "return 7"} {
+				_, err := eval(ctx, n, src, "a")
+				assert.Error(t, err, src)
+				c := []dlm.Call{{Source: src, Keys: []string{"a"}}, {Source: "return {2}", Keys: []string{"a"}}}
+				n.Run(ctx, c)
+				assert.Error(t, c[0].Err, "%s, in a batch", src)
+				assert.Equal(t, []int64{2}, c[1].Reply, "the other call of the batch")
+			}
+			// A Call's old reply does not survive a new Run.
+			c := []dlm.Call{{Source: "return 'str'", Keys: []string{"a"}, Reply: []int64{9}}}
+			n.Run(ctx, c)
+			assert.Nil(t, c[0].Reply)
+			assert.Error(t, c[0].Err)
 		})
 	}
 }
 
-func TestEvalSHAManyContext(t *testing.T) {
+// A frozen server never answers: Run returns when ctx ends, with ctx's
+// error on every call, for one call and for several, and the goroutine
+// that waits for a context without deadline, abandoned, never writes into
+// the caller's calls (the race detector would see it once the server
+// answers).
+func TestRunContext(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		opt      rueidis.ClientOption
@@ -96,28 +110,42 @@ func TestEvalSHAManyContext(t *testing.T) {
 			srv := redistest.Start(t)
 			tc.opt.InitAddress = []string{srv.Addr}
 			n := rueidisnode.New(newClient(t, tc.opt))
-			_, err := n.Eval(context.Background(), "return {1}", nil)
+			_, err := eval(context.Background(), n, "return {1}")
 			require.NoError(t, err)
-			srv.Freeze(t)
-			defer srv.Thaw(t)
-			var ctx context.Context
-			var cancel context.CancelFunc
-			if tc.deadline {
-				ctx, cancel = context.WithTimeout(context.Background(), 100*time.Millisecond)
-			} else {
-				ctx, cancel = context.WithCancel(context.Background())
-				time.AfterFunc(100*time.Millisecond, cancel)
+			for _, calls := range [][]dlm.Call{
+				{{Source: "return {1}", Keys: []string{"a"}}},
+				{{Source: "return {1}", Keys: []string{"a"}}, {Source: "return {2}", Keys: []string{"b"}}},
+			} {
+				srv.Freeze(t)
+				var ctx context.Context
+				var cancel context.CancelFunc
+				if tc.deadline {
+					ctx, cancel = context.WithTimeout(context.Background(), 100*time.Millisecond)
+				} else {
+					ctx, cancel = context.WithCancel(context.Background())
+					time.AfterFunc(100*time.Millisecond, cancel)
+				}
+				start := time.Now()
+				n.Run(ctx, calls)
+				took := time.Since(start)
+				cancel()
+				want := context.Canceled
+				if tc.deadline {
+					want = context.DeadlineExceeded
+				}
+				for i, c := range calls {
+					assert.Nil(t, c.Reply, "%d calls: call %d", len(calls), i)
+					assert.ErrorIs(t, c.Err, want, "%d calls: call %d", len(calls), i)
+				}
+				assert.Less(t, took, 2*time.Second)
+				srv.Thaw(t)
+				// The server answers the abandoned commands now; the caller
+				// owns its calls.
+				time.Sleep(100 * time.Millisecond)
+				for i := range calls {
+					calls[i].Reply, calls[i].Err = []int64{0}, nil
+				}
 			}
-			defer cancel()
-			start := time.Now()
-			res, err := n.EvalSHAMany(ctx, dlm.NewScript("return {1}").SHA1(), []dlm.ScriptCall{{Keys: []string{"a"}}, {Keys: []string{"b"}}})
-			assert.Nil(t, res)
-			want := context.Canceled
-			if tc.deadline {
-				want = context.DeadlineExceeded
-			}
-			assert.ErrorIs(t, err, want)
-			assert.Less(t, time.Since(start), 2*time.Second)
 		})
 	}
 }

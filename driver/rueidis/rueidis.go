@@ -1,45 +1,41 @@
-// Package rueidis adapts a rueidis client (github.com/redis/rueidis) to
-// dlm.Node.
-//
-// Any rueidis.Client works: standalone, Sentinel (ClientOption.Sentinel)
-// and Cluster clients, as rueidis.NewClient returns them. Concurrent calls
-// share connections through rueidis' automatic pipelining, which makes many
-// locks per second cheap.
-//
-// Every call honours its context's deadline: rueidis puts it on the socket.
-// For a context that can be cancelled but has no deadline, the Node waits
-// for the reply in a separate goroutine and returns as soon as the context
-// ends; the abandoned call ends when the server answers or the client's
-// ConnWriteTimeout passes. rueidis alone does not always return on
-// cancellation: not with DisableAutoPipelining, and not while it opens a
-// connection (its handshake waits for a busy server up to the dial
-// timeout). Contexts without Done (context.Background) and with a deadline
-// cost no goroutine.
-//
-// On a Cluster client the keys of one call must share a hash slot (dlm's
-// scripts always do); otherwise the call fails with an error.
+// Package rueidis adapts any rueidis.Client (github.com/redis/rueidis):
+// standalone, Sentinel or Cluster, to dlm.Node. Every call honours its
+// context's deadline, which rueidis puts on the socket. For a context that
+// can be cancelled but has no deadline, the Node waits for the replies in a
+// goroutine of its own and returns as soon as the context ends (rueidis
+// alone does not always: not with DisableAutoPipelining, nor while its
+// handshake waits for a busy server); the abandoned commands end when the
+// server answers or the client's ConnWriteTimeout passes. Other contexts
+// cost no goroutine. On a Cluster client the keys of a call, and the calls
+// of a RunWait, must share a hash slot, else they fail with dlm.ErrInvalid.
 package rueidis
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/redis/rueidis"
 
 	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/nodekit"
 )
 
 // Node is a dlm.Node over a rueidis.Client. It does not close the client.
 type Node struct {
 	c    rueidis.Client
 	name string
-	hub  *hub
+	hub  *nodekit.Hub
+	mu   sync.Mutex
+	last map[string]*receive // each channel's latest subscription, until it ends
 }
-
-var _ dlm.Node = (*Node)(nil)
 
 // New returns a Node over c, or nil when c is nil (which strategies reject).
 // It is named after the addresses c knows when New is called.
@@ -47,116 +43,258 @@ func New(c rueidis.Client) *Node {
 	if c == nil {
 		return nil
 	}
-	addrs := slices.Sorted(maps.Keys(c.Nodes()))
-	return &Node{c: c, name: "rueidis(" + strings.Join(addrs, ",") + ")", hub: &hub{}}
+	n := &Node{c: c, name: "rueidis(" + strings.Join(slices.Sorted(maps.Keys(c.Nodes())), ",") + ")", last: map[string]*receive{}}
+	n.hub = nodekit.NewHub(func(_ context.Context, ev nodekit.Events) (nodekit.PubSub, error) { return session{n, ev}, nil })
+	return n
 }
-
-// WithCancelWatch returns n. Every Node now watches cancellation of
-// contexts without a deadline itself (see the package documentation); the
-// method remains so that code written for earlier versions, which watched
-// only when asked (for clients built with DisableAutoPipelining), compiles.
-func (n *Node) WithCancelWatch() *Node { return n }
 
 // String names the node by its client's addresses.
 func (n *Node) String() string { return n.name }
 
-// Client returns the wrapped client.
-func (n *Node) Client() rueidis.Client { return n.c }
+// Run implements dlm.Node: one Do for one call, one DoMulti for several
+// (sent per primary on a Cluster). A call whose keys span slots fails unsent.
+func (n *Node) Run(ctx context.Context, calls []dlm.Call) {
+	if len(calls) == 1 && !watches(ctx) { // every lock's path: no slices
+		if cmd, ok := n.script(&calls[0]); ok {
+			calls[0].Reply, calls[0].Err = ints(n.c.Do(ctx, cmd))
+		}
+		return
+	}
+	_, _ = n.exec(ctx, calls, nil)
+}
 
-// EvalSHA implements dlm.Node.
-func (n *Node) EvalSHA(ctx context.Context, sha1 string, keys []string, args ...string) ([]int64, error) {
-	cmd, err := build(func() rueidis.Completed {
-		return n.c.B().Evalsha().Sha1(sha1).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
-	})
+// RunWait implements dlm.Node: the calls and a WAIT marked blocking in one
+// DoMulti, which rueidis sends on a dedicated connection (on a Cluster, one
+// to the calls' slot's primary) and closes unless every reply arrived, so
+// an abandoned WAIT holds up nothing.
+func (n *Node) RunWait(ctx context.Context, calls []dlm.Call, w dlm.Wait) (dlm.Acks, error) {
+	wcmd, err := nodekit.WaitCommand(w)
 	if err != nil {
+		nodekit.Fail(calls, err)
+		return dlm.Acks{}, err
+	}
+	resps, err := n.exec(ctx, calls, wcmd)
+	if err != nil {
+		return dlm.Acks{}, err
+	}
+	v, err := resps[len(calls)].ToAny()
+	acks, perr := nodekit.ParseAcks(w, v)
+	if err = cmp.Or(err, perr); err != nil {
+		return dlm.Acks{}, fmt.Errorf("dlm: %s after the scripts: %w", wcmd[0], err)
+	}
+	return acks, nil
+}
+
+// Watch implements dlm.Node with one Receive per channel (see nodekit.Hub)
+// and UNSUBSCRIBE on its connection. When the connection breaks, rueidis
+// (or, with DisableRetry, the Node) subscribes again on a new one. Watch
+// fails at once on an error reply or a closed client. The Node must be its
+// client's only subscriber of its channels.
+func (n *Node) Watch(ctx context.Context, channel string, notify func(payload string)) (func(), error) {
+	return n.hub.Watch(ctx, channel, notify)
+}
+
+// A receive is one subscription of a channel, run by one goroutine.
+type receive struct {
+	cancel context.CancelFunc
+	done   chan struct{} // closed once it has unsubscribed
+}
+
+// A session is the nodekit.PubSub of a Node's Hub. Its methods never wait
+// for rueidis, whose reader may be waiting in an event for the Hub's lock.
+type session struct {
+	n  *Node
+	ev nodekit.Events
+}
+
+func (s session) Subscribe(_ context.Context, channels ...string) error {
+	s.n.mu.Lock()
+	defer s.n.mu.Unlock()
+	for _, ch := range channels {
+		ctx, cancel := context.WithCancel(context.Background())
+		rc := &receive{cancel: cancel, done: make(chan struct{})}
+		go s.n.receive(ctx, ch, s.ev, s.n.last[ch], rc)
+		s.n.last[ch] = rc
+	}
+	return nil
+}
+
+// Unsubscribe stops the channels' latest subscriptions (the Hub's own).
+func (s session) Unsubscribe(_ context.Context, channels ...string) error {
+	s.n.mu.Lock()
+	defer s.n.mu.Unlock()
+	for _, ch := range channels {
+		if rc := s.n.last[ch]; rc != nil {
+			rc.cancel()
+		}
+	}
+	return nil
+}
+
+// Close does nothing: the Hub closes a session only once it is unused.
+func (s session) Close() error { return nil }
+
+// receive keeps ch subscribed until ctx ends, and then unsubscribes. It
+// subscribes once prev, the channel's previous subscription, unsubscribed,
+// and answers its Subscribe with one event: Subscribed, or Refused (also
+// when stopped before the confirmation, for the Hub's count).
+func (n *Node) receive(ctx context.Context, ch string, ev nodekit.Events, prev, rc *receive) {
+	var answered atomic.Bool // one event per Subscribe, not per reconnection
+	answer := func(err error) {
+		switch {
+		case !answered.CompareAndSwap(false, true):
+		case err != nil:
+			ev.Refused(ch, err)
+		default:
+			ev.Subscribed(ch)
+		}
+	}
+	defer func() {
+		answer(context.Canceled)
+		n.mu.Lock()
+		if n.last[ch] == rc {
+			delete(n.last, ch)
+		}
+		n.mu.Unlock()
+		close(rc.done)
+	}()
+	if prev != nil {
+		select {
+		case <-prev.done:
+		case <-ctx.Done():
+			return
+		}
+	}
+	rctx := rueidis.WithOnSubscriptionHook(ctx, func(p rueidis.PubSubSubscription) {
+		if p.Kind == "subscribe" && p.Channel == ch && ctx.Err() == nil {
+			answer(nil)
+		}
+	})
+	rctx = rueidis.WithOnReceiveReturnHook(rctx, func(err error, c rueidis.CommandClient) error {
+		if ctx.Err() != nil { // stopped: leave the channel on this connection
+			uctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			_ = c.Do(uctx, c.B().Unsubscribe().Channel(ch).Build()).Error()
+		}
+		return err
+	})
+	for {
+		err := n.c.Receive(rctx, n.c.B().Subscribe().Channel(ch).Build(), func(m rueidis.PubSubMessage) { ev.Message(ch, m.Message) })
+		if re := (*rueidis.RedisError)(nil); ctx.Err() == nil && (errors.Is(err, rueidis.ErrClosing) || errors.As(err, &re)) {
+			answer(err)
+			return
+		}
+		select { // the connection broke and rueidis did not subscribe again, or the server unsubscribed
+		case <-time.After(100 * time.Millisecond):
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// exec runs calls in one DoMulti, with the command wait, if any, last, and
+// returns the results or the error of the first failed call.
+func (n *Node) exec(ctx context.Context, calls []dlm.Call, wait []string) ([]rueidis.RedisResult, error) {
+	cmds, idx := make([]rueidis.Completed, 0, len(calls)+1), make([]int, 0, len(calls))
+	for i := range calls {
+		if cmd, ok := n.script(&calls[i]); ok {
+			cmds, idx = append(cmds, cmd), append(idx, i)
+		}
+	}
+	if wait != nil && n.c.Mode() == rueidis.ClientModeCluster && spansSlots(cmds) {
+		nodekit.Fail(calls, fmt.Errorf("%w: rueidis: the calls of RunWait span hash slots", dlm.ErrInvalid))
+		return nil, firstErr(calls)
+	}
+	if wait != nil {
+		cmds = append(cmds, n.c.B().Arbitrary(wait...).Blocking())
+	}
+	resps, err := n.await(ctx, cmds, wait != nil) // no command: no round trip
+	if err != nil {
+		nodekit.Fail(calls, err)
 		return nil, err
 	}
-	return n.do(ctx, cmd)
+	for j, i := range idx {
+		calls[i].Reply, calls[i].Err = ints(resps[j])
+	}
+	return resps, firstErr(calls)
 }
 
-// Eval implements dlm.Node.
-func (n *Node) Eval(ctx context.Context, src string, keys []string, args ...string) ([]int64, error) {
-	cmd, err := build(func() rueidis.Completed {
-		return n.c.B().Eval().Script(src).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
-	})
-	if err != nil {
-		return nil, err
+// script resets c's reply and builds its command, or sets c.Err.
+func (n *Node) script(c *dlm.Call) (cmd rueidis.Completed, ok bool) {
+	c.Reply, c.Err = nil, nil
+	defer func() {
+		if p := recover(); p != nil { // the builder's panic on keys in different slots
+			c.Err = fmt.Errorf("%w: rueidis: %v", dlm.ErrInvalid, p)
+		}
+	}()
+	if c.Source != "" {
+		return n.c.B().Eval().Script(c.Source).Numkeys(int64(len(c.Keys))).Key(c.Keys...).Arg(c.Args...).Build(), true
 	}
-	return n.do(ctx, cmd)
+	return n.c.B().Evalsha().Sha1(c.SHA1).Numkeys(int64(len(c.Keys))).Key(c.Keys...).Arg(c.Args...).Build(), true
 }
 
-func (n *Node) do(ctx context.Context, cmd rueidis.Completed) ([]int64, error) {
-	if !n.watches(ctx) {
-		return ints(n.c.Do(ctx, cmd))
-	}
-	type result struct {
-		r   []int64
-		err error
-	}
-	res := watchCancel(ctx, func() result {
-		r, err := ints(n.c.Do(ctx, cmd))
-		return result{r, err}
-	}, func(err error) result { return result{err: err} })
-	return res.r, res.err
-}
-
-// watches reports whether n must watch ctx's cancellation itself: ctx can
-// be cancelled but has no deadline.
-func (n *Node) watches(ctx context.Context) bool {
+// watches reports whether ctx can be cancelled but has no deadline.
+func watches(ctx context.Context) bool {
 	_, ok := ctx.Deadline()
 	return !ok && ctx.Done() != nil
 }
 
-// watchCancel runs call in its own goroutine and returns its result, or
-// failed(ctx.Err()) as soon as ctx ends; an abandoned call finishes in the
-// background.
-func watchCancel[T any](ctx context.Context, call func() T, failed func(error) T) T {
-	if err := ctx.Err(); err != nil {
-		return failed(err)
+// await sends cmds and returns their results. When watches(ctx), it sends
+// them from a goroutine of its own and returns ctx's error as soon as ctx
+// ends; the abandoned goroutine touches nothing of the caller's.
+func (n *Node) await(ctx context.Context, cmds []rueidis.Completed, dedicated bool) ([]rueidis.RedisResult, error) {
+	if !watches(ctx) {
+		return n.send(ctx, cmds, dedicated), nil
 	}
-	ch := make(chan T, 1)
-	go func() { ch <- call() }()
+	ch := make(chan []rueidis.RedisResult, 1)
+	go func() { ch <- n.send(ctx, cmds, dedicated) }()
 	select {
-	case res := <-ch:
-		return res
+	case r := <-ch:
+		return r, nil
 	case <-ctx.Done():
-		return failed(ctx.Err())
+		return nil, ctx.Err()
 	}
 }
 
-// build turns the command builder's panic on keys in different Cluster hash
-// slots into an error.
-func build(f func() rueidis.Completed) (cmd rueidis.Completed, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("%w: rueidis: %v", dlm.ErrInvalid, p)
-		}
-	}()
-	return f(), nil
+// send sends cmds in one DoMulti; dedicated ones, on a Cluster client, on a
+// dedicated connection to their slot's primary (which never follows a
+// redirection), dropped unless every reply arrived.
+func (n *Node) send(ctx context.Context, cmds []rueidis.Completed, dedicated bool) []rueidis.RedisResult {
+	if !dedicated || n.c.Mode() != rueidis.ClientModeCluster {
+		return n.c.DoMulti(ctx, cmds...)
+	}
+	dc, release := n.c.Dedicate()
+	resps := dc.DoMulti(ctx, cmds...)
+	if slices.ContainsFunc(resps, func(r rueidis.RedisResult) bool { return r.NonRedisError() != nil }) {
+		release = dc.Close
+	}
+	release()
+	return resps
 }
 
-// ints converts a script's reply to []int64.
+// spansSlots reports whether the keys of cmds lie in more than one hash
+// slot (a command without keys has a slot number beyond 16383).
+func spansSlots(cmds []rueidis.Completed) bool {
+	keyed := slices.DeleteFunc(slices.Clone(cmds), func(c rueidis.Completed) bool { return c.Slot() >= 16384 })
+	return slices.ContainsFunc(keyed, func(c rueidis.Completed) bool { return c.Slot() != keyed[0].Slot() })
+}
+
+func firstErr(calls []dlm.Call) error {
+	if i := slices.IndexFunc(calls, func(c dlm.Call) bool { return c.Err != nil }); i >= 0 {
+		return calls[i].Err
+	}
+	return nil
+}
+
+// ints converts a script's reply, an array of integers, to []int64.
 func ints(res rueidis.RedisResult) ([]int64, error) {
-	if err := res.Error(); err != nil {
-		if re, ok := rueidis.IsRedisErr(err); ok && re.IsNoScript() {
-			return nil, fmt.Errorf("%w: %w", dlm.ErrNoScript, err)
-		}
-		if rueidis.IsRedisNil(err) {
-			return nil, fmt.Errorf("dlm: script replied nil, want an array of integers")
-		}
-		return nil, err
-	}
 	arr, err := res.ToArray()
-	if err != nil {
-		return nil, fmt.Errorf("dlm: script reply is not an array of integers: %w", err)
-	}
 	out := make([]int64, len(arr))
-	for i := range arr {
-		x, err := arr[i].ToInt64()
-		if err != nil {
-			return nil, fmt.Errorf("dlm: script reply element %d: %w", i, err)
-		}
-		out[i] = x
+	for i := 0; err == nil && i < len(arr); i++ {
+		out[i], err = arr[i].ToInt64()
+	}
+	if err != nil {
+		return nil, nodekit.ReplyError(err)
 	}
 	return out, nil
 }

@@ -1,4 +1,4 @@
-package dlm_test
+package nodekit_test
 
 import (
 	"testing"
@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/nodekit"
 )
 
 func TestWaitCommand(t *testing.T) {
@@ -20,7 +21,7 @@ func TestWaitCommand(t *testing.T) {
 		{dlm.Wait{Replicas: 0, Timeout: time.Millisecond, AOF: true}, []string{"WAITAOF", "0", "0", "1"}},
 		{dlm.Wait{Replicas: 2, Timeout: time.Second, AOF: true, Local: true}, []string{"WAITAOF", "1", "2", "1000"}},
 	} {
-		got, err := tc.w.Command()
+		got, err := nodekit.WaitCommand(tc.w)
 		require.NoError(t, err, "%+v", tc.w)
 		assert.Equal(t, tc.want, got)
 	}
@@ -30,20 +31,22 @@ func TestWaitCommand(t *testing.T) {
 		{Replicas: -1, Timeout: time.Second},
 		{Replicas: 1, Timeout: time.Second, Local: true}, // Local without AOF
 	} {
-		_, err := bad.Command()
+		_, err := nodekit.WaitCommand(bad)
 		assert.ErrorIs(t, err, dlm.ErrInvalid, "%+v", bad)
 	}
 }
 
 func TestWaitParseAcks(t *testing.T) {
-	a, err := dlm.Wait{}.ParseAcks([]int64{2})
+	a, err := nodekit.ParseAcks(dlm.Wait{}, int64(2))
 	require.NoError(t, err)
 	assert.Equal(t, dlm.Acks{Replicas: 2}, a)
-	a, err = dlm.Wait{AOF: true}.ParseAcks([]int64{1, 1})
+	a, err = nodekit.ParseAcks(dlm.Wait{AOF: true}, []any{int64(1), int64(1)})
 	require.NoError(t, err)
 	assert.Equal(t, dlm.Acks{Replicas: 1, Local: true}, a)
-	_, err = dlm.Wait{}.ParseAcks([]int64{1, 1})
+	_, err = nodekit.ParseAcks(dlm.Wait{}, []any{int64(1), int64(1)})
 	assert.Error(t, err)
-	_, err = dlm.Wait{AOF: true}.ParseAcks([]int64{1})
+	_, err = nodekit.ParseAcks(dlm.Wait{AOF: true}, []any{int64(1)})
+	assert.Error(t, err)
+	_, err = nodekit.ParseAcks(dlm.Wait{}, "2")
 	assert.Error(t, err)
 }

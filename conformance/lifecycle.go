@@ -9,19 +9,15 @@ import (
 	"github.com/dlmgo/dlm"
 )
 
-// Rules for the optional abilities of a strategy, skipped when it lacks them.
+// Rules of a strategy's lifecycle methods, ExtendMany and WatchRelease.
 
 func testBatchExtend(t *testing.T, c *strategyCase) {
-	b, ok := c.Strategy.(dlm.BatchExtender)
-	if !ok {
-		t.Skipf("%T does not implement dlm.BatchExtender", c.Strategy)
-	}
 	const short = time.Second
 	mine, theirs := c.key("mine"), c.key("theirs")
 	l := c.acquire(t, mine, "A", short)
 	c.acquire(t, theirs, "B", short)
 	before := time.Now()
-	res := b.ExtendMany(ctx(t), []dlm.HeldKey{
+	res := c.ExtendMany(ctx(t), []dlm.HeldKey{
 		{Key: mine, Token: "A"},
 		{Key: theirs, Token: "A"},
 		{Key: c.key("never"), Token: "A"},
@@ -48,7 +44,7 @@ func testBatchExtend(t *testing.T, c *strategyCase) {
 	if err := res[3].Err; !errors.Is(err, dlm.ErrInvalid) {
 		t.Errorf("ExtendMany of an empty key: error %v, want one matching dlm.ErrInvalid", err)
 	}
-	if got := b.ExtendMany(ctx(t), nil, ttl); len(got) != 0 {
+	if got := c.ExtendMany(ctx(t), nil, ttl); len(got) != 0 {
 		t.Errorf("ExtendMany of no locks returned %d results", len(got))
 	}
 	time.Sleep(short + 200*time.Millisecond) // past the first TTL, within the extended one
@@ -56,21 +52,15 @@ func testBatchExtend(t *testing.T, c *strategyCase) {
 }
 
 func testWatchRelease(t *testing.T, c *strategyCase) {
-	w, ok := c.Strategy.(dlm.ReleaseWatcher)
-	if !ok {
-		t.Skipf("%T does not implement dlm.ReleaseWatcher", c.Strategy)
-	}
 	k := c.key("k")
 	woken := make(chan struct{}, 1)
-	stop, err := w.WatchRelease(ctx(t), k, func() {
+	stop, err := c.WatchRelease(ctx(t), k, func() {
 		select {
 		case woken <- struct{}{}:
 		default:
 		}
 	})
-	if errors.Is(err, errors.ErrUnsupported) {
-		t.Skipf("WatchRelease: the nodes cannot notify: %v", err)
-	}
+	skipUnsupported(t, "WatchRelease", err)
 	if err != nil {
 		t.Fatalf("WatchRelease: %v", err)
 	}
@@ -90,7 +80,7 @@ func testWatchRelease(t *testing.T, c *strategyCase) {
 
 	cx, cancel := context.WithCancel(ctx(t))
 	cancel()
-	if stop, err := w.WatchRelease(cx, k, func() {}); err == nil {
+	if stop, err := c.WatchRelease(cx, k, func() {}); err == nil {
 		stop()
 		t.Error("WatchRelease with a cancelled context succeeded")
 	}

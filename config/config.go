@@ -1,0 +1,530 @@
+// Package config is the serialisable form of a dlm deployment: which
+// strategy, on which servers, with which credentials and options, as JSON or
+// as a URL, so that a program switches deployment by changing a string or a
+// file, not its code. Open turns a URL into a working dlm.Manager over the
+// driver the caller picks.
+package config
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"math"
+	"net/url"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/strategy"
+)
+
+// Config describes a deployment and the options of its strategy and
+// Manager. The zero value of an optional field means the default; a field
+// that does not apply to the chosen strategy is an error.
+//
+// Its JSON form uses the tags below; its URL form is one of
+//
+//	single://host:6379?ttl=10s
+//	redlock://h1:6379,h2:6379,h3:6379?timeout=50ms
+//	sentinel://s1:26379,s2:26379,s3:26379/mymaster?ack=all&replicas=2
+//	failover://primary:6379?ack=1
+//
+// where the scheme names the deployment, the hosts are Addrs (IPv6 ones in
+// brackets: redlock://[::1]:6379,[::1]:6380,[::1]:6381), user:password@
+// before the hosts is Username and Password (percent-encoded: a '#' in a
+// password is %23, a '%' is %25), and each query parameter is the field
+// with that JSON name, in the same text form as in JSON (durations such as
+// "1.5s", numbers, and ack as "all", "majority", "none" or a number).
+// sentinel:// is the failover strategy on the primary the Sentinels Addrs
+// know by the name in the path (Master, required); failover:// is the
+// failover strategy on a primary given by its one address, and takes no
+// path.
+type Config struct {
+	// Strategy is "single", "redlock" or "failover".
+	Strategy string `json:"strategy"`
+	// Addrs are the servers: the one server (single), the independent
+	// masters (redlock), or, for failover, the Sentinels when Master is set
+	// and the primary's one address when it is not.
+	Addrs []string `json:"addrs,omitempty"`
+	// Master is the name the Sentinels know the primary by (failover only).
+	Master string `json:"master,omitempty"`
+	// Username and Password authenticate to the Redis servers.
+	Username string `json:"username,omitempty"`
+	Password string `json:"password,omitempty"`
+	// SentinelUsername and SentinelPassword authenticate to the Sentinels
+	// (failover through Sentinel only). In the URL form they are query
+	// parameters.
+	SentinelUsername string `json:"sentinel_username,omitempty"`
+	SentinelPassword string `json:"sentinel_password,omitempty"`
+
+	// TTL is the lease length (dlm.WithTTL; at most dlm.MaxTTL; 0:
+	// dlm.DefaultTTL).
+	TTL Duration `json:"ttl,omitempty"`
+	// Renew makes the Manager renew its locks once this fraction of the TTL
+	// has passed (dlm.WithAutoRenew; in (0, 1); 0: no auto-renewal).
+	Renew float64 `json:"renew,omitempty"`
+	// MaxHold is how long a lock may be held: renewal stops after it and
+	// Lock.Extend refuses past it (WithAutoRenew's maxHold; needs Renew;
+	// 0: no bound).
+	MaxHold Duration `json:"max_hold,omitempty"`
+
+	// Timeout bounds each call to a node (strategy.WithTimeout).
+	Timeout Duration `json:"timeout,omitempty"`
+	// DriftFactor is the share of the TTL taken off for clock drift
+	// (strategy.WithDriftFactor); nil means the default.
+	DriftFactor *float64 `json:"drift_factor,omitempty"`
+
+	// Ack is how many replicas must acknowledge a write (strategy.WithAcks;
+	// failover only; nil: AckAll).
+	Ack *strategy.AckPolicy `json:"ack,omitempty"`
+	// WaitTimeout bounds the wait for acknowledgements
+	// (strategy.WithWaitTimeout; failover only; 0: the default).
+	WaitTimeout Duration `json:"wait_timeout,omitempty"`
+	// Replicas is the deployment's replica count (strategy.WithReplicas;
+	// failover only; nil: the default, 1).
+	Replicas *int `json:"replicas,omitempty"`
+	// WaitAOF makes the strategy wait for fsyncs with WAITAOF
+	// (strategy.WithWaitAOF; failover only): "replicas" waits for the
+	// replicas' fsync, "local" for the primary's too, "" (the default)
+	// waits with WAIT instead.
+	WaitAOF string `json:"wait_aof,omitempty"`
+}
+
+// Duration is a time.Duration written as a string such as "1.5s" in JSON
+// and URLs.
+type Duration time.Duration
+
+// MarshalJSON writes d as a duration string.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+// UnmarshalJSON reads a duration string such as "10s".
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return errors.New("want a duration string such as \"10s\"")
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("%q is not a duration such as \"10s\"", s)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// builders build each strategy a Config can name from its options and the
+// nodes the caller dialled: adding a strategy is one line here.
+var builders = map[string]func(c Config, nodes []dlm.Node) (dlm.Strategy, error){
+	"single": func(c Config, n []dlm.Node) (dlm.Strategy, error) { return oneNode(c, n, strategy.NewSingle) },
+	"redlock": func(c Config, n []dlm.Node) (dlm.Strategy, error) {
+		return strategy.NewRedlock(n, c.strategyOptions()...)
+	},
+	"failover": func(c Config, n []dlm.Node) (dlm.Strategy, error) { return oneNode(c, n, strategy.NewFailover) },
+}
+
+// oneNode builds a strategy that runs on exactly one node.
+func oneNode[S dlm.Strategy](c Config, nodes []dlm.Node, build func(dlm.Node, ...strategy.Option) (S, error)) (dlm.Strategy, error) {
+	if len(nodes) != 1 {
+		return nil, invalid("nodes: %s takes one node, got %d", c.Strategy, len(nodes))
+	}
+	s, err := build(nodes[0], c.strategyOptions()...)
+	if err != nil {
+		return nil, err // not a typed nil in the interface
+	}
+	return s, nil
+}
+
+// strategyNames lists the strategies a Config can name, sorted.
+func strategyNames() string { return strings.Join(slices.Sorted(maps.Keys(builders)), ", ") }
+
+// failoverOnly are the fields that apply to the failover strategy only.
+var failoverOnly = []string{"master", "sentinel_username", "sentinel_password", "ack", "wait_timeout", "replicas", "wait_aof"}
+
+// urlParts are the fields the URL form carries outside its query.
+var urlParts = []string{"strategy", "addrs", "master", "username", "password"}
+
+// encodeCredentials is the advice of errors about a URL's credentials; the
+// errors never quote the URL, which may hold a password.
+const encodeCredentials = "percent-encode '@', '/', '?', '#' and '%' in the user name and password (%40, %2F, %3F, %23, %25)"
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: config: %s", dlm.ErrInvalid, fmt.Sprintf(format, args...))
+}
+
+func badField(field, format string, args ...any) error {
+	return invalid("%s: %s", field, fmt.Sprintf(format, args...))
+}
+
+// ParseJSON reads the JSON form of a Config: one object. Unknown fields,
+// fields that do not apply to the strategy and bad values are errors that
+// name the field and match dlm.ErrInvalid.
+func ParseJSON(r io.Reader) (Config, error) {
+	var fields map[string]json.RawMessage
+	dec := json.NewDecoder(r)
+	if err := dec.Decode(&fields); err != nil {
+		return Config{}, invalid("want one JSON object: %v", err)
+	}
+	if dec.More() {
+		return Config{}, invalid("want one JSON object, found more after it")
+	}
+	var c Config
+	for _, name := range slices.Sorted(maps.Keys(fields)) {
+		if err := c.set(name, fields[name]); err != nil {
+			return Config{}, err
+		}
+	}
+	return c, c.Validate()
+}
+
+// set decodes one field, by its JSON name, from its JSON value.
+func (c *Config) set(name string, raw json.RawMessage) error {
+	f, ok := fieldByJSONName(name)
+	if !ok {
+		return badField(strconv.Quote(name), "unknown field")
+	}
+	v := reflect.New(f.Type)
+	if err := json.Unmarshal(raw, v.Interface()); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			return badField(name, "want %s, got %s", describe(f.Type), te.Value)
+		}
+		return badField(name, "%s", strings.TrimPrefix(err.Error(), dlm.ErrInvalid.Error()+": "))
+	}
+	reflect.ValueOf(c).Elem().FieldByIndex(f.Index).Set(v.Elem())
+	return nil
+}
+
+func describe(t reflect.Type) string {
+	if t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Int:
+		return "an integer"
+	case reflect.Float64:
+		return "a number"
+	case reflect.Slice:
+		return "a list of strings"
+	}
+	return "a string"
+}
+
+func fieldByJSONName(name string) (reflect.StructField, bool) {
+	t := reflect.TypeFor[Config]()
+	for i := range t.NumField() {
+		if jsonName(t.Field(i)) == name {
+			return t.Field(i), true
+		}
+	}
+	return reflect.StructField{}, false
+}
+
+func jsonName(f reflect.StructField) string { return strings.Split(f.Tag.Get("json"), ",")[0] }
+
+// ParseURL reads the URL form of a Config (see Config). Unknown parameters,
+// parameters that do not apply to the strategy and bad values are errors
+// that name the field and match dlm.ErrInvalid. No error quotes the user
+// information or the Sentinels' credentials.
+func ParseURL(s string) (Config, error) {
+	scheme, rest, ok := strings.Cut(s, "://")
+	if !ok || scheme == "" {
+		return Config{}, badField("strategy", "missing; the URL must begin with one of single://, redlock://, sentinel://, failover://")
+	}
+	if strings.Contains(rest, "#") {
+		return Config{}, invalid("URL: a '#' (a URL takes no fragment); %s", encodeCredentials)
+	}
+	// The hosts are cut out by hand: url.Parse rejects a list that holds
+	// a bracketed IPv6 address, and its errors quote the password.
+	authority, tail := rest, ""
+	if i := strings.IndexAny(rest, "/?"); i >= 0 {
+		authority, tail = rest[:i], rest[i:]
+	}
+	userinfo, hosts, hasUser := cutLast(authority, "@")
+	if !hasUser {
+		hosts = authority
+	}
+	path, rawQuery, _ := strings.Cut(tail, "?")
+	q, err := url.ParseQuery(rawQuery)
+	if err != nil {
+		var ee url.EscapeError
+		if errors.As(err, &ee) {
+			return Config{}, invalid("URL query: a '%%' that starts no escape (write it as %%25)")
+		}
+		return Config{}, invalid("URL query: %v", err)
+	}
+	// An '@' after the hosts means a password held a '/' or '?' that
+	// ended the user information early: what follows is not to be quoted.
+	stray := strings.Contains(path, "@")
+	for name, vals := range q {
+		credential := name == "sentinel_username" || name == "sentinel_password"
+		for _, v := range vals {
+			if strings.Contains(name, "@") || strings.Contains(v, "@") && !credential {
+				stray = true
+			}
+		}
+	}
+	if stray {
+		return Config{}, invalid("URL: an '@' after the hosts; %s", encodeCredentials)
+	}
+
+	c := Config{Strategy: scheme}
+	if scheme == "sentinel" {
+		c.Strategy = "failover"
+	}
+	if hasUser {
+		user, pass, _ := strings.Cut(userinfo, ":")
+		if c.Username, err = url.PathUnescape(user); err != nil {
+			return Config{}, badField("username", "a '%%' that starts no escape (write it as %%25)")
+		}
+		if c.Password, err = url.PathUnescape(pass); err != nil {
+			return Config{}, badField("password", "a '%%' that starts no escape (write it as %%25)")
+		}
+	}
+	if hosts != "" {
+		for _, h := range strings.Split(hosts, ",") {
+			if h != "" {
+				if _, err := url.Parse("redis://" + h); err != nil {
+					return Config{}, badField("addrs", "%q: %v", h, errors.Unwrap(err))
+				}
+			}
+			c.Addrs = append(c.Addrs, h)
+		}
+	}
+	master, err := url.PathUnescape(path)
+	if err != nil {
+		return Config{}, badField("master", "a '%%' that starts no escape (write it as %%25)")
+	}
+	c.Master = strings.Trim(master, "/")
+	switch {
+	case scheme == "sentinel" && c.Master == "":
+		return Config{}, badField("master", "sentinel:// needs the master name as the path, e.g. sentinel://s1:26379,s2:26379/mymaster")
+	case scheme == "failover" && c.Master != "":
+		return Config{}, badField("master", "failover:// takes the primary's address and no path; for a primary found through Sentinel use sentinel://s1:26379,s2:26379/%s", c.Master)
+	}
+	for _, name := range slices.Sorted(maps.Keys(q)) {
+		if err := c.setParam(name, q[name]); err != nil {
+			return Config{}, err
+		}
+	}
+	return c, c.Validate()
+}
+
+// cutLast is strings.Cut at the last sep.
+func cutLast(s, sep string) (before, after string, found bool) {
+	if i := strings.LastIndex(s, sep); i >= 0 {
+		return s[:i], s[i+len(sep):], true
+	}
+	return s, "", false
+}
+
+// setParam sets the field of one URL query parameter.
+func (c *Config) setParam(name string, vals []string) error {
+	f, ok := fieldByJSONName(name)
+	if !ok || slices.Contains(urlParts, name) {
+		return badField(strconv.Quote(name), "unknown parameter")
+	}
+	if len(vals) != 1 {
+		return badField(name, "given %d times", len(vals))
+	}
+	// Numbers go to JSON as they are, everything else as a string, so that
+	// both forms accept exactly the same values.
+	raw := strconv.Quote(vals[0])
+	if describe(f.Type) != "a string" {
+		if _, err := strconv.ParseFloat(vals[0], 64); err != nil {
+			return badField(name, "%q is not a number", vals[0])
+		}
+		raw = vals[0]
+	}
+	return c.set(name, json.RawMessage(raw))
+}
+
+// URL returns the URL form of c, passwords included; ParseURL(c.URL())
+// returns c for any valid c whose Addrs and Master contain no ',' or '/'.
+func (c Config) URL() string { return c.url().String() }
+
+// String returns the URL form of c with the passwords redacted.
+func (c Config) String() string {
+	if c.SentinelPassword != "" {
+		c.SentinelPassword = "xxxxx"
+	}
+	return c.url().Redacted()
+}
+
+func (c Config) url() *url.URL {
+	u := &url.URL{Scheme: c.Strategy, Host: strings.Join(c.Addrs, ",")}
+	if c.Master != "" {
+		u.Path = "/" + c.Master
+		if c.Strategy == "failover" {
+			u.Scheme = "sentinel"
+		}
+	}
+	switch {
+	case c.Password != "":
+		u.User = url.UserPassword(c.Username, c.Password)
+	case c.Username != "":
+		u.User = url.User(c.Username)
+	}
+	q := url.Values{}
+	v := reflect.ValueOf(c)
+	for _, f := range reflect.VisibleFields(v.Type()) {
+		name, fv := jsonName(f), v.FieldByIndex(f.Index)
+		if slices.Contains(urlParts, name) || fv.IsZero() {
+			continue
+		}
+		b, err := json.Marshal(fv.Interface())
+		if err != nil {
+			continue // cannot happen: every field marshals
+		}
+		s := string(b)
+		if uq, err := strconv.Unquote(s); err == nil {
+			s = uq
+		}
+		q.Set(name, s)
+	}
+	u.RawQuery = q.Encode()
+	return u
+}
+
+// Validate reports the first bad field, by its JSON name, in an error
+// matching dlm.ErrInvalid: an unknown strategy, a field that does not apply
+// to the strategy, a value out of range, or addresses the strategy cannot
+// take (empty, repeated, or more than one for single and for failover
+// without Master).
+func (c Config) Validate() error {
+	if _, ok := builders[c.Strategy]; !ok {
+		if c.Strategy == "" {
+			return badField("strategy", "missing; one of %s", strategyNames())
+		}
+		return badField("strategy", "unknown strategy %q; one of %s", c.Strategy, strategyNames())
+	}
+	if c.Strategy != "failover" {
+		v := reflect.ValueOf(c)
+		for _, f := range reflect.VisibleFields(v.Type()) {
+			if name := jsonName(f); slices.Contains(failoverOnly, name) && !v.FieldByIndex(f.Index).IsZero() {
+				return badField(name, "applies only to the failover strategy, not to %s", c.Strategy)
+			}
+		}
+	}
+	for i, a := range c.Addrs {
+		if a == "" {
+			return badField("addrs", "address %d is empty", i)
+		}
+		if slices.Index(c.Addrs, a) < i {
+			return badField("addrs", "%s is given twice", a)
+		}
+	}
+	switch {
+	case c.Strategy == "single" && len(c.Addrs) > 1:
+		return badField("addrs", "single takes one address, got %d", len(c.Addrs))
+	case c.Strategy == "failover" && c.Master == "" && len(c.Addrs) > 1:
+		return badField("addrs", "failover without master takes the primary's one address, got %d "+
+			"(for a primary found through Sentinel: sentinel://s1,s2,s3/mymaster)", len(c.Addrs))
+	case c.Master == "" && c.SentinelUsername != "":
+		return badField("sentinel_username", "applies only through Sentinel (set master)")
+	case c.Master == "" && c.SentinelPassword != "":
+		return badField("sentinel_password", "applies only through Sentinel (set master)")
+	}
+	for _, d := range []struct {
+		name string
+		d    Duration
+	}{{"ttl", c.TTL}, {"max_hold", c.MaxHold}, {"timeout", c.Timeout}} {
+		if d.d < 0 {
+			return badField(d.name, "%v is negative", time.Duration(d.d))
+		}
+	}
+	if time.Duration(c.TTL) > dlm.MaxTTL {
+		return badField("ttl", "%v is above %v", time.Duration(c.TTL), dlm.MaxTTL)
+	}
+	if c.Renew != 0 && !(c.Renew > 0 && c.Renew < 1) {
+		return badField("renew", "%v is not in (0, 1)", c.Renew)
+	}
+	if c.MaxHold > 0 && c.Renew == 0 {
+		return badField("max_hold", "bounds auto-renewal: set renew too (e.g. renew=0.33)")
+	}
+	if f := c.DriftFactor; f != nil && !(*f >= 0 && *f < 0.5) {
+		return badField("drift_factor", "%v is not in [0, 0.5)", *f)
+	}
+	if c.Replicas != nil && *c.Replicas < 0 {
+		return badField("replicas", "%d is negative", *c.Replicas)
+	}
+	if c.WaitTimeout != 0 && c.WaitTimeout < Duration(time.Millisecond) {
+		return badField("wait_timeout", "%v is below 1ms", time.Duration(c.WaitTimeout))
+	}
+	switch c.WaitAOF {
+	case "", "replicas", "local":
+	default:
+		return badField("wait_aof", "%q: want replicas or local", c.WaitAOF)
+	}
+	if c.Strategy == "failover" {
+		none := c.Ack != nil && *c.Ack == strategy.AckNone()
+		if none && c.WaitAOF == "replicas" {
+			return badField("wait_aof", "replicas with ack none waits for nothing")
+		}
+		wt := time.Duration(c.WaitTimeout)
+		if wt == 0 {
+			wt = strategy.DefaultWaitTimeout
+		}
+		if c.Timeout > 0 && (!none || c.WaitAOF != "") && time.Duration(c.Timeout) <= wt {
+			return badField("timeout", "%v must exceed the wait timeout %v", time.Duration(c.Timeout), wt)
+		}
+	}
+	return nil
+}
+
+// strategyOptions returns the strategy options c sets.
+func (c Config) strategyOptions() []strategy.Option {
+	var opts []strategy.Option
+	if c.Timeout > 0 {
+		opts = append(opts, strategy.WithTimeout(time.Duration(c.Timeout)))
+	}
+	if c.DriftFactor != nil {
+		opts = append(opts, strategy.WithDriftFactor(*c.DriftFactor))
+	}
+	if c.Ack != nil {
+		opts = append(opts, strategy.WithAcks(*c.Ack))
+	}
+	if c.WaitTimeout > 0 {
+		opts = append(opts, strategy.WithWaitTimeout(time.Duration(c.WaitTimeout)))
+	}
+	if c.Replicas != nil {
+		opts = append(opts, strategy.WithReplicas(*c.Replicas))
+	}
+	if c.WaitAOF != "" {
+		opts = append(opts, strategy.WithWaitAOF(c.WaitAOF == "local"))
+	}
+	return opts
+}
+
+// ManagerOptions returns the Manager options c sets: dlm.WithTTL for TTL,
+// and dlm.WithAutoRenew for Renew and MaxHold (no bound when MaxHold is 0).
+func (c Config) ManagerOptions() []dlm.Option {
+	var opts []dlm.Option
+	if c.TTL > 0 {
+		opts = append(opts, dlm.WithTTL(time.Duration(c.TTL)))
+	}
+	if c.Renew > 0 {
+		maxHold := time.Duration(c.MaxHold)
+		if maxHold == 0 {
+			maxHold = math.MaxInt64
+		}
+		opts = append(opts, dlm.WithAutoRenew(c.Renew, maxHold))
+	}
+	return opts
+}
+
+// NewStrategy builds the configured strategy over nodes, which the caller
+// built from Addrs with the driver of its choice (Open does that with a
+// Dialer): for single one node, for redlock one per independent master (at
+// least one, all distinct), for failover one node on the primary (through
+// Sentinel when Master is set). It does not dial. Errors match
+// dlm.ErrInvalid.
+func (c Config) NewStrategy(nodes ...dlm.Node) (dlm.Strategy, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return builders[c.Strategy](c, nodes)
+}

@@ -1,0 +1,116 @@
+package config
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+
+	"github.com/dlmgo/dlm"
+)
+
+// An Endpoint is one thing a Dialer connects to: a Redis server given by
+// its address, or the primary that Sentinels know by name.
+type Endpoint struct {
+	Addr      string   // the server's address; "" when Master is set
+	Master    string   // the name the Sentinels know the primary by; "" for a server given by Addr
+	Sentinels []string // the Sentinels' addresses, when Master is set
+	// Username and Password authenticate to the server (the primary).
+	Username, Password string
+	// SentinelUsername and SentinelPassword authenticate to the Sentinels.
+	SentinelUsername, SentinelPassword string
+}
+
+// String names the endpoint without its credentials.
+func (e Endpoint) String() string {
+	if e.Master != "" {
+		return "sentinel://" + strings.Join(e.Sentinels, ",") + "/" + e.Master
+	}
+	return e.Addr
+}
+
+// A Dialer returns a node over ep, with a Closer that closes the node's
+// client. It may connect at once or on first use; a server that cannot be
+// reached yet should not be an error, so that Redlock starts with a
+// minority of its masters down. The driver packages each have one:
+// goredis.Dial, redigo.Dial and rueidis.Dial.
+type Dialer func(ctx context.Context, ep Endpoint) (dlm.Node, io.Closer, error)
+
+// Open parses url (see Config) and returns a Manager over the deployment it
+// names, with nodes made by dial, and a Closer that closes them. The
+// Manager has the options the URL sets, then opts (which win). Errors about
+// the URL match dlm.ErrInvalid and never quote a password.
+//
+//	m, closer, err := config.Open(ctx, "redlock://h1:6379,h2:6379,h3:6379?ttl=10s", goredis.Dial)
+func Open(ctx context.Context, url string, dial Dialer, opts ...dlm.Option) (*dlm.Manager, io.Closer, error) {
+	c, err := ParseURL(url)
+	if err != nil {
+		return nil, nil, err
+	}
+	return c.Open(ctx, dial, opts...)
+}
+
+// Open is Open for c: it dials each endpoint of c once (each Redlock
+// master, the one server, or the primary through the Sentinels) and builds
+// the strategy with NewStrategy and the Manager with ManagerOptions, then
+// opts.
+func (c Config) Open(ctx context.Context, dial Dialer, opts ...dlm.Option) (*dlm.Manager, io.Closer, error) {
+	if err := c.Validate(); err != nil {
+		return nil, nil, err
+	}
+	if len(c.Addrs) == 0 {
+		return nil, nil, badField("addrs", "no address")
+	}
+	var nodes []dlm.Node
+	var cl closers
+	for _, ep := range c.endpoints() {
+		n, closer, err := dial(ctx, ep)
+		if err != nil {
+			_ = cl.Close()
+			return nil, nil, fmt.Errorf("config: dial %v: %w", ep, err)
+		}
+		nodes, cl = append(nodes, n), append(cl, closer)
+	}
+	s, err := c.NewStrategy(nodes...)
+	var m *dlm.Manager
+	if err == nil {
+		m, err = dlm.New(s, append(c.ManagerOptions(), opts...)...)
+	}
+	if err != nil {
+		_ = cl.Close()
+		return nil, nil, err
+	}
+	return m, cl, nil
+}
+
+// endpoints lists what to dial: one endpoint per address, or the primary
+// through the Sentinels.
+func (c Config) endpoints() []Endpoint {
+	ep := Endpoint{Username: c.Username, Password: c.Password}
+	if c.Master != "" {
+		ep.Master, ep.Sentinels = c.Master, slices.Clone(c.Addrs)
+		ep.SentinelUsername, ep.SentinelPassword = c.SentinelUsername, c.SentinelPassword
+		return []Endpoint{ep}
+	}
+	eps := make([]Endpoint, len(c.Addrs))
+	for i, a := range c.Addrs {
+		ep.Addr = a
+		eps[i] = ep
+	}
+	return eps
+}
+
+// closers closes each of its Closers.
+type closers []io.Closer
+
+func (cs closers) Close() error {
+	var errs []error
+	for _, c := range cs {
+		if c != nil {
+			errs = append(errs, c.Close())
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,130 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/nodekit"
+)
+
+// Rules of Node.RunWait, skipped when the first RunWait of a rule reports
+// errors.ErrUnsupported.
+
+// skipUnsupported skips t when err says the node cannot do what method asks.
+func skipUnsupported(t *testing.T, method string, err error) {
+	t.Helper()
+	if errors.Is(err, errors.ErrUnsupported) {
+		t.Skipf("%s reports errors.ErrUnsupported: %v", method, err)
+	}
+}
+
+// incrScript writes, so WAIT after it has a write to count.
+const incrScript = "return {redis.call('INCR', KEYS[1]), redis.call('PEXPIRE', KEYS[1], 60000)}"
+
+// runWait runs calls and w with RunWait.
+func (c *nodeCase) runWait(t *testing.T, cx context.Context, w dlm.Wait, calls ...dlm.Call) ([]dlm.Call, dlm.Acks, error) {
+	t.Helper()
+	acks, err := c.RunWait(cx, calls, w)
+	if !errors.Is(err, errors.ErrUnsupported) {
+		settled(t, "RunWait", calls)
+	}
+	return calls, acks, err
+}
+
+func testRunWaitReplies(t *testing.T, c *nodeCase) {
+	sc := nodekit.NewScript(c.script(incrScript))
+	keys := []string{c.key("k")}
+	w := dlm.Wait{Replicas: 0, Timeout: callTimeout}
+	one := func(call dlm.Call) func() ([]int64, dlm.Acks, error) {
+		return func() ([]int64, dlm.Acks, error) {
+			calls, acks, err := c.runWait(t, ctx(t), w, call)
+			return calls[0].Reply, acks, err
+		}
+	}
+	for i, call := range []func() ([]int64, dlm.Acks, error){
+		one(dlm.Call{Source: sc.Source(), Keys: keys}),
+		one(dlm.Call{SHA1: sc.SHA1(), Keys: keys}),
+		func() ([]int64, dlm.Acks, error) { return sc.RunWait(ctx(t), c, w, keys) },
+	} {
+		start := time.Now()
+		r, acks, err := call()
+		took := time.Since(start)
+		if i == 0 {
+			skipUnsupported(t, "RunWait", err)
+		}
+		if err != nil {
+			t.Fatalf("call %d (WAIT 0): %v", i+1, err)
+		}
+		expect(t, fmt.Sprintf("call %d (WAIT 0)", i+1), r, []int64{int64(i + 1), 1})
+		if acks.Replicas < 0 || acks.Local {
+			t.Errorf("call %d (WAIT 0): acks %+v, want a replica count of at least 0 and no local fsync", i+1, acks)
+		}
+		if took > returnBy {
+			t.Errorf("call %d: WAIT for 0 replicas took %v; it answers at once", i+1, took.Round(time.Millisecond))
+		}
+	}
+	// Several calls, then the wait: every reply in order.
+	calls, _, err := c.runWait(t, ctx(t), w,
+		dlm.Call{Source: sc.Source(), Keys: keys}, dlm.Call{SHA1: sc.SHA1(), Keys: keys}, dlm.Call{SHA1: sc.SHA1(), Keys: keys})
+	if err != nil {
+		t.Fatalf("RunWait of 3 calls (WAIT 0): %v", err)
+	}
+	for i, cl := range calls {
+		expect(t, fmt.Sprintf("RunWait of 3 calls, call %d", i+1), cl.Reply, []int64{int64(i + 4), 1})
+	}
+	// A failing script is an error with zero Acks, not NOSCRIPT, and fails
+	// its own call only.
+	calls, acks, err := c.runWait(t, ctx(t), w,
+		dlm.Call{Source: sc.Source(), Keys: keys}, dlm.Call{Source: c.script("return redis.error_reply('CONFORMANCE error')"), Keys: keys})
+	if err == nil || errors.Is(err, dlm.ErrNoScript) || acks != (dlm.Acks{}) || calls[1].Err == nil {
+		t.Errorf("RunWait of a script replying with an error: call error %v, acks %+v, error %v; want an error (not NOSCRIPT) and zero Acks", calls[1].Err, acks, err)
+	}
+	expect(t, "RunWait, the call before a failing one", calls[0].Reply, []int64{7, 1})
+	if _, err := c.RunWait(ctx(t), []dlm.Call{{Source: sc.Source(), Keys: keys}}, dlm.Wait{Replicas: 1}); !errors.Is(err, dlm.ErrInvalid) {
+		t.Errorf("RunWait with a zero Wait.Timeout: %v, want an error matching dlm.ErrInvalid (WAIT 0 blocks forever)", err)
+	}
+	// The connection is in step afterwards.
+	expect(t, "Eval after RunWait", c.eval(t, c.script("return {42}"), keys), []int64{42})
+}
+
+func testRunWaitNoScript(t *testing.T, c *nodeCase) {
+	sc := nodekit.NewScript(c.script(incrScript))
+	calls, acks, err := c.runWait(t, ctx(t), dlm.Wait{Timeout: time.Second}, dlm.Call{SHA1: sc.SHA1(), Keys: []string{c.key("k")}})
+	skipUnsupported(t, "RunWait", err)
+	if !errors.Is(err, dlm.ErrNoScript) || !errors.Is(calls[0].Err, dlm.ErrNoScript) || acks != (dlm.Acks{}) {
+		t.Fatalf("RunWait of a script the server never saw: call error %v, acks %+v, error %v; want errors matching dlm.ErrNoScript and zero Acks", calls[0].Err, acks, err)
+	}
+	expect(t, "EXISTS after a NOSCRIPT RunWait", c.eval(t, c.script("return {redis.call('EXISTS', KEYS[1])}"), []string{c.key("k")}), []int64{0})
+}
+
+func testRunWaitDeadline(t *testing.T, c *nodeCase) {
+	keys := []string{c.key("k")}
+	cx, cancel := context.WithTimeout(context.Background(), callLimit)
+	defer cancel()
+	start := time.Now()
+	calls, acks, err := c.runWait(t, cx, dlm.Wait{Replicas: 1, Timeout: callTimeout}, dlm.Call{Source: c.script(incrScript), Keys: keys})
+	took := time.Since(start)
+	skipUnsupported(t, "RunWait", err)
+	switch {
+	case err == nil && acks.Replicas >= 1:
+		t.Skipf("the server has a replica (WAIT 1 answered %+v at once); this rule needs one without", acks)
+	case err == nil:
+		t.Errorf("RunWait with WAIT 1 for %v on a server without replicas and a %v deadline: reply %v, acks %+v after %v; want an error near the deadline",
+			callTimeout, callLimit, calls[0].Reply, acks, took.Round(time.Millisecond))
+	case took > returnBy:
+		t.Errorf("RunWait blocked in WAIT with a %v deadline returned after %v (error %v): the context must bound the wait", callLimit, took.Round(time.Millisecond), err)
+	case !isDeadline(err):
+		t.Errorf("RunWait that ran out of time returned %v, want an error matching context.DeadlineExceeded", err)
+	}
+	if r := calls[0].Reply; r != nil {
+		expect(t, "the script's reply, kept when only the wait failed", r, []int64{1, 1})
+	}
+	// The node still answers (a connection left waiting for WAIT's reply
+	// must not be reused).
+	waitAnswering(t, c)
+	expect(t, "Eval after the abandoned WAIT", c.eval(t, c.script("return {7}"), keys), []int64{7})
+}

@@ -1,0 +1,33 @@
+package goredis
+
+import (
+	"context"
+	"io"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/config"
+)
+
+// Dial is a config.Dialer: a Node over redis.NewClient for a server, or
+// over redis.NewFailoverClient for a primary found through Sentinel. It
+// does not connect; the client does on first use. The clients make one
+// round trip per call and dial once per attempt (the strategies and the
+// Manager retry), and the context's deadline bounds the socket.
+func Dial(_ context.Context, ep config.Endpoint) (dlm.Node, io.Closer, error) {
+	if ep.Master != "" {
+		c := redis.NewFailoverClient(&redis.FailoverOptions{
+			MasterName: ep.Master, SentinelAddrs: ep.Sentinels,
+			Username: ep.Username, Password: ep.Password,
+			SentinelUsername: ep.SentinelUsername, SentinelPassword: ep.SentinelPassword,
+			ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1,
+		})
+		return New(c), c, nil
+	}
+	c := redis.NewClient(&redis.Options{
+		Addr: ep.Addr, Username: ep.Username, Password: ep.Password,
+		ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1,
+	})
+	return New(c), c, nil
+}

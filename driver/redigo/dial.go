@@ -1,0 +1,26 @@
+package redigo
+
+import (
+	"context"
+	"io"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/config"
+)
+
+// Dial is a config.Dialer: a Node over a redis.Pool whose connections go to
+// the server, or, through Sentinels.Dial, to the primary of the moment. It
+// does not connect; the pool does on first use.
+func Dial(_ context.Context, ep config.Endpoint) (dlm.Node, io.Closer, error) {
+	auth := []redis.DialOption{redis.DialUsername(ep.Username), redis.DialPassword(ep.Password)}
+	dial := func(ctx context.Context) (redis.Conn, error) { return redis.DialContext(ctx, "tcp", ep.Addr, auth...) }
+	if ep.Master != "" {
+		dial = Sentinels{Addrs: ep.Sentinels, Master: ep.Master, DialOptions: []redis.DialOption{
+			redis.DialUsername(ep.SentinelUsername), redis.DialPassword(ep.SentinelPassword)}}.Dial(auth...)
+	}
+	p := &redis.Pool{DialContext: dial, MaxIdle: 16, IdleTimeout: time.Minute}
+	return New(p).WithName(ep.String()), p, nil
+}
