@@ -86,7 +86,7 @@ func (s *Redlock) round(ctx context.Context, op string, script *nodekit.Script, 
 	r.ctx, r.cancel = context.WithTimeout(ctx, timeout)
 	r.running.Store(int32(len(nodes)))
 	for _, i := range nodes {
-		workers.run(task{r: r, i: i})
+		go r.call(i)
 	}
 	return r
 }

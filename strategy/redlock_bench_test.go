@@ -170,7 +170,7 @@ func BenchmarkRedlockOneSilent(b *testing.B) {
 func runtimeProcs() int { return runtime.GOMAXPROCS(0) }
 
 // instantNode answers every script at once, in process, without Redis: it
-// measures what Redlock's own machinery costs (fan-out to workers, quorum
+// measures what Redlock's own machinery costs (fan-out to goroutines, quorum
 // counting, timers, allocations). It is a measuring tool only; every test
 // runs against real servers.
 type instantNode struct{ name string }
