@@ -52,18 +52,7 @@ func BenchmarkRedlockLockUnlock(b *testing.B) {
 	for _, n := range []int{1, 5} {
 		b.Run("nodes="+strconv.Itoa(n), func(b *testing.B) {
 			m, _ := benchManager(b, n)
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			b.ReportAllocs()
-			for b.Loop() {
-				l, err := m.TryLock(ctx, "bench")
-				if err != nil {
-					b.Fatal(err)
-				}
-				if err := l.Unlock(ctx); err != nil {
-					b.Fatal(err)
-				}
-			}
+			benchSerial(b, m)
 		})
 	}
 }
@@ -107,6 +96,21 @@ func BenchmarkRedlockParallel(b *testing.B) {
 			}
 			benchParallel(b, m)
 		})
+	}
+}
+
+// benchSerial runs TryLock and Unlock of one key in a loop.
+func benchSerial(b *testing.B, m *dlm.Manager) {
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		l, err := m.TryLock(ctx, "bench")
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
 
@@ -166,7 +170,7 @@ func BenchmarkRedlockOneSilent(b *testing.B) {
 func runtimeProcs() int { return runtime.GOMAXPROCS(0) }
 
 // instantNode answers every script at once, in process, without Redis: it
-// measures what Redlock's own machinery costs (fan-out to workers, quorum
+// measures what Redlock's own machinery costs (fan-out to goroutines, quorum
 // counting, timers, allocations). It is a measuring tool only; every test
 // runs against real servers.
 type instantNode struct{ name string }
@@ -206,18 +210,6 @@ func BenchmarkRedlockOverhead(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	ctx := context.Background()
-	b.Run("serial", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			l, err := m.TryLock(ctx, "bench")
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := l.Unlock(ctx); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
+	b.Run("serial", func(b *testing.B) { benchSerial(b, m) })
 	b.Run("parallel", func(b *testing.B) { benchParallel(b, m) })
 }

@@ -10,12 +10,6 @@ import (
 	"github.com/dlmgo/dlm"
 )
 
-// ErrExtendLimit reports that Redlock refused an extension because the
-// acquisition reached its WithMaxExtensions or WithMaxHold bound. Errors
-// matching it also match dlm.ErrNotHeld: the holder must stop trusting the
-// lock when its current lease ends.
-var ErrExtendLimit = errors.New("dlm: extension limit reached")
-
 // ErrNodeTimeout is wrapped by the *dlm.NodeError of a node that did not
 // reply within the per-node timeout. It does not match
 // context.DeadlineExceeded, which is kept for the caller's own deadline.

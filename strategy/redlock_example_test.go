@@ -22,7 +22,7 @@ func ExampleNewRedlock() {
 		defer c.Close()
 		nodes = append(nodes, goredis.New(c))
 	}
-	rl, err := strategy.NewRedlock(nodes, strategy.WithTimeout(50*time.Millisecond), strategy.WithMaxHold(time.Minute))
+	rl, err := strategy.NewRedlock(nodes, strategy.WithTimeout(50*time.Millisecond))
 	if err != nil {
 		panic(err)
 	}

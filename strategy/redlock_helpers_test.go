@@ -106,7 +106,8 @@ func (c *cluster) holder(t testing.TB, i int, key string) string {
 	return v
 }
 
-// holdsAll reports whether token holds key on every server.
+// holdsAll reports whether token holds key on every server; token ""
+// reports whether no server has the lock.
 func (c *cluster) holdsAll(t testing.TB, key, token string) bool {
 	for i := range c.servers {
 		if c.holder(t, i, key) != token {
@@ -114,6 +115,19 @@ func (c *cluster) holdsAll(t testing.TB, key, token string) bool {
 		}
 	}
 	return true
+}
+
+// acquireThenLose acquires key for token through r, waits until every
+// server has it, and deletes it on the first lost servers.
+func (c *cluster) acquireThenLose(t testing.TB, r *strategy.Redlock, key, token string, lost int) {
+	t.Helper()
+	ctx := context.Background()
+	_, err := r.Acquire(ctx, key, token, 5*time.Second)
+	require.NoError(t, err)
+	require.True(t, eventually(time.Second, func() bool { return c.holdsAll(t, key, token) }))
+	for i := range lost {
+		require.NoError(t, c.clients[i].Del(ctx, "dlm:{"+key+"}").Err())
+	}
 }
 
 // counter returns the fencing counter of key on server i.

@@ -39,8 +39,6 @@ func TestRedlockBadInput(t *testing.T) {
 		{"negative timeout", []dlm.Node{a}, []strategy.Option{strategy.WithTimeout(-time.Second)}, "WithTimeout"},
 		{"nil option", []dlm.Node{a}, []strategy.Option{nil}, "nil Option"},
 		{"drift factor", []dlm.Node{a}, []strategy.Option{strategy.WithDriftFactor(0.5)}, "WithDriftFactor"},
-		{"max extensions", []dlm.Node{a}, []strategy.Option{strategy.WithMaxExtensions(-1)}, "WithMaxExtensions"},
-		{"max hold", []dlm.Node{a}, []strategy.Option{strategy.WithMaxHold(-time.Second)}, "WithMaxHold"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r, err := strategy.NewRedlock(tc.nodes, tc.opts...)
@@ -137,14 +135,7 @@ func TestRedlockLockExtendUnlock(t *testing.T) {
 	assert.ErrorIs(t, err, dlm.ErrNotHeld)
 
 	require.NoError(t, r.Release(ctx, key, "A"))
-	assert.True(t, eventually(time.Second, func() bool {
-		for i := range c.servers {
-			if c.holder(t, i, key) != "" {
-				return false
-			}
-		}
-		return true
-	}), "released on all five nodes")
+	assert.True(t, eventually(time.Second, func() bool { return c.holdsAll(t, key, "") }), "released on all five nodes")
 	err = r.Release(ctx, key, "A")
 	assert.ErrorIs(t, err, dlm.ErrNotHeld)
 	require.ErrorAs(t, err, &qe)
@@ -415,22 +406,10 @@ func TestRedlockExtendLostOnMajority(t *testing.T) {
 	c := startCluster(t, 5)
 	r := c.redlock(t, strategy.WithTimeout(time.Second))
 	ctx := context.Background()
-	_, err := r.Acquire(ctx, "k", "A", 5*time.Second)
-	require.NoError(t, err)
-	require.True(t, eventually(time.Second, func() bool { return c.holdsAll(t, "k", "A") }))
-	for i := range 3 {
-		require.NoError(t, c.clients[i].Del(ctx, "dlm:{k}").Err())
-	}
-	_, err = r.Extend(ctx, "k", "A", 5*time.Second)
+	c.acquireThenLose(t, r, "k", "A", 3)
+	_, err := r.Extend(ctx, "k", "A", 5*time.Second)
 	require.ErrorIs(t, err, dlm.ErrNotHeld)
-	assert.True(t, eventually(time.Second, func() bool {
-		for i := range c.servers {
-			if c.holder(t, i, "k") != "" {
-				return false
-			}
-		}
-		return true
-	}), "the nodes that extended it release it")
+	assert.True(t, eventually(time.Second, func() bool { return c.holdsAll(t, "k", "") }), "the nodes that extended it release it")
 }
 
 // Release succeeds when a majority no longer holds the token's lock, even if
@@ -439,12 +418,7 @@ func TestRedlockReleaseMajority(t *testing.T) {
 	c := startCluster(t, 5)
 	r := c.redlock(t, strategy.WithTimeout(time.Second))
 	ctx := context.Background()
-	_, err := r.Acquire(ctx, "k", "A", 5*time.Second)
-	require.NoError(t, err)
-	require.True(t, eventually(time.Second, func() bool { return c.holdsAll(t, "k", "A") }))
-	for i := range 2 {
-		require.NoError(t, c.clients[i].Del(ctx, "dlm:{k}").Err())
-	}
+	c.acquireThenLose(t, r, "k", "A", 2)
 	require.NoError(t, r.Release(ctx, "k", "A"))
 	for i := range c.servers {
 		assert.Empty(t, c.holder(t, i, "k"), "server %d", i)
@@ -482,53 +456,6 @@ func TestRedlockContextCause(t *testing.T) {
 	}
 }
 
-func TestRedlockMaxExtensions(t *testing.T) {
-	c := startCluster(t, 3)
-	r := c.redlock(t, strategy.WithTimeout(time.Second), strategy.WithMaxExtensions(2))
-	ctx := context.Background()
-	for round := range 2 {
-		_, err := r.Acquire(ctx, "k", "A", 5*time.Second)
-		require.NoError(t, err)
-		for range 2 {
-			_, err = r.Extend(ctx, "k", "A", 5*time.Second)
-			require.NoError(t, err, "round %d", round)
-		}
-		_, err = r.Extend(ctx, "k", "A", 5*time.Second)
-		assert.ErrorIs(t, err, strategy.ErrExtendLimit)
-		assert.ErrorIs(t, err, dlm.ErrNotHeld)
-		// A re-acquisition by the holder does not reset the count.
-		_, err = r.Acquire(ctx, "k", "A", 5*time.Second)
-		require.NoError(t, err)
-		_, err = r.Extend(ctx, "k", "A", 5*time.Second)
-		assert.ErrorIs(t, err, strategy.ErrExtendLimit)
-		// Release does.
-		require.NoError(t, r.Release(ctx, "k", "A"))
-	}
-}
-
-func TestRedlockMaxHold(t *testing.T) {
-	c := startCluster(t, 3)
-	const maxHold = 300 * time.Millisecond
-	r := c.redlock(t, strategy.WithTimeout(time.Second), strategy.WithMaxHold(maxHold))
-	ctx := context.Background()
-	start := time.Now()
-	_, err := r.Acquire(ctx, "a", "A", 5*time.Second)
-	require.NoError(t, err)
-	e, err := r.Extend(ctx, "a", "A", 5*time.Second)
-	require.NoError(t, err)
-	assert.False(t, e.Until.After(start.Add(maxHold)), "the extension is cut at the bound: %v", e.Until.Sub(start))
-	require.NoError(t, r.Release(ctx, "a", "A"))
-
-	_, err = r.Acquire(ctx, "b", "A", 5*time.Second)
-	require.NoError(t, err)
-	time.Sleep(maxHold)
-	_, err = r.Extend(ctx, "b", "A", 5*time.Second)
-	assert.ErrorIs(t, err, strategy.ErrExtendLimit)
-	assert.ErrorIs(t, err, dlm.ErrNotHeld)
-	require.NoError(t, r.Release(ctx, "b", "A"), "the lease itself is still held")
-}
-
-// Through the Manager: one holder at a time, fences strictly increasing.
 func TestRedlockManagerMutualExclusion(t *testing.T) {
 	c := startCluster(t, 5)
 	m, err := dlm.New(c.redlock(t, strategy.WithTimeout(time.Second)), dlm.WithTTL(5*time.Second), dlm.WithRetryDelay(time.Millisecond, 10*time.Millisecond))

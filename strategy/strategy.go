@@ -53,10 +53,7 @@ type Option func(*config) error
 type config struct {
 	driftFactor float64
 	timeout     time.Duration
-	// Redlock only: bounds on extending one acquisition (0 = no bound).
-	maxExtensions int
-	maxHold       time.Duration
-	failover      *failoverConfig // set by NewFailover; its options need it
+	failover    *failoverConfig // set by NewFailover; its options need it
 }
 
 func defaultConfig() config { return config{driftFactor: DefaultDriftFactor} }
@@ -84,34 +81,6 @@ func WithTimeout(d time.Duration) Option {
 			return fmt.Errorf("%w: WithTimeout(%v): must not be negative", dlm.ErrInvalid, d)
 		}
 		c.timeout = d
-		return nil
-	}
-}
-
-// WithMaxExtensions bounds how many times Redlock extends one acquisition
-// (the liveness note of the Redlock specification); past it Extend fails
-// with an error matching ErrExtendLimit and dlm.ErrNotHeld. The default, 0,
-// sets no bound. n must not be negative.
-func WithMaxExtensions(n int) Option {
-	return func(c *config) error {
-		if n < 0 {
-			return fmt.Errorf("%w: WithMaxExtensions(%d): must not be negative", dlm.ErrInvalid, n)
-		}
-		c.maxExtensions = n
-		return nil
-	}
-}
-
-// WithMaxHold bounds how long Redlock keeps one acquisition alive through
-// extensions, counted from the acquisition: an extension is shortened to end
-// at the bound, and refused (ErrExtendLimit, dlm.ErrNotHeld) once too little
-// is left. The default, 0, sets no bound. d must not be negative.
-func WithMaxHold(d time.Duration) Option {
-	return func(c *config) error {
-		if d < 0 {
-			return fmt.Errorf("%w: WithMaxHold(%v): must not be negative", dlm.ErrInvalid, d)
-		}
-		c.maxHold = d
 		return nil
 	}
 }

@@ -1,0 +1,221 @@
+package strategy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/nodekit"
+)
+
+// This file is Redlock's quorum engine: a round sends one batch of script
+// calls to several nodes in parallel and tallies, for each call of the
+// batch, what every node answered. The algorithm (redlock.go) decides what
+// the tallies mean.
+
+// A tally is what the nodes answered to one call of a round.
+type tally struct {
+	res   []NodeResult // one per node of the strategy; Pending until answered
+	count [Failed + 1]int
+	fence int64 // the largest value a judge recorded (the fence of a grant)
+}
+
+func (t *tally) set(i int, o Outcome, err error) {
+	t.res[i].Outcome, t.res[i].Err = o, err
+	t.count[o]++
+}
+
+// n returns how many nodes answered with o (o is not Pending).
+func (t *tally) n(o Outcome) int { return t.count[o] }
+
+// pending returns how many of the n nodes called have not answered.
+func (t *tally) pending(n int) int {
+	return n - t.count[Granted] - t.count[Refused] - t.count[Failed]
+}
+
+// decided reports whether it is known if q of the n nodes called grant: q
+// did, or too few are left to.
+func (t *tally) decided(n, q int) bool {
+	g := t.count[Granted]
+	return g >= q || g+t.pending(n) < q
+}
+
+// A judge returns the outcome of node i's successful reply r to the call
+// tallied in t; a Failed outcome comes with the reason.
+type judge func(t *tally, i int, r []int64) (Outcome, error)
+
+// A round is one batch of script calls sent to several nodes at once.
+type round struct {
+	s       *Redlock
+	op      string
+	script  *nodekit.Script
+	calls   []dlm.Call // the batch; each node gets its own copy
+	nodes   []int      // the nodes called
+	timeout time.Duration
+	judge   judge
+	t       []tally // one per call
+
+	parent  context.Context // the caller's
+	ctx     context.Context // ends at the timeout, or once every node replied
+	cancel  context.CancelFunc
+	ch      chan reply   // every reply, with room for all of them
+	running atomic.Int32 // calls not yet replied
+	left    int          // replies not yet received by the collector
+}
+
+// reply is node i's answer to a round's batch.
+type reply struct {
+	i     int
+	calls []dlm.Call
+}
+
+// round sends calls to the listed nodes in parallel, each bounded by
+// timeout. Every reply arrives on the round's channel, so no goroutine
+// outlives its call; the calls still running once the caller has its
+// outcome go on until they end or time out.
+func (s *Redlock) round(ctx context.Context, op string, script *nodekit.Script, calls []dlm.Call, nodes []int, timeout time.Duration, j judge) *round {
+	r := &round{s: s, op: op, script: script, calls: calls, nodes: nodes, timeout: timeout, judge: j,
+		t: make([]tally, len(calls)), parent: ctx, ch: make(chan reply, len(nodes)), left: len(nodes)}
+	for k := range r.t {
+		r.t[k].res = s.results()
+	}
+	r.ctx, r.cancel = context.WithTimeout(ctx, timeout)
+	r.running.Store(int32(len(nodes)))
+	for _, i := range nodes {
+		go r.call(i)
+	}
+	return r
+}
+
+// call makes the round's calls to node i and sends the reply.
+func (r *round) call(i int) {
+	calls := slices.Clone(r.calls)
+	r.script.RunMany(r.ctx, r.s.nodes[i], calls)
+	for k := range calls {
+		calls[k].Err = r.s.nodeErr(r.parent, i, r.op, r.timeout, calls[k].Err)
+	}
+	r.ch <- reply{i: i, calls: calls}
+	if r.running.Add(-1) == 0 {
+		r.cancel()
+	}
+}
+
+// take tallies a reply, unless its node was already given up on.
+func (r *round) take(rp reply) {
+	r.left--
+	if r.t[0].res[rp.i].Outcome != Pending {
+		return // failed at the timeout: a late reply does not count
+	}
+	for k := range r.t {
+		o, err := Failed, rp.calls[k].Err
+		if err == nil {
+			if o, err = r.judge(&r.t[k], rp.i, rp.calls[k].Reply); err != nil {
+				err = &dlm.NodeError{Node: r.s.names[rp.i], Op: r.op, Err: err}
+			}
+		}
+		r.t[k].set(rp.i, o, err)
+	}
+}
+
+// receive tallies replies until done reports true, every reply arrived,
+// stop fires, or the round's context ends; it reports whether the context
+// ended. Replies that came with the context's end count.
+func (r *round) receive(stop <-chan time.Time, done func() bool) (ended bool) {
+	for r.left > 0 && !done() {
+		select {
+		case rp := <-r.ch:
+			r.take(rp)
+		case <-stop:
+			return false
+		case <-r.ctx.Done():
+			for r.left > 0 && !done() {
+				select {
+				case rp := <-r.ch:
+					r.take(rp)
+				default:
+					return true
+				}
+			}
+			return true
+		}
+	}
+	return false
+}
+
+// collect tallies replies until done reports true, every node replied, or
+// ctx ended. A node that has not replied by the round's timeout (even over
+// a Node that ignores its deadline) is failed with ErrNodeTimeout, unless
+// ctx ended, and its reply, when it comes, is ignored.
+func (r *round) collect(ctx context.Context, done func() bool) {
+	if !r.receive(nil, done) || ctx.Err() != nil {
+		return
+	}
+	for _, i := range r.nodes {
+		if done() {
+			return
+		}
+		if r.t[0].res[i].Outcome == Pending {
+			err := &dlm.NodeError{Node: r.s.names[i], Op: r.op, Err: fmt.Errorf("%w %v", ErrNodeTimeout, r.timeout)}
+			for k := range r.t {
+				r.t[k].set(i, Failed, err)
+			}
+		}
+	}
+}
+
+// linger tallies the replies that arrive within grace.
+func (r *round) linger(grace time.Duration) {
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	r.receive(t.C, func() bool { return false })
+}
+
+// never is a done function for rounds whose every reply is awaited.
+func never() bool { return false }
+
+// nodeErr wraps err, node i's failure in op, in a *dlm.NodeError, saying
+// ErrNodeTimeout (not the caller's context.DeadlineExceeded) when the
+// per-node timeout ended it, and records whether the node was slow.
+func (s *Redlock) nodeErr(ctx context.Context, i int, op string, timeout time.Duration, err error) error {
+	slow := err != nil && isTimeout(err)
+	if s.slow[i].Load() != slow {
+		s.slow[i].Store(slow) // written only on a change: every call reads it
+	}
+	if err == nil {
+		return nil
+	}
+	switch {
+	case slow && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
+		// Not the caller's deadline: do not report it as one.
+		err = fmt.Errorf("%w %v", ErrNodeTimeout, timeout)
+	case slow && ctx.Err() == nil:
+		err = fmt.Errorf("%w %v: %w", ErrNodeTimeout, timeout, err) // a socket deadline
+	}
+	return &dlm.NodeError{Node: s.names[i], Op: op, Err: err}
+}
+
+// anySlow reports whether a node still pending in res timed out last time.
+func (s *Redlock) anySlow(res []NodeResult) bool {
+	for i, r := range res {
+		if r.Outcome == Pending && s.slow[i].Load() {
+			return true
+		}
+	}
+	return false
+}
+
+// timedOut reports whether a node's error says it did not answer in time.
+func timedOut(err error) bool {
+	return errors.Is(err, ErrNodeTimeout) || errors.Is(err, context.Canceled) || isTimeout(err)
+}
+
+// isTimeout reports whether err says a deadline passed (a context's, or a
+// socket's: net and os errors report Timeout).
+func isTimeout(err error) bool {
+	var t interface{ Timeout() bool }
+	return errors.As(err, &t) && t.Timeout()
+}
