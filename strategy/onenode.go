@@ -14,17 +14,27 @@ import (
 // undo releases token's lock on key in the background, so that the call
 // that gives the lock back returns within its own deadline. A release that
 // fails (the server is frozen, unreachable, restarting) is tried again,
-// with growing pauses, until it succeeds or until expires, after which no
-// grant of that attempt can be left on the server. A later acquisition
-// uses another token, so a late release cannot delete it.
+// with growing pauses, until the server answers or until expires, after
+// which no grant of that attempt can be left on the server. A refusal (the
+// token holds nothing) is checked once more a little later: a server that
+// thaws may run the acquisition, sent on another connection, after the
+// release. A later acquisition uses another token, so a late release
+// cannot delete it.
 func undo(ctx context.Context, c *config, node dlm.Node, key, token string, expires time.Time) {
 	keys, args := lockCall(key, token, 0)
 	go func() {
+		refused := false
 		for pause := 10 * time.Millisecond; ; pause = min(2*pause, time.Second) {
 			rctx, cancel := c.cleanupContext(ctx)
-			_, err := releaseScript.Run(rctx, node, keys[:1], args...)
+			r, err := releaseScript.Run(rctx, node, keys[:1], args...)
 			cancel()
-			if err == nil || !time.Now().Add(pause).Before(expires) {
+			switch {
+			case err == nil && len(r) == 1 && r[0] == 1, err == nil && refused:
+				return // released, or not held twice over
+			case err == nil:
+				refused = true
+			}
+			if !time.Now().Add(pause).Before(expires) {
 				return
 			}
 			time.Sleep(pause)

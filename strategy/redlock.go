@@ -188,13 +188,13 @@ func (s *Redlock) Acquire(ctx context.Context, key, token string, ttl time.Durat
 				if r.left > 0 {
 					// Late grants are ours; a Release that comes before them
 					// has them released as they arrive.
-					s.drain(r, key, token, false)
+					s.drain(r, key, token, false, start.Add(ttl))
 				}
 				return lease, nil
 			}
 		}
 	}
-	s.undo(ctx, key, token, t.res, r)
+	s.undo(ctx, key, token, t.res, r, start.Add(ttl))
 	return dlm.Lease{}, s.fail(ctx, "acquire", key, t.res, dlm.ErrNotAcquired, reason)
 }
 
@@ -244,10 +244,10 @@ func (s *Redlock) writeBackFence(ctx context.Context, keys []string, t *tally, c
 // whose reply to the single call of late is still to come, as each
 // arrives. An acquisition by the same token waits for the background
 // releases.
-func (s *Redlock) undo(ctx context.Context, key, token string, res []NodeResult, late *round) {
+func (s *Redlock) undo(ctx context.Context, key, token string, res []NodeResult, late *round, expires time.Time) {
 	cctx := context.WithoutCancel(ctx)
 	if late.left > 0 && len(late.calls) == 1 {
-		s.drain(late, key, token, true)
+		s.drain(late, key, token, true, expires)
 	}
 	var now, later []int
 	for i, r := range res {
@@ -262,11 +262,42 @@ func (s *Redlock) undo(ctx context.Context, key, token string, res []NodeResult,
 		f := s.flights.add(key, token, true)
 		go func() {
 			defer s.flights.done(f)
-			s.release(cctx, key, token, later).collect(cctx, never)
+			s.settle(cctx, key, token, later, expires)
 		}()
 	}
 	if len(now) > 0 {
 		s.release(cctx, key, token, now).collect(cctx, never)
+	}
+}
+
+// settle releases key by token on nodes that timed out, until each has
+// answered, or until expires, when no grant of the token can be left: a
+// frozen node runs the queued acquisition when it thaws. A refusal (the
+// token holds nothing there) is checked once more a little later, since
+// the thawed node may run the acquisition, sent on another connection,
+// after the release.
+func (s *Redlock) settle(ctx context.Context, key, token string, nodes []int, expires time.Time) {
+	refused := make([]bool, len(s.nodes))
+	for pause := 10 * time.Millisecond; ; pause = min(2*pause, time.Second) {
+		r := s.release(ctx, key, token, nodes)
+		r.collect(ctx, never)
+		again := nodes[:0:0]
+		for _, i := range nodes {
+			switch r.t[0].res[i].Outcome {
+			case Granted:
+			case Refused:
+				if !refused[i] {
+					refused[i] = true
+					again = append(again, i)
+				}
+			default:
+				again = append(again, i)
+			}
+		}
+		if nodes = again; len(nodes) == 0 || !time.Now().Add(pause).Before(expires) {
+			return
+		}
+		time.Sleep(pause)
 	}
 }
 
@@ -363,7 +394,7 @@ func (s *Redlock) ExtendMany(ctx context.Context, locks []dlm.HeldKey, ttl time.
 		if t.n(Refused) >= s.quorum {
 			// The lock is lost: do not leave it on the nodes that did extend it.
 			sentinel = dlm.ErrNotHeld
-			s.undo(ctx, l.Key, l.Token, t.res, r)
+			s.undo(ctx, l.Key, l.Token, t.res, r, start.Add(ttl))
 		}
 		out[i].Err = s.fail(ctx, "extend", l.Key, t.res, sentinel, reason)
 	}
@@ -400,7 +431,7 @@ func (s *Redlock) Release(ctx context.Context, key, token string) error {
 	}
 	if r.left > 0 {
 		// The release goes on; a new acquisition by token waits for it.
-		s.drain(r, key, token, true)
+		s.drain(r, key, token, true, time.Time{}) // a release round releases nothing more
 	}
 	switch {
 	case notHeld():
@@ -416,7 +447,7 @@ func (s *Redlock) Release(ctx context.Context, key, token string) error {
 // release), or once a Release of key by token begins, each late grant or
 // lost reply of an acquisition or extension is released as it arrives. An
 // acquisition of key by token waits until no such release is running.
-func (s *Redlock) drain(late *round, key, token string, releasing bool) {
+func (s *Redlock) drain(late *round, key, token string, releasing bool, expires time.Time) {
 	f := s.flights.add(key, token, releasing)
 	go func() {
 		defer s.flights.done(f)
@@ -426,9 +457,7 @@ func (s *Redlock) drain(late *round, key, token string, releasing bool) {
 			if late.op == "release" || c.Err == nil && len(c.Reply) == 2 && c.Reply[0] == 0 || !s.flights.releasing(f) {
 				continue
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), s.cfg.timeout)
-			_, _ = releaseScript.Run(ctx, s.nodes[rp.i], c.Keys[:1], token)
-			cancel()
+			s.settle(context.Background(), key, token, []int{rp.i}, expires)
 		}
 	}()
 }
