@@ -41,16 +41,17 @@ var (
 	// ErrLost is the cause of a Lock's context ending because its lease can no
 	// longer be trusted.
 	ErrLost = errors.New("dlm: lock lost")
-	// ErrNoScript is wrapped by a Node's EvalSHA error when the server does
-	// not have the script cached.
+	// ErrNoScript is wrapped by the Err of a Call that ran by EVALSHA when
+	// the server does not have the script cached.
 	ErrNoScript = errors.New("dlm: NOSCRIPT no matching script")
 	// ErrInvalid reports a bad argument or configuration value.
 	ErrInvalid = errors.New("dlm: invalid argument")
 	// ErrUnlocked is the cause of a Lock's context ending because Unlock was
 	// called.
 	ErrUnlocked = errors.New("dlm: lock released")
-	// ErrClosed is wrapped by a Node's errors once the client it wraps was
-	// closed.
+	// ErrClosed is wrapped by a Call's error once the client the Node wraps
+	// was closed, where the driver can tell (go-redis and redigo can; rueidis
+	// reports a closed client and an unreachable server with one error).
 	ErrClosed = errors.New("dlm: client closed")
 )
 

@@ -79,6 +79,20 @@ type QuorumError struct {
 	retryAfter time.Duration // < 0 when unknown
 }
 
+// Permanent reports whether trying again cannot succeed: so many nodes
+// failed with errors that waiting cannot cure (see dlm.Permanent) that the
+// others can never form a quorum. One node with a wrong password among five
+// is not permanent; three are. dlm.Permanent asks this method.
+func (e *QuorumError) Permanent() bool {
+	bad := 0
+	for _, r := range e.Nodes {
+		if r.Outcome == Failed && dlm.Permanent(r.Err) {
+			bad++
+		}
+	}
+	return bad > len(e.Nodes)-e.Quorum
+}
+
 // Count returns how many nodes answered with o.
 func (e *QuorumError) Count(o Outcome) int {
 	n := 0

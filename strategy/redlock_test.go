@@ -183,7 +183,9 @@ func TestRedlockTwoFrozen(t *testing.T) {
 	for _, i := range []int{0, 2, 4} {
 		assert.Empty(t, c.holder(t, i, "k"), "server %d", i)
 	}
-	timed("acquire after release", func() (err error) { _, err = r.Acquire(ctx, "k", "B", 5*time.Second); return })
+	// A new token, as after any failed Acquire: B's clean-up on the frozen
+	// nodes goes on until its lease could have expired.
+	timed("acquire after release", func() (err error) { _, err = r.Acquire(ctx, "k", "C", 5*time.Second); return })
 }
 
 // Three of five frozen: the acquisition fails, names the silent nodes, and
@@ -521,4 +523,45 @@ func TestRedlockNodeIgnoringDeadline(t *testing.T) {
 		}
 		return true
 	}), "late grants released")
+}
+
+// A Redlock error is permanent only when the nodes that failed for good
+// leave too few for a quorum: Lock keeps waiting with one node refusing
+// authentication out of three, and stops at once with two.
+func TestRedlockPermanentNeedsTooFewNodes(t *testing.T) {
+	open := redistest.StartN(t, 2)
+	secret := redistest.StartN(t, 2, "--requirepass", "pw")
+	node := func(s *redistest.Server) dlm.Node { return goredis.New(ctxClient(t, s.Addr)) }
+	for _, tc := range []struct {
+		name      string
+		nodes     []dlm.Node
+		permanent bool
+	}{
+		{"one of three refuses", []dlm.Node{node(open[0]), node(open[1]), node(secret[0])}, false},
+		{"two of three refuse", []dlm.Node{node(open[0]), node(secret[0]), node(secret[1])}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := strategy.NewRedlock(tc.nodes)
+			require.NoError(t, err)
+			m, err := dlm.New(r, dlm.WithRetryDelay(5*time.Millisecond, 20*time.Millisecond))
+			require.NoError(t, err)
+			holder, err := m.TryLock(context.Background(), "perm")
+			if !tc.permanent {
+				require.NoError(t, err, "two good nodes grant it")
+				defer holder.Unlock(context.Background())
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 400*time.Millisecond)
+			defer cancel()
+			start := time.Now()
+			_, err = m.Lock(ctx, "perm")
+			require.Error(t, err)
+			assert.Equal(t, tc.permanent, dlm.Permanent(err), "%v", err)
+			if tc.permanent {
+				assert.Less(t, time.Since(start), 200*time.Millisecond, "no waiting for a quorum that cannot form")
+				assert.ErrorContains(t, err, "NOAUTH")
+			} else {
+				assert.ErrorIs(t, err, context.DeadlineExceeded, "waited for the holder")
+			}
+		})
+	}
 }

@@ -291,7 +291,7 @@ func ping(ctx context.Context, c *redis.Client, r *report) map[string]string {
 	start := time.Now()
 	if err := c.Ping(ctx).Err(); err != nil {
 		if dlm.Permanent(err) {
-			r.addf("fail", "authentication failed: %v: put the right user and password in the URL (redis://user:password@host, percent-encoded)", err)
+			r.addf("fail", "authentication failed: %v: put the right user and password in the URL (single://user:password@host:port, percent-encoded)", err)
 		} else {
 			r.addf("fail", "unreachable: %v", err)
 		}

@@ -127,6 +127,9 @@ func (n *Node) run(ctx context.Context, calls []dlm.Call, wait []string, err err
 	if err = cmp.Or(err, ctx.Err()); err == nil {
 		c, err = n.pool.GetContext(ctx)
 	}
+	if err != nil && err.Error() == "redigo: get on closed pool" { // redigo exports no sentinel
+		err = fmt.Errorf("%w: %w", dlm.ErrClosed, err)
+	}
 	if err != nil {
 		nodekit.Fail(calls, err)
 		return nil, err

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/gomodule/redigo/redis"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/conformance"
@@ -80,4 +82,15 @@ func TestDeadlineOnFrozenServer(t *testing.T) {
 	if took := time.Since(start); !errors.Is(err, context.DeadlineExceeded) || took > 2*time.Second {
 		t.Fatalf("Run on a frozen server: %v after %v, want context.DeadlineExceeded near 100ms", err, took)
 	}
+}
+
+// A closed pool is an error waiting cannot cure: Lock returns it at once.
+func TestClosedPoolIsPermanent(t *testing.T) {
+	srv := redistest.Start(t)
+	p := &redis.Pool{Dial: func() (redis.Conn, error) { return redis.Dial("tcp", srv.Addr) }}
+	require.NoError(t, p.Close())
+	calls := []dlm.Call{{SHA1: "0000000000000000000000000000000000000000", Keys: []string{"k"}}}
+	redigo.New(p).Run(context.Background(), calls)
+	assert.ErrorIs(t, calls[0].Err, dlm.ErrClosed)
+	assert.True(t, dlm.Permanent(calls[0].Err))
 }
