@@ -10,11 +10,16 @@
 // makes tokens, retries and waits, and hands out a [Lock] that carries a
 // fencing token and the time until which its lease can be trusted.
 //
-//	m, err := dlm.New(strategy.NewSingle(goredis.New(client)))
+// The package example (Example, in example_test.go: compiled, and run by go
+// test) takes a lock through the single-instance strategy over go-redis:
+//
+//	single, err := strategy.NewSingle(goredis.New(client))
+//	m, err := dlm.New(single, dlm.WithTTL(10*time.Second))
 //	lock, err := m.Lock(ctx, "orders:42")
-//	if err != nil { ... }
 //	defer lock.Unlock(context.WithoutCancel(ctx))
 //	// pass lock.Fence() to every storage write the lock protects
+//
+// Package config builds the same from a URL, over the driver of your choice.
 //
 // Errors wrap the sentinels below, so callers use errors.Is and errors.As,
 // never ==. A call that ends because its context ended keeps the context's
