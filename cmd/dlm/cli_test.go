@@ -425,3 +425,15 @@ func TestDoctorFindings(t *testing.T) {
 		})
 	}
 }
+
+// Each command's help says what it uses when no deployment is given: the
+// demo its embedded nodes, the others the local default server.
+func TestHelpNamesTheDefaultDeployment(t *testing.T) {
+	code, out := runDLM(t, "demo", "-h")
+	assert.Equal(t, 0, code)
+	assert.Contains(t, out, "else five embedded in-process nodes")
+	assert.NotContains(t, out, "else "+defaultURL)
+	code, out = runDLM(t, "doctor", "-h")
+	assert.Equal(t, 0, code)
+	assert.Contains(t, out, "else "+defaultURL)
+}

@@ -15,9 +15,11 @@ import (
 // defaultURL is used when neither --url, DLM_URL nor --config is given.
 const defaultURL = "single://127.0.0.1:6379"
 
-// targetUsage describes the configuration flags for the commands' help.
-const targetUsage = `The deployment comes from --config (a JSON file), else --url, else the
-DLM_URL environment variable, else ` + defaultURL + `. One URL form per deployment:
+// targetUsage describes the configuration flags for the commands' help;
+// fallback says what is used when none of them is given.
+func targetUsage(fallback string) string {
+	return `The deployment comes from --config (a JSON file), else --url, else the
+DLM_URL environment variable, else ` + fallback + `. One URL form per deployment:
   single://host:6379?ttl=10s                      one server
   redlock://h1:6379,h2:6379,h3:6379?timeout=50ms  independent masters (Redlock)
   sentinel://s1:26379,s2:26379/mymaster?ack=all   a primary found through Sentinel
@@ -26,6 +28,7 @@ Credentials go in the URL, percent-encoded (user:password@ before the hosts;
 the Sentinels' in the sentinel_username and sentinel_password parameters).
 See the README's Configuration section for every field.
 `
+}
 
 // targetFlags are the flags that say which deployment a command works on.
 type targetFlags struct {

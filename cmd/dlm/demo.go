@@ -84,7 +84,10 @@ type demoFlags struct {
 func parseDemoFlags(args []string, stderr io.Writer) (*demoFlags, int) {
 	fs := flag.NewFlagSet("dlm demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, demoUsage+targetUsage+"\nflags:\n"); fs.PrintDefaults() }
+	fs.Usage = func() {
+		fmt.Fprint(stderr, demoUsage+targetUsage("--addr, else five embedded in-process nodes")+"\nflags:\n")
+		fs.PrintDefaults()
+	}
 	f := &demoFlags{target: addTargetFlags(fs)}
 	fs.StringVar(&f.addr, "addr", "", "Redis address host:port, or several separated by commas for Redlock (default: embedded in-process Redis nodes)")
 	fs.StringVar(&f.strategy, "strategy", "", "single or redlock (default: redlock, or single when --addr names one server)")

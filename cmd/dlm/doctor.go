@@ -63,7 +63,7 @@ func (r *report) addf(level, format string, args ...any) {
 func doctor(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("dlm doctor", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, doctorUsage+targetUsage+"\nflags:\n"); fs.PrintDefaults() }
+	fs.Usage = func() { fmt.Fprint(stderr, doctorUsage+targetUsage(defaultURL)+"\nflags:\n"); fs.PrintDefaults() }
 	tf := addTargetFlags(fs)
 	timeout := fs.Duration("timeout", 2*time.Second, "bound on each server's checks")
 	if err := fs.Parse(args); err != nil {

@@ -59,7 +59,7 @@ Exit status:
 func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("dlm run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, runUsage+targetUsage+"\nflags:\n"); fs.PrintDefaults() }
+	fs.Usage = func() { fmt.Fprint(stderr, runUsage+targetUsage(defaultURL)+"\nflags:\n"); fs.PrintDefaults() }
 	tf := addTargetFlags(fs)
 	key := fs.String("key", "", "lock key (required)")
 	ttl := fs.Duration("ttl", 0, "lock TTL; renewed every TTL/3 (default: the config's ttl, else 10s)")
