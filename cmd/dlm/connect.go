@@ -36,9 +36,10 @@ type targetFlags struct {
 	config *string
 }
 
-func addTargetFlags(fs *flag.FlagSet) targetFlags {
+// fallback says what is used when no flag or DLM_URL names a deployment.
+func addTargetFlags(fs *flag.FlagSet, fallback string) targetFlags {
 	return targetFlags{
-		url:    fs.String("url", "", "deployment URL (default: $DLM_URL, else "+defaultURL+")"),
+		url:    fs.String("url", "", "deployment URL (default: $DLM_URL, else "+fallback+")"),
 		config: fs.String("config", "", "deployment config file (JSON); overrides --url and DLM_URL"),
 	}
 }

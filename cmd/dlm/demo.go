@@ -36,6 +36,9 @@ doctor, for any strategy (servers named so are never stopped).
 `
 
 // demo runs dlm demo with args and returns its exit status.
+// demoFallback is what the demo runs on when no deployment is named.
+const demoFallback = "--addr, else five embedded in-process nodes"
+
 func demo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	f, code := parseDemoFlags(args, stderr)
 	if f == nil {
@@ -85,10 +88,10 @@ func parseDemoFlags(args []string, stderr io.Writer) (*demoFlags, int) {
 	fs := flag.NewFlagSet("dlm demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprint(stderr, demoUsage+targetUsage("--addr, else five embedded in-process nodes")+"\nflags:\n")
+		fmt.Fprint(stderr, demoUsage+targetUsage(demoFallback)+"\nflags:\n")
 		fs.PrintDefaults()
 	}
-	f := &demoFlags{target: addTargetFlags(fs)}
+	f := &demoFlags{target: addTargetFlags(fs, demoFallback)}
 	fs.StringVar(&f.addr, "addr", "", "Redis address host:port, or several separated by commas for Redlock (default: embedded in-process Redis nodes)")
 	fs.StringVar(&f.strategy, "strategy", "", "single or redlock (default: redlock, or single when --addr names one server)")
 	fs.IntVar(&f.nodes, "nodes", 5, "embedded Redis nodes for Redlock")

@@ -64,7 +64,7 @@ func doctor(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("dlm doctor", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, doctorUsage+targetUsage(defaultURL)+"\nflags:\n"); fs.PrintDefaults() }
-	tf := addTargetFlags(fs)
+	tf := addTargetFlags(fs, defaultURL)
 	timeout := fs.Duration("timeout", 2*time.Second, "bound on each server's checks")
 	if err := fs.Parse(args); err != nil {
 		return parseExit(err)

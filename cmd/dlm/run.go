@@ -60,7 +60,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("dlm run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, runUsage+targetUsage(defaultURL)+"\nflags:\n"); fs.PrintDefaults() }
-	tf := addTargetFlags(fs)
+	tf := addTargetFlags(fs, defaultURL)
 	key := fs.String("key", "", "lock key (required)")
 	ttl := fs.Duration("ttl", 0, "lock TTL; renewed every TTL/3 (default: the config's ttl, else 10s)")
 	wait := fs.Duration("wait", 0, "how long to wait for the lock; 0 makes one attempt")
