@@ -144,7 +144,7 @@ func (r *renewer) renew(batch []*Lock) {
 	start := time.Now()
 	live := batch[:0:0]
 	var drop []*Lock
-	deadline := start
+	var first time.Time // the earliest end of a live lease
 	for _, l := range batch {
 		l.mu.Lock()
 		switch {
@@ -155,15 +155,21 @@ func (r *renewer) renew(batch []*Lock) {
 			drop = append(drop, l)
 		default:
 			live = append(live, l)
-			if l.lease.Until.After(deadline) {
-				deadline = l.lease.Until
+			if first.IsZero() || l.lease.Until.Before(first) {
+				first = l.lease.Until
 			}
 		}
 		l.mu.Unlock()
 	}
 	results := make([]ExtendResult, len(live))
 	if len(live) > 0 {
-		// No reply is worth waiting for once every lease has run out.
+		// The batch ends a quarter period before the first lease would: a
+		// node that stalls fails its own locks' renewals, while replies
+		// that came from the others are applied in time to keep theirs.
+		deadline := first.Add(-r.period / 4)
+		if floor := start.Add(r.period / 4); deadline.Before(floor) {
+			deadline = floor
+		}
 		ctx, cancel := context.WithDeadline(context.Background(), deadline)
 		keys := make([]HeldKey, len(live))
 		for i, l := range live {

@@ -69,28 +69,25 @@ var oneCall = sync.Pool{New: func() any { return new([1]dlm.Call) }}
 
 // RunMany runs the script once per call on n, pipelined, and sets every
 // call's Reply or Err (the calls' SHA1 and Source are set here). Calls that
-// met NOSCRIPT run again once the script is loaded: one EVAL, then the rest
-// by EVALSHA (on a Cluster every master caches scripts on its own, so this
-// may take a round per master).
+// met NOSCRIPT run once more, all by EVAL in one more batch: on a Cluster
+// every master caches scripts on its own, and loading the script with one
+// call first would wait on one master for all (a stalled one included).
 func (s *Script) RunMany(ctx context.Context, n dlm.Node, calls []dlm.Call) {
 	for i := range calls {
 		calls[i].SHA1, calls[i].Source, calls[i].Reply, calls[i].Err = s.SHA1(), "", nil, nil
 	}
 	n.Run(ctx, calls)
-	for range 16 {
-		retry := noScript(calls)
-		if len(retry) == 0 {
-			return
-		}
-		first := retry[0]
-		again := []dlm.Call{{Source: s.src, Keys: calls[first].Keys, Args: calls[first].Args}}
-		for _, i := range retry[1:] {
-			again = append(again, dlm.Call{SHA1: s.SHA1(), Keys: calls[i].Keys, Args: calls[i].Args})
-		}
-		n.Run(ctx, again)
-		for j, i := range retry {
-			calls[i].Reply, calls[i].Err = again[j].Reply, again[j].Err
-		}
+	retry := noScript(calls)
+	if len(retry) == 0 {
+		return
+	}
+	again := make([]dlm.Call, len(retry))
+	for j, i := range retry {
+		again[j] = dlm.Call{Source: s.src, Keys: calls[i].Keys, Args: calls[i].Args}
+	}
+	n.Run(ctx, again)
+	for j, i := range retry {
+		calls[i].Reply, calls[i].Err = again[j].Reply, again[j].Err
 	}
 }
 

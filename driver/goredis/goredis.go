@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/redis/go-redis/v9"
 
@@ -73,9 +74,49 @@ func (n *Node) Client() redis.UniversalClient { return n.c }
 // Run implements dlm.Node: one call is one EVALSHA or EVAL, several are one
 // go-redis pipeline (on a Cluster, one per master).
 func (n *Node) Run(ctx context.Context, calls []dlm.Call) {
+	if cc, ok := n.c.(*redis.ClusterClient); ok && len(calls) > 1 && n.byMaster(ctx, cc, calls) {
+		return
+	}
 	if len(calls) > 0 {
 		_, _ = n.bounded(ctx, calls, nil)
 	}
+}
+
+// byMaster runs a Cluster batch as one pipeline per master, side by side,
+// and reports whether it did (not when the calls live on one master): when
+// one master stalls past the context, go-redis sets the error of a whole
+// cluster pipeline on every command, and the replies of the others would
+// be lost.
+func (n *Node) byMaster(ctx context.Context, cc *redis.ClusterClient, calls []dlm.Call) bool {
+	groups := map[string][]int{}
+	for i := range calls {
+		if len(calls[i].Keys) == 0 {
+			return false
+		}
+		m, err := cc.MasterForKey(ctx, calls[i].Keys[0])
+		if err != nil {
+			return false
+		}
+		groups[m.Options().Addr] = append(groups[m.Options().Addr], i)
+	}
+	if len(groups) < 2 {
+		return false
+	}
+	var wg sync.WaitGroup
+	for _, idx := range groups {
+		wg.Go(func() {
+			part := make([]dlm.Call, len(idx))
+			for j, i := range idx {
+				part[j] = calls[i]
+			}
+			_, _ = n.bounded(ctx, part, nil)
+			for j, i := range idx {
+				calls[i] = part[j] // each group writes its own calls
+			}
+		})
+	}
+	wg.Wait()
+	return true
 }
 
 // RunWait implements dlm.Node: the calls and the wait are one pipeline on

@@ -1,0 +1,70 @@
+package dlm_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/driver/goredis"
+	"github.com/dlmgo/dlm/internal/redistest"
+)
+
+// One master of a Cluster frozen past the renewal: its locks may run out,
+// but not one lock held on the other masters is lost. A renewal batch that
+// spans masters keeps the replies that arrived.
+func TestClusterStalledMasterCostsNoOtherLocks(t *testing.T) {
+	servers := redistest.StartCluster(t, 3)
+	for _, ctxOnWire := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ContextTimeoutEnabled=%v", ctxOnWire), func(t *testing.T) {
+			c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{servers[0].Addr}, ContextTimeoutEnabled: ctxOnWire})
+			t.Cleanup(func() { _ = c.Close() })
+			const ttl = 900 * time.Millisecond
+			m := newM(t, newSingle(t, goredis.New(c)), dlm.WithTTL(ttl), dlm.WithAutoRenew(1.0/3, time.Hour))
+			ctx := context.Background()
+			frozen := servers[2]
+			var onFrozen, elsewhere []*dlm.Lock
+			for i := range 60 {
+				key := fmt.Sprintf("stall-%v-%d", ctxOnWire, i)
+				l, err := m.TryLock(ctx, key)
+				require.NoError(t, err)
+				master, err := c.MasterForKey(ctx, "dlm:{"+key+"}")
+				require.NoError(t, err)
+				if master.Options().Addr == frozen.Addr {
+					onFrozen = append(onFrozen, l)
+				} else {
+					elsewhere = append(elsewhere, l)
+				}
+			}
+			require.NotEmpty(t, onFrozen)
+			require.NotEmpty(t, elsewhere)
+			for _, l := range append(onFrozen, elsewhere...) {
+				require.NoError(t, l.Extend(ctx, ttl)) // every master has the extend script, as after any renewal
+			}
+			frozen.Freeze(t)
+			time.Sleep(2 * ttl) // past every lease the frozen master could have renewed
+			frozen.Thaw(t)
+			lost := 0
+			for _, l := range elsewhere {
+				if l.Context().Err() != nil {
+					if lost == 0 {
+						t.Logf("first lost: %v", context.Cause(l.Context()))
+					}
+					lost++
+				}
+			}
+			assert.Zero(t, lost, "of %d locks on the healthy masters", len(elsewhere))
+			for _, l := range onFrozen {
+				assert.Error(t, l.Context().Err(), "a lock on the frozen master cannot have been renewed")
+			}
+			for _, l := range append(onFrozen, elsewhere...) {
+				_ = l.Unlock(ctx)
+			}
+		})
+	}
+}
