@@ -7,11 +7,13 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	rueidislib "github.com/redis/rueidis"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/driver/goredis"
+	"github.com/dlmgo/dlm/driver/rueidis"
 	"github.com/dlmgo/dlm/internal/redistest"
 )
 
@@ -20,20 +22,41 @@ import (
 // spans masters keeps the replies that arrived.
 func TestClusterStalledMasterCostsNoOtherLocks(t *testing.T) {
 	servers := redistest.StartCluster(t, 3)
-	for _, ctxOnWire := range []bool{false, true} {
-		t.Run(fmt.Sprintf("ContextTimeoutEnabled=%v", ctxOnWire), func(t *testing.T) {
-			c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{servers[0].Addr}, ContextTimeoutEnabled: ctxOnWire})
+	// Where each key lives, asked of a client of its own.
+	router := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{servers[0].Addr}})
+	t.Cleanup(func() { _ = router.Close() })
+	for _, tc := range []struct {
+		name string
+		node func(t *testing.T) dlm.Node
+	}{
+		{"go-redis", func(t *testing.T) dlm.Node {
+			c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{servers[0].Addr}})
 			t.Cleanup(func() { _ = c.Close() })
+			return goredis.New(c)
+		}},
+		{"go-redis ContextTimeoutEnabled", func(t *testing.T) dlm.Node {
+			c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{servers[0].Addr}, ContextTimeoutEnabled: true})
+			t.Cleanup(func() { _ = c.Close() })
+			return goredis.New(c)
+		}},
+		{"rueidis", func(t *testing.T) dlm.Node {
+			c, err := rueidislib.NewClient(rueidislib.ClientOption{InitAddress: []string{servers[0].Addr}, DisableCache: true})
+			require.NoError(t, err)
+			t.Cleanup(c.Close)
+			return rueidis.New(c)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
 			const ttl = 900 * time.Millisecond
-			m := newM(t, newSingle(t, goredis.New(c)), dlm.WithTTL(ttl), dlm.WithAutoRenew(1.0/3, time.Hour))
+			m := newM(t, newSingle(t, tc.node(t)), dlm.WithTTL(ttl), dlm.WithAutoRenew(1.0/3, time.Hour))
 			ctx := context.Background()
 			frozen := servers[2]
 			var onFrozen, elsewhere []*dlm.Lock
 			for i := range 60 {
-				key := fmt.Sprintf("stall-%v-%d", ctxOnWire, i)
+				key := fmt.Sprintf("stall-%s-%d", tc.name, i)
 				l, err := m.TryLock(ctx, key)
 				require.NoError(t, err)
-				master, err := c.MasterForKey(ctx, "dlm:{"+key+"}")
+				master, err := router.MasterForKey(ctx, "dlm:{"+key+"}")
 				require.NoError(t, err)
 				if master.Options().Addr == frozen.Addr {
 					onFrozen = append(onFrozen, l)

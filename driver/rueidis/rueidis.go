@@ -60,7 +60,43 @@ func (n *Node) Run(ctx context.Context, calls []dlm.Call) {
 		}
 		return
 	}
+	if len(calls) > 1 && ctx.Done() != nil && n.c.Mode() == rueidis.ClientModeCluster && n.bySlot(ctx, calls) {
+		return
+	}
 	_, _ = n.exec(ctx, calls, nil)
+}
+
+// bySlot runs a Cluster batch as one batch per hash slot, side by side, and
+// reports whether it did (not when the calls share a slot): a batch whose
+// context ends is abandoned whole, and the replies that other masters sent
+// while one stalled would be lost.
+func (n *Node) bySlot(ctx context.Context, calls []dlm.Call) bool {
+	groups := map[uint16][]int{}
+	for i := range calls {
+		cmd, ok := n.script(&calls[i])
+		if !ok {
+			return false
+		}
+		groups[cmd.Slot()] = append(groups[cmd.Slot()], i)
+	}
+	if len(groups) < 2 {
+		return false
+	}
+	var wg sync.WaitGroup
+	for _, idx := range groups {
+		wg.Go(func() {
+			part := make([]dlm.Call, len(idx))
+			for j, i := range idx {
+				part[j] = calls[i]
+			}
+			_, _ = n.exec(ctx, part, nil)
+			for j, i := range idx {
+				calls[i] = part[j] // each group writes its own calls
+			}
+		})
+	}
+	wg.Wait()
+	return true
 }
 
 // RunWait implements dlm.Node: the calls and a WAIT marked blocking in one
