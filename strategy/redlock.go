@@ -157,13 +157,13 @@ func (s *Redlock) Acquire(ctx context.Context, key, token string, ttl time.Durat
 	if err := s.cfg.checkCall(key, token, ttl, true); err != nil {
 		return dlm.Lease{}, err
 	}
-	start := time.Now() // the lease counts from before anything was sent
 	if err := s.checkDistinct(ctx); err != nil {
 		return dlm.Lease{}, err
 	}
 	if s.flights.waitReleases(ctx, key, token); ctx.Err() != nil {
 		return dlm.Lease{}, s.fail(ctx, "acquire", key, s.results(), dlm.ErrNotAcquired, "")
 	}
+	start := time.Now()
 	keys := lockKeys(key)
 	counters := make([]int64, len(s.nodes))
 	r := s.round(ctx, "acquire", acquireScript, []dlm.Call{{Keys: keys, Args: []string{token, ms(ttl)}}}, s.all, s.cfg.timeout,
