@@ -46,14 +46,13 @@ var fenceScript = mustScript("redlock_fence.lua")
 // Acquiring again with the token that holds the lock refreshes it on every
 // node and returns the same fence.
 type Redlock struct {
-	nodes    []dlm.Node
-	names    []string
-	quorum   int
-	all      []int // 0, 1, …, N−1: every node
-	cfg      config
-	flights  flights
-	slow     []atomic.Bool // node i's last call ran into the per-node timeout
-	distinct distinct
+	nodes   []dlm.Node
+	names   []string
+	quorum  int
+	all     []int // 0, 1, …, N−1: every node
+	cfg     config
+	flights flights
+	slow    []atomic.Bool // node i's last call ran into the per-node timeout
 }
 
 var _ dlm.Strategy = (*Redlock)(nil)
@@ -61,10 +60,7 @@ var _ dlm.Strategy = (*Redlock)(nil)
 // NewRedlock returns the Redlock strategy over nodes, which must be distinct
 // independent masters (not replicas of each other): no nil node, no node
 // given twice (the same value, or the same name as reported by
-// nodekit.Name). Two nodes that reach one server under different names (two
-// clients of one server, of one Cluster, of one Sentinel-managed primary)
-// are found at first use, when every node is asked for its server's run_id:
-// from then on Acquire fails with an error matching dlm.ErrInvalid. Options: WithTimeout (the per-node timeout, default
+// nodekit.Name). Options: WithTimeout (the per-node timeout, default
 // DefaultNodeTimeout), WithDriftFactor.
 func NewRedlock(nodes []dlm.Node, opts ...Option) (*Redlock, error) {
 	if len(nodes) == 0 {
@@ -155,9 +151,6 @@ func (s *Redlock) lease(fence int64, start time.Time, ttl time.Duration) (dlm.Le
 // dlm.ErrNotAcquired and is a *QuorumError.
 func (s *Redlock) Acquire(ctx context.Context, key, token string, ttl time.Duration) (dlm.Lease, error) {
 	if err := s.cfg.checkCall(key, token, ttl, true); err != nil {
-		return dlm.Lease{}, err
-	}
-	if err := s.checkDistinct(ctx); err != nil {
 		return dlm.Lease{}, err
 	}
 	if s.flights.waitReleases(ctx, key, token); ctx.Err() != nil {
