@@ -127,6 +127,28 @@ func Fail(calls []dlm.Call, err error) {
 	}
 }
 
+// RunGroups runs each group of calls (indices into calls) with run, all
+// groups side by side, each on a copy of its calls that is written back
+// when run returns, and returns when every group has. Drivers split a
+// Cluster batch with it, one group per master or slot, so that a master
+// that stalls past the context does not take the others' replies with it.
+func RunGroups(calls []dlm.Call, groups [][]int, run func(part []dlm.Call)) {
+	var wg sync.WaitGroup
+	for _, idx := range groups {
+		wg.Go(func() {
+			part := make([]dlm.Call, len(idx))
+			for j, i := range idx {
+				part[j] = calls[i]
+			}
+			run(part)
+			for j, i := range idx {
+				calls[i] = part[j] // each group writes its own calls
+			}
+		})
+	}
+	wg.Wait()
+}
+
 // ReplyError converts an error reply of a script call: NOSCRIPT is wrapped
 // with dlm.ErrNoScript, anything else is returned as it is.
 func ReplyError(err error) error {

@@ -25,9 +25,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
-	"sync"
 
 	"github.com/redis/go-redis/v9"
 
@@ -102,20 +102,7 @@ func (n *Node) byMaster(ctx context.Context, cc *redis.ClusterClient, calls []dl
 	if len(groups) < 2 {
 		return false
 	}
-	var wg sync.WaitGroup
-	for _, idx := range groups {
-		wg.Go(func() {
-			part := make([]dlm.Call, len(idx))
-			for j, i := range idx {
-				part[j] = calls[i]
-			}
-			_, _ = n.bounded(ctx, part, nil)
-			for j, i := range idx {
-				calls[i] = part[j] // each group writes its own calls
-			}
-		})
-	}
-	wg.Wait()
+	nodekit.RunGroups(calls, slices.Collect(maps.Values(groups)), func(part []dlm.Call) { _, _ = n.bounded(ctx, part, nil) })
 	return true
 }
 

@@ -82,20 +82,7 @@ func (n *Node) bySlot(ctx context.Context, calls []dlm.Call) bool {
 	if len(groups) < 2 {
 		return false
 	}
-	var wg sync.WaitGroup
-	for _, idx := range groups {
-		wg.Go(func() {
-			part := make([]dlm.Call, len(idx))
-			for j, i := range idx {
-				part[j] = calls[i]
-			}
-			_, _ = n.exec(ctx, part, nil)
-			for j, i := range idx {
-				calls[i] = part[j] // each group writes its own calls
-			}
-		})
-	}
-	wg.Wait()
+	nodekit.RunGroups(calls, slices.Collect(maps.Values(groups)), func(part []dlm.Call) { _, _ = n.exec(ctx, part, nil) })
 	return true
 }
 
