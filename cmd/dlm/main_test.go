@@ -14,16 +14,18 @@ import (
 // Under the race detector on a loaded machine an embedded node can take
 // hundreds of milliseconds to answer: a generous per-node timeout keeps such
 // a node in the quorum (a timed-out release would count as an error), and
-// the run is long enough that each half sees acquisitions.
+// the run is long enough that each half sees acquisitions even when a call
+// to a live node stalls for that timeout right after the stop (seen under
+// load: go-redis blocked reading a connection to a live miniredis node).
 func TestDemoEmbedded(t *testing.T) {
 	var out, errOut bytes.Buffer
-	code := run(context.Background(), []string{"demo", "--duration", "3s", "--workers", "3", "--node-timeout", "2s"}, &out, &errOut)
+	code := run(context.Background(), []string{"demo", "--duration", "5s", "--workers", "3", "--node-timeout", "2s"}, &out, &errOut)
 	assert.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", out.String(), errOut.String())
 	s := out.String()
 	assert.Contains(t, s, "Redlock strategy over 5 embedded Redis nodes")
 	assert.Contains(t, s, "quorum 3")
 	assert.Contains(t, s, "halfway through, 2 of the 5 nodes stop")
-	assert.Contains(t, s, "nodes stopped           at 1.5s: node 2 (127.0.0.1:")
+	assert.Contains(t, s, "nodes stopped           at 2.5s: node 2 (127.0.0.1:")
 	assert.Contains(t, s, "the lock kept working on the 3 remaining nodes (quorum 3)")
 	assert.Contains(t, s, "most holders at once    1 (must be 1)")
 	assert.Contains(t, s, "strictly increasing: yes")
