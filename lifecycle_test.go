@@ -481,3 +481,51 @@ func TestRenewTenThousandLocks(t *testing.T) {
 		_ = l.Unlock(ctx)
 	}
 }
+
+// inFlight counts concurrent Acquire calls and remembers the most seen.
+type inFlight struct {
+	dlm.Strategy
+	now, most atomic.Int64
+}
+
+func (s *inFlight) Acquire(ctx context.Context, key, token string, ttl time.Duration) (dlm.Lease, error) {
+	n := s.now.Add(1)
+	defer s.now.Add(-1)
+	for m := s.most.Load(); n > m && !s.most.CompareAndSwap(m, n); m = s.most.Load() {
+	}
+	return s.Strategy.Acquire(ctx, key, token, ttl)
+}
+
+// Waiters of one Manager take turns: an Unlock hands the key to the first
+// waiter at once, even when the strategy cannot notify, and they never race
+// each other (with Redlock such races split the votes so that nobody wins).
+func TestWaitersOfOneManagerTakeTurns(t *testing.T) {
+	c := redistest.Start(t).Client(t)
+	strat := &inFlight{Strategy: noWatchStrategy{newSingle(t, goredis.New(c))}}
+	// Polling alone would wait at least a second between attempts.
+	m := newM(t, strat, dlm.WithTTL(time.Minute), dlm.WithRetryDelay(2*time.Second, 4*time.Second))
+	ctx := context.Background()
+	held, err := m.TryLock(ctx, "turns")
+	require.NoError(t, err)
+	const waiters = 3
+	done := make(chan error, waiters)
+	for range waiters {
+		go func() {
+			l, err := m.Lock(ctx, "turns")
+			if err == nil {
+				time.Sleep(10 * time.Millisecond)
+				err = l.Unlock(ctx)
+			}
+			done <- err
+		}()
+	}
+	time.Sleep(300 * time.Millisecond) // every waiter made its first attempt and parked
+	strat.most.Store(0)
+	start := time.Now()
+	require.NoError(t, held.Unlock(ctx))
+	for range waiters {
+		require.NoError(t, <-done)
+	}
+	assert.Less(t, time.Since(start), 900*time.Millisecond, "each Unlock woke the next waiter")
+	assert.Equal(t, int64(1), strat.most.Load(), "one attempt at a time after the waiters queued")
+}

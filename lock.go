@@ -278,5 +278,6 @@ func (l *Lock) Unlock(ctx context.Context) error {
 		l.released = true
 		l.mu.Unlock()
 	}
+	l.m.waits.releasedHere(l.key)
 	return err
 }

@@ -36,9 +36,11 @@ import (
 // so expiry is noticed at once, and by the maximum retry delay
 // (WithRetryDelay), so a lost notification never parks the queue; every
 // waiter becomes the first within the time the others ahead of it take.
-// Without notifications (the strategy or its nodes cannot notify) waiters
-// poll with jittered exponential backoff between the bounds of
-// WithRetryDelay, also capped by the holder's remaining TTL.
+// Without notifications (the strategy or its nodes cannot notify) the first
+// waiter polls with jittered exponential backoff between the bounds of
+// WithRetryDelay, also capped by the holder's remaining TTL. Either way an
+// Unlock through this Manager wakes the key's first waiter at once, and
+// waiters of one Manager never race each other.
 func (m *Manager) Lock(ctx context.Context, key string) (*Lock, error) {
 	if err := CheckKey(key); err != nil {
 		return nil, err
@@ -267,6 +269,18 @@ func (w *waits) released(q *waitQueue) {
 	w.wakeLocked(q)
 }
 
+// releasedHere is called when this Manager released key (or tried to):
+// its first waiter tries at once, without waiting for the server's
+// notification, which may not come (a strategy that cannot notify) or come
+// late.
+func (w *waits) releasedHere(key string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if q := w.q[key]; q != nil {
+		w.wakeLocked(q)
+	}
+}
+
 // wakeLocked wakes the first waiter, unless one is already trying: that
 // one will try again (pending), so one release wakes one waiter.
 func (w *waits) wakeLocked(q *waitQueue) {
@@ -287,14 +301,16 @@ func (w *waits) wakeLocked(q *waitQueue) {
 }
 
 // timedOut is called when me's timer fires, and reports whether it is to
-// try now. With notifications only the first waiter tries on a timer (the
-// safety net against a lost notification, and how expiry is noticed); the
-// others keep their places, so a timer never lets a later arrival jump the
-// queue.
+// try now. Only the first waiter tries on a timer (the safety net against a
+// lost notification, how expiry is noticed, and the poll when there are no
+// notifications); the others keep their places, so a timer never lets a
+// later arrival jump the queue, and waiters of one Manager never compete
+// with each other (with Redlock, such races split the votes so that nobody
+// wins).
 func (w *waits) timedOut(q *waitQueue, me *waiter) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if q.notify && len(q.waiters) > 0 && q.waiters[0] != me {
+	if len(q.waiters) > 0 && q.waiters[0] != me {
 		return false
 	}
 	me.trying = true

@@ -1,0 +1,90 @@
+package strategy_test
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	redigolib "github.com/gomodule/redigo/redis"
+	"github.com/redis/go-redis/v9"
+	rueidislib "github.com/redis/rueidis"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/driver/goredis"
+	"github.com/dlmgo/dlm/driver/redigo"
+	"github.com/dlmgo/dlm/driver/rueidis"
+	"github.com/dlmgo/dlm/internal/redistest"
+	"github.com/dlmgo/dlm/strategy"
+)
+
+// Two nodes that reach one server under different names make no quorum:
+// Redlock finds them at first use, for every driver and client kind, and
+// Lock gives up at once.
+func TestRedlockRefusesOneServerTwice(t *testing.T) {
+	srvs := redistest.StartN(t, 2)
+	cluster := redistest.StartCluster(t, 3)
+	other := func(t *testing.T) dlm.Node { return goredis.New(ctxClient(t, srvs[1].Addr)) }
+	byName := "localhost:" + strconv.Itoa(srvs[0].Port) // the same server as srvs[0].Addr
+	goredisNode := func(t *testing.T, addr string) dlm.Node { return goredis.New(ctxClient(t, addr)) }
+	redigoNode := func(t *testing.T, addr string) dlm.Node {
+		p := &redigolib.Pool{MaxIdle: 4, Dial: func() (redigolib.Conn, error) { return redigolib.Dial("tcp", addr) }}
+		t.Cleanup(func() { _ = p.Close() })
+		return redigo.New(p).WithName(addr)
+	}
+	rueidisNode := func(t *testing.T, addr string) dlm.Node {
+		c, err := rueidislib.NewClient(rueidislib.ClientOption{InitAddress: []string{addr}, DisableCache: true})
+		require.NoError(t, err)
+		t.Cleanup(c.Close)
+		return rueidis.New(c)
+	}
+	clusterClient := func(t *testing.T, i int) dlm.Node {
+		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{cluster[i].Addr}, ContextTimeoutEnabled: true})
+		t.Cleanup(func() { _ = c.Close() })
+		return goredis.New(c)
+	}
+	for _, tc := range []struct {
+		name string
+		same func(t *testing.T) (a, b dlm.Node)
+	}{
+		{"go-redis clients", func(t *testing.T) (dlm.Node, dlm.Node) {
+			return goredisNode(t, srvs[0].Addr), goredisNode(t, byName)
+		}},
+		{"redigo pools", func(t *testing.T) (dlm.Node, dlm.Node) {
+			return redigoNode(t, srvs[0].Addr), redigoNode(t, byName)
+		}},
+		{"rueidis clients", func(t *testing.T) (dlm.Node, dlm.Node) {
+			return rueidisNode(t, srvs[0].Addr), rueidisNode(t, byName)
+		}},
+		{"go-redis cluster clients of one cluster", func(t *testing.T) (dlm.Node, dlm.Node) {
+			return clusterClient(t, 0), clusterClient(t, 1)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b := tc.same(t)
+			r, err := strategy.NewRedlock([]dlm.Node{a, b, other(t)})
+			require.NoError(t, err, "the names differ: found only by asking the servers")
+			m, err := dlm.New(r)
+			require.NoError(t, err)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			start := time.Now()
+			_, err = m.Lock(ctx, "twice")
+			assert.ErrorIs(t, err, dlm.ErrInvalid)
+			assert.ErrorContains(t, err, "reach the same Redis server")
+			assert.Less(t, time.Since(start), time.Second, "refused at once, not waited on")
+			_, err = r.Acquire(context.Background(), "twice", "tok", time.Second)
+			assert.ErrorIs(t, err, dlm.ErrInvalid, "and on every later call")
+		})
+	}
+
+	t.Run("distinct servers", func(t *testing.T) {
+		third := redistest.Start(t)
+		r, err := strategy.NewRedlock([]dlm.Node{goredisNode(t, srvs[0].Addr), other(t), goredisNode(t, third.Addr)})
+		require.NoError(t, err)
+		_, err = r.Acquire(context.Background(), "distinct", "tok", time.Second)
+		assert.NoError(t, err)
+	})
+}
