@@ -46,13 +46,14 @@ var fenceScript = mustScript("redlock_fence.lua")
 // Acquiring again with the token that holds the lock refreshes it on every
 // node and returns the same fence.
 type Redlock struct {
-	nodes   []dlm.Node
-	names   []string
-	quorum  int
-	all     []int // 0, 1, …, N−1: every node
-	cfg     config
-	flights flights
-	slow    []atomic.Bool // node i's last call ran into the per-node timeout
+	nodes    []dlm.Node
+	names    []string
+	quorum   int
+	all      []int // 0, 1, …, N−1: every node
+	cfg      config
+	flights  flights
+	slow     []atomic.Bool // node i's last call ran into the per-node timeout
+	distinct distinct
 }
 
 var _ dlm.Strategy = (*Redlock)(nil)
@@ -60,8 +61,13 @@ var _ dlm.Strategy = (*Redlock)(nil)
 // NewRedlock returns the Redlock strategy over nodes, which must be distinct
 // independent masters (not replicas of each other): no nil node, no node
 // given twice (the same value, or the same name as reported by
-// nodekit.Name). Options: WithTimeout (the per-node timeout, default
-// DefaultNodeTimeout), WithDriftFactor.
+// nodekit.Name). Two nodes that reach one server under different names (two
+// clients of one server, of one Cluster, of one Sentinel-managed primary)
+// are found at first use, when every node is asked for its server's run_id
+// (nodes that did not answer are asked again, at most once a second, until
+// each has; a server that cannot tell is not asked again): from then on
+// Acquire fails with an error matching dlm.ErrInvalid. Options: WithTimeout
+// (the per-node timeout, default DefaultNodeTimeout), WithDriftFactor.
 func NewRedlock(nodes []dlm.Node, opts ...Option) (*Redlock, error) {
 	if len(nodes) == 0 {
 		return nil, fmt.Errorf("%w: NewRedlock: no nodes", dlm.ErrInvalid)
@@ -153,10 +159,15 @@ func (s *Redlock) Acquire(ctx context.Context, key, token string, ttl time.Durat
 	if err := s.cfg.checkCall(key, token, ttl, true); err != nil {
 		return dlm.Lease{}, err
 	}
+	// The lease counts from the call's start, before the probe and the wait
+	// for releases: a caller's own clock starts no later.
+	start := time.Now()
+	if err := s.checkDistinct(ctx); err != nil {
+		return dlm.Lease{}, err
+	}
 	if s.flights.waitReleases(ctx, key, token); ctx.Err() != nil {
 		return dlm.Lease{}, s.fail(ctx, "acquire", key, s.results(), dlm.ErrNotAcquired, "")
 	}
-	start := time.Now()
 	keys := lockKeys(key)
 	counters := make([]int64, len(s.nodes))
 	r := s.round(ctx, "acquire", acquireScript, []dlm.Call{{Keys: keys, Args: []string{token, ms(ttl)}}}, s.all, s.cfg.timeout,

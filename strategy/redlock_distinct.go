@@ -79,12 +79,16 @@ func (s *Redlock) probe(ctx context.Context) {
 	}
 	d.mu.Unlock()
 	ids := make([][4]int64, len(s.nodes))
+	told := make([]bool, len(s.nodes))
 	r := s.round(ctx, "probe", serverIDScript, []dlm.Call{{Keys: []string{probeKey}}}, ask, s.cfg.timeout,
 		func(_ *tally, i int, r []int64) (Outcome, error) {
-			if len(r) != 4 {
+			switch len(r) {
+			case 0: // the server cannot tell
+			case 4:
+				ids[i], told[i] = [4]int64(r), true
+			default:
 				return Failed, errReply(r)
 			}
-			ids[i] = [4]int64(r)
 			return Granted, nil
 		})
 	r.collect(ctx, never)
@@ -94,13 +98,16 @@ func (s *Redlock) probe(ctx context.Context) {
 	for _, i := range ask {
 		switch res := r.t[0].res[i]; {
 		case res.Outcome == Failed && dlm.Permanent(res.Err):
-			d.known[i] = true // it cannot tell (an ACL without INFO): do not ask again
+			d.known[i] = true // it never will (no EVALSHA for this user): do not ask again
 			continue
 		case res.Outcome != Granted:
 			left++
 			continue
 		}
 		d.known[i] = true
+		if !told[i] {
+			continue
+		}
 		if j, ok := d.ids[ids[i]]; ok && j != i {
 			err := fmt.Errorf("%w: redlock: nodes[%d] (%s) and nodes[%d] (%s) reach the same Redis server (run_id %010x…): Redlock needs independent masters",
 				dlm.ErrInvalid, min(i, j), s.names[min(i, j)], max(i, j), s.names[max(i, j)], ids[i][0])
