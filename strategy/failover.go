@@ -54,8 +54,9 @@ type Failover struct {
 	cfg  config
 	fo   failoverConfig
 
-	replicas atomic.Int64 // connected replicas the primary last reported; -1 until probed
-	aofOK    atomic.Bool  // the server was found to offer WAITAOF
+	// Per hash slot (one Cluster shard's primary serves it): the replicas
+	// that primary last reported connected, plus one; 0 until probed.
+	replicas []atomic.Int32
 }
 
 var _ dlm.Strategy = (*Failover)(nil)
@@ -96,7 +97,7 @@ func NewFailover(node dlm.Node, opts ...Option) (*Failover, error) {
 	case f.fo.aof && f.fo.acks.kind == ackNone && !f.fo.local:
 		return nil, fmt.Errorf("%w: NewFailover: WithWaitAOF(false) with AckNone waits for nothing", dlm.ErrInvalid)
 	}
-	f.replicas.Store(-1)
+	f.replicas = make([]atomic.Int32, slots)
 	return f, nil
 }
 
@@ -305,12 +306,19 @@ type ServerInfo struct {
 }
 
 // Probe asks the node's server for its version, role, connected replicas and
-// persistence, with one script run (INFO from Lua). The strategy probes once
-// before its first write; Probe lets a program check a deployment up front.
+// persistence, with one script run (INFO from Lua); on a Cluster, any one
+// master answers. The strategy probes before its first write to each hash
+// slot, on the master that serves it; Probe lets a program check a
+// deployment up front.
 func (f *Failover) Probe(ctx context.Context) (ServerInfo, error) {
+	return f.probe(ctx, nil)
+}
+
+// probe is Probe on the server that serves keys.
+func (f *Failover) probe(ctx context.Context, keys []string) (ServerInfo, error) {
 	cctx, cancel := f.cfg.withTimeout(ctx)
 	defer cancel()
-	r, err := probeScript.Run(cctx, f.node, nil)
+	r, err := probeScript.Run(cctx, f.node, keys)
 	if err == nil && len(r) != 6 {
 		err = errReply(r)
 	}
@@ -324,20 +332,21 @@ func (f *Failover) Probe(ctx context.Context) (ServerInfo, error) {
 		AOF:      r[5] == 1,
 		WaitAOF:  r[0] > 7 || r[0] == 7 && r[1] >= 2,
 	}
-	if info.Primary {
-		f.replicas.Store(int64(info.Replicas))
-	}
 	return info, nil
 }
 
-// prepare returns the wait to send after a write, probing the server first
-// when the strategy knows nothing of it yet.
-func (f *Failover) prepare(ctx context.Context) (dlm.Wait, error) {
+// prepare returns the wait to send after a write to keys (a lock's), probing
+// the server that serves them first when the strategy knows nothing of it
+// yet. Replica counts are kept per hash slot: on a Cluster each shard has
+// its own.
+func (f *Failover) prepare(ctx context.Context, keys []string) (dlm.Wait, error) {
 	if !f.fo.waits() {
 		return dlm.Wait{}, nil
 	}
-	if f.replicas.Load() < 0 || f.fo.aof && !f.aofOK.Load() {
-		info, err := f.Probe(ctx)
+	slot := keySlot(keys[0])
+	n := int(f.replicas[slot].Load()) - 1
+	if n < 0 {
+		info, err := f.probe(ctx, keys[:1])
 		if err != nil {
 			return dlm.Wait{}, err
 		}
@@ -351,20 +360,29 @@ func (f *Failover) prepare(ctx context.Context) (dlm.Wait, error) {
 			case f.fo.local && !info.AOF:
 				return dlm.Wait{}, fmt.Errorf("%w: WithWaitAOF(true): %s runs with appendonly off, so it cannot fsync locally", dlm.ErrInvalid, f.name)
 			}
-			f.aofOK.Store(true)
 		}
+		n = info.Replicas
+		f.replicas[slot].Store(int32(n) + 1)
 	}
+	return f.wait(n), nil
+}
+
+// wait is the wait after a write on a primary with n replicas connected.
+func (f *Failover) wait(n int) dlm.Wait {
 	return dlm.Wait{
-		Replicas: f.fo.acks.need(max(int(f.replicas.Load()), f.fo.replicas)),
+		Replicas: f.fo.acks.need(max(n, f.fo.replicas)),
 		Timeout:  f.fo.waitTimeout,
 		AOF:      f.fo.aof,
 		Local:    f.fo.local,
-	}, nil
+	}
 }
 
 // run runs s (or its wrapped form followed by the wait) and returns the
 // single-instance part of the reply, the acknowledgements and the replicas
-// the primary reported connected (-1 when not asked).
+// the primary reported connected (-1 when not asked). When the write
+// succeeded (the reply starts with 1) but the wait asked for fewer replicas
+// than the primary turned out to have (a replica joined), the write, which
+// is idempotent, and a wait for the right count are sent once more.
 func (f *Failover) run(ctx context.Context, plain, wrapped *nodekit.Script, w dlm.Wait, want int, keys []string, args ...string) ([]int64, dlm.Acks, int, error) {
 	if !f.fo.waits() {
 		r, err := plain.Run(ctx, f.node, keys, args...)
@@ -373,16 +391,22 @@ func (f *Failover) run(ctx context.Context, plain, wrapped *nodekit.Script, w dl
 		}
 		return r, dlm.Acks{}, -1, err
 	}
-	r, acks, err := wrapped.RunWait(ctx, f.node, w, keys, args...)
-	if err == nil && len(r) != want+1 {
-		err = errReply(r)
+	for again := true; ; again = false {
+		r, acks, err := wrapped.RunWait(ctx, f.node, w, keys, args...)
+		if err == nil && len(r) != want+1 {
+			err = errReply(r)
+		}
+		if err != nil {
+			return r, acks, -1, err
+		}
+		connected := int(r[want])
+		f.replicas[keySlot(keys[0])].Store(int32(connected) + 1)
+		if right := f.wait(connected); again && r[0] == 1 && acks.Replicas < right.Replicas && w.Replicas < right.Replicas {
+			w = right
+			continue
+		}
+		return r[:want], acks, connected, nil
 	}
-	if err != nil {
-		return r, acks, -1, err
-	}
-	connected := int(r[want])
-	f.replicas.Store(int64(connected))
-	return r[:want], acks, connected, nil
 }
 
 // checkAcks returns an *AckError when acks fall short of the policy.
@@ -420,12 +444,12 @@ func (f *Failover) Acquire(ctx context.Context, key, token string, ttl time.Dura
 		return dlm.Lease{}, err
 	}
 	start := time.Now() // before a first probe, which may take a round trip too
-	w, err := f.prepare(ctx)
+	keys, args := lockCall(key, token, ttl)
+	w, err := f.prepare(ctx, keys)
 	if err != nil {
 		return dlm.Lease{}, fmt.Errorf("%w: %w", dlm.ErrNotAcquired, err)
 	}
 	cctx, cancel := f.cfg.withTimeout(ctx)
-	keys, args := lockCall(key, token, ttl)
 	r, acks, connected, err := f.run(cctx, acquireScript, failoverAcquireScript, w, 2, keys, args...)
 	cancel()
 	if err == nil && r[0] != 0 && r[0] != 1 {
@@ -458,13 +482,13 @@ func (f *Failover) Extend(ctx context.Context, key, token string, ttl time.Durat
 		return dlm.Lease{}, err
 	}
 	start := time.Now()
-	w, err := f.prepare(ctx)
+	keys, args := lockCall(key, token, ttl)
+	w, err := f.prepare(ctx, keys)
 	if err != nil {
 		return dlm.Lease{}, err
 	}
 	cctx, cancel := f.cfg.withTimeout(ctx)
 	defer cancel()
-	keys, args := lockCall(key, token, ttl)
 	r, acks, connected, err := f.run(cctx, extendScript, failoverExtendScript, w, 2, keys, args...)
 	if err != nil {
 		return dlm.Lease{}, &dlm.NodeError{Node: f.name, Op: "extend", Err: err}

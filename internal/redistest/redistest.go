@@ -56,11 +56,14 @@ type Server struct {
 	frozen bool
 }
 
-// Start starts a redis-server on a free loopback port with persistence off
+// Start starts a redis-server on a free loopback port with persistence off,
+// replicas synchronised without the default 5s delay,
 // and the given extra arguments (for example "--appendonly", "yes"), and
 // stops it when the test ends.
 func Start(t testing.TB, args ...string) *Server {
 	t.Helper()
+	// A replica's first sync starts at once, not after the default 5s.
+	args = append([]string{"--repl-diskless-sync-delay", "0"}, args...)
 	return launch(t, &Server{bin: Binary(t, "redis-server"), dir: t.TempDir(), args: args})
 }
 

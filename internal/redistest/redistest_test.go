@@ -98,3 +98,23 @@ func TestServerDiesWithTestProcess(t *testing.T) {
 	}
 	assert.Error(t, ping(addr), "the server outlived the test process that started it")
 }
+
+func TestClusterReplicas(t *testing.T) {
+	cl := StartClusterReplicas(t, 1, 2)
+	ctx := context.Background()
+	for i, m := range cl.Masters {
+		info, err := m.Client(t).Info(ctx, "replication").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := fmt.Sprintf("connected_slaves:%d\r\n", len(cl.Replicas[i])); !strings.Contains(info, want) {
+			t.Errorf("master %d: want %q in %s", i, want, info)
+		}
+		for _, r := range cl.Replicas[i] {
+			info, err := r.Client(t).Info(ctx, "replication").Result()
+			if err != nil || !strings.Contains(info, "role:slave") || !strings.Contains(info, fmt.Sprintf("master_port:%d", m.Port)) {
+				t.Errorf("replica %s of master %d: %v %s", r.Addr, i, err, info)
+			}
+		}
+	}
+}

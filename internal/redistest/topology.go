@@ -3,6 +3,7 @@ package redistest
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -24,40 +25,85 @@ func (s *Server) Client(t testing.TB) *redis.Client {
 // another node's subscribers only over that link).
 func StartCluster(t testing.TB, n int) []*Server {
 	t.Helper()
-	nodes := StartN(t, n, "--cluster-enabled", "yes", "--cluster-node-timeout", "2000")
+	return StartClusterReplicas(t, make([]int, n)...).Masters
+}
+
+// A Cluster is a Redis Cluster owned by a test: Masters[i] serves the i-th
+// of equal slot ranges and Replicas[i] replicate it.
+type Cluster struct {
+	Masters  []*Server
+	Replicas [][]*Server
+}
+
+// StartClusterReplicas starts a Redis Cluster with one master per element of
+// replicas, which says how many replicas that master gets, and waits as
+// StartCluster does, and until every master reports its replicas online
+// (synchronised: WAIT counts them).
+func StartClusterReplicas(t testing.TB, replicas ...int) *Cluster {
+	t.Helper()
+	n := len(replicas)
+	args := []string{"--cluster-enabled", "yes", "--cluster-node-timeout", "2000"}
+	cl := &Cluster{Masters: StartN(t, n, args...), Replicas: make([][]*Server, n)}
+	nodes := slices.Clone(cl.Masters)
+	for i, r := range replicas {
+		cl.Replicas[i] = StartN(t, r, args...)
+		nodes = append(nodes, cl.Replicas[i]...)
+	}
 	ctx := context.Background()
-	for i, s := range nodes {
-		c := s.Client(t)
+	for i, s := range cl.Masters {
 		lo, hi := i*16384/n, (i+1)*16384/n-1
-		if err := c.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", lo, hi).Err(); err != nil {
+		if err := s.Client(t).Do(ctx, "CLUSTER", "ADDSLOTSRANGE", lo, hi).Err(); err != nil {
 			t.Fatalf("redistest: CLUSTER ADDSLOTSRANGE on %s: %v", s.Addr, err)
 		}
-		if i > 0 {
-			if err := c.ClusterMeet(ctx, "127.0.0.1", strconv.Itoa(nodes[0].Port)).Err(); err != nil {
-				t.Fatalf("redistest: CLUSTER MEET: %v", err)
-			}
+	}
+	for _, s := range nodes[1:] {
+		if err := s.Client(t).ClusterMeet(ctx, "127.0.0.1", strconv.Itoa(nodes[0].Port)).Err(); err != nil {
+			t.Fatalf("redistest: CLUSTER MEET: %v", err)
 		}
 	}
-	waitFor(t, 20*time.Second, "cluster_state:ok on every node", func() bool {
+	for i, m := range cl.Masters {
+		if len(cl.Replicas[i]) == 0 {
+			continue
+		}
+		id, err := m.Client(t).ClusterMyID(ctx).Result()
+		if err != nil {
+			t.Fatalf("redistest: CLUSTER MYID on %s: %v", m.Addr, err)
+		}
+		for _, r := range cl.Replicas[i] {
+			rc := r.Client(t)
+			// A replica must know the master before it can follow it.
+			waitFor(t, 20*time.Second, r.Addr+" knowing "+m.Addr, func() bool {
+				return rc.Do(ctx, "CLUSTER", "REPLICATE", id).Err() == nil
+			})
+		}
+	}
+	waitFor(t, 30*time.Second, "cluster_state:ok on every node", func() bool {
 		for _, s := range nodes {
 			c := redis.NewClient(&redis.Options{Addr: s.Addr})
 			info, err := c.ClusterInfo(ctx).Result()
 			_ = c.Close()
-			if err != nil || !strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, "cluster_known_nodes:"+strconv.Itoa(n)) {
+			if err != nil || !strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, "cluster_known_nodes:"+strconv.Itoa(len(nodes))) {
 				return false
 			}
 		}
 		return true
 	})
-	waitFor(t, 20*time.Second, "every cluster bus link connected", func() bool {
+	waitFor(t, 30*time.Second, "every cluster bus link connected", func() bool {
 		for _, s := range nodes {
-			if !linksConnected(s.Addr, n) {
+			if !linksConnected(s.Addr, len(nodes)) {
 				return false
 			}
 		}
 		return true
 	})
-	return nodes
+	for i, m := range cl.Masters {
+		mc := m.Client(t)
+		waitFor(t, 30*time.Second, m.Addr+" reporting its replicas online", func() bool {
+			info, err := mc.Info(ctx, "replication").Result()
+			return err == nil && strings.Count(info, ",state=online,") == len(cl.Replicas[i])
+		})
+	}
+	return cl
 }
 
 // linksConnected reports whether the node at addr lists n nodes in CLUSTER
