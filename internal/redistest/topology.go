@@ -37,8 +37,7 @@ type Cluster struct {
 
 // StartClusterReplicas starts a Redis Cluster with one master per element of
 // replicas, which says how many replicas that master gets, and waits as
-// StartCluster does, and until every master reports its replicas online
-// (synchronised: WAIT counts them).
+// StartCluster does, and until WAIT on every master counts its replicas.
 func StartClusterReplicas(t testing.TB, replicas ...int) *Cluster {
 	t.Helper()
 	n := len(replicas)
@@ -102,6 +101,7 @@ func StartClusterReplicas(t testing.TB, replicas ...int) *Cluster {
 			info, err := mc.Info(ctx, "replication").Result()
 			return err == nil && strings.Count(info, ",state=online,") == len(cl.Replicas[i])
 		})
+		waitAcked(t, m)
 	}
 	return cl
 }
@@ -146,7 +146,8 @@ func StartSentinel(t testing.TB, master string, primary *Server, quorum int, dow
 	return &Sentinel{Server: launch(t, s)}
 }
 
-// ReplicaOf makes s a replica of primary and waits until the link is up.
+// ReplicaOf makes s a replica of primary and waits until the link is up and
+// WAIT on primary counts s.
 func (s *Server) ReplicaOf(t testing.TB, primary *Server) {
 	t.Helper()
 	ctx := context.Background()
@@ -158,6 +159,38 @@ func (s *Server) ReplicaOf(t testing.TB, primary *Server) {
 	waitFor(t, 10*time.Second, s.Addr+" replicating from "+primary.Addr, func() bool {
 		info, err := c.Info(ctx, "replication").Result()
 		return err == nil && strings.Contains(info, "master_link_status:up")
+	})
+	waitAcked(t, primary)
+}
+
+// waitAcked waits until WAIT on primary counts every replica it has
+// connected. After a sync, a replica is sent writes (and acknowledges them)
+// only from its first periodic acknowledgement, up to a second later.
+func waitAcked(t testing.TB, primary *Server) {
+	t.Helper()
+	ctx := context.Background()
+	c := redis.NewClient(&redis.Options{Addr: primary.Addr})
+	defer c.Close()
+	waitFor(t, 10*time.Second, "replicas of "+primary.Addr+" acknowledging writes", func() bool {
+		info, err := c.Info(ctx, "replication").Result()
+		if err != nil {
+			return false
+		}
+		var connected int
+		i := strings.Index(info, "connected_slaves:")
+		if i < 0 {
+			return false
+		}
+		if _, err := fmt.Sscanf(info[i:], "connected_slaves:%d", &connected); err != nil {
+			return false
+		}
+		pipe := c.Pipeline()
+		pipe.Set(ctx, "redistest:acked", "1", 0)
+		pipe.Del(ctx, "redistest:acked")
+		acked := pipe.Do(ctx, "WAIT", connected, 50)
+		_, _ = pipe.Exec(ctx)
+		n, err := acked.Int()
+		return err == nil && n >= connected
 	})
 }
 
