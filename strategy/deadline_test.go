@@ -3,6 +3,7 @@ package strategy_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -47,17 +48,21 @@ var deadlineDrivers = []struct {
 	}},
 }
 
-// deadlineSlack is what a call may take past its context's deadline here:
-// the bound is 20ms; -race on a loaded 2-core machine needs more,
-// and the test logs the largest overrun it saw.
-const deadlineSlack = 100 * time.Millisecond
+// What a call may take past its context's deadline: the median of all
+// calls at most deadlineSlack, every call at most deadlineOutlier (the
+// scheduler of a loaded 2-core machine under -race can delay any one
+// goroutine that long).
+const (
+	deadlineSlack   = 20 * time.Millisecond
+	deadlineOutlier = 100 * time.Millisecond
+)
 
 // Against frozen servers, every call returns within its context's deadline
 // (plus scheduling), on every strategy and driver; and once the servers
 // thaw, no attempt made meanwhile has left a lock behind.
 func TestCallsEndAtTheirDeadline(t *testing.T) {
 	const deadline = 100 * time.Millisecond
-	var worst time.Duration
+	var overruns []time.Duration
 	for _, d := range deadlineDrivers {
 		for _, st := range []struct {
 			name  string
@@ -122,8 +127,8 @@ func TestCallsEndAtTheirDeadline(t *testing.T) {
 					took := time.Since(start)
 					cancel()
 					assert.Error(t, err, op.name)
-					assert.Less(t, took, deadline+deadlineSlack, "%s took %v", op.name, took)
-					worst = max(worst, took-deadline)
+					assert.Less(t, took, deadline+deadlineOutlier, "%s took %v", op.name, took)
+					overruns = append(overruns, took-deadline)
 				}
 				thaw()
 				for _, srv := range all {
@@ -134,5 +139,9 @@ func TestCallsEndAtTheirDeadline(t *testing.T) {
 			})
 		}
 	}
-	t.Log(fmt.Sprintf("largest overrun past the %v deadline: %v", deadline, worst.Round(time.Millisecond)))
+	slices.Sort(overruns)
+	median := overruns[len(overruns)/2]
+	t.Log(fmt.Sprintf("%d calls past their %v deadline: median %v, largest %v", len(overruns), deadline,
+		median.Round(time.Millisecond), overruns[len(overruns)-1].Round(time.Millisecond)))
+	assert.LessOrEqual(t, median, deadlineSlack, "the median call's overrun past its deadline")
 }
