@@ -447,3 +447,53 @@ func receivers() int {
 	buf := make([]byte, 1<<20)
 	return strings.Count(string(buf[:runtime.Stack(buf, true)]), "driver/redigo.pubSub.receive")
 }
+
+// A server that refuses SUBSCRIBE (an ACL user without the channel): Watch
+// fails at once with the server's error, and other channels, subscribed on
+// the same connection before and after, still work.
+func TestWatchRefused(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	admin := srv.Client(t)
+	if err := admin.Do(ctx, "ACL", "SETUSER", "limited", "on", ">pw", "resetchannels", "&allowed*", "+@all", "~*").Err(); err != nil {
+		t.Fatal(err)
+	}
+	p := &redis.Pool{MaxIdle: 2, DialContext: func(ctx context.Context) (redis.Conn, error) {
+		return redis.DialContext(ctx, "tcp", srv.Addr, redis.DialUsername("limited"), redis.DialPassword("pw"))
+	}}
+	t.Cleanup(func() { _ = p.Close() })
+	n := redigo.New(p)
+	got := make(chan string, 2)
+	stop1, err := n.Watch(ctx, "allowed1", func(m string) { got <- m })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop1()
+	start := time.Now()
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := n.Watch(wctx, "forbidden", func(string) {}); err == nil || !strings.Contains(err.Error(), "NOPERM") {
+		t.Fatalf("Watch of a forbidden channel: %v, want NOPERM", err)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("the refusal took %v", took)
+	}
+	stop2, err := n.Watch(ctx, "allowed2", func(m string) { got <- m })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop2()
+	for _, ch := range []string{"allowed1", "allowed2"} {
+		if err := admin.Publish(ctx, ch, ch).Err(); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case m := <-got:
+			if m != ch {
+				t.Errorf("got %q, want %q", m, ch)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("no message on %s after the refusal", ch)
+		}
+	}
+}

@@ -53,7 +53,11 @@ func (n *Node) Watch(ctx context.Context, channel string, notify func(payload st
 }
 
 // pubSub is the nodekit.PubSub primitive over a dedicated connection.
-type pubSub struct{ redis.PubSubConn }
+type pubSub struct {
+	redis.PubSubConn
+	mu      sync.Mutex
+	pending [][]string // channels of each SUBSCRIBE not fully answered, oldest first
+}
 
 func openPubSub(p *redis.Pool) func(context.Context, nodekit.Events) (nodekit.PubSub, error) {
 	return func(ctx context.Context, ev nodekit.Events) (nodekit.PubSub, error) {
@@ -67,20 +71,28 @@ func openPubSub(p *redis.Pool) func(context.Context, nodekit.Events) (nodekit.Pu
 		if err != nil {
 			return nil, err
 		}
-		ps := pubSub{redis.PubSubConn{Conn: c}}
+		ps := &pubSub{PubSubConn: redis.PubSubConn{Conn: c}}
 		go ps.receive(ev)
 		return ps, nil
 	}
 }
 
-func (ps pubSub) receive(ev nodekit.Events) {
+// receive reports events until the connection fails. An error reply
+// refuses the oldest SUBSCRIBE (Redis answers in order, and refuses a
+// SUBSCRIBE as a whole, in one reply that names no channel).
+func (ps *pubSub) receive(ev nodekit.Events) {
 	for {
 		switch m := ps.ReceiveWithTimeout(0).(type) { // 0: no read deadline
+		case redis.Error:
+			for _, ch := range ps.answered(true) {
+				ev.Refused(ch, m)
+			}
 		case error: // the Hub closes the connection
 			ev.Broken(m)
 			return
 		case redis.Subscription:
 			if m.Kind == "subscribe" {
+				ps.answered(false)
 				ev.Subscribed(m.Channel)
 			}
 		case redis.Message:
@@ -89,11 +101,31 @@ func (ps pubSub) receive(ev nodekit.Events) {
 	}
 }
 
-func (ps pubSub) Subscribe(_ context.Context, channels ...string) error {
+// answered takes the answered channels off the oldest pending SUBSCRIBE:
+// all of them when refused, else the first.
+func (ps *pubSub) answered(refused bool) []string {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if len(ps.pending) == 0 {
+		return nil
+	}
+	chans := ps.pending[0]
+	if !refused && len(chans) > 1 {
+		ps.pending[0] = chans[1:]
+		return chans[:1]
+	}
+	ps.pending = ps.pending[1:]
+	return chans
+}
+
+func (ps *pubSub) Subscribe(_ context.Context, channels ...string) error {
+	ps.mu.Lock()
+	defer ps.mu.Unlock() // held while sending, so the queue keeps the send order
+	ps.pending = append(ps.pending, channels)
 	return ps.PubSubConn.Subscribe(redis.Args{}.AddFlat(channels)...)
 }
 
-func (ps pubSub) Unsubscribe(_ context.Context, channels ...string) error {
+func (ps *pubSub) Unsubscribe(_ context.Context, channels ...string) error {
 	return ps.PubSubConn.Unsubscribe(redis.Args{}.AddFlat(channels)...)
 }
 
