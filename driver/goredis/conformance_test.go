@@ -7,26 +7,33 @@ import (
 
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/conformance"
+	"github.com/dlmgo/dlm/conformance/harness"
 	"github.com/dlmgo/dlm/driver/goredis"
 	"github.com/dlmgo/dlm/internal/redistest"
 	"github.com/dlmgo/dlm/strategy"
 )
 
+// The driver over a client with go-redis's defaults (MaxRetries 3 among
+// them), with and without ContextTimeoutEnabled.
 func TestConformance(t *testing.T) {
-	srv := redistest.Start(t)
 	for _, tc := range []struct {
 		name      string
 		ctxOnWire bool
 	}{{"ContextTimeoutEnabled", true}, {"Default", false}} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: tc.ctxOnWire})
-			t.Cleanup(func() { _ = c.Close() })
-			node := goredis.New(c)
 			t.Run("Node", func(t *testing.T) {
-				conformance.RunNode(t, func(*testing.T) dlm.Node { return node })
+				harness.Run(t, func(t *testing.T, addr string) dlm.Node {
+					c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: tc.ctxOnWire})
+					t.Cleanup(func() { _ = c.Close() })
+					return goredis.New(c)
+				})
 			})
 			t.Run("Single", func(t *testing.T) {
-				conformance.RunStrategy(t, conformance.Topology{Nodes: func(*testing.T) []dlm.Node { return []dlm.Node{node} }},
+				addr := harness.StartServer(t)
+				c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: tc.ctxOnWire})
+				t.Cleanup(func() { _ = c.Close() })
+				node := goredis.New(c)
+				conformance.RunStrategy(t, conformance.Topology{Nodes: func(*testing.T) []dlm.Node { return []dlm.Node{node} }, Servers: []string{addr}},
 					func(nodes []dlm.Node) (dlm.Strategy, error) { return strategy.NewSingle(nodes[0]) })
 			})
 		})
@@ -51,7 +58,7 @@ func TestConformanceFailover(t *testing.T) {
 	})
 	t.Cleanup(func() { _ = c.Close() })
 	node := goredis.New(c)
-	conformance.RunStrategy(t, conformance.Topology{Nodes: func(*testing.T) []dlm.Node { return []dlm.Node{node} }},
+	conformance.RunStrategy(t, conformance.Topology{Nodes: func(*testing.T) []dlm.Node { return []dlm.Node{node} }, Servers: []string{topo.Primary.Addr}},
 		func(nodes []dlm.Node) (dlm.Strategy, error) {
 			return strategy.NewFailover(nodes[0], strategy.WithAcks(strategy.AckAll()), strategy.WithReplicas(2))
 		})

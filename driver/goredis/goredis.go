@@ -165,7 +165,7 @@ func (n *Node) bounded(ctx context.Context, calls []dlm.Call, w *dlm.Wait) (dlm.
 func (n *Node) do(ctx context.Context, calls []dlm.Call, w *dlm.Wait, wcmd []string) (dlm.Acks, error) {
 	if wcmd == nil && len(calls) == 1 {
 		cmd := newCmd(ctx, &calls[0])
-		_ = n.c.Process(ctx, cmd)
+		_ = n.c.Process(ctx, scriptCmd{cmd})
 		setReply(&calls[0], cmd)
 		return dlm.Acks{}, nil
 	}
@@ -181,7 +181,7 @@ func (n *Node) do(ctx context.Context, calls []dlm.Call, w *dlm.Wait, wcmd []str
 	cmds := make([]*redis.Cmd, len(calls))
 	for i := range calls {
 		cmds[i] = newCmd(ctx, &calls[i])
-		_ = p.Process(ctx, cmds[i])
+		_ = p.Process(ctx, scriptCmd{cmds[i]})
 	}
 	var wc *redis.Cmd
 	if wcmd != nil {
@@ -227,6 +227,13 @@ func (n *Node) pinned(ctx context.Context, calls []dlm.Call) (*redis.Client, err
 	}
 	return nil, fmt.Errorf("goredis: %T cannot send scripts and WAIT on one connection (use *redis.Client, a failover client or *redis.ClusterClient): %w", n.c, errors.ErrUnsupported)
 }
+
+// A scriptCmd is a script call's command, which go-redis never retries,
+// whatever the client's MaxRetries: the script may have run before the
+// connection broke or the read timed out.
+type scriptCmd struct{ *redis.Cmd }
+
+func (scriptCmd) NoRetry() bool { return true }
 
 // newCmd returns c as an EVALSHA or EVAL command, its arguments in one
 // slice.

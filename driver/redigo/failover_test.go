@@ -18,7 +18,7 @@ import (
 func TestFailoverConformance(t *testing.T) {
 	topo := redistest.StartReplicated(t, redistest.ReplicatedOptions{Replicas: 2})
 	node := newNode(t, topo.Primary.Addr)
-	conformance.RunStrategy(t, conformance.Topology{Nodes: func(*testing.T) []dlm.Node { return []dlm.Node{node} }, Quorum: 1},
+	conformance.RunStrategy(t, conformance.Topology{Nodes: func(*testing.T) []dlm.Node { return []dlm.Node{node} }, Quorum: 1, Servers: []string{topo.Primary.Addr}},
 		func(nodes []dlm.Node) (dlm.Strategy, error) {
 			return strategy.NewFailover(nodes[0], strategy.WithAcks(strategy.AckAll()), strategy.WithReplicas(2))
 		})
