@@ -16,11 +16,13 @@ import (
 // The driver over a client with go-redis's defaults (MaxRetries 3 among
 // them), with and without ContextTimeoutEnabled.
 func TestConformance(t *testing.T) {
+	t.Parallel() // the suites mostly wait: on stalled servers, deadlines, expiry
 	for _, tc := range []struct {
 		name      string
 		ctxOnWire bool
 	}{{"ContextTimeoutEnabled", true}, {"Default", false}} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			t.Run("Node", func(t *testing.T) {
 				harness.Run(t, func(t *testing.T, addr string) dlm.Node {
 					c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: tc.ctxOnWire})
@@ -41,6 +43,7 @@ func TestConformance(t *testing.T) {
 }
 
 func TestConformanceCluster(t *testing.T) {
+	t.Parallel() // the suites mostly wait: on stalled servers, deadlines, expiry
 	nodes := redistest.StartCluster(t, 3)
 	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{nodes[0].Addr}, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = c.Close() })
@@ -52,6 +55,7 @@ func TestConformanceCluster(t *testing.T) {
 // failover client: a primary with two replicas found through Sentinel, and
 // every grant acknowledged by both replicas.
 func TestConformanceFailover(t *testing.T) {
+	t.Parallel() // the suites mostly wait: on stalled servers, deadlines, expiry
 	topo := redistest.StartReplicated(t, redistest.ReplicatedOptions{Replicas: 2, Sentinels: 1})
 	c := redis.NewFailoverClient(&redis.FailoverOptions{
 		MasterName: topo.Master, SentinelAddrs: topo.SentinelAddrs(), ContextTimeoutEnabled: true,

@@ -45,6 +45,7 @@ func eval(ctx context.Context, n dlm.Node, src string, keys []string, args ...st
 }
 
 func TestConformance(t *testing.T) {
+	t.Parallel() // the suites mostly wait: on stalled servers, deadlines, expiry
 	t.Run("Node", func(t *testing.T) {
 		harness.Run(t, func(t *testing.T, addr string) dlm.Node {
 			node := newNode(t, addr)

@@ -52,6 +52,7 @@ func single(t *testing.T, node dlm.Node, servers ...string) {
 }
 
 func TestConformanceStandalone(t *testing.T) {
+	t.Parallel() // the suites mostly wait: on stalled servers, deadlines, expiry
 	t.Run("Node", func(t *testing.T) {
 		harness.Run(t, func(t *testing.T, addr string) dlm.Node {
 			return rueidisnode.New(newClient(t, rueidis.ClientOption{InitAddress: []string{addr}}))
@@ -62,12 +63,14 @@ func TestConformanceStandalone(t *testing.T) {
 }
 
 func TestConformanceNoAutoPipelining(t *testing.T) {
+	t.Parallel() // the suites mostly wait: on stalled servers, deadlines, expiry
 	harness.Run(t, func(t *testing.T, addr string) dlm.Node {
 		return rueidisnode.New(newClient(t, rueidis.ClientOption{InitAddress: []string{addr}, DisableAutoPipelining: true}))
 	})
 }
 
 func TestConformanceSentinel(t *testing.T) {
+	t.Parallel() // the suites mostly wait: on stalled servers, deadlines, expiry
 	primary := redistest.Start(t)
 	sentinel := redistest.StartSentinel(t, "mymaster", primary, 1, time.Second)
 	c := newClient(t, rueidis.ClientOption{InitAddress: []string{sentinel.Addr}, Sentinel: rueidis.SentinelOption{MasterSet: "mymaster"}})
@@ -79,6 +82,7 @@ func TestConformanceSentinel(t *testing.T) {
 }
 
 func TestConformanceCluster(t *testing.T) {
+	t.Parallel() // the suites mostly wait: on stalled servers, deadlines, expiry
 	nodes := redistest.StartCluster(t, 3)
 	addrs := make([]string, len(nodes))
 	for i, n := range nodes {
