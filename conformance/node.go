@@ -194,6 +194,10 @@ type nodeCase struct {
 	which string    // "fresh" or "shared"
 	other *nodeCase // the other node, for the rules that check both
 	tr    *transport.Transport
+	// stalled is when whileBlocked last began to stall the server: the
+	// server answers nobody from some moment after it until busyFor after
+	// that moment.
+	stalled time.Time
 	// newNode is the factory, for a node that blocks the server when the
 	// suite does not own it.
 	newNode func(t *testing.T) dlm.Node

@@ -142,7 +142,7 @@ func probeBlocked(t *testing.T, c *nodeCase, e ending, n int, probe string, keys
 // when it started (a health check waiting on the stalled server, say).
 func testDeadlineThroughoutStall(t *testing.T, c *nodeCase) {
 	whileBlocked(t, c, func(probe string, keys []string) bool {
-		stalled := time.Now().Add(-stallLead) // when the stall began, about
+		stalled := c.stalled // the stall began after this
 		window := stalled.Add(busyFor - 300*time.Millisecond)
 		for i := 0; time.Now().Before(window); i++ {
 			nc := c.both()[i%2]
@@ -289,6 +289,7 @@ func whileBlocked(t *testing.T, c *nodeCase, f func(probe string, keys []string)
 	}
 	for attempt := 1; ; attempt++ {
 		done := make(chan error, 1)
+		c.stalled = time.Now()
 		go func() {
 			if c.tr != nil {
 				done <- c.tr.Stall(busyFor)
