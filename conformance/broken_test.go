@@ -17,6 +17,7 @@ import (
 
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/conformance"
+	"github.com/dlmgo/dlm/conformance/harness"
 	"github.com/dlmgo/dlm/driver/goredis"
 	"github.com/dlmgo/dlm/internal/redistest"
 )
@@ -30,9 +31,56 @@ const brokenEnv = "DLM_CONFORMANCE_BROKEN"
 type brokenNode struct {
 	dlm.Node
 	breakage string
+
+	mu         sync.Mutex // the pool lock of HealthCheckHoldsLock
+	lastSource string     // FallbackWrongSource's cache
 }
 
-func (b brokenNode) Run(ctx context.Context, calls []dlm.Call) {
+// newBrokenNode returns the broken driver over a new go-redis client of
+// addr, or over a RESPNode for the breakages of a connection's handling.
+func newBrokenNode(t *testing.T, addr, breakage string) dlm.Node {
+	switch breakage {
+	case "ReusesConnection", "DialIgnoresContext":
+		n := NewRESPNode(addr)
+		n.bug = breakage
+		t.Cleanup(n.Close)
+		return n
+	}
+	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	b := &brokenNode{Node: goredis.New(c), breakage: breakage}
+	if breakage == "HealthCheckHoldsLock" {
+		// Every 100ms a health check pings the server, holding the pool's
+		// lock until it answers.
+		stop := make(chan struct{})
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			tick := time.NewTicker(100 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-tick.C:
+				}
+				b.mu.Lock()
+				b.Node.Run(context.Background(), []dlm.Call{{Source: "return {1}"}})
+				b.mu.Unlock()
+			}
+		}()
+		t.Cleanup(func() { close(stop); <-done })
+	}
+	return b
+}
+
+// isServerError reports whether err is an error reply of the server.
+func isServerError(err error) bool {
+	var e redis.Error
+	return errors.As(err, &e)
+}
+
+func (b *brokenNode) Run(ctx context.Context, calls []dlm.Call) {
 	switch b.breakage {
 	case "IgnoresNX": // as a driver that emulated SET without its NX option would
 		for i := range calls {
@@ -42,6 +90,39 @@ func (b brokenNode) Run(ctx context.Context, calls []dlm.Call) {
 		ctx = context.WithoutCancel(ctx)
 	case "Hangs":
 		time.Sleep(time.Hour) // ignores ctx altogether
+	case "HealthCheckHoldsLock": // takes a connection under the pool's lock
+		b.mu.Lock()
+		b.mu.Unlock() //nolint:staticcheck // the wait is the point
+	case "RetriesOnce": // 300ms per attempt (when ctx allows more), then once more on a timeout or a broken connection
+		attempt := ctx
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) > 300*time.Millisecond {
+			var cancel context.CancelFunc
+			attempt, cancel = context.WithTimeout(ctx, 300*time.Millisecond)
+			defer cancel()
+		}
+		b.Node.Run(attempt, calls)
+		for _, c := range calls {
+			if c.Err != nil && !isServerError(c.Err) && ctx.Err() == nil {
+				b.Node.Run(ctx, calls)
+				break
+			}
+		}
+		return
+	case "FallbackWrongSource": // its own NOSCRIPT fallback, with the last source it sent
+		b.Node.Run(ctx, calls)
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		for i, c := range calls {
+			switch {
+			case c.Source != "":
+				b.lastSource = c.Source
+			case errors.Is(c.Err, dlm.ErrNoScript) && b.lastSource != "":
+				again := []dlm.Call{{Source: b.lastSource, Keys: c.Keys, Args: c.Args}}
+				b.Node.Run(ctx, again)
+				calls[i].Reply, calls[i].Err = again[0].Reply, again[0].Err
+			}
+		}
+		return
 	}
 	b.Node.Run(ctx, calls)
 	switch b.breakage {
@@ -72,7 +153,7 @@ func (b brokenNode) Run(ctx context.Context, calls []dlm.Call) {
 	}
 }
 
-func (b brokenNode) RunWait(ctx context.Context, calls []dlm.Call, w dlm.Wait) (dlm.Acks, error) {
+func (b *brokenNode) RunWait(ctx context.Context, calls []dlm.Call, w dlm.Wait) (dlm.Acks, error) {
 	switch b.breakage {
 	case "Unsupported":
 		return dlm.Acks{}, fmt.Errorf("broken: RunWait: %w", errors.ErrUnsupported)
@@ -82,7 +163,7 @@ func (b brokenNode) RunWait(ctx context.Context, calls []dlm.Call, w dlm.Wait) (
 	return b.Node.RunWait(ctx, calls, w)
 }
 
-func (b brokenNode) Watch(ctx context.Context, channel string, notify func(string)) (func(), error) {
+func (b *brokenNode) Watch(ctx context.Context, channel string, notify func(string)) (func(), error) {
 	switch b.breakage {
 	case "Unsupported":
 		return nil, fmt.Errorf("broken: Watch: %w", errors.ErrUnsupported)
@@ -96,29 +177,26 @@ func (b brokenNode) Watch(ctx context.Context, channel string, notify func(strin
 	return b.Node.Watch(ctx, channel, notify)
 }
 
-// TestBrokenDriver runs RunNode over the broken driver named by
-// DLM_CONFORMANCE_BROKEN; TestBrokenDriversFail runs it in a subprocess.
+// TestBrokenDriver runs the suite, through harness.Run, over the broken
+// driver named by DLM_CONFORMANCE_BROKEN; TestBrokenDriversFail runs it in
+// a subprocess.
 func TestBrokenDriver(t *testing.T) {
 	breakage := os.Getenv(brokenEnv)
 	if breakage == "" {
 		t.Skip(brokenEnv + " is not set; TestBrokenDriversFail runs this test in a subprocess")
 	}
-	srv := redistest.Start(t)
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
-	t.Cleanup(func() { _ = c.Close() })
-	node := brokenNode{goredis.New(c), breakage}
-	conformance.RunNode(t, func(*testing.T) dlm.Node { return node })
+	harness.Run(t, func(t *testing.T, addr string) dlm.Node { return newBrokenNode(t, addr, breakage) })
 }
 
 // Each driver broken on purpose makes the suite fail, naming the broken
 // rule; the same wrapper breaking nothing passes.
 func TestBrokenDriversFail(t *testing.T) {
 	checkBroken(t, "TestBrokenDriver", []breakage{
-		{name: "None", passed: abilityRules},
+		{name: "None", passed: append(abilityRules, ownedRules...)},
 		{name: "Unsupported", skipped: abilityRules[3:]},
 		{name: "IgnoresNX", rules: []string{"SetNX", "OneWinner"}},
 		{name: "MistypesReplies", rules: []string{"IntegerReplies"}},
-		{name: "IgnoresDeadline", rules: []string{"Deadline", "Cancel", "CanceledContext", "BatchContext"}},
+		{name: "IgnoresDeadline", rules: []string{"Deadline", "Cancel", "CanceledContext", "BatchContext", "DeadlineThroughoutStall", "LateReply"}},
 		{name: "DropsReply", rules: []string{"IntegerReplies", "SetNX", "ConcurrentUse"}},
 		{name: "PipelinesOutOfOrder", rules: []string{"BatchOrder", "BatchNoScript"}},
 		{name: "FailsWholeBatch", rules: []string{"BatchNoScript"}},
@@ -126,15 +204,35 @@ func TestBrokenDriversFail(t *testing.T) {
 		{name: "WatchNeverStops", rules: []string{"WatchDelivers"}},
 		// The watchdog ends the binary, naming the first rule, which hangs.
 		{name: "Hangs", watchdog: "2s", output: "conformance: TestBrokenDriver/NoScript did not finish within 2s"},
+		// Issue 15: each caught by its rule, on fresh nodes too.
+		// The connection its cut broke is reused too: NoRetry cannot read its counter.
+		{name: "ReusesConnection", rules: []string{"LateReply"}, within: append(slices.Clone(stallRules), "NoRetry"),
+			output: "on the fresh node, the first call after the server stalled replied"},
+		{name: "FallbackWrongSource", rules: []string{"FallbackSource"}, within: scriptRules,
+			output: "--- FAIL: TestBrokenDriver/FallbackSource/fresh"},
+		{name: "RetriesOnce", rules: []string{"NoRetry"}, within: []string{"NoRetry"}},
+		{name: "DialIgnoresContext", rules: []string{"DialDeadline"}, within: []string{"DialDeadline"}},
+		{name: "HealthCheckHoldsLock", rules: []string{"DeadlineThroughoutStall"}, within: stallRules},
 	})
 }
 
 // abilityRules are the rules of batches, RunWait and Watch.
 var abilityRules = []string{"BatchOrder", "BatchNoScript", "BatchContext", "RunWaitReplies", "RunWaitNoScript", "RunWaitDeadline", "WatchDelivers"}
 
+// ownedRules need harness.Run.
+var ownedRules = []string{"NoRetry", "DialDeadline"}
+
+// scriptRules are the rules that run new scripts through EVALSHA and a
+// fallback: one family.
+var scriptRules = []string{"NoScript", "ScriptRunFallsBack", "FallbackSource", "ConcurrentUse", "BatchNoScript", "RunWaitNoScript"}
+
+// stallRules are the rules that stall the server: one family.
+var stallRules = []string{"Deadline", "Cancel", "BatchContext", "DeadlineThroughoutStall", "LateReply", "RunWaitDeadline", "DialDeadline"}
+
 type breakage struct {
 	name     string
 	rules    []string // rules that must fail (others may too); none: the suite must pass
+	within   []string // when set, the only rules that may fail (the rules' family)
 	passed   []string // rules that must pass, not skip
 	skipped  []string // rules that must skip
 	watchdog string   // DLM_CONFORMANCE_WATCHDOG for the subprocess
@@ -174,12 +272,21 @@ func checkBroken(t *testing.T, test string, cases []breakage) {
 			out, err := results[i].out, results[i].err
 			failed := rules(test, "FAIL", string(out))
 			t.Logf("%s: the suite failed rules %v", tc.name, failed)
-			for verdict, want := range map[string][]string{"PASS": tc.passed, "SKIP": tc.skipped} {
-				got := rules(test, verdict, string(out))
-				for _, r := range want {
-					if !slices.Contains(got, r) {
-						t.Errorf("rule %s is not reported %s for an implementation that %s\n%s", r, verdict, tc.name, out)
-					}
+			skipped := rules(test, "SKIP", string(out))
+			for _, r := range tc.skipped {
+				if !slices.Contains(skipped, r) {
+					t.Errorf("rule %s is not reported SKIP for an implementation that %s\n%s", r, tc.name, out)
+				}
+			}
+			passed := rules(test, "PASS", string(out))
+			for _, r := range tc.passed {
+				if !slices.Contains(passed, r) || slices.Contains(skipped, r) {
+					t.Errorf("rule %s is not reported PASS (or is skipped) for an implementation that %s\n%s", r, tc.name, out)
+				}
+			}
+			for _, r := range failed {
+				if tc.within != nil && !slices.Contains(tc.within, r) {
+					t.Errorf("rule %s failed for an implementation that %s, outside the rules that catch it (%v)\n%s", r, tc.name, tc.within, out)
 				}
 			}
 			if tc.rules == nil && tc.output == "" {
@@ -205,12 +312,14 @@ func checkBroken(t *testing.T, test string, cases []breakage) {
 }
 
 // rules returns the rules of test that out reports with verdict (PASS,
-// FAIL or SKIP).
+// FAIL or SKIP), for the rule's subtest or one of its own ("Rule/fresh").
 func rules(test, verdict, out string) []string {
-	re := regexp.MustCompile(`(?m)^\s*--- ` + verdict + `: ` + test + `/(\S+)`)
+	re := regexp.MustCompile(`(?m)^\s*--- ` + verdict + `: ` + test + `/([^/\s]+)`)
 	var rules []string
 	for _, m := range re.FindAllStringSubmatch(out, -1) {
-		rules = append(rules, m[1])
+		if !slices.Contains(rules, m[1]) {
+			rules = append(rules, m[1])
+		}
 	}
 	return rules
 }

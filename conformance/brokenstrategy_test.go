@@ -91,10 +91,15 @@ func TestBrokenStrategy(t *testing.T) {
 		t.Skip(brokenEnv + " is not set; TestBrokenStrategiesFail runs this test in a subprocess")
 	}
 	srv := redistest.Start(t)
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
-	t.Cleanup(func() { _ = c.Close() })
-	node := goredis.New(c)
-	conformance.RunStrategy(t, conformance.Topology{Nodes: func(*testing.T) []dlm.Node { return []dlm.Node{node} }},
+	var node dlm.Node
+	if breakage == "FallbackWrongSource" { // a broken driver under a correct strategy
+		node = newBrokenNode(t, srv.Addr, breakage)
+	} else {
+		c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+		t.Cleanup(func() { _ = c.Close() })
+		node = goredis.New(c)
+	}
+	conformance.RunStrategy(t, conformance.Topology{Nodes: func(*testing.T) []dlm.Node { return []dlm.Node{node} }, Servers: []string{srv.Addr}},
 		func(nodes []dlm.Node) (dlm.Strategy, error) {
 			s, err := strategy.NewSingle(nodes[0])
 			return &brokenStrategy{Strategy: s, breakage: breakage, holders: map[string]string{}}, err
@@ -112,5 +117,8 @@ func TestBrokenStrategiesFail(t *testing.T) {
 		{name: "ReleasesForAnyone", rules: []string{"ReleaseOwnerOnly"}},
 		{name: "ExtendsForAnyone", rules: []string{"BatchExtend"}},
 		{name: "NeverNotifies", rules: []string{"WatchRelease"}},
+		// The script caches are flushed before each rule, so the driver's
+		// fallback runs (Release runs the acquire script).
+		{name: "FallbackWrongSource", rules: []string{"MutualExclusion", "ReleaseOwnerOnly"}},
 	})
 }

@@ -1,14 +1,26 @@
 // Package conformance checks that a [dlm.Node] (a driver) or a
 // [dlm.Strategy] keeps the rules dlm relies on, against a real Redis server.
 //
-// A driver's tests run the suite in three lines:
+// A driver's tests run the suite through package conformance/harness,
+// which starts a redis-server of its own behind a fault proxy and hands the
+// driver its address:
 //
 //	func TestConformance(t *testing.T) {
-//		conformance.RunNode(t, func(t *testing.T) dlm.Node { return mydriver.New(client) })
+//		harness.Run(t, func(t *testing.T, addr string) dlm.Node {
+//			n := mydriver.New(addr) // a new client of addr
+//			t.Cleanup(n.Close)
+//			return n
+//		})
 //	}
 //
+// RunNode itself serves deployments the harness cannot start (a Cluster,
+// Sentinel); the rules that need the suite to own the path to the server
+// (NoRetry, DialDeadline) then skip. RunStrategy checks a locking algorithm
+// over nodes of any deployment.
+//
 // Every rule is a subtest named after it, so a failure names the rule that
-// broke ("TestConformance/SetNX"). Each subtest uses keys of its own (all in
+// broke ("TestConformance/SetNX", and "TestConformance/SetNX/fresh" for the
+// node it broke on). Each subtest uses keys of its own (all in
 // one Redis Cluster hash slot, expiring within a minute) and runs under a
 // watchdog: a call that ignores its context makes the test binary fail with
 // the rule's name instead of hanging (after 60s, or the duration in
@@ -36,7 +48,8 @@
 //		c.Node.Run(ctx, calls)
 //	}
 //
-// The package imports only the standard library, dlm and dlm/nodekit.
+// The package imports only the standard library, dlm and dlm/nodekit; the
+// harness, which needs a fault proxy, is a package of its own.
 package conformance
 
 import (

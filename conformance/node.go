@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/conformance/internal/transport"
 	"github.com/dlmgo/dlm/nodekit"
 )
 
@@ -25,6 +26,10 @@ import (
 //   - EvalCachesScript: after Eval, EvalSHA of the same source runs it.
 //   - ScriptRunFallsBack: nodekit.Script.Run runs a new script (EVALSHA,
 //     then EVAL).
+//   - FallbackSource: after Eval of one script, EvalSHA of another the
+//     server lacks still fails with dlm.ErrNoScript (a driver's own
+//     fallback must not send a source it cached for another script), and
+//     Script.Run of several new scripts in turn runs each one's own source.
 //   - ScriptErrors: error replies and failing scripts are errors that do
 //     not match dlm.ErrNoScript (so Script.Run does not run them twice).
 //   - IntegerReplies: arrays of integers come back exact, negative values
@@ -43,6 +48,14 @@ import (
 //     (or os.ErrDeadlineExceeded).
 //   - Cancel: while the server is blocked, cancelling the context makes
 //     the call return promptly with context.Canceled.
+//   - DeadlineThroughoutStall: calls made one after another over a 1.5s
+//     stall of the server each return near their deadline, whenever they
+//     start (a pool health check that holds a lock while the server stalls
+//     makes the calls after it wait for the server).
+//   - LateReply: after calls, single and batched, ended at their deadline or
+//     by cancellation while the server stalled, the next calls, one after
+//     another and concurrent, each get their own reply once it answers (a
+//     connection with a reply left unread must not be reused).
 //   - OneWinner: of 64 goroutines racing SET NX on one key, exactly one wins.
 //   - ConcurrentUse: concurrent calls each get their own reply.
 //   - Stringer: a node that implements fmt.Stringer names itself (skipped
@@ -70,63 +83,138 @@ import (
 //     byte for byte; none after stop returned; a second stop does nothing;
 //     Watch with an ended context fails.
 //
+// Two rules need the suite to own the path to the server, and run only
+// under package conformance/harness (skipped, saying so, otherwise):
+//
+//   - NoRetry: a call, single or batched, whose connection breaks after the
+//     server ran its script, and one whose reply is held 500ms (within its
+//     context), ran the script exactly once: a Node never retries.
+//   - DialDeadline: while connects to the server hang (SYNs unanswered) and
+//     every open connection was closed, calls return near their deadline
+//     (the dial honours the context), and the node answers again once the
+//     server is reachable.
+//
 // The RunWait and Watch rules are skipped, saying so, when the first
 // RunWait or Watch returns an error matching errors.ErrUnsupported.
 //
-// newNode is called once per subtest; it may return Nodes over one shared
-// client and server, and may use t (t.Cleanup, t.Fatal, t.Skip). See the
-// package documentation about the server being blocked.
+// Every rule runs on two Nodes: one newNode returned for this rule (fresh)
+// and one it returned once for all rules (shared), which carries whatever
+// the earlier rules left in it (after a rule failed, newNode is called for
+// a new shared node, so that one bug does not fail every later rule). Rules whose checks are cheap run as two
+// subtests, "Rule/fresh" and "Rule/shared"; the rules that stall the server
+// probe both nodes within one stall. newNode is called with the test given
+// to RunNode for the shared node and with each rule's subtest for the
+// fresh ones; it may return Nodes over one shared client and server (the
+// suite then checks less), and may use t (t.Cleanup, t.Fatal, t.Skip). See
+// the package documentation about the server being blocked.
 func RunNode(t *testing.T, newNode func(t *testing.T) dlm.Node) {
 	t.Helper()
 	run := runID()
+	tr := transport.Lookup(t)
+	shared := newNode(t)
+	if shared == nil {
+		t.Fatal("newNode returned nil")
+	}
 	for _, rule := range nodeRules {
-		subtest(t, rule.name, func(t *testing.T) {
-			n := newNode(t)
-			if n == nil {
+		ok := subtest(t, rule.name, func(t *testing.T) {
+			if rule.owned && tr == nil {
+				t.Skip("this rule needs the suite to own the server and the path to it: run the suite with conformance/harness.Run")
+			}
+			fresh := newNode(t)
+			if fresh == nil {
 				t.Fatal("newNode returned nil")
 			}
-			rule.run(t, &nodeCase{Node: n, keyspace: newKeyspace(run), run: run})
+			c := &nodeCase{Node: fresh, keyspace: newKeyspace(run), run: run, which: "fresh", tr: tr, newNode: newNode}
+			c.other = c.on(shared, "shared")
+			if rule.both {
+				c.other.keyspace = c.keyspace // one server (Cluster master) for both
+				rule.run(t, c)
+				return
+			}
+			for _, n := range []*nodeCase{c, c.other} {
+				t.Run(n.which, func(t *testing.T) { rule.run(t, n) })
+			}
 		})
+		if !ok {
+			// A rule that failed may have left the shared node broken (a
+			// connection out of step): later rules get a new one, so that
+			// one bug does not fail them all.
+			if shared = newNode(t); shared == nil {
+				t.Fatal("newNode returned nil")
+			}
+		}
 	}
 }
 
 type nodeRule struct {
-	name string
-	run  func(t *testing.T, c *nodeCase)
+	name  string
+	run   func(t *testing.T, c *nodeCase)
+	both  bool // the rule checks the fresh and the shared node itself
+	owned bool // the rule needs the transport of conformance/harness
 }
 
 var nodeRules = []nodeRule{
-	{"NoScript", testNoScript},
-	{"EvalCachesScript", testEvalCachesScript},
-	{"ScriptRunFallsBack", testScriptRunFallsBack},
-	{"ScriptErrors", testScriptErrors},
-	{"IntegerReplies", testIntegerReplies},
-	{"OtherReplyShapes", testOtherReplyShapes},
-	{"BinaryKeys", testBinaryKeys},
-	{"BinaryArgs", testBinaryArgs},
-	{"ArgumentOrder", testArgumentOrder},
-	{"SetNX", testSetNX},
-	{"MillisecondTTL", testMillisecondTTL},
-	{"Expiry", testExpiry},
-	{"CanceledContext", testCanceledContext},
-	{"Deadline", testDeadline},
-	{"Cancel", testCancel},
-	{"OneWinner", testOneWinner},
-	{"ConcurrentUse", testConcurrentUse},
-	{"Stringer", testStringer},
-	{"BatchOrder", testBatchOrder},
-	{"BatchNoScript", testBatchNoScript},
-	{"BatchContext", testBatchContext},
-	{"RunWaitReplies", testRunWaitReplies},
-	{"RunWaitNoScript", testRunWaitNoScript},
-	{"RunWaitDeadline", testRunWaitDeadline},
-	{"WatchDelivers", testWatchDelivers},
+	{name: "NoScript", run: testNoScript},
+	{name: "EvalCachesScript", run: testEvalCachesScript},
+	{name: "ScriptRunFallsBack", run: testScriptRunFallsBack},
+	{name: "FallbackSource", run: testFallbackSource},
+	{name: "ScriptErrors", run: testScriptErrors},
+	{name: "IntegerReplies", run: testIntegerReplies},
+	{name: "OtherReplyShapes", run: testOtherReplyShapes},
+	{name: "BinaryKeys", run: testBinaryKeys},
+	{name: "BinaryArgs", run: testBinaryArgs},
+	{name: "ArgumentOrder", run: testArgumentOrder},
+	{name: "SetNX", run: testSetNX},
+	{name: "MillisecondTTL", run: testMillisecondTTL},
+	{name: "Expiry", run: testExpiry},
+	{name: "CanceledContext", run: testCanceledContext},
+	{name: "Deadline", run: testDeadline, both: true},
+	{name: "Cancel", run: testCancel, both: true},
+	{name: "DeadlineThroughoutStall", run: testDeadlineThroughoutStall, both: true},
+	{name: "LateReply", run: testLateReply, both: true},
+	{name: "OneWinner", run: testOneWinner},
+	{name: "ConcurrentUse", run: testConcurrentUse},
+	{name: "Stringer", run: testStringer},
+	{name: "BatchOrder", run: testBatchOrder},
+	{name: "BatchNoScript", run: testBatchNoScript},
+	{name: "BatchContext", run: testBatchContext, both: true},
+	{name: "RunWaitReplies", run: testRunWaitReplies},
+	{name: "RunWaitNoScript", run: testRunWaitNoScript},
+	{name: "RunWaitDeadline", run: testRunWaitDeadline},
+	{name: "WatchDelivers", run: testWatchDelivers},
+	{name: "NoRetry", run: testNoRetry, both: true, owned: true},
+	{name: "DialDeadline", run: testDialDeadline, both: true, owned: true},
 }
 
+// A nodeCase is one node under test, with keys of its own.
 type nodeCase struct {
 	dlm.Node
 	keyspace
-	run string
+	run   string
+	which string    // "fresh" or "shared"
+	other *nodeCase // the other node, for the rules that check both
+	tr    *transport.Transport
+	// stalled is when whileBlocked last began to stall the server: the
+	// server answers nobody from some moment after it until busyFor after
+	// that moment.
+	stalled time.Time
+	// newNode is the factory, for a node that blocks the server when the
+	// suite does not own it.
+	newNode func(t *testing.T) dlm.Node
+}
+
+// on returns a case for node n, named which, with keys of its own.
+func (c *nodeCase) on(n dlm.Node, which string) *nodeCase {
+	return &nodeCase{Node: n, keyspace: newKeyspace(c.run), run: c.run, which: which, tr: c.tr, newNode: c.newNode}
+}
+
+// both returns the fresh and the shared node's cases (c alone when c is
+// the shared one).
+func (c *nodeCase) both() []*nodeCase {
+	if c.other == nil {
+		return []*nodeCase{c}
+	}
+	return []*nodeCase{c, c.other}
 }
 
 // script returns source made unique to this run, so its SHA1 is new to the server.
@@ -213,6 +301,54 @@ func testScriptRunFallsBack(t *testing.T, c *nodeCase) {
 		}
 		expect(t, fmt.Sprintf("Script.Run, call %d", i+1), r, []int64{42})
 	}
+}
+
+func testFallbackSource(t *testing.T, c *nodeCase) {
+	keys := []string{c.key("k")}
+	expect(t, "Eval", c.eval(t, c.script("return {1}"), keys), []int64{1})
+	lacking := nodekit.NewScript(c.script("return {2}"))
+	r, err := c.evalSHA(t, ctx(t), lacking.SHA1(), keys)
+	if !errors.Is(err, dlm.ErrNoScript) {
+		t.Errorf("EvalSHA of a script the server lacks, right after Eval of another: reply %s, error %v; want an error matching dlm.ErrNoScript%s",
+			ints(r), err, wrongSource(r, []int64{1}))
+	}
+	// A batch of two unknown scripts after Eval of a third.
+	expect(t, "Eval", c.eval(t, c.script("return {3}"), keys), []int64{3})
+	calls := []dlm.Call{
+		{SHA1: nodekit.NewScript(c.script("return {4}")).SHA1(), Keys: keys},
+		{SHA1: nodekit.NewScript(c.script("return {5}")).SHA1(), Keys: keys},
+	}
+	c.Run(ctx(t), calls)
+	settled(t, "Run", calls)
+	for i, cl := range calls {
+		if !errors.Is(cl.Err, dlm.ErrNoScript) {
+			t.Errorf("call %d of a batch of scripts the server lacks, right after Eval of another: reply %s, error %v; want an error matching dlm.ErrNoScript%s",
+				i+1, ints(cl.Reply), cl.Err, wrongSource(cl.Reply, []int64{3}))
+		}
+	}
+	// New scripts in turn, each through its own EVALSHA-then-EVAL, then
+	// again from the cache.
+	scripts := make([]*nodekit.Script, 3)
+	for i := range scripts {
+		scripts[i] = nodekit.NewScript(c.script(fmt.Sprintf("return {%d}", 10+i)))
+	}
+	for round := range 2 {
+		for i, sc := range scripts {
+			r, err := sc.Run(ctx(t), c, keys)
+			if err != nil || !slices.Equal(r, []int64{int64(10 + i)}) {
+				t.Errorf("Script.Run of script %d of 3 run in turn (round %d): reply %s, error %v; want [%d]: each script must run its own source",
+					i+1, round+1, ints(r), err, 10+i)
+			}
+		}
+	}
+}
+
+// wrongSource explains a reply equal to that of the script sent before.
+func wrongSource(got, before []int64) string {
+	if slices.Equal(got, before) {
+		return " (the reply is that of the script sent before: the driver's own NOSCRIPT fallback sent another script's source)"
+	}
+	return ""
 }
 
 func testScriptErrors(t *testing.T, c *nodeCase) {

@@ -15,7 +15,7 @@ import (
 
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/conformance"
-	"github.com/dlmgo/dlm/internal/redistest"
+	"github.com/dlmgo/dlm/conformance/harness"
 	"github.com/dlmgo/dlm/nodekit"
 	"github.com/dlmgo/dlm/strategy"
 )
@@ -29,6 +29,7 @@ type RESPNode struct {
 	turn chan struct{} // holds a token while a call uses the connection
 	conn net.Conn      // nil until dialed, and after a call left it out of step
 	r    *bufio.Reader
+	bug  string // set by the teeth tests (broken_test.go) to break it on purpose
 }
 
 func NewRESPNode(addr string) *RESPNode {
@@ -36,6 +37,16 @@ func NewRESPNode(addr string) *RESPNode {
 }
 
 func (n *RESPNode) String() string { return "resp(" + n.addr + ")" }
+
+// Close closes the connection; a call after Close dials again.
+func (n *RESPNode) Close() {
+	n.turn <- struct{}{}
+	defer func() { <-n.turn }()
+	if n.conn != nil {
+		_ = n.conn.Close()
+		n.conn = nil
+	}
+}
 
 func (n *RESPNode) Run(ctx context.Context, calls []dlm.Call) {
 	if len(calls) > 0 {
@@ -119,7 +130,11 @@ func (n *RESPNode) roundTrip(ctx context.Context, cmds [][]string) ([]any, error
 	}
 	if n.conn == nil {
 		var d net.Dialer
-		c, err := d.DialContext(ctx, "tcp", n.addr)
+		dctx := ctx
+		if n.bug == "DialIgnoresContext" {
+			dctx = context.Background()
+		}
+		c, err := d.DialContext(dctx, "tcp", n.addr)
 		if err != nil {
 			return nil, err
 		}
@@ -146,7 +161,7 @@ func (n *RESPNode) roundTrip(ctx context.Context, cmds [][]string) ([]any, error
 			replies = append(replies, v)
 		}
 	}
-	if err != nil { // the connection may be out of step: drop it
+	if err != nil && n.bug != "ReusesConnection" { // the connection may be out of step: drop it
 		_ = conn.Close()
 		n.conn = nil
 		if ctx.Err() != nil {
@@ -195,16 +210,22 @@ func (n *RESPNode) value() (any, error) {
 	return arr, nil
 }
 
-// The three lines that run the suite on a driver.
+// The lines that run the suite on a driver, against a server the suite
+// starts.
 func TestRESPNode(t *testing.T) {
-	addr := redistest.Start(t).Addr
-	conformance.RunNode(t, func(t *testing.T) dlm.Node { return NewRESPNode(addr) })
+	harness.Run(t, func(t *testing.T, addr string) dlm.Node {
+		n := NewRESPNode(addr)
+		t.Cleanup(n.Close)
+		return n
+	})
 }
 
 // The single-instance strategy runs correctly over it.
 func TestRESPNodeSingle(t *testing.T) {
-	addr := redistest.Start(t).Addr
+	addr := harness.StartServer(t)
+	node := NewRESPNode(addr)
+	t.Cleanup(node.Close)
 	conformance.RunStrategy(t,
-		conformance.Topology{Nodes: func(*testing.T) []dlm.Node { return []dlm.Node{NewRESPNode(addr)} }},
+		conformance.Topology{Nodes: func(*testing.T) []dlm.Node { return []dlm.Node{node} }, Servers: []string{addr}},
 		func(nodes []dlm.Node) (dlm.Strategy, error) { return strategy.NewSingle(nodes[0]) })
 }

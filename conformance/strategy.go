@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/conformance/internal/transport"
 )
 
 // A Topology supplies the nodes a strategy runs over.
@@ -22,6 +23,13 @@ type Topology struct {
 	// lock: 1 for a single endpoint, a majority for Redlock. Zero means a
 	// majority, len(nodes)/2 + 1.
 	Quorum int
+	// Servers lists the address (host:port) of every server the nodes
+	// send scripts to (each master of a Cluster, the primary behind
+	// Sentinel). Before each rule RunStrategy sends them SCRIPT FLUSH, on a
+	// connection of its own and without authentication, so that the
+	// strategy's scripts meet NOSCRIPT and the drivers' fallback runs. It
+	// is required.
+	Servers []string
 }
 
 // RunStrategy checks that the strategies newStrategy builds keep every rule
@@ -66,14 +74,29 @@ type Topology struct {
 // Rules that need more nodes than the topology can lose are skipped with the
 // reason (a single endpoint tolerates no failed node), and so is
 // WatchRelease when it reports errors.ErrUnsupported.
+//
+// Each rule begins with the servers' script caches flushed, so its first
+// call of each script takes the NOSCRIPT path (EVALSHA, then EVAL): a
+// strategy must allow for that round trip. Redlock's default per-node
+// timeout (50ms) does, but SlowLease delays every node by 300ms and wants
+// a lock, so Redlock needs a per-node timeout above that (the repository
+// runs it with strategy.WithTimeout(time.Second)).
 func RunStrategy(t *testing.T, topology Topology, newStrategy func(nodes []dlm.Node) (dlm.Strategy, error)) {
 	t.Helper()
 	if topology.Nodes == nil || newStrategy == nil {
 		t.Fatal("conformance.RunStrategy: nil Topology.Nodes or newStrategy")
 	}
+	if len(topology.Servers) == 0 {
+		t.Fatal("conformance.RunStrategy: Topology.Servers is empty; list the servers, so that the suite can flush their script caches and the NOSCRIPT path runs")
+	}
 	run := runID()
 	for _, rule := range strategyRules {
 		subtest(t, rule.name, func(t *testing.T) {
+			for _, addr := range topology.Servers {
+				if reply, err := transport.Do(addr, callTimeout, "SCRIPT", "FLUSH"); err != nil || reply != "OK" {
+					t.Fatalf("SCRIPT FLUSH on %s: reply %q, error %v", addr, reply, err)
+				}
+			}
 			nodes := topology.Nodes(t)
 			if len(nodes) == 0 {
 				t.Fatal("Topology.Nodes returned no nodes")

@@ -5,11 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/conformance/internal/transport"
 	"github.com/dlmgo/dlm/nodekit"
 )
 
@@ -34,6 +38,13 @@ func testCanceledContext(t *testing.T, c *nodeCase) {
 func testDeadline(t *testing.T, c *nodeCase) { blockedRun(t, c, byDeadline, 1) }
 
 func testCancel(t *testing.T, c *nodeCase) { blockedRun(t, c, byCancel, 1) }
+
+// contextEnded reports whether cx ended or its deadline passed (a socket
+// deadline set from it may fire before its timer).
+func contextEnded(cx context.Context) bool {
+	dl, ok := cx.Deadline()
+	return cx.Err() != nil || ok && !time.Now().Before(dl)
+}
 
 func isDeadline(err error) bool {
 	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded)
@@ -66,56 +77,190 @@ var (
 	}
 )
 
-// blockedRun runs a batch of n probe calls on a context that ends as e
-// says, while the server is blocked: the batch must return within returnBy,
-// every call failing with e's error.
+// blockedRun runs, on the fresh and then the shared node, a batch of n
+// probe calls on a context that ends as e says, while the server is
+// blocked: each batch must return within returnBy, every call failing with
+// e's error.
 func blockedRun(t *testing.T, c *nodeCase, e ending, n int) {
 	t.Helper()
 	whileBlocked(t, c, func(probe string, keys []string) bool {
-		calls := make([]dlm.Call, n)
-		for i := range calls {
-			calls[i] = dlm.Call{Source: probe, Keys: keys}
-		}
-		cx, cancel := e.ctx()
-		defer cancel()
-		start := time.Now()
-		c.Run(cx, calls)
-		took := time.Since(start)
-		settled(t, "Run", calls)
-		answered := 0
-		for _, cl := range calls {
-			if cl.Err == nil {
-				answered++
-			}
-		}
-		what := fmt.Sprintf("while the server was blocked, a batch of %d calls with %s", n, e.what)
-		switch {
-		case answered == n && took < callLimit:
-			return true // answered before the server was blocked
-		case answered > 0:
-			t.Errorf("%s returned %d replies after %v: the context is not enforced", what, answered, took.Round(time.Millisecond))
-		case took > returnBy:
-			t.Errorf("%s returned after %v (error %v): the context is not enforced on the connection", what, took.Round(time.Millisecond), calls[0].Err)
-		default:
-			for i, cl := range calls {
-				if !e.match(cl.Err) {
-					t.Errorf("%s: call %d failed with %v, want an error matching %s", what, i+1, cl.Err, e.want)
-				}
+		for _, nc := range c.both() {
+			if early := probeBlocked(t, nc, e, n, probe, keys); early {
+				return true
 			}
 		}
 		return false
 	})
 }
 
+// probeBlocked runs one batch of blockedRun on c's node and reports whether
+// the server answered it before it was blocked.
+func probeBlocked(t *testing.T, c *nodeCase, e ending, n int, probe string, keys []string) (early bool) {
+	t.Helper()
+	calls := make([]dlm.Call, n)
+	for i := range calls {
+		calls[i] = dlm.Call{Source: probe, Keys: keys}
+	}
+	cx, cancel := e.ctx()
+	defer cancel()
+	start := time.Now()
+	c.Run(cx, calls)
+	took := time.Since(start)
+	ended := contextEnded(cx)
+	settled(t, "Run", calls)
+	answered := 0
+	for _, cl := range calls {
+		if cl.Err == nil {
+			answered++
+		}
+	}
+	what := fmt.Sprintf("on the %s node, while the server was blocked, a batch of %d calls with %s", c.which, n, e.what)
+	switch {
+	case answered == n && took < callLimit:
+		return true // answered before the server was blocked
+	case answered > 0:
+		t.Errorf("%s returned %d replies after %v: the context is not enforced", what, answered, took.Round(time.Millisecond))
+	case took > returnBy:
+		t.Errorf("%s returned after %v (error %v): the context is not enforced on the connection", what, took.Round(time.Millisecond), calls[0].Err)
+	case !ended:
+		// It failed before its context ended, with the error that stopped
+		// it (a connection an earlier call broke, say).
+		t.Logf("%s failed after %v, before its context ended: %v", what, took.Round(time.Millisecond), calls[0].Err)
+	default:
+		for i, cl := range calls {
+			if !e.match(cl.Err) {
+				t.Errorf("%s: call %d failed with %v, want an error matching %s", what, i+1, cl.Err, e.want)
+			}
+		}
+	}
+	return false
+}
+
+// testDeadlineThroughoutStall makes calls with a callLimit deadline one
+// after another, on both nodes in turn, from the start of a stall to near
+// its end: each must return by its deadline, whatever the node was doing
+// when it started (a health check waiting on the stalled server, say).
+func testDeadlineThroughoutStall(t *testing.T, c *nodeCase) {
+	whileBlocked(t, c, func(probe string, keys []string) bool {
+		stalled := c.stalled // the stall began after this
+		window := stalled.Add(busyFor - 300*time.Millisecond)
+		for i := 0; time.Now().Before(window); i++ {
+			nc := c.both()[i%2]
+			calls := []dlm.Call{{Source: probe, Keys: keys}}
+			cx, cancel := byDeadline.ctx()
+			start := time.Now()
+			at := start.Sub(stalled)
+			nc.Run(cx, calls)
+			took := time.Since(start)
+			ended := contextEnded(cx)
+			cancel()
+			settled(t, "Run", calls)
+			what := fmt.Sprintf("on the %s node, a call with %s made about %v into a %v stall of the server", nc.which, byDeadline.what, at.Round(10*time.Millisecond), busyFor)
+			switch {
+			case calls[0].Err == nil && i == 0 && took < callLimit:
+				return true // answered before the server was blocked
+			case calls[0].Err == nil:
+				t.Errorf("%s got a reply after %v: the server was stalled", what, took.Round(time.Millisecond))
+			case took > returnBy:
+				t.Errorf("%s returned after %v (error %v): something in the driver (a pool's lock held by a health check waiting on the server?) kept it past its deadline", what, took.Round(time.Millisecond), calls[0].Err)
+			case ended && !isDeadline(calls[0].Err):
+				t.Errorf("%s failed with %v, want an error matching context.DeadlineExceeded", what, calls[0].Err)
+			}
+			if t.Failed() {
+				return false
+			}
+		}
+		return false
+	})
+}
+
+// testLateReply ends calls at their deadline or by cancellation while the
+// server stalls, on both nodes; whileBlocked then checks that each node's
+// next call gets its own reply, and the rule checks calls one after another,
+// concurrent and batched.
+func testLateReply(t *testing.T, c *nodeCase) {
+	whileBlocked(t, c, func(probe string, keys []string) bool {
+		for _, nc := range c.both() {
+			for _, e := range []ending{byDeadline, byCancel} {
+				for _, n := range []int{1, 2} {
+					if early := probeBlocked(t, nc, e, n, probe, keys); early {
+						return true
+					}
+				}
+			}
+		}
+		return false
+	})
+	if t.Failed() {
+		return
+	}
+	for _, nc := range c.both() {
+		ownReplies(t, nc)
+	}
+}
+
+// ownReplies checks that calls one after another, concurrent and batched
+// each get their own reply.
+func ownReplies(t *testing.T, c *nodeCase) {
+	t.Helper()
+	echo := c.script("return {tonumber(ARGV[1])}")
+	keys := []string{c.key("echo")}
+	check := func(what string, cl dlm.Call) {
+		want := []int64{mustInt(cl.Args[0])}
+		if cl.Err != nil || !slices.Equal(cl.Reply, want) {
+			t.Errorf("on the %s node, after calls that ended at their deadline or were cancelled while the server stalled, %s: reply %s, error %v; want %s%s",
+				c.which, what, ints(cl.Reply), cl.Err, ints(want), lateHint(cl.Err))
+		}
+	}
+	for i := range 5 {
+		calls := []dlm.Call{{Source: echo, Keys: keys, Args: []string{strconv.FormatInt(nextEcho(), 10)}}}
+		c.Run(ctx(t), calls)
+		check(fmt.Sprintf("call %d of 5 made one after another", i+1), calls[0])
+	}
+	var wg sync.WaitGroup
+	for i := range 16 {
+		wg.Go(func() {
+			calls := []dlm.Call{{Source: echo, Keys: keys, Args: []string{strconv.FormatInt(nextEcho(), 10)}}}
+			cx, cancel := context.WithTimeout(context.Background(), callTimeout)
+			defer cancel()
+			c.Run(cx, calls)
+			check(fmt.Sprintf("call %d of 16 made concurrently", i+1), calls[0])
+		})
+	}
+	wg.Wait()
+	calls := make([]dlm.Call, 3)
+	for i := range calls {
+		calls[i] = dlm.Call{Source: echo, Keys: keys, Args: []string{strconv.FormatInt(nextEcho(), 10)}}
+	}
+	c.Run(ctx(t), calls)
+	for i, cl := range calls {
+		check(fmt.Sprintf("call %d of a batch of 3", i+1), cl)
+	}
+}
+
+var echoSeq atomic.Int64
+
+// nextEcho returns a value no other call of the process echoes.
+func nextEcho() int64 { return 1_000_000 + echoSeq.Add(1) }
+
+func mustInt(s string) int64 {
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+func lateHint(err error) string {
+	if err != nil {
+		return ""
+	}
+	return ": another call's reply (a connection whose reply was left unread when a call ended must be closed, not reused)"
+}
+
 // busyScript blocks the server: it busy-waits on the server clock for
 // ARGV[1] microseconds and replies {1}.
-const busyScript = `local function now()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-local start = now()
-while now() - start < tonumber(ARGV[1]) do end
-return {1}`
+const busyScript = transport.BusyScript
 
 // The server is blocked for busyFor; a call with a 100ms deadline must
 // return well before the server answers again.
@@ -123,26 +268,41 @@ const (
 	busyFor   = 1500 * time.Millisecond
 	callLimit = 100 * time.Millisecond
 	returnBy  = 900 * time.Millisecond // generous: a loaded machine is slow
+	stallLead = 150 * time.Millisecond // from the stall's start to the first probe
 )
 
-// whileBlocked blocks the server that holds c's keys, calls f with a fresh
-// probe script while it is blocked, and waits until the server answers
-// again. f reports whether the call was answered by the server before it was
-// blocked, in which case the probe is tried again.
+// whileBlocked blocks the server that holds c's keys for busyFor, calls f
+// with a fresh probe script while it is blocked, waits until the server
+// answers again and checks that both nodes answer their next calls with
+// their own replies. f reports whether a call was answered by the server
+// before it was blocked, in which case the probe is tried again. The
+// server is blocked through the transport when the suite owns it, or else
+// through a node of its own (newNode's), so that the probed nodes'
+// connections stay free for the probes.
 func whileBlocked(t *testing.T, c *nodeCase, f func(probe string, keys []string) (early bool)) {
 	t.Helper()
-	busyKeys := []string{c.key("busy")}
-	busy := c.script(busyScript)
+	var blocker dlm.Node
+	if c.tr == nil {
+		if blocker = c.newNode(t); blocker == nil {
+			t.Fatal("newNode returned nil")
+		}
+	}
 	for attempt := 1; ; attempt++ {
 		done := make(chan error, 1)
+		c.stalled = time.Now()
 		go func() {
+			if c.tr != nil {
+				done <- c.tr.Stall(busyFor)
+				return
+			}
 			cx, cancel := context.WithTimeout(context.Background(), callTimeout)
 			defer cancel()
-			_, err := c.evalCtx(t, cx, busy, busyKeys, strconv.FormatInt(busyFor.Microseconds(), 10))
-			done <- err
+			calls := []dlm.Call{{Source: c.script(busyScript), Keys: []string{c.key("busy")}, Args: []string{strconv.FormatInt(busyFor.Microseconds(), 10)}}}
+			blocker.Run(cx, calls)
+			done <- calls[0].Err
 		}()
-		time.Sleep(150 * time.Millisecond) // let the busy script reach the server
-		early := f(c.script(fmt.Sprintf("return {%d}", attempt)), []string{c.key("probe")})
+		time.Sleep(stallLead) // let the busy script reach the server
+		early := f(c.script(fmt.Sprintf("return {%d}", -attempt)), []string{c.key("probe")})
 		select {
 		case err := <-done:
 			if err != nil {
@@ -151,7 +311,9 @@ func whileBlocked(t *testing.T, c *nodeCase, f func(probe string, keys []string)
 		case <-time.After(callTimeout + time.Second):
 			t.Fatal("the busy script did not return")
 		}
-		waitAnswering(t, c)
+		for _, nc := range c.both() {
+			waitAnswering(t, nc)
+		}
 		if !early || t.Failed() {
 			return
 		}
@@ -161,19 +323,29 @@ func whileBlocked(t *testing.T, c *nodeCase, f func(probe string, keys []string)
 	}
 }
 
-// waitAnswering waits until the server answers a trivial script again.
+// waitAnswering waits until c's node answers a trivial script again, and
+// fails t when the reply is not the call's own.
 func waitAnswering(t *testing.T, c *nodeCase) {
 	t.Helper()
+	if c == nil {
+		return
+	}
+	echo := c.script("return {tonumber(ARGV[1])}")
 	deadline := time.Now().Add(callTimeout)
 	for {
 		cx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_, err := c.evalCtx(t, cx, c.script("return {1}"), []string{c.key("busy")})
+		v := nextEcho()
+		r, err := c.evalCtx(t, cx, echo, []string{c.key("busy")}, strconv.FormatInt(v, 10))
 		cancel()
+		if err == nil && !slices.Equal(r, []int64{v}) {
+			t.Fatalf("on the %s node, the first call after the server stalled replied %s, want [%d]: it got the reply of a call that ended at its context before (a connection whose reply was left unread when a call ended must be closed, not reused)",
+				c.which, ints(r), v)
+		}
 		if err == nil {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the server does not answer after the busy script: %v", err)
+			t.Fatalf("the %s node does not answer after the server stalled: %v", c.which, err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

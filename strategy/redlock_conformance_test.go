@@ -16,8 +16,12 @@ import (
 // call by a 200ms context, which ends the calls before the per-node timeout.
 func TestRedlockConformance(t *testing.T) {
 	c := startClusterWith(t, 5, ctxClient)
+	var servers []string
+	for _, s := range c.servers {
+		servers = append(servers, s.Addr)
+	}
 	conformance.RunStrategy(t,
-		conformance.Topology{Nodes: func(*testing.T) []dlm.Node { return c.nodes }, Quorum: 3},
+		conformance.Topology{Nodes: func(*testing.T) []dlm.Node { return c.nodes }, Quorum: 3, Servers: servers},
 		func(nodes []dlm.Node) (dlm.Strategy, error) {
 			return strategy.NewRedlock(nodes, strategy.WithTimeout(time.Second))
 		})

@@ -7,26 +7,35 @@ import (
 
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/conformance"
+	"github.com/dlmgo/dlm/conformance/harness"
 	"github.com/dlmgo/dlm/driver/goredis"
 	"github.com/dlmgo/dlm/internal/redistest"
 	"github.com/dlmgo/dlm/strategy"
 )
 
+// The driver over a client with go-redis's defaults (MaxRetries 3 among
+// them), with and without ContextTimeoutEnabled.
 func TestConformance(t *testing.T) {
-	srv := redistest.Start(t)
+	t.Parallel() // the suites mostly wait: on stalled servers, deadlines, expiry
 	for _, tc := range []struct {
 		name      string
 		ctxOnWire bool
 	}{{"ContextTimeoutEnabled", true}, {"Default", false}} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: tc.ctxOnWire})
-			t.Cleanup(func() { _ = c.Close() })
-			node := goredis.New(c)
+			t.Parallel()
 			t.Run("Node", func(t *testing.T) {
-				conformance.RunNode(t, func(*testing.T) dlm.Node { return node })
+				harness.Run(t, func(t *testing.T, addr string) dlm.Node {
+					c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: tc.ctxOnWire})
+					t.Cleanup(func() { _ = c.Close() })
+					return goredis.New(c)
+				})
 			})
 			t.Run("Single", func(t *testing.T) {
-				conformance.RunStrategy(t, conformance.Topology{Nodes: func(*testing.T) []dlm.Node { return []dlm.Node{node} }},
+				addr := harness.StartServer(t)
+				c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: tc.ctxOnWire})
+				t.Cleanup(func() { _ = c.Close() })
+				node := goredis.New(c)
+				conformance.RunStrategy(t, conformance.Topology{Nodes: func(*testing.T) []dlm.Node { return []dlm.Node{node} }, Servers: []string{addr}},
 					func(nodes []dlm.Node) (dlm.Strategy, error) { return strategy.NewSingle(nodes[0]) })
 			})
 		})
@@ -34,6 +43,7 @@ func TestConformance(t *testing.T) {
 }
 
 func TestConformanceCluster(t *testing.T) {
+	t.Parallel() // the suites mostly wait: on stalled servers, deadlines, expiry
 	nodes := redistest.StartCluster(t, 3)
 	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{nodes[0].Addr}, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = c.Close() })
@@ -45,13 +55,14 @@ func TestConformanceCluster(t *testing.T) {
 // failover client: a primary with two replicas found through Sentinel, and
 // every grant acknowledged by both replicas.
 func TestConformanceFailover(t *testing.T) {
+	t.Parallel() // the suites mostly wait: on stalled servers, deadlines, expiry
 	topo := redistest.StartReplicated(t, redistest.ReplicatedOptions{Replicas: 2, Sentinels: 1})
 	c := redis.NewFailoverClient(&redis.FailoverOptions{
 		MasterName: topo.Master, SentinelAddrs: topo.SentinelAddrs(), ContextTimeoutEnabled: true,
 	})
 	t.Cleanup(func() { _ = c.Close() })
 	node := goredis.New(c)
-	conformance.RunStrategy(t, conformance.Topology{Nodes: func(*testing.T) []dlm.Node { return []dlm.Node{node} }},
+	conformance.RunStrategy(t, conformance.Topology{Nodes: func(*testing.T) []dlm.Node { return []dlm.Node{node} }, Servers: []string{topo.Primary.Addr}},
 		func(nodes []dlm.Node) (dlm.Strategy, error) {
 			return strategy.NewFailover(nodes[0], strategy.WithAcks(strategy.AckAll()), strategy.WithReplicas(2))
 		})

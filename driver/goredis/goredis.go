@@ -26,8 +26,10 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"os"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -137,7 +139,11 @@ func (n *Node) bounded(ctx context.Context, calls []dlm.Call, w *dlm.Wait) (dlm.
 		return dlm.Acks{}, err
 	}
 	if _, ok := ctx.Deadline(); ctx.Done() == nil || ok && n.ctxOnWire {
-		return n.do(ctx, calls, w, wcmd)
+		acks, err := n.do(ctx, calls, w, wcmd)
+		for i := range calls {
+			calls[i].Err = deadlineErr(ctx, calls[i].Err)
+		}
+		return acks, deadlineErr(ctx, err)
 	}
 	own := slices.Clone(calls)
 	type result struct {
@@ -165,7 +171,7 @@ func (n *Node) bounded(ctx context.Context, calls []dlm.Call, w *dlm.Wait) (dlm.
 func (n *Node) do(ctx context.Context, calls []dlm.Call, w *dlm.Wait, wcmd []string) (dlm.Acks, error) {
 	if wcmd == nil && len(calls) == 1 {
 		cmd := newCmd(ctx, &calls[0])
-		_ = n.c.Process(ctx, cmd)
+		_ = n.c.Process(ctx, scriptCmd{cmd})
 		setReply(&calls[0], cmd)
 		return dlm.Acks{}, nil
 	}
@@ -181,7 +187,7 @@ func (n *Node) do(ctx context.Context, calls []dlm.Call, w *dlm.Wait, wcmd []str
 	cmds := make([]*redis.Cmd, len(calls))
 	for i := range calls {
 		cmds[i] = newCmd(ctx, &calls[i])
-		_ = p.Process(ctx, cmds[i])
+		_ = p.Process(ctx, scriptCmd{cmds[i]})
 	}
 	var wc *redis.Cmd
 	if wcmd != nil {
@@ -227,6 +233,26 @@ func (n *Node) pinned(ctx context.Context, calls []dlm.Call) (*redis.Client, err
 	}
 	return nil, fmt.Errorf("goredis: %T cannot send scripts and WAIT on one connection (use *redis.Client, a failover client or *redis.ClusterClient): %w", n.c, errors.ErrUnsupported)
 }
+
+// deadlineErr wraps a socket timeout with context.DeadlineExceeded once
+// ctx's deadline has passed: the deadline on the socket was ctx's, and a
+// script command is not retried, so go-redis returns the timeout as it is.
+func deadlineErr(ctx context.Context, err error) error {
+	if err == nil || !errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		return fmt.Errorf("%w: %w", context.DeadlineExceeded, err)
+	}
+	return err
+}
+
+// A scriptCmd is a script call's command, which go-redis never retries,
+// whatever the client's MaxRetries: the script may have run before the
+// connection broke or the read timed out.
+type scriptCmd struct{ *redis.Cmd }
+
+func (scriptCmd) NoRetry() bool { return true }
 
 // newCmd returns c as an EVALSHA or EVAL command, its arguments in one
 // slice.

@@ -16,9 +16,10 @@ import (
 // The failover strategy keeps the Strategy contract over redigo, on a
 // primary with two replicas and policy all: every grant waits for both.
 func TestFailoverConformance(t *testing.T) {
+	t.Parallel() // the suites mostly wait: on stalled servers, deadlines, expiry
 	topo := redistest.StartReplicated(t, redistest.ReplicatedOptions{Replicas: 2})
 	node := newNode(t, topo.Primary.Addr)
-	conformance.RunStrategy(t, conformance.Topology{Nodes: func(*testing.T) []dlm.Node { return []dlm.Node{node} }, Quorum: 1},
+	conformance.RunStrategy(t, conformance.Topology{Nodes: func(*testing.T) []dlm.Node { return []dlm.Node{node} }, Quorum: 1, Servers: []string{topo.Primary.Addr}},
 		func(nodes []dlm.Node) (dlm.Strategy, error) {
 			return strategy.NewFailover(nodes[0], strategy.WithAcks(strategy.AckAll()), strategy.WithReplicas(2))
 		})

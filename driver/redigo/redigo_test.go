@@ -12,6 +12,7 @@ import (
 
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/conformance"
+	"github.com/dlmgo/dlm/conformance/harness"
 	"github.com/dlmgo/dlm/driver/redigo"
 	"github.com/dlmgo/dlm/internal/redistest"
 	"github.com/dlmgo/dlm/strategy"
@@ -21,8 +22,10 @@ func newPool(t testing.TB, addr string) *redis.Pool {
 	p := &redis.Pool{
 		MaxIdle:     64,
 		IdleTimeout: time.Minute,
-		Dial: func() (redis.Conn, error) {
-			return redis.Dial("tcp", addr, redis.DialConnectTimeout(time.Second), redis.DialReadTimeout(30*time.Second))
+		// DialContext, not Dial: the pool passes the call's context only to
+		// DialContext, so a Dial would ignore its deadline.
+		DialContext: func(ctx context.Context) (redis.Conn, error) {
+			return redis.DialContext(ctx, "tcp", addr, redis.DialConnectTimeout(time.Second), redis.DialReadTimeout(30*time.Second))
 		},
 	}
 	t.Cleanup(func() { _ = p.Close() })
@@ -42,16 +45,20 @@ func eval(ctx context.Context, n dlm.Node, src string, keys []string, args ...st
 }
 
 func TestConformance(t *testing.T) {
-	srv := redistest.Start(t)
-	node := newNode(t, srv.Addr)
-	if got := node.String(); got != srv.Addr {
-		t.Fatalf("String() = %q, want the name given to WithName, %q", got, srv.Addr)
-	}
+	t.Parallel() // the suites mostly wait: on stalled servers, deadlines, expiry
 	t.Run("Node", func(t *testing.T) {
-		conformance.RunNode(t, func(*testing.T) dlm.Node { return node })
+		harness.Run(t, func(t *testing.T, addr string) dlm.Node {
+			node := newNode(t, addr)
+			if got := node.String(); got != addr {
+				t.Fatalf("String() = %q, want the name given to WithName, %q", got, addr)
+			}
+			return node
+		})
 	})
 	t.Run("Single", func(t *testing.T) {
-		conformance.RunStrategy(t, conformance.Topology{Nodes: func(*testing.T) []dlm.Node { return []dlm.Node{node} }},
+		addr := harness.StartServer(t)
+		node := newNode(t, addr)
+		conformance.RunStrategy(t, conformance.Topology{Nodes: func(*testing.T) []dlm.Node { return []dlm.Node{node} }, Servers: []string{addr}},
 			func(nodes []dlm.Node) (dlm.Strategy, error) { return strategy.NewSingle(nodes[0]) })
 	})
 }

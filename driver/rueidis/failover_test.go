@@ -33,7 +33,7 @@ func TestFailoverSentinel(t *testing.T) {
 	const ttl = 30 * time.Second
 
 	t.Run("conformance", func(t *testing.T) {
-		conformance.RunStrategy(t, conformance.Topology{Nodes: func(*testing.T) []dlm.Node { return []dlm.Node{node} }, Quorum: 1},
+		conformance.RunStrategy(t, conformance.Topology{Nodes: func(*testing.T) []dlm.Node { return []dlm.Node{node} }, Quorum: 1, Servers: []string{topo.Primary.Addr}},
 			func(nodes []dlm.Node) (dlm.Strategy, error) {
 				return strategy.NewFailover(nodes[0], strategy.WithWaitTimeout(50*time.Millisecond))
 			})

@@ -11,6 +11,7 @@ import (
 
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/conformance"
+	"github.com/dlmgo/dlm/conformance/harness"
 	rueidisnode "github.com/dlmgo/dlm/driver/rueidis"
 	"github.com/dlmgo/dlm/internal/redistest"
 	"github.com/dlmgo/dlm/strategy"
@@ -33,29 +34,43 @@ func eval(ctx context.Context, n dlm.Node, src string, keys ...string) ([]int64,
 	return c[0].Reply, c[0].Err
 }
 
-// conform runs both suites over one node.
-func conform(t *testing.T, node dlm.Node) {
+// conform runs both suites over one node of a deployment the test started;
+// servers are the addresses its scripts reach.
+func conform(t *testing.T, node dlm.Node, servers ...string) {
 	t.Run("Node", func(t *testing.T) {
 		conformance.RunNode(t, func(*testing.T) dlm.Node { return node })
 	})
+	single(t, node, servers...)
+}
+
+// single runs the strategy suite with the single-instance strategy.
+func single(t *testing.T, node dlm.Node, servers ...string) {
 	t.Run("Single", func(t *testing.T) {
-		conformance.RunStrategy(t, conformance.Topology{Nodes: func(*testing.T) []dlm.Node { return []dlm.Node{node} }},
+		conformance.RunStrategy(t, conformance.Topology{Nodes: func(*testing.T) []dlm.Node { return []dlm.Node{node} }, Servers: servers},
 			func(nodes []dlm.Node) (dlm.Strategy, error) { return strategy.NewSingle(nodes[0]) })
 	})
 }
 
 func TestConformanceStandalone(t *testing.T) {
-	srv := redistest.Start(t)
-	conform(t, rueidisnode.New(newClient(t, rueidis.ClientOption{InitAddress: []string{srv.Addr}})))
+	t.Parallel() // the suites mostly wait: on stalled servers, deadlines, expiry
+	t.Run("Node", func(t *testing.T) {
+		harness.Run(t, func(t *testing.T, addr string) dlm.Node {
+			return rueidisnode.New(newClient(t, rueidis.ClientOption{InitAddress: []string{addr}}))
+		})
+	})
+	addr := harness.StartServer(t)
+	single(t, rueidisnode.New(newClient(t, rueidis.ClientOption{InitAddress: []string{addr}})), addr)
 }
 
 func TestConformanceNoAutoPipelining(t *testing.T) {
-	srv := redistest.Start(t)
-	node := rueidisnode.New(newClient(t, rueidis.ClientOption{InitAddress: []string{srv.Addr}, DisableAutoPipelining: true}))
-	conformance.RunNode(t, func(*testing.T) dlm.Node { return node })
+	t.Parallel() // the suites mostly wait: on stalled servers, deadlines, expiry
+	harness.Run(t, func(t *testing.T, addr string) dlm.Node {
+		return rueidisnode.New(newClient(t, rueidis.ClientOption{InitAddress: []string{addr}, DisableAutoPipelining: true}))
+	})
 }
 
 func TestConformanceSentinel(t *testing.T) {
+	t.Parallel() // the suites mostly wait: on stalled servers, deadlines, expiry
 	primary := redistest.Start(t)
 	sentinel := redistest.StartSentinel(t, "mymaster", primary, 1, time.Second)
 	c := newClient(t, rueidis.ClientOption{InitAddress: []string{sentinel.Addr}, Sentinel: rueidis.SentinelOption{MasterSet: "mymaster"}})
@@ -63,12 +78,17 @@ func TestConformanceSentinel(t *testing.T) {
 	if !strings.Contains(node.String(), primary.Addr) {
 		t.Errorf("a Sentinel client's node is named %q, want the primary's address %s in it", node.String(), primary.Addr)
 	}
-	conform(t, node)
+	conform(t, node, primary.Addr)
 }
 
 func TestConformanceCluster(t *testing.T) {
+	t.Parallel() // the suites mostly wait: on stalled servers, deadlines, expiry
 	nodes := redistest.StartCluster(t, 3)
-	conform(t, rueidisnode.New(newClient(t, rueidis.ClientOption{InitAddress: []string{nodes[0].Addr}})))
+	addrs := make([]string, len(nodes))
+	for i, n := range nodes {
+		addrs[i] = n.Addr
+	}
+	conform(t, rueidisnode.New(newClient(t, rueidis.ClientOption{InitAddress: []string{nodes[0].Addr}})), addrs...)
 }
 
 func TestClusterKeysInDifferentSlots(t *testing.T) {

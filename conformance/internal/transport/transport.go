@@ -1,0 +1,100 @@
+// Package transport is how package conformance/harness hands package
+// conformance the server it owns and the fault point in front of it, without
+// either package exporting the plumbing: harness registers a Transport for
+// its test, and conformance.RunNode looks it up.
+package transport
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// A Transport is a redis-server owned by the suite, reached through a fault
+// point at Addr that nodes dial. Every method returns once the fault is in
+// force on every connection, existing ones included.
+type Transport struct {
+	// Addr is the fault point nodes dial; it forwards to the server.
+	Addr string
+	// Stall makes the server answer nobody for d (its connections stay
+	// open) and returns when it answers again.
+	Stall func(d time.Duration) error
+	// CutReplies, while on, lets commands through Addr reach the server and
+	// closes every connection that a reply comes back on, the reply dropped.
+	CutReplies func(on bool) error
+	// DelayReplies holds every reply through Addr for d; 0 forwards at once.
+	DelayReplies func(d time.Duration) error
+	// Hang, while on, closes every connection through Addr and makes new
+	// TCP connects to Addr hang: the SYNs are never answered.
+	Hang func(on bool) error
+}
+
+var (
+	mu         sync.Mutex
+	transports = map[*testing.T]*Transport{}
+)
+
+// Register makes tr the transport of RunNode calls made with t, until t ends.
+func Register(t *testing.T, tr *Transport) {
+	mu.Lock()
+	transports[t] = tr
+	mu.Unlock()
+	t.Cleanup(func() {
+		mu.Lock()
+		delete(transports, t)
+		mu.Unlock()
+	})
+}
+
+// Lookup returns the transport registered for t, or nil.
+func Lookup(t *testing.T) *Transport {
+	mu.Lock()
+	defer mu.Unlock()
+	return transports[t]
+}
+
+// Do sends one command to the server at addr on a connection of its own
+// and returns its reply's first line without the type byte; an error reply
+// is an error. It serves PING and SCRIPT FLUSH, whose replies are one line.
+func Do(addr string, timeout time.Duration, args ...string) (string, error) {
+	c, err := net.DialTimeout("tcp", addr, min(timeout, 5*time.Second))
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(timeout))
+	var b strings.Builder
+	fmt.Fprintf(&b, "*%d\r\n", len(args))
+	for _, a := range args {
+		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	}
+	if _, err := c.Write([]byte(b.String())); err != nil {
+		return "", err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return "", err
+	}
+	line = strings.TrimRight(line, "\r\n")
+	if line == "" {
+		return "", fmt.Errorf("empty reply from %s", addr)
+	}
+	if line[0] == '-' {
+		return "", fmt.Errorf("%s: %s", addr, line[1:])
+	}
+	return line[1:], nil
+}
+
+// BusyScript busy-waits on the server clock for ARGV[1] microseconds, so
+// the server answers nobody meanwhile, and replies {1}.
+const BusyScript = `local function now()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local start = now()
+while now() - start < tonumber(ARGV[1]) do end
+return {1}`
