@@ -2,15 +2,23 @@
 // instance, Redlock over independent masters, and a primary with replicas
 // behind Sentinel.
 //
-// Every strategy stores a lock for key K in the Redis key "dlm:{K}" and its
-// fencing counter in "dlm:{K}:fence". The braces are a Redis Cluster hash tag
-// that keeps both keys in one slot. Fencing counters are never deleted: one
-// small key stays per lock key ever used.
+// Every strategy stores a lock for key K in one Redis key and its fencing
+// counter in that key plus ":fence", both in one Redis Cluster hash slot:
+//
+//   - K has a hash tag of its own (a non-empty "{tag}", as Redis Cluster
+//     reads it): "dlm:t:K", in the slot of the tag, so a lock can live
+//     beside the data it guards;
+//   - else K contains a '}': "dlm:x:{hex(K)}" (a '}' would end the tag);
+//   - else "dlm:{K}".
+//
+// Fencing counters are never deleted: one small key stays per lock key ever
+// used.
 package strategy
 
 import (
 	"context"
 	"embed"
+	"encoding/hex"
 	"fmt"
 	"reflect"
 	"strconv"
@@ -120,8 +128,6 @@ func (c *config) checkCall(key, token string, ttl time.Duration, needTTL bool) e
 	switch {
 	case dlm.CheckKey(key) != nil:
 		return dlm.CheckKey(key)
-	case strings.HasPrefix(key, "}"):
-		return fmt.Errorf("%w: key %q must not begin with '}' (it would break the hash tag)", dlm.ErrInvalid, key)
 	case token == "":
 		return fmt.Errorf("%w: empty token", dlm.ErrInvalid)
 	case !needTTL:
@@ -153,11 +159,33 @@ func (c *config) cleanupContext(ctx context.Context) (context.Context, context.C
 	return context.WithTimeout(context.WithoutCancel(ctx), d)
 }
 
-// lockKeys returns the Redis keys of key's lock and fencing counter (the
-// lock key is a prefix of the counter's, so both share one allocation).
+// lockKeys returns the Redis keys of key's lock and fencing counter.
 func lockKeys(key string) []string {
-	f := "dlm:{" + key + "}:fence"
-	return []string{f[:len(f)-len(":fence")], f}
+	lock, fence := lockNames(key)
+	return []string{lock, fence}
+}
+
+// lockNames returns the Redis keys of key's lock and fencing counter, as
+// the package documentation says; the lock key is a prefix of the
+// counter's, so both share one allocation.
+func lockNames(key string) (lock, fence string) {
+	var f string
+	switch {
+	case hasHashTag(key):
+		f = "dlm:t:" + key + ":fence"
+	case strings.IndexByte(key, '}') >= 0:
+		f = "dlm:x:{" + hex.EncodeToString([]byte(key)) + "}:fence"
+	default:
+		f = "dlm:{" + key + "}:fence"
+	}
+	return f[:len(f)-len(":fence")], f
+}
+
+// hasHashTag reports whether Redis Cluster hashes key by a tag: a '{'
+// followed, later, by a '}' with at least one byte between.
+func hasHashTag(key string) bool {
+	i := strings.IndexByte(key, '{')
+	return i >= 0 && strings.IndexByte(key[i+1:], '}') > 0
 }
 
 // lockCall returns the keys of a script call on key (those of lockKeys) and
@@ -165,8 +193,7 @@ func lockKeys(key string) []string {
 // allocation besides the keys' text: it is on every lock call's path.
 func lockCall(key, token string, ttl time.Duration) (keys, args []string) {
 	c := new(struct{ keys, args [2]string })
-	f := "dlm:{" + key + "}:fence"
-	c.keys = [2]string{f[:len(f)-len(":fence")], f}
+	c.keys[0], c.keys[1] = lockNames(key)
 	c.args[0] = token
 	if ttl <= 0 {
 		return c.keys[:], c.args[:1]

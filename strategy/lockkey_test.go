@@ -1,0 +1,34 @@
+package strategy
+
+import "testing"
+
+// Lock keys: distinct keys never share one; a key's own hash tag decides its
+// slot; a '}' does not cut the tag short; lock and counter share a slot.
+func TestLockNames(t *testing.T) {
+	keys := []string{"a", "{a}", "a}", "{a", "}a", "{}a", "x{a}y", "{a}{b}", "tenant7}1", "tenant7}2",
+		"dlm:{a}", "t:{a}", "x:{61}", "61", "{", "}", "{}", "\x00{\xff}", "ключ{тег}"}
+	seen := map[string]string{}
+	for _, k := range keys {
+		lock, fence := lockNames(k)
+		if other, dup := seen[lock]; dup {
+			t.Errorf("keys %q and %q share the lock key %q", k, other, lock)
+		}
+		seen[lock] = k
+		if fence != lock+":fence" {
+			t.Errorf("key %q: counter %q is not the lock key %q plus :fence", k, fence, lock)
+		}
+		if keySlot(lock) != keySlot(fence) {
+			t.Errorf("key %q: lock and counter in different slots", k)
+		}
+	}
+	for _, k := range []string{"{a}", "x{a}y", "{a}{b}", "{a}:profile"} {
+		if lock, _ := lockNames(k); keySlot(lock) != keySlot("a") {
+			t.Errorf("key %q: its lock is not in the slot of its tag {a}", k)
+		}
+	}
+	l1, _ := lockNames("tenant7}1")
+	l2, _ := lockNames("tenant7}2")
+	if keySlot(l1) == keySlot(l2) {
+		t.Errorf("keys with a '}' share the slot of the text before it")
+	}
+}
