@@ -78,8 +78,22 @@ func TestClusterMasterFailoverCostsNoOtherLocks(t *testing.T) {
 			killed = killed[3:]
 			require.NoError(t, victim.Client(t).Do(ctx, "WAIT", 1, 2000).Err(), "the replica has the releases")
 
+			// When the replica takes over, to tell Redis' failover from the
+			// client's following it.
+			promoted := make(chan time.Duration, 1)
+			rc := cl.Replicas[1][0].Client(t)
 			victim.Kill(t)
 			killedAt := time.Now()
+			go func() {
+				for time.Since(killedAt) < 30*time.Second {
+					if r, err := rc.Do(ctx, "ROLE").Slice(); err == nil && len(r) > 0 && r[0] == "master" {
+						promoted <- time.Since(killedAt)
+						return
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+				promoted <- -1
+			}()
 			// node timeout + 2s, with 4s of slack for a loaded machine.
 			const bound = clusterNodeTimeout + 2*time.Second + 4*time.Second
 		probing:
@@ -99,9 +113,14 @@ func TestClusterMasterFailoverCostsNoOtherLocks(t *testing.T) {
 					time.Sleep(20 * time.Millisecond)
 				}
 			}
-			if granted := time.Since(killedAt); !t.Failed() {
-				t.Logf("%s: the moved slots grant again %v after the kill", tc.name, granted.Round(time.Millisecond))
+			granted := time.Since(killedAt)
+			p := <-promoted
+			if !t.Failed() {
+				t.Logf("%s: the moved slots grant again %v after the kill; the replica was promoted after %v", tc.name,
+					granted.Round(time.Millisecond), p.Round(time.Millisecond))
 				assert.LessOrEqual(t, granted, bound)
+				require.Positive(t, p, "the replica was promoted")
+				assert.LessOrEqual(t, granted-p, 3*time.Second, "the client followed the promotion")
 			}
 
 			// Past the point where a lease that was not renewed has run out.
