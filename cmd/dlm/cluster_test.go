@@ -57,6 +57,12 @@ func TestCluster(t *testing.T) {
 	assert.Contains(t, demoOut.String(), "over the Redis Cluster at "+cl.Masters[1].Addr)
 	assert.Contains(t, demoOut.String(), "OK:")
 
+	// A server not in cluster mode given as cluster://.
+	code, out = runDLM(t, "doctor", "--timeout", "1s", "--url", "cluster://"+redistest.Start(t).Addr)
+	assert.Equal(t, 1, code, out)
+	assert.Contains(t, out, "cluster support disabled", out)
+	assert.Contains(t, out, "fail no listed node gave the Cluster's nodes", out)
+
 	// A replica down: doctor finds it unreachable.
 	cl.Replicas[2][0].Kill(t)
 	code, out = runDLM(t, "doctor", "--timeout", "1s", "--url", url)
