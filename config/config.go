@@ -34,6 +34,8 @@ import (
 //	redlock://h1:6379,h2:6379,h3:6379?timeout=50ms
 //	sentinel://s1:26379,s2:26379,s3:26379/mymaster?ack=all&replicas=2
 //	failover://primary:6379?ack=1
+//	cluster://n1:7000,n2:7001?ttl=10s
+//	cluster://n1:7000,n2:7001?strategy=failover&ack=all
 //
 // where the scheme names the deployment, the hosts are Addrs (IPv6 ones in
 // brackets: redlock://[::1]:6379,[::1]:6380,[::1]:6381), user:password@
@@ -44,7 +46,11 @@ import (
 // sentinel:// is the failover strategy on the primary the Sentinels Addrs
 // know by the name in the path (Master, required); failover:// is the
 // failover strategy on a primary given by its one address, and takes no
-// path.
+// path. cluster:// is one Redis Cluster, given by any of its nodes (Addrs:
+// the client finds the others), on which runs the single strategy, or the
+// failover strategy with strategy=failover (each lock then waits for the
+// replicas of the master that holds its slot); it takes no path, and its
+// strategy parameter is the only one the URL form takes for that field.
 type Config struct {
 	// Strategy is "single", "redlock" or "failover".
 	Strategy string `json:"strategy"`
@@ -54,6 +60,10 @@ type Config struct {
 	Addrs []string `json:"addrs,omitempty"`
 	// Master is the name the Sentinels know the primary by (failover only).
 	Master string `json:"master,omitempty"`
+	// Cluster makes Addrs seed nodes of one Redis Cluster, which the
+	// strategy (single or failover) uses as one node through a Cluster
+	// client.
+	Cluster bool `json:"cluster,omitempty"`
 	// Username and Password authenticate to the Redis servers.
 	Username string `json:"username,omitempty"`
 	Password string `json:"password,omitempty"`
@@ -146,7 +156,7 @@ func strategyNames() string { return strings.Join(slices.Sorted(maps.Keys(builde
 var failoverOnly = []string{"master", "sentinel_username", "sentinel_password", "ack", "wait_timeout", "replicas", "wait_aof"}
 
 // urlParts are the fields the URL form carries outside its query.
-var urlParts = []string{"strategy", "addrs", "master", "username", "password"}
+var urlParts = []string{"strategy", "addrs", "master", "cluster", "username", "password"}
 
 // encodeCredentials is the advice of errors about a URL's credentials; the
 // errors never quote the URL, which may hold a password.
@@ -210,6 +220,8 @@ func describe(t reflect.Type) string {
 		return "a number"
 	case reflect.Slice:
 		return "a list of strings"
+	case reflect.Bool:
+		return "true or false"
 	}
 	return "a string"
 }
@@ -233,7 +245,7 @@ func jsonName(f reflect.StructField) string { return strings.Split(f.Tag.Get("js
 func ParseURL(s string) (Config, error) {
 	scheme, rest, ok := strings.Cut(s, "://")
 	if !ok || scheme == "" {
-		return Config{}, badField("strategy", "missing; the URL must begin with one of single://, redlock://, sentinel://, failover://")
+		return Config{}, badField("strategy", "missing; the URL must begin with one of single://, redlock://, sentinel://, failover://, cluster://")
 	}
 	if strings.Contains(rest, "#") {
 		return Config{}, invalid("URL: a '#' (a URL takes no fragment); %s", encodeCredentials)
@@ -273,8 +285,18 @@ func ParseURL(s string) (Config, error) {
 	}
 
 	c := Config{Strategy: scheme}
-	if scheme == "sentinel" {
+	switch scheme {
+	case "sentinel":
 		c.Strategy = "failover"
+	case "cluster":
+		c.Strategy, c.Cluster = "single", true
+		if s, ok := q["strategy"]; ok {
+			if len(s) != 1 || s[0] != "single" && s[0] != "failover" {
+				return Config{}, badField("strategy", "cluster:// runs single or failover (strategy=failover), got %q", strings.Join(s, ","))
+			}
+			c.Strategy = s[0]
+			delete(q, "strategy")
+		}
 	}
 	if hasUser {
 		user, pass, _ := strings.Cut(userinfo, ":")
@@ -303,6 +325,8 @@ func ParseURL(s string) (Config, error) {
 	switch {
 	case scheme == "sentinel" && c.Master == "":
 		return Config{}, badField("master", "sentinel:// needs the master name as the path, e.g. sentinel://s1:26379,s2:26379/mymaster")
+	case scheme == "cluster" && c.Master != "":
+		return Config{}, badField("master", "cluster:// takes its nodes' addresses and no path")
 	case scheme == "failover" && c.Master != "":
 		return Config{}, badField("master", "failover:// takes the primary's address and no path; for a primary found through Sentinel use sentinel://s1:26379,s2:26379/%s", c.Master)
 	}
@@ -357,6 +381,13 @@ func (c Config) String() string {
 
 func (c Config) url() *url.URL {
 	u := &url.URL{Scheme: c.Strategy, Host: strings.Join(c.Addrs, ",")}
+	q := url.Values{}
+	if c.Cluster {
+		u.Scheme = "cluster"
+		if c.Strategy != "single" {
+			q.Set("strategy", c.Strategy)
+		}
+	}
 	if c.Master != "" {
 		u.Path = "/" + c.Master
 		if c.Strategy == "failover" {
@@ -369,7 +400,6 @@ func (c Config) url() *url.URL {
 	case c.Username != "":
 		u.User = url.User(c.Username)
 	}
-	q := url.Values{}
 	v := reflect.ValueOf(c)
 	for _, f := range reflect.VisibleFields(v.Type()) {
 		name, fv := jsonName(f), v.FieldByIndex(f.Index)
@@ -394,7 +424,7 @@ func (c Config) url() *url.URL {
 // matching dlm.ErrInvalid: an unknown strategy, a field that does not apply
 // to the strategy, a value out of range, or addresses the strategy cannot
 // take (empty, repeated, or more than one for single and for failover
-// without Master).
+// without Master, unless Cluster is set).
 func (c Config) Validate() error {
 	if _, ok := builders[c.Strategy]; !ok {
 		if c.Strategy == "" {
@@ -423,9 +453,13 @@ func (c Config) Validate() error {
 		}
 	}
 	switch {
-	case c.Strategy == "single" && len(c.Addrs) > 1:
-		return badField("addrs", "single takes one address, got %d", len(c.Addrs))
-	case c.Strategy == "failover" && c.Master == "" && len(c.Addrs) > 1:
+	case c.Cluster && c.Strategy != "single" && c.Strategy != "failover":
+		return badField("cluster", "a Cluster runs single or failover, not %s (Redlock needs independent masters, not the masters of one Cluster)", c.Strategy)
+	case c.Cluster && c.Master != "":
+		return badField("master", "a Cluster is given by its nodes' addresses, not through Sentinel")
+	case c.Strategy == "single" && len(c.Addrs) > 1 && !c.Cluster:
+		return badField("addrs", "single takes one address, got %d (for a Redis Cluster: cluster://n1:7000,n2:7001)", len(c.Addrs))
+	case c.Strategy == "failover" && c.Master == "" && len(c.Addrs) > 1 && !c.Cluster:
 		return badField("addrs", "failover without master takes the primary's one address, got %d "+
 			"(for a primary found through Sentinel: sentinel://s1,s2,s3/mymaster)", len(c.Addrs))
 	case c.Master == "" && c.SentinelUsername != "":
@@ -525,7 +559,8 @@ func (c Config) ManagerOptions() []dlm.Option {
 // built from Addrs with the driver of its choice (Open does that with a
 // Dialer): for single one node, for redlock one per independent master (at
 // least one, all distinct), for failover one node on the primary (through
-// Sentinel when Master is set). It does not dial. Errors match
+// Sentinel when Master is set); with Cluster, one node over a Cluster
+// client. It does not dial. Errors match
 // dlm.ErrInvalid.
 func (c Config) NewStrategy(nodes ...dlm.Node) (dlm.Strategy, error) {
 	if err := c.Validate(); err != nil {

@@ -18,7 +18,8 @@ import (
 // The deployment comes from a string (an environment variable, a flag, a
 // file): single://host:6379, redlock://h1:6379,h2:6379,h3:6379,
 // sentinel://s1:26379,s2:26379,s3:26379/mymaster?ack=all or
-// failover://primary:6379, with user:password@ and options such as ?ttl=10s.
+// failover://primary:6379 or cluster://n1:7000,n2:7001, with user:password@
+// and options such as ?ttl=10s.
 // The program picks the driver: goredis.Dial, redigo.Dial or rueidis.Dial.
 // It needs a running server, so it has no output; TestExampleOpen runs it.
 func ExampleOpen() {
@@ -73,4 +74,23 @@ func ExampleParseURL() {
 	// dlm: invalid argument: config: ack: applies only to the failover strategy, not to redlock
 	// dlm: invalid argument: config: ack: ack policy "most": want all, majority, none or a number ≥ 1
 	// dlm: invalid argument: config: master: failover:// takes the primary's address and no path; for a primary found through Sentinel use sentinel://s1:26379,s2:26379/mymaster
+}
+
+// A Redis Cluster is given by some of its nodes; the strategy runs on it as
+// one node (single, or failover with strategy=failover). redigo.Dial
+// refuses it: redigo has no Cluster client.
+func ExampleParseURL_cluster() {
+	cfg, err := config.ParseURL("cluster://:s3cret@127.0.0.1:7000,127.0.0.1:7001?strategy=failover&ack=all&ttl=10s")
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(cfg.Strategy, cfg.Cluster, cfg.Addrs)
+	fmt.Println(cfg)
+
+	_, err = config.ParseURL("cluster://127.0.0.1:7000?strategy=redlock")
+	fmt.Println(err)
+	// Output:
+	// failover true [127.0.0.1:7000 127.0.0.1:7001]
+	// cluster://:xxxxx@127.0.0.1:7000,127.0.0.1:7001?ack=all&strategy=failover&ttl=10s
+	// dlm: invalid argument: config: strategy: cluster:// runs single or failover (strategy=failover), got "redlock"
 }

@@ -12,11 +12,17 @@ import (
 )
 
 // An Endpoint is one thing a Dialer connects to: a Redis server given by
-// its address, or the primary that Sentinels know by name.
+// its address, the primary that Sentinels know by name, or a Redis Cluster
+// given by some of its nodes.
 type Endpoint struct {
-	Addr      string   // the server's address; "" when Master is set
+	Addr      string   // the server's address; "" when Master or Cluster is set
 	Master    string   // the name the Sentinels know the primary by; "" for a server given by Addr
 	Sentinels []string // the Sentinels' addresses, when Master is set
+	// Cluster lists nodes of a Redis Cluster to reach it through (a Dialer
+	// returns a node over a Cluster client); nil for the other kinds. A
+	// Dialer without a Cluster client returns an error matching
+	// dlm.ErrInvalid.
+	Cluster []string
 	// Username and Password authenticate to the server (the primary).
 	Username, Password string
 	// SentinelUsername and SentinelPassword authenticate to the Sentinels.
@@ -25,6 +31,9 @@ type Endpoint struct {
 
 // String names the endpoint without its credentials.
 func (e Endpoint) String() string {
+	if e.Cluster != nil {
+		return "cluster://" + strings.Join(e.Cluster, ",")
+	}
 	if e.Master != "" {
 		return "sentinel://" + strings.Join(e.Sentinels, ",") + "/" + e.Master
 	}
@@ -35,7 +44,8 @@ func (e Endpoint) String() string {
 // client. It may connect at once or on first use; a server that cannot be
 // reached yet should not be an error, so that Redlock starts with a
 // minority of its masters down. The driver packages each have one:
-// goredis.Dial, redigo.Dial and rueidis.Dial.
+// goredis.Dial, redigo.Dial and rueidis.Dial (redigo has no Cluster
+// client).
 type Dialer func(ctx context.Context, ep Endpoint) (dlm.Node, io.Closer, error)
 
 // Open parses url (see Config) and returns a Manager over the deployment it
@@ -53,7 +63,8 @@ func Open(ctx context.Context, url string, dial Dialer, opts ...dlm.Option) (*dl
 }
 
 // Open is Open for c: it dials each endpoint of c once (each Redlock
-// master, the one server, or the primary through the Sentinels) and builds
+// master, the one server, the primary through the Sentinels, or the
+// Cluster through its listed nodes) and builds
 // the strategy with NewStrategy and the Manager with ManagerOptions, then
 // opts.
 func (c Config) Open(ctx context.Context, dial Dialer, opts ...dlm.Option) (*dlm.Manager, io.Closer, error) {
@@ -85,10 +96,14 @@ func (c Config) Open(ctx context.Context, dial Dialer, opts ...dlm.Option) (*dlm
 	return m, cl, nil
 }
 
-// endpoints lists what to dial: one endpoint per address, or the primary
-// through the Sentinels.
+// endpoints lists what to dial: one endpoint per address, the primary
+// through the Sentinels, or the Cluster.
 func (c Config) endpoints() []Endpoint {
 	ep := Endpoint{Username: c.Username, Password: c.Password}
+	if c.Cluster {
+		ep.Cluster = slices.Clone(c.Addrs)
+		return []Endpoint{ep}
+	}
 	if c.Master != "" {
 		ep.Master, ep.Sentinels = c.Master, slices.Clone(c.Addrs)
 		ep.SentinelUsername, ep.SentinelPassword = c.SentinelUsername, c.SentinelPassword

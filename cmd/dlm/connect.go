@@ -24,6 +24,8 @@ DLM_URL environment variable, else ` + fallback + `. One URL form per deployment
   redlock://h1:6379,h2:6379,h3:6379?timeout=50ms  independent masters (Redlock)
   sentinel://s1:26379,s2:26379/mymaster?ack=all   a primary found through Sentinel
   failover://primary:6379?ack=1                   a primary given by its address
+  cluster://n1:7000,n2:7001                       a Redis Cluster, through any of its nodes
+                                                  (?strategy=failover&ack=all to wait for replicas)
 Credentials go in the URL, percent-encoded (user:password@ before the hosts;
 the Sentinels' in the sentinel_username and sentinel_password parameters).
 See the README's Configuration section for every field.

@@ -31,7 +31,8 @@ it did not, 2 on usage or configuration errors.
 By default it runs Redlock over five embedded in-process Redis nodes
 (miniredis) and stops two of them halfway. --addr names real servers;
 --url, --config or DLM_URL take the same configuration as dlm run and dlm
-doctor, for any strategy (servers named so are never stopped).
+doctor, for any strategy (servers named so are never stopped). --addr with
+--strategy cluster names nodes of one Redis Cluster.
 
 `
 
@@ -93,7 +94,7 @@ func parseDemoFlags(args []string, stderr io.Writer) (*demoFlags, int) {
 	}
 	f := &demoFlags{target: addTargetFlags(fs, demoFallback)}
 	fs.StringVar(&f.addr, "addr", "", "Redis address host:port, or several separated by commas for Redlock (default: embedded in-process Redis nodes)")
-	fs.StringVar(&f.strategy, "strategy", "", "single or redlock (default: redlock, or single when --addr names one server)")
+	fs.StringVar(&f.strategy, "strategy", "", "single, redlock, or cluster (single on the Redis Cluster whose nodes --addr lists) (default: redlock, or single when --addr names one server)")
 	fs.IntVar(&f.nodes, "nodes", 5, "embedded Redis nodes for Redlock")
 	fs.IntVar(&f.stop, "stop", -1, "embedded nodes to stop halfway through (default: as many as the Redlock quorum survives)")
 	fs.DurationVar(&f.nodeTimeout, "node-timeout", 200*time.Millisecond, "Redlock's per-node timeout (with --url/--config: when the config sets no timeout)")
@@ -206,6 +207,14 @@ func (f *demoFlags) byAddress() (*demoSetup, error) {
 	}
 	quorum := n/2 + 1
 	s := &demoSetup{}
+	if strat == "cluster" {
+		s.header = "dlm demo: single-instance strategy over the Redis Cluster at " + f.addr
+		s.cfg = config.Config{Strategy: "single", Cluster: true, Addrs: addrs, Timeout: config.Duration(time.Second), TTL: config.Duration(f.ttl)}
+		if err := s.cfg.Validate(); err != nil {
+			return nil, usageError{err}
+		}
+		return s, nil
+	}
 	if len(addrs) == 0 && strat == "redlock" {
 		s.toStop = n - quorum
 		if f.stop >= 0 {
@@ -240,8 +249,10 @@ func (f *demoFlags) pickStrategy(addrs int) (string, error) {
 		return "single", nil
 	case f.strategy == "":
 		return "redlock", nil
-	case f.strategy != "single" && f.strategy != "redlock":
-		return "", usagef("--strategy %q: want single or redlock (or --url for failover)", f.strategy)
+	case f.strategy == "cluster" && addrs == 0:
+		return "", usagef("--strategy cluster needs --addr: some nodes of the Cluster")
+	case f.strategy != "single" && f.strategy != "redlock" && f.strategy != "cluster":
+		return "", usagef("--strategy %q: want single, redlock or cluster (or --url for failover)", f.strategy)
 	case f.strategy == "single" && addrs > 1:
 		return "", usagef("--strategy single takes one --addr")
 	}

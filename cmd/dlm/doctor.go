@@ -26,7 +26,11 @@ replicas and their lag, Cluster mode, the server version and the commands
 the strategies use (WAIT, WAITAOF, CLIENT for tracking). For redlock it
 checks every master and that they are distinct servers; for sentinel:// it
 asks the Sentinels for the primary, checks it and each of its replicas, and
-compares the replicas with the ack policy.
+compares the replicas with the ack policy; for cluster:// it asks the first
+listed node that answers for the Cluster's nodes and checks every master and
+replica (reachable, its role, cluster_state, every slot served, replicas'
+links, and, with strategy=failover, each master's replicas against the ack
+policy).
 
 Exit status: 0 when nothing needs changing, 1 when something does, 2 on
 usage or configuration errors.
@@ -90,6 +94,8 @@ func doctor(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return f(cctx, c)
 	}
 	switch {
+	case cfg.Cluster:
+		checkCluster(ctx, cfg, *timeout, r)
 	case cfg.Strategy == "failover":
 		primary := cfg.Addrs[0]
 		if cfg.Master != "" {
@@ -264,7 +270,7 @@ func checkReplica(ctx context.Context, c *redis.Client, cfg config.Config, r *re
 		return nil
 	}
 	if role := info["role"]; role != "slave" && role != "replica" {
-		r.addf("fail", "role %s: the primary lists it as a replica but it is not one", role)
+		r.addf("fail", "role %s: listed as a replica, but it is not one", role)
 	}
 	if st := info["master_link_status"]; st != "up" {
 		r.addf("warn", "link to the primary %s: it acknowledges nothing until it is up", orUnknown(st))
@@ -373,14 +379,21 @@ func checkServer(ctx context.Context, c *redis.Client, cfg config.Config, r *rep
 		r.addf("ok", "%d connected replica(s)%s", replicas, replicaLag(info, replicas))
 	case strat == "redlock" && replicas > 0:
 		r.addf("warn", "%d replica(s): Redlock wants independent masters; a failover to a replica that missed a write breaks the quorum's guarantee", replicas)
+	case replicas > 0 && cfg.Cluster:
+		r.addf("warn", "%d replica(s): replication is asynchronous, a failover can lose a held lock; consider the failover strategy (cluster://...?strategy=failover&ack=all)", replicas)
 	case replicas > 0:
 		r.addf("warn", "%d replica(s): replication is asynchronous, a failover can lose a held lock; consider the failover strategy (sentinel://)", replicas)
 	default:
 		r.addf("ok", "no replicas")
 	}
 
-	if info["cluster_enabled"] == "1" {
+	switch {
+	case info["cluster_enabled"] == "1" && cfg.Cluster:
 		r.addf("ok", "Cluster mode: each lock and its fencing counter share a hash slot")
+	case info["cluster_enabled"] == "1":
+		r.addf("fail", "Cluster mode: this node serves only its own slots, so locks on the others fail with MOVED; give the Cluster as cluster://%s", c.Options().Addr)
+	case cfg.Cluster:
+		r.addf("fail", "cluster mode off: this server is not a Cluster node; use single:// or failover://")
 	}
 
 	for _, cmd := range []string{"wait", "waitaof", "client"} {

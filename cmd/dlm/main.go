@@ -32,6 +32,7 @@ DLM_URL, one URL form per deployment:
   redlock://h1:6379,h2:6379,h3:6379       independent masters (Redlock)
   sentinel://s1:26379,s2:26379/mymaster   a primary found through Sentinel
   failover://primary:6379                 a primary given by its address
+  cluster://n1:7000,n2:7001               a Redis Cluster, through any of its nodes
 Run 'dlm <command> -h' for a command's flags and the URLs' options.
 `
 

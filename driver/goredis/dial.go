@@ -10,12 +10,21 @@ import (
 	"github.com/dlmgo/dlm/config"
 )
 
-// Dial is a config.Dialer: a Node over redis.NewClient for a server, or
-// over redis.NewFailoverClient for a primary found through Sentinel. It
-// does not connect; the client does on first use. The clients make one
-// round trip per call and dial once per attempt (the strategies and the
-// Manager retry), and the context's deadline bounds the socket.
+// Dial is a config.Dialer: a Node over redis.NewClient for a server, over
+// redis.NewFailoverClient for a primary found through Sentinel, or over
+// redis.NewClusterClient for a Cluster. It does not connect; the client
+// does on first use. The clients make one round trip per call and dial once
+// per attempt (the strategies and the Manager retry), and the context's
+// deadline bounds the socket. A Cluster client follows MOVED replies and,
+// through the Node, reloads the slot map when a master stops answering.
 func Dial(_ context.Context, ep config.Endpoint) (dlm.Node, io.Closer, error) {
+	if ep.Cluster != nil {
+		c := redis.NewClusterClient(&redis.ClusterOptions{
+			Addrs: ep.Cluster, Username: ep.Username, Password: ep.Password,
+			ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1,
+		})
+		return New(c), c, nil
+	}
 	if ep.Master != "" {
 		c := redis.NewFailoverClient(&redis.FailoverOptions{
 			MasterName: ep.Master, SentinelAddrs: ep.Sentinels,

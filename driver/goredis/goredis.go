@@ -25,7 +25,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
+	"net"
 	"os"
 	"slices"
 	"strings"
@@ -125,12 +127,15 @@ func (n *Node) Watch(ctx context.Context, channel string, notify func(payload st
 // (see the package documentation). On the goroutine path the commands work
 // on a private copy of calls, copied back only when they finish in time, so
 // an abandoned goroutine never writes into calls.
-func (n *Node) bounded(ctx context.Context, calls []dlm.Call, w *dlm.Wait) (dlm.Acks, error) {
+func (n *Node) bounded(ctx context.Context, calls []dlm.Call, w *dlm.Wait) (_ dlm.Acks, err error) {
+	if cc, ok := n.c.(*redis.ClusterClient); ok {
+		defer func() { followTopology(cc, calls, err) }()
+	}
 	for i := range calls {
 		calls[i].Reply, calls[i].Err = nil, nil
 	}
 	var wcmd []string
-	err := ctx.Err()
+	err = ctx.Err()
 	if w != nil && err == nil {
 		wcmd, err = nodekit.WaitCommand(*w)
 	}
@@ -232,6 +237,35 @@ func (n *Node) pinned(ctx context.Context, calls []dlm.Call) (*redis.Client, err
 		return c.MasterForKey(ctx, calls[0].Keys[0])
 	}
 	return nil, fmt.Errorf("goredis: %T cannot send scripts and WAIT on one connection (use *redis.Client, a failover client or *redis.ClusterClient): %w", n.c, errors.ErrUnsupported)
+}
+
+// followTopology has a Cluster client reload its slot map, in the
+// background, when a call failed in a way a failover explains: its master
+// did not answer (a refused, reset or timed-out connection, or the call's
+// deadline passed) or the Cluster replied CLUSTERDOWN, MOVED or READONLY.
+// go-redis reloads by itself only every ClusterStateReloadInterval (60s by
+// default) and on redirections, so after a failover it would send a
+// script, which it never retries, to the dead master until then. Reloads
+// are cheap: go-redis runs at most one at a time, 200ms apart.
+func followTopology(cc *redis.ClusterClient, calls []dlm.Call, err error) {
+	if topologyError(err) || slices.ContainsFunc(calls, func(c dlm.Call) bool { return topologyError(c.Err) }) {
+		cc.ReloadState(context.Background())
+	}
+}
+
+// topologyError reports whether err is one after which a Cluster's slot
+// map may be stale (see followTopology).
+func topologyError(err error) bool {
+	var re redis.Error
+	switch {
+	case err == nil, errors.Is(err, context.Canceled), errors.Is(err, dlm.ErrInvalid), errors.Is(err, dlm.ErrClosed):
+		return false
+	case errors.As(err, &re):
+		msg := re.Error()
+		return strings.HasPrefix(msg, "CLUSTERDOWN") || strings.HasPrefix(msg, "MOVED") || strings.HasPrefix(msg, "READONLY")
+	}
+	var ne net.Error
+	return errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // deadlineErr wraps a socket timeout with context.DeadlineExceeded once

@@ -2,6 +2,7 @@ package redigo
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"time"
 
@@ -13,8 +14,12 @@ import (
 
 // Dial is a config.Dialer: a Node over a redis.Pool whose connections go to
 // the server, or, through Sentinels.Dial, to the primary of the moment. It
-// does not connect; the pool does on first use.
+// does not connect; the pool does on first use. redigo has no Redis Cluster
+// client: for a Cluster, Dial returns an error matching dlm.ErrInvalid.
 func Dial(_ context.Context, ep config.Endpoint) (dlm.Node, io.Closer, error) {
+	if ep.Cluster != nil {
+		return nil, nil, fmt.Errorf("%w: redigo has no Redis Cluster client; dial %s with goredis.Dial or rueidis.Dial", dlm.ErrInvalid, ep)
+	}
 	auth := []redis.DialOption{redis.DialUsername(ep.Username), redis.DialPassword(ep.Password)}
 	dial := func(ctx context.Context) (redis.Conn, error) { return redis.DialContext(ctx, "tcp", ep.Addr, auth...) }
 	if ep.Master != "" {

@@ -1,0 +1,165 @@
+package dlm_test
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	rueidislib "github.com/redis/rueidis"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/driver/goredis"
+	"github.com/dlmgo/dlm/driver/rueidis"
+	"github.com/dlmgo/dlm/internal/redistest"
+)
+
+// clusterNodeTimeout is redistest's cluster-node-timeout.
+const clusterNodeTimeout = 2 * time.Second
+
+// A master of a Cluster with replicas killed while auto-renewed locks are
+// held on every master, over clients built with their default options: not
+// one lock held on another master is lost, and acquisitions in the dead
+// master's slots succeed again within the node timeout plus 2s (plus slack
+// for a loaded machine) once its replica took over.
+func TestClusterMasterFailoverCostsNoOtherLocks(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		node func(t *testing.T, seed string) dlm.Node
+	}{
+		{"go-redis", func(t *testing.T, seed string) dlm.Node {
+			c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{seed}}) // default options
+			t.Cleanup(func() { _ = c.Close() })
+			return goredis.New(c)
+		}},
+		{"rueidis", func(t *testing.T, seed string) dlm.Node {
+			c, err := rueidislib.NewClient(rueidislib.ClientOption{InitAddress: []string{seed}, DisableCache: true})
+			require.NoError(t, err)
+			t.Cleanup(c.Close)
+			return rueidis.New(c)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cl := redistest.StartClusterReplicas(t, 1, 1, 1)
+			const ttl = 8 * time.Second
+			m := newM(t, newSingle(t, tc.node(t, cl.Masters[0].Addr)), dlm.WithTTL(ttl), dlm.WithAutoRenew(1.0/3, time.Hour))
+			ctx := context.Background()
+
+			prefix := "failover-" + tc.name + "-"
+			locks := make([]*dlm.Lock, 150)
+			for i := range locks {
+				l, err := m.TryLock(ctx, prefix+strconv.Itoa(i))
+				require.NoError(t, err)
+				locks[i] = l
+			}
+			victim := cl.Masters[1]
+			onVictim := locksOn(t, victim, prefix)
+			var elsewhere, killed []*dlm.Lock
+			for i, l := range locks {
+				if onVictim[i] {
+					killed = append(killed, l)
+				} else {
+					elsewhere = append(elsewhere, l)
+				}
+			}
+			require.Greater(t, len(killed), 10)
+			require.Greater(t, len(elsewhere), 50)
+			// Three of the dead master's keys, released, probe its slots.
+			var probes []string
+			for _, l := range killed[:3] {
+				probes = append(probes, l.Key())
+				require.NoError(t, l.Unlock(ctx))
+			}
+			killed = killed[3:]
+			require.NoError(t, victim.Client(t).Do(ctx, "WAIT", 1, 2000).Err(), "the replica has the releases")
+
+			// When the replica takes over, to tell Redis' failover from the
+			// client's following it.
+			promoted := make(chan time.Duration, 1)
+			rc := cl.Replicas[1][0].Client(t)
+			victim.Kill(t)
+			killedAt := time.Now()
+			go func() {
+				for time.Since(killedAt) < 30*time.Second {
+					if r, err := rc.Do(ctx, "ROLE").Slice(); err == nil && len(r) > 0 && r[0] == "master" {
+						promoted <- time.Since(killedAt)
+						return
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+				promoted <- -1
+			}()
+			// node timeout + 2s, with 4s of slack for a loaded machine.
+			const bound = clusterNodeTimeout + 2*time.Second + 4*time.Second
+		probing:
+			for _, k := range probes {
+				for {
+					actx, cancel := context.WithTimeout(ctx, time.Second)
+					l, err := m.TryLock(actx, k)
+					cancel()
+					if err == nil {
+						require.NoError(t, l.Unlock(ctx))
+						break
+					}
+					if time.Since(killedAt) > 2*bound {
+						t.Errorf("no grant on the moved slots after %v: %v", time.Since(killedAt).Round(time.Millisecond), err)
+						break probing
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+			}
+			granted := time.Since(killedAt)
+			p := <-promoted
+			if !t.Failed() {
+				t.Logf("%s: the moved slots grant again %v after the kill; the replica was promoted after %v", tc.name,
+					granted.Round(time.Millisecond), p.Round(time.Millisecond))
+				assert.LessOrEqual(t, granted, bound)
+				require.Positive(t, p, "the replica was promoted")
+				assert.LessOrEqual(t, granted-p, 3*time.Second, "the client followed the promotion")
+			}
+
+			// Past the point where a lease that was not renewed has run out.
+			time.Sleep(time.Until(killedAt.Add(ttl + time.Second)))
+			lost := func(ls []*dlm.Lock) (n int) {
+				for _, l := range ls {
+					if l.Context().Err() != nil {
+						if n == 0 {
+							t.Logf("first lost: %s: %v", l.Key(), context.Cause(l.Context()))
+						}
+						n++
+					}
+				}
+				return n
+			}
+			lostElsewhere, lostKilled := lost(elsewhere), lost(killed)
+			t.Logf("%s: lost %d of %d locks on the other masters, %d of %d on the killed one", tc.name,
+				lostElsewhere, len(elsewhere), lostKilled, len(killed))
+			assert.Zero(t, lostElsewhere, "locks lost on the masters that stayed up")
+			for _, l := range locks {
+				_ = l.Unlock(ctx)
+			}
+		})
+	}
+}
+
+// locksOn returns the indexes of the locks named prefix+index that have a
+// key on server s, found with SCAN whatever the key's format.
+func locksOn(t *testing.T, s *redistest.Server, prefix string) map[int]bool {
+	t.Helper()
+	re := regexp.MustCompile(regexp.QuoteMeta(prefix) + `(\d+)`)
+	out := map[int]bool{}
+	iter := s.Client(t).Scan(context.Background(), 0, fmt.Sprintf("*%s*", prefix), 1000).Iterator()
+	for iter.Next(context.Background()) {
+		if m := re.FindStringSubmatch(iter.Val()); m != nil {
+			i, _ := strconv.Atoi(m[1])
+			out[i] = true
+		}
+	}
+	require.NoError(t, iter.Err())
+	return out
+}
