@@ -48,7 +48,7 @@ func TestExampleOpen(t *testing.T) {
 	ExampleOpen()
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr, Password: "s3cret"})
 	defer c.Close()
-	assert.Equal(t, "1", c.Get(context.Background(), "dlm:{orders:42}:fence").Val(), "the example took the lock")
+	assert.Equal(t, "1", c.Get(context.Background(), fenceOf("orders:42")).Val(), "the example took the lock")
 	assert.Zero(t, c.Exists(context.Background(), "dlm:{orders:42}").Val(), "and released it")
 }
 

@@ -70,7 +70,7 @@ func TestOpen(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, 5*time.Second, m.TTL())
 			lockOnce(t, m, key)
-			assert.Equal(t, "1", authed(single).Get(ctx, "dlm:{"+key+"}:fence").Val())
+			assert.Equal(t, "1", authed(single).Get(ctx, fenceOf(key)).Val())
 			require.NoError(t, closer.Close())
 
 			// A password alone (no user name) works too.
@@ -79,7 +79,7 @@ func TestOpen(t *testing.T) {
 			lockOnce(t, m, key)
 			holding := 0
 			for _, s := range masters {
-				if authed(s).Get(ctx, "dlm:{"+key+"}:fence").Val() == "1" {
+				if authed(s).Get(ctx, fenceOf(key)).Val() == "1" {
 					holding++
 				}
 			}
@@ -92,7 +92,7 @@ func TestOpen(t *testing.T) {
 				"?ack=all&replicas=1&wait_timeout=1s&sentinel_password="+url.QueryEscape(sentinelPassword), d.dial)
 			require.NoError(t, err)
 			lockOnce(t, m, key)
-			assert.Equal(t, "1", topo.Replicas[0].Client(t).Get(ctx, "dlm:{"+key+"}:fence").Val())
+			assert.Equal(t, "1", topo.Replicas[0].Client(t).Get(ctx, fenceOf(key)).Val())
 			require.NoError(t, closer.Close())
 		})
 	}
@@ -216,4 +216,10 @@ func TestOpenErrors(t *testing.T) {
 	for _, c := range opened {
 		assert.Error(t, c.Close(), "already closed by Open")
 	}
+}
+
+// fenceOf returns the Redis key of key's fencing counter.
+func fenceOf(key string) string {
+	_, f := strategy.Keys(key)
+	return f
 }

@@ -444,7 +444,7 @@ func (f *Failover) Acquire(ctx context.Context, key, token string, ttl time.Dura
 		return dlm.Lease{}, err
 	}
 	start := time.Now() // before a first probe, which may take a round trip too
-	keys, args := lockCall(key, token, ttl)
+	keys, args := acquireCall(key, token, ttl)
 	w, err := f.prepare(ctx, keys)
 	if err != nil {
 		return dlm.Lease{}, fmt.Errorf("%w: %w", dlm.ErrNotAcquired, err)
@@ -482,7 +482,7 @@ func (f *Failover) Extend(ctx context.Context, key, token string, ttl time.Durat
 		return dlm.Lease{}, err
 	}
 	start := time.Now()
-	keys, args := lockCall(key, token, ttl)
+	keys, args := heldCall(key, token, ttl)
 	w, err := f.prepare(ctx, keys)
 	if err != nil {
 		return dlm.Lease{}, err
@@ -510,8 +510,8 @@ func (f *Failover) Release(ctx context.Context, key, token string) error {
 	}
 	cctx, cancel := f.cfg.withTimeout(ctx)
 	defer cancel()
-	keys, args := lockCall(key, token, 0)
-	r, err := releaseScript.Run(cctx, f.node, keys[:1], args...)
+	keys, args := heldCall(key, token, 0)
+	r, err := releaseScript.Run(cctx, f.node, keys, args...)
 	if err == nil && len(r) != 1 {
 		err = errReply(r)
 	}

@@ -142,8 +142,9 @@ func TestFailoverReplicated(t *testing.T) {
 		require.NoError(t, err)
 		for _, r := range topo.Replicas {
 			c := r.Client(t)
-			assert.Equal(t, "a", c.Get(ctx, "dlm:{all}").Val(), "lock on replica %s", r.Addr)
-			assert.Equal(t, fmt.Sprint(lease.Fence), c.Get(ctx, "dlm:{all}:fence").Val(), "fence on replica %s", r.Addr)
+			lock, fence := strategy.Keys("all")
+			assert.Equal(t, fmt.Sprint(lease.Fence, ":a"), c.Get(ctx, lock).Val(), "lock on replica %s", r.Addr)
+			assert.Equal(t, fmt.Sprint(lease.Fence), c.Get(ctx, fence).Val(), "fence counter on replica %s", r.Addr)
 		}
 		_, err = f.Acquire(ctx, "all", "b", ttl)
 		var held *dlm.HeldError
@@ -358,7 +359,7 @@ func TestFailoverSentinel(t *testing.T) {
 		require.NoError(t, err, "the second client takes the lock on the promoted replica")
 
 		assert.True(t, time.Now().Before(leaseA.Until), "A's lease is still valid")
-		assert.Equal(t, "B", promoted.Client(t).Get(ctx, "dlm:{race}").Val())
+		assert.Equal(t, "B", lockHolder(t, promoted.Client(t), "race"))
 		assert.LessOrEqual(t, leaseB.Fence, leaseA.Fence, "the fence went backwards with the lost write")
 		t.Logf("two holders: A (fence %d, valid %v more) and B (fence %d)",
 			leaseA.Fence, time.Until(leaseA.Until).Round(time.Millisecond), leaseB.Fence)
@@ -391,7 +392,7 @@ func TestFailoverSentinel(t *testing.T) {
 		}, func(err error) bool { return err == nil })
 		require.NoError(t, err, "granted with replication healthy")
 		for _, r := range topo.Replicas {
-			assert.Equal(t, "A", r.Client(t).Get(ctx, "dlm:{race}").Val(), "on replica %s", r.Addr)
+			assert.Equal(t, "A", lockHolder(t, r.Client(t), "race"), "on replica %s", r.Addr)
 		}
 
 		old := topo.Primary
@@ -405,7 +406,7 @@ func TestFailoverSentinel(t *testing.T) {
 			return err
 		}, func(err error) bool { return err == nil || errors.As(err, &held) })
 		require.ErrorAs(t, err, &held, "the promoted replica still holds A's lock")
-		assert.Equal(t, "A", promoted.Client(t).Get(ctx, "dlm:{race}").Val())
+		assert.Equal(t, "A", lockHolder(t, promoted.Client(t), "race"))
 
 		require.NoError(t, a.Release(ctx, "race", "A"), "A still holds it on the new primary")
 		var leaseB dlm.Lease

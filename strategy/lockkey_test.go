@@ -9,16 +9,17 @@ func TestLockNames(t *testing.T) {
 		"dlm:{a}", "t:{a}", "x:{61}", "61", "{", "}", "{}", "\x00{\xff}", "ключ{тег}"}
 	seen := map[string]string{}
 	for _, k := range keys {
-		lock, fence := lockNames(k)
+		lock, legacy := lockNames(k)
 		if other, dup := seen[lock]; dup {
 			t.Errorf("keys %q and %q share the lock key %q", k, other, lock)
 		}
 		seen[lock] = k
-		if fence != lock+":fence" {
-			t.Errorf("key %q: counter %q is not the lock key %q plus :fence", k, fence, lock)
+		if legacy != lock+":fence" {
+			t.Errorf("key %q: earlier versions' counter %q is not the lock key %q plus :fence", k, legacy, lock)
 		}
-		if keySlot(lock) != keySlot(fence) {
-			t.Errorf("key %q: lock and counter in different slots", k)
+		keys := lockKeys(k)
+		if keys[0] != lock || keys[2] != legacy || keySlot(lock) != keySlot(keys[1]) || keySlot(lock) != keySlot(legacy) {
+			t.Errorf("key %q: keys %q not in one slot", k, keys)
 		}
 	}
 	for _, k := range []string{"{a}", "x{a}y", "{a}{b}", "{a}:profile"} {

@@ -21,12 +21,12 @@ import (
 // release. A later acquisition uses another token, so a late release
 // cannot delete it.
 func undo(ctx context.Context, c *config, node dlm.Node, key, token string, expires time.Time) {
-	keys, args := lockCall(key, token, 0)
+	keys, args := heldCall(key, token, 0)
 	go func() {
 		refused := false
 		for pause := 10 * time.Millisecond; ; pause = min(2*pause, time.Second) {
 			rctx, cancel := c.cleanupContext(ctx)
-			r, err := releaseScript.Run(rctx, node, keys[:1], args...)
+			r, err := releaseScript.Run(rctx, node, keys, args...)
 			cancel()
 			switch {
 			case err == nil && len(r) == 1 && r[0] == 1, err == nil && refused:
@@ -54,7 +54,7 @@ func extendBatch(ctx context.Context, c *config, node dlm.Node, name string, loc
 			out[i].Err = err
 			continue
 		}
-		keys, args := lockCall(l.Key, l.Token, ttl)
+		keys, args := heldCall(l.Key, l.Token, ttl)
 		calls = append(calls, dlm.Call{Keys: keys, Args: args})
 		idx = append(idx, i)
 	}
@@ -93,7 +93,7 @@ func watchRelease(ctx context.Context, c *config, node dlm.Node, name, key strin
 	if err := c.checkCall(key, "-", 0, false); err != nil {
 		return nil, err
 	}
-	stop, err := node.Watch(ctx, lockKeys(key)[0], func(string) { notify() })
+	stop, err := node.Watch(ctx, lockName(key), func(string) { notify() })
 	if err != nil {
 		return nil, &dlm.NodeError{Node: name, Op: "watch", Err: err}
 	}

@@ -16,7 +16,7 @@ import (
 // DefaultNodeTimeout is Redlock's default per-node timeout (see WithTimeout).
 const DefaultNodeTimeout = 50 * time.Millisecond
 
-var fenceScript = mustScript("redlock_fence.lua")
+var fenceScript = mustScript("redlock_fence.lua", "held.lua")
 
 // Redlock locks over N independent Redis masters with the Redlock algorithm:
 // a call goes to all nodes in parallel, each bounded by the per-node timeout,
@@ -193,13 +193,13 @@ func (s *Redlock) Acquire(ctx context.Context, key, token string, ttl time.Durat
 			// tracking and count for the fence.
 			r.linger(time.Since(start))
 		}
-		if reason = s.writeBackFence(ctx, keys, t, counters); reason == "" {
+		if reason = s.writeBackFence(ctx, keys, token, t, counters); reason == "" {
 			var lease dlm.Lease
 			if lease, reason = s.lease(t.fence, start, ttl); reason == "" {
 				if r.left > 0 {
 					// Late grants are ours; a Release that comes before them
 					// has them released as they arrive.
-					s.drain(r, key, token, false, start.Add(ttl))
+					s.drain(r, key, token, false, start.Add(ttl), t.fence)
 				}
 				return lease, nil
 			}
@@ -213,7 +213,7 @@ func (s *Redlock) Acquire(ctx context.Context, key, token string, ttl time.Durat
 // granted an acquisition, the fence of a majority: it writes it back to as
 // many of them as needed. It returns a reason when the majority was not
 // reached; the nodes that failed are then marked Failed in t.res.
-func (s *Redlock) writeBackFence(ctx context.Context, keys []string, t *tally, counters []int64) string {
+func (s *Redlock) writeBackFence(ctx context.Context, keys []string, token string, t *tally, counters []int64) string {
 	at := 0
 	var low []int
 	for i, r := range t.res {
@@ -228,14 +228,7 @@ func (s *Redlock) writeBackFence(ctx context.Context, keys []string, t *tally, c
 	if at >= s.quorum {
 		return ""
 	}
-	arg := strconv.FormatInt(t.fence, 10)
-	r := s.round(ctx, "fence", fenceScript, []dlm.Call{{Keys: keys[1:], Args: []string{arg}}}, low, s.cfg.timeout,
-		func(_ *tally, _ int, r []int64) (Outcome, error) {
-			if len(r) == 1 && r[0] >= t.fence {
-				return Granted, nil
-			}
-			return Failed, errReply(r)
-		})
+	r := s.fenceRound(ctx, keys, token, t.fence, low)
 	w := &r.t[0]
 	r.collect(ctx, func() bool { return w.decided(len(low), s.quorum-at) })
 	for _, i := range low {
@@ -249,6 +242,19 @@ func (s *Redlock) writeBackFence(ctx context.Context, keys []string, t *tally, c
 	return ""
 }
 
+// fenceRound writes fence back to the listed nodes: their slot's counter
+// becomes at least fence, and token's lock there gets fence as its own.
+func (s *Redlock) fenceRound(ctx context.Context, keys []string, token string, fence int64, nodes []int) *round {
+	arg := strconv.FormatInt(fence, 10)
+	return s.round(ctx, "fence", fenceScript, []dlm.Call{{Keys: keys[:2], Args: []string{arg, token}}}, nodes, s.cfg.timeout,
+		func(_ *tally, _ int, r []int64) (Outcome, error) {
+			if len(r) == 1 && r[0] >= fence {
+				return Granted, nil
+			}
+			return Failed, errReply(r)
+		})
+}
+
 // undo releases a failed acquisition, or a lost extension: before returning
 // on every node that granted it or failed at once (its reply may have been
 // lost), and in the background on the nodes that timed out and on those
@@ -258,7 +264,7 @@ func (s *Redlock) writeBackFence(ctx context.Context, keys []string, t *tally, c
 func (s *Redlock) undo(ctx context.Context, key, token string, res []NodeResult, late *round, expires time.Time) {
 	cctx := context.WithoutCancel(ctx)
 	if late.left > 0 && len(late.calls) == 1 {
-		s.drain(late, key, token, true, expires)
+		s.drain(late, key, token, true, expires, 0)
 	}
 	var now, later []int
 	for i, r := range res {
@@ -315,7 +321,7 @@ func (s *Redlock) settle(ctx context.Context, key, token string, nodes []int, ex
 // release sends the release of key by token to the listed nodes: a node
 // that released it grants, one where token does not hold it refuses.
 func (s *Redlock) release(ctx context.Context, key, token string, nodes []int) *round {
-	return s.round(ctx, "release", releaseScript, []dlm.Call{{Keys: lockKeys(key)[:1], Args: []string{token}}}, nodes, s.cfg.timeout,
+	return s.round(ctx, "release", releaseScript, []dlm.Call{{Keys: []string{lockName(key)}, Args: []string{token}}}, nodes, s.cfg.timeout,
 		func(_ *tally, _ int, r []int64) (Outcome, error) {
 			switch {
 			case len(r) != 1:
@@ -361,7 +367,7 @@ func (s *Redlock) ExtendMany(ctx context.Context, locks []dlm.HeldKey, ttl time.
 			continue
 		}
 		idx = append(idx, i)
-		calls = append(calls, dlm.Call{Keys: lockKeys(l.Key), Args: []string{l.Token, ms(ttl)}})
+		calls = append(calls, dlm.Call{Keys: []string{lockName(l.Key)}, Args: []string{l.Token, ms(ttl)}})
 	}
 	if len(calls) == 0 || ctx.Err() != nil {
 		for _, i := range idx {
@@ -442,7 +448,7 @@ func (s *Redlock) Release(ctx context.Context, key, token string) error {
 	}
 	if r.left > 0 {
 		// The release goes on; a new acquisition by token waits for it.
-		s.drain(r, key, token, true, time.Time{}) // a release round releases nothing more
+		s.drain(r, key, token, true, time.Time{}, 0) // a release round releases nothing more
 	}
 	switch {
 	case notHeld():
@@ -458,17 +464,25 @@ func (s *Redlock) Release(ctx context.Context, key, token string) error {
 // release), or once a Release of key by token begins, each late grant or
 // lost reply of an acquisition or extension is released as it arrives. An
 // acquisition of key by token waits until no such release is running.
-func (s *Redlock) drain(late *round, key, token string, releasing bool, expires time.Time) {
+// Otherwise, when fence is not 0 (a granted acquisition), a late grant
+// whose lock got another fence is given fence, so that Extend returns the
+// acquisition's fence whichever nodes answer it.
+func (s *Redlock) drain(late *round, key, token string, releasing bool, expires time.Time, fence int64) {
 	f := s.flights.add(key, token, releasing)
 	go func() {
 		defer s.flights.done(f)
 		for range late.left {
 			rp := <-late.ch
 			c := rp.calls[0]
-			if late.op == "release" || c.Err == nil && len(c.Reply) == 2 && c.Reply[0] == 0 || !s.flights.releasing(f) {
-				continue
+			replied := c.Err == nil && len(c.Reply) == 2
+			switch {
+			case late.op == "release" || replied && c.Reply[0] == 0:
+			case s.flights.releasing(f):
+				s.settle(context.Background(), key, token, []int{rp.i}, expires)
+			case fence != 0 && replied && c.Reply[1] != fence:
+				r := s.fenceRound(context.Background(), lockKeys(key), token, fence, []int{rp.i})
+				r.collect(context.Background(), never)
 			}
-			s.settle(context.Background(), key, token, []int{rp.i}, expires)
 		}
 	}()
 }

@@ -3,6 +3,7 @@ package strategy_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -98,12 +99,23 @@ func (c *cluster) redlock(t testing.TB, opts ...strategy.Option) *strategy.Redlo
 // holder returns the token holding key on server i ("" when none).
 func (c *cluster) holder(t testing.TB, i int, key string) string {
 	t.Helper()
-	v, err := c.clients[i].Get(context.Background(), "dlm:{"+key+"}").Result()
+	return lockHolder(t, c.clients[i], key)
+}
+
+func lockKey(key string) string  { l, _ := strategy.Keys(key); return l }
+func fenceKey(key string) string { _, f := strategy.Keys(key); return f }
+
+// lockHolder returns the token that holds key on the server of rc, or "".
+func lockHolder(t testing.TB, rc *redis.Client, key string) string {
+	t.Helper()
+	v, err := rc.Get(context.Background(), lockKey(key)).Result()
 	if errors.Is(err, redis.Nil) {
 		return ""
 	}
 	require.NoError(t, err)
-	return v
+	_, token, ok := strings.Cut(v, ":")
+	require.True(t, ok, "lock value %q is not <fence>:<token>", v)
+	return token
 }
 
 // holdsAll reports whether token holds key on every server; token ""
@@ -126,14 +138,14 @@ func (c *cluster) acquireThenLose(t testing.TB, r *strategy.Redlock, key, token 
 	require.NoError(t, err)
 	require.True(t, eventually(time.Second, func() bool { return c.holdsAll(t, key, token) }))
 	for i := range lost {
-		require.NoError(t, c.clients[i].Del(ctx, "dlm:{"+key+"}").Err())
+		require.NoError(t, c.clients[i].Del(ctx, lockKey(key)).Err())
 	}
 }
 
-// counter returns the fencing counter of key on server i.
+// counter returns the fencing counter of key's slot on server i.
 func (c *cluster) counter(t testing.TB, i int, key string) int64 {
 	t.Helper()
-	v, err := c.clients[i].Get(context.Background(), "dlm:{"+key+"}:fence").Int64()
+	v, err := c.clients[i].Get(context.Background(), fenceKey(key)).Int64()
 	if errors.Is(err, redis.Nil) {
 		return 0
 	}

@@ -25,7 +25,7 @@ func (s *Redlock) WatchRelease(ctx context.Context, key string, notify func()) (
 	if err := s.cfg.checkCall(key, "-", 0, false); err != nil {
 		return nil, err
 	}
-	channel := lockKeys(key)[0]
+	channel := lockName(key)
 	// Watches still being made end when ctx ends or stop is called.
 	wctx, cancel := context.WithCancel(ctx)
 	w := &watches{cancel: cancel}

@@ -281,7 +281,7 @@ func TestRedlockLateGrantsAreReleased(t *testing.T) {
 		nodes = append(nodes, goredis.New(slowSocketClient(t, p.Addr)))
 	}
 	for i := range 3 {
-		require.NoError(t, c.clients[i].Set(ctx, "dlm:{k}", "other", 10*time.Second).Err())
+		require.NoError(t, c.clients[i].Set(ctx, "dlm:{k}", "7:other", 10*time.Second).Err())
 	}
 	r, err := strategy.NewRedlock(nodes, strategy.WithTimeout(5*time.Second))
 	require.NoError(t, err)

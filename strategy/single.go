@@ -42,7 +42,7 @@ func (s *Single) Acquire(ctx context.Context, key, token string, ttl time.Durati
 		return dlm.Lease{}, err
 	}
 	start := time.Now()
-	keys, args := lockCall(key, token, ttl)
+	keys, args := acquireCall(key, token, ttl)
 	cctx, cancel := s.cfg.withTimeout(ctx)
 	r, err := acquireScript.Run(cctx, s.node, keys, args...)
 	cancel()
@@ -76,7 +76,7 @@ func (s *Single) Extend(ctx context.Context, key, token string, ttl time.Duratio
 	start := time.Now()
 	cctx, cancel := s.cfg.withTimeout(ctx)
 	defer cancel()
-	keys, args := lockCall(key, token, ttl)
+	keys, args := heldCall(key, token, ttl)
 	r, err := extendScript.Run(cctx, s.node, keys, args...)
 	if err == nil && len(r) != 2 {
 		err = errReply(r)
@@ -97,8 +97,8 @@ func (s *Single) Release(ctx context.Context, key, token string) error {
 	}
 	cctx, cancel := s.cfg.withTimeout(ctx)
 	defer cancel()
-	keys, args := lockCall(key, token, 0)
-	r, err := releaseScript.Run(cctx, s.node, keys[:1], args...)
+	keys, args := heldCall(key, token, 0)
+	r, err := releaseScript.Run(cctx, s.node, keys, args...)
 	if err == nil && len(r) != 1 {
 		err = errReply(r)
 	}

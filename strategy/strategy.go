@@ -2,8 +2,8 @@
 // instance, Redlock over independent masters, and a primary with replicas
 // behind Sentinel.
 //
-// Every strategy stores a lock for key K in one Redis key and its fencing
-// counter in that key plus ":fence", both in one Redis Cluster hash slot:
+// Every strategy stores a lock for key K in one Redis key, whose value is
+// the lock's fence and the holder's token ("<fence>:<token>"):
 //
 //   - K has a hash tag of its own (a non-empty "{tag}", as Redis Cluster
 //     reads it): "dlm:t:K", in the slot of the tag, so a lock can live
@@ -11,8 +11,13 @@
 //   - else K contains a '}': "dlm:x:{hex(K)}" (a '}' would end the tag);
 //   - else "dlm:{K}".
 //
-// Fencing counters are never deleted: one small key stays per lock key ever
-// used.
+// Fences come from one counter per Redis Cluster hash slot, "dlm:fence:{T}"
+// with T a three-character tag of that slot, shared by every lock key of
+// the slot: a server holds at most 16384 counters however many keys were
+// ever locked. Earlier versions kept a counter per lock key (the lock key
+// plus ":fence"); an acquisition folds such a counter into its slot's
+// counter and deletes it, so fences never go back across the upgrade. Do
+// not run earlier versions beside this one on the same keys.
 package strategy
 
 import (
@@ -33,18 +38,24 @@ import (
 //go:embed scripts/*.lua
 var scriptFS embed.FS
 
-func mustScript(name string) *nodekit.Script {
-	b, err := scriptFS.ReadFile("scripts/" + name)
-	if err != nil {
-		panic(err) // the file is embedded at build time
+// mustScript returns the embedded script file name, after the files of
+// prelude (a script reading a lock's value starts with "held.lua").
+func mustScript(name string, prelude ...string) *nodekit.Script {
+	var src []byte
+	for _, n := range append(prelude, name) {
+		b, err := scriptFS.ReadFile("scripts/" + n)
+		if err != nil {
+			panic(err) // the file is embedded at build time
+		}
+		src = append(src, b...)
 	}
-	return nodekit.NewScript(string(b))
+	return nodekit.NewScript(string(src))
 }
 
 var (
-	acquireScript = mustScript("acquire.lua")
-	extendScript  = mustScript("extend.lua")
-	releaseScript = mustScript("release.lua")
+	acquireScript = mustScript("acquire.lua", "held.lua")
+	extendScript  = mustScript("extend.lua", "held.lua")
+	releaseScript = mustScript("release.lua", "held.lua")
 )
 
 // DefaultDriftFactor is the default share of the TTL taken off a lease's
@@ -159,16 +170,33 @@ func (c *config) cleanupContext(ctx context.Context) (context.Context, context.C
 	return context.WithTimeout(context.WithoutCancel(ctx), d)
 }
 
-// lockKeys returns the Redis keys of key's lock and fencing counter.
-func lockKeys(key string) []string {
-	lock, fence := lockNames(key)
-	return []string{lock, fence}
+// Keys returns the Redis keys that hold key's lock and its fencing counter
+// (shared with the other lock keys of its hash slot), as the package
+// documentation says: for inspecting a server, not for writing to it.
+func Keys(key string) (lock, fence string) {
+	keys := lockKeys(key)
+	return keys[0], keys[1]
 }
 
-// lockNames returns the Redis keys of key's lock and fencing counter, as
-// the package documentation says; the lock key is a prefix of the
-// counter's, so both share one allocation.
-func lockNames(key string) (lock, fence string) {
+// lockKeys returns the Redis keys of an acquisition of key: its lock, its
+// slot's fencing counter, and the per-key counter of earlier versions.
+// Extend and Release use the first only.
+func lockKeys(key string) []string {
+	keys, _ := acquireCall(key, "", 0)
+	return keys
+}
+
+// lockName returns the Redis key of key's lock, as the package
+// documentation says.
+func lockName(key string) string {
+	lock, _ := lockNames(key)
+	return lock
+}
+
+// lockNames returns the Redis keys of key's lock and of the counter earlier
+// versions kept for it; the lock key is a prefix of the counter's, so both
+// share one allocation.
+func lockNames(key string) (lock, legacy string) {
 	var f string
 	switch {
 	case hasHashTag(key):
@@ -188,18 +216,34 @@ func hasHashTag(key string) bool {
 	return i >= 0 && strings.IndexByte(key[i+1:], '}') > 0
 }
 
-// lockCall returns the keys of a script call on key (those of lockKeys) and
-// its arguments (token, then ttl in milliseconds when ttl > 0) in one
+// acquireCall returns the keys of an acquisition's script call on key
+// (those of lockKeys) and its arguments (token, ttl in milliseconds) in one
 // allocation besides the keys' text: it is on every lock call's path.
-func lockCall(key, token string, ttl time.Duration) (keys, args []string) {
-	c := new(struct{ keys, args [2]string })
-	c.keys[0], c.keys[1] = lockNames(key)
+func acquireCall(key, token string, ttl time.Duration) (keys, args []string) {
+	keys, args = lockCall(key, token, ttl, 3)
+	keys[1] = fenceName(keySlot(keys[0]))
+	return keys, args
+}
+
+// heldCall returns the keys (the lock key alone) and arguments (token, then
+// ttl in milliseconds when ttl > 0) of a call on a held lock: an extension
+// or a release.
+func heldCall(key, token string, ttl time.Duration) (keys, args []string) {
+	return lockCall(key, token, ttl, 1)
+}
+
+func lockCall(key, token string, ttl time.Duration, nkeys int) (keys, args []string) {
+	c := new(struct {
+		keys [3]string
+		args [2]string
+	})
+	c.keys[0], c.keys[2] = lockNames(key)
 	c.args[0] = token
 	if ttl <= 0 {
-		return c.keys[:], c.args[:1]
+		return c.keys[:nkeys], c.args[:1]
 	}
 	c.args[1] = ms(ttl)
-	return c.keys[:], c.args[:]
+	return c.keys[:nkeys], c.args[:]
 }
 
 // ms returns d in milliseconds as text. The last value is kept: a program

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlmgo/dlm/strategy"
+
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -124,7 +126,7 @@ func TestRunRedlockRacingProcesses(t *testing.T) {
 	ctx := context.Background()
 	last, holding := fences[len(fences)-1], 0
 	for _, s := range servers {
-		v, err := s.Client(t).Get(ctx, "dlm:{race}:fence").Int()
+		v, err := s.Client(t).Get(ctx, fenceOf("race")).Int()
 		if errors.Is(err, redis.Nil) {
 			continue
 		}
@@ -154,7 +156,7 @@ func TestSentinelDeployment(t *testing.T) {
 	assert.Equal(t, 0, code, out)
 	assert.Contains(t, out, "fence=1")
 	// The lock and its fence reached the replica before the command ran.
-	assert.Equal(t, "1", topo.Replicas[0].Client(t).Get(context.Background(), "dlm:{s}:fence").Val())
+	assert.Equal(t, "1", topo.Replicas[0].Client(t).Get(context.Background(), fenceOf("s")).Val())
 
 	code, out = runDLM(t, "doctor", "--url", url)
 	assert.Equal(t, 1, code, out) // no AOF
@@ -436,4 +438,10 @@ func TestHelpNamesTheDefaultDeployment(t *testing.T) {
 	code, out = runDLM(t, "doctor", "-h")
 	assert.Equal(t, 0, code)
 	assert.Contains(t, out, "else "+defaultURL)
+}
+
+// fenceOf returns the Redis key of key's fencing counter.
+func fenceOf(key string) string {
+	_, f := strategy.Keys(key)
+	return f
 }

@@ -1,16 +1,30 @@
--- Takes a lock and advances its fencing counter, in one step.
--- KEYS[1] lock key, KEYS[2] fencing counter (same hash slot).
+-- Takes a lock, with a fence from its slot's counter, in one step.
+-- KEYS[1] lock key, KEYS[2] the fencing counter of its slot, KEYS[3] the
+-- lock's own counter of earlier versions (all in one hash slot).
 -- ARGV[1] token, ARGV[2] TTL in milliseconds.
+-- The lock's value is "<fence>:<token>".
 -- Replies {1, fence} when the token holds the lock (taken now, or already
--- held by the same token, whose TTL is then refreshed), or {0, pttl} when
--- another token holds it (pttl is -1 when the key has no TTL).
-local holder = redis.call('GET', KEYS[1])
-if holder == ARGV[1] then
+-- held by the same token, whose TTL is then refreshed and whose fence
+-- stays), or {0, pttl} when another token holds it (pttl is -1 when the key
+-- has no TTL).
+local v = redis.call('GET', KEYS[1])
+local fence = held(v, ARGV[1])
+if fence then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return {1, tonumber(redis.call('GET', KEYS[2]) or '0')}
+  return {1, fence}
 end
-if holder then
+if v then
   return {0, redis.call('PTTL', KEYS[1])}
 end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-return {1, redis.call('INCR', KEYS[2])}
+fence = redis.call('INCR', KEYS[2])
+local old = tonumber(redis.call('GET', KEYS[3]))
+if old then
+  -- A counter of an earlier version: fold it in, so fences never go back.
+  redis.call('DEL', KEYS[3])
+  if old >= fence then
+    fence = old + 1
+    redis.call('SET', KEYS[2], string.format('%d', fence))
+  end
+end
+redis.call('SET', KEYS[1], string.format('%d', fence) .. ':' .. ARGV[1], 'PX', ARGV[2])
+return {1, fence}

@@ -1,11 +1,21 @@
--- Raises a fencing counter to at least a fence (Redlock's write-back round).
--- KEYS[1] fencing counter. ARGV[1] the fence, a positive integer.
+-- Redlock's write-back round: raises a slot's fencing counter to at least
+-- a grant's fence, and makes that the fence of the token's lock.
+-- KEYS[1] lock key, KEYS[2] the fencing counter of its slot.
+-- ARGV[1] the fence, a positive integer; ARGV[2] the token.
 -- Replies {counter} after the update, that is max(counter, ARGV[1]). The
--- counter never decreases, so the script may be retried or reordered freely.
-local c = tonumber(redis.call('GET', KEYS[1]) or '0')
+-- counter never decreases, so the script may be retried or reordered freely;
+-- the lock keeps its TTL, and is left alone when the token does not hold it.
 local t = tonumber(ARGV[1])
+local c = tonumber(redis.call('GET', KEYS[2]) or '0')
 if c < t then
-  redis.call('SET', KEYS[1], ARGV[1])
-  return {t}
+  redis.call('SET', KEYS[2], ARGV[1])
+  c = t
+end
+local fence = held(redis.call('GET', KEYS[1]), ARGV[2])
+if fence and fence ~= t then
+  local pttl = redis.call('PTTL', KEYS[1])
+  if pttl > 0 then
+    redis.call('SET', KEYS[1], ARGV[1] .. ':' .. ARGV[2], 'PX', pttl)
+  end
 end
 return {c}

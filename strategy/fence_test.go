@@ -1,0 +1,196 @@
+package strategy_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/driver/goredis"
+	"github.com/dlmgo/dlm/internal/redistest"
+	"github.com/dlmgo/dlm/strategy"
+)
+
+// The fence state of a server does not grow with the number of lock keys
+// ever used: 100,000 distinct keys leave one counter per hash slot they
+// touched, at most 16,384, and no counter of their own.
+func TestFenceStateBounded(t *testing.T) {
+	srv := redistest.Start(t)
+	c := slowSocketClient(t, srv.Addr)
+	s, err := strategy.NewSingle(goredis.New(c))
+	require.NoError(t, err)
+	ctx := context.Background()
+	const keys, workers = 100_000, 16
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < keys; i += workers {
+				if _, err := s.Acquire(ctx, fmt.Sprint("bounded-", i), "A", time.Minute); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	require.NoError(t, <-errs)
+	took := time.Since(start)
+
+	slotsUsed := map[string]bool{}
+	for i := range keys {
+		_, f := strategy.Keys(fmt.Sprint("bounded-", i))
+		slotsUsed[f] = true
+	}
+	counters, other := 0, 0
+	iter := c.Scan(ctx, 0, "*", 10_000).Iterator()
+	for iter.Next(ctx) {
+		switch k := iter.Val(); {
+		case strings.HasPrefix(k, "dlm:fence:{"):
+			counters++
+			assert.True(t, slotsUsed[k], "counter %s of a slot no key used", k)
+		case strings.HasSuffix(k, ":fence"):
+			other++
+		}
+	}
+	require.NoError(t, iter.Err())
+	t.Logf("%d distinct lock keys (%v, %d workers): %d fencing counters for %d slots used, %d per-key counters, %d keys in all",
+		keys, took.Round(time.Millisecond), workers, counters, len(slotsUsed), other, c.DBSize(ctx).Val())
+	assert.Equal(t, len(slotsUsed), counters, "one counter per slot used")
+	assert.LessOrEqual(t, counters, 16384)
+	assert.Zero(t, other, "no per-key counters")
+	assert.Equal(t, int64(keys+counters), c.DBSize(ctx).Val(), "the locks and the counters, nothing else")
+}
+
+// A counter of an earlier version (one per lock key) is folded into the
+// slot's counter at the key's next acquisition and deleted: fences never go
+// back across the upgrade, and the old state goes away.
+func TestFenceUpgradeFoldsPerKeyCounters(t *testing.T) {
+	srv := redistest.Start(t)
+	c := slowSocketClient(t, srv.Addr)
+	ctx := context.Background()
+	lock, counter := strategy.Keys("upgraded")
+	legacy := lock + ":fence"
+	require.NoError(t, c.Set(ctx, legacy, 500, 0).Err())
+	require.NoError(t, c.Set(ctx, counter, 7, 0).Err()) // other keys of the slot used it
+
+	s, err := strategy.NewSingle(goredis.New(c))
+	require.NoError(t, err)
+	l, err := s.Acquire(ctx, "upgraded", "A", time.Minute)
+	require.NoError(t, err)
+	assert.Equal(t, uint64(501), l.Fence, "above the earlier version's last fence")
+	assert.Zero(t, c.Exists(ctx, legacy).Val(), "the per-key counter is gone")
+	assert.Equal(t, "501", c.Get(ctx, counter).Val())
+	require.NoError(t, s.Release(ctx, "upgraded", "A"))
+	l, err = s.Acquire(ctx, "upgraded", "B", time.Minute)
+	require.NoError(t, err)
+	assert.Equal(t, uint64(502), l.Fence)
+
+	// A per-key counter below the slot's is dropped without effect.
+	other := sameSlotKey(t, "upgraded")
+	otherLock, _ := strategy.Keys(other)
+	require.NoError(t, c.Set(ctx, otherLock+":fence", 3, 0).Err())
+	l, err = s.Acquire(ctx, other, "A", time.Minute)
+	require.NoError(t, err)
+	assert.Equal(t, uint64(503), l.Fence)
+	assert.Zero(t, c.Exists(ctx, otherLock+":fence").Val())
+}
+
+// sameSlotKey returns a key other than key whose fencing counter is key's.
+func sameSlotKey(t *testing.T, key string) string {
+	_, want := strategy.Keys(key)
+	for i := 0; ; i++ {
+		k := fmt.Sprint(key, "-", i)
+		if _, f := strategy.Keys(k); f == want {
+			return k
+		}
+	}
+}
+
+// Keys of one slot share a counter: each acquisition's fence is above
+// every earlier one of the slot, and a lock keeps its own fence through
+// extensions while other keys of the slot are taken.
+func TestFenceSharedBySlot(t *testing.T) {
+	srv := redistest.Start(t)
+	s, err := strategy.NewSingle(goredis.New(slowSocketClient(t, srv.Addr)))
+	require.NoError(t, err)
+	ctx := context.Background()
+	a, b := "shared", sameSlotKey(t, "shared")
+	la, err := s.Acquire(ctx, a, "A", time.Minute)
+	require.NoError(t, err)
+	lb, err := s.Acquire(ctx, b, "B", time.Minute)
+	require.NoError(t, err)
+	assert.Greater(t, lb.Fence, la.Fence)
+	e, err := s.Extend(ctx, a, "A", time.Minute)
+	require.NoError(t, err)
+	assert.Equal(t, la.Fence, e.Fence, "Extend keeps the acquisition's fence")
+	again, err := s.Acquire(ctx, a, "A", time.Minute)
+	require.NoError(t, err)
+	assert.Equal(t, la.Fence, again.Fence, "reacquiring with the holder's token keeps the fence")
+}
+
+// Redlock's write-back gives the lock on every node the fence of the
+// grant, not only the counters: Extend then returns the acquisition's
+// fence whichever majority answers it.
+func TestRedlockWriteBackGivesLocksTheirFence(t *testing.T) {
+	c := startCluster(t, 5)
+	ctx := context.Background()
+	_, counter := strategy.Keys("k")
+	require.NoError(t, c.clients[0].Set(ctx, counter, 10, 0).Err())
+	require.NoError(t, c.clients[1].Set(ctx, counter, 20, 0).Err())
+	r, err := strategy.NewRedlock(c.nodes, strategy.WithTimeout(time.Second))
+	require.NoError(t, err)
+	l, err := r.Acquire(ctx, "k", "A", time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, uint64(21), l.Fence, "the largest counter of the granting nodes")
+	assert.True(t, eventually(2*time.Second, func() bool {
+		for i := range c.clients {
+			if v := c.clients[i].Get(ctx, lockKey("k")).Val(); v != "21:A" {
+				return false
+			}
+		}
+		return true
+	}), "every node's lock has the grant's fence")
+	c.servers[1].Kill(t) // the one node that granted with 21 by itself
+	e, err := r.Extend(ctx, "k", "A", time.Minute)
+	require.NoError(t, err)
+	assert.Equal(t, l.Fence, e.Fence, "Extend without the node whose counter was the fence")
+}
+
+// A node whose grant arrives after the acquisition returned, with a fence
+// of its own, is given the acquisition's: Extend keeps returning it.
+func TestRedlockLateGrantGetsTheFence(t *testing.T) {
+	c := startCluster(t, 5)
+	ctx := context.Background()
+	nodes := append([]dlm.Node(nil), c.nodes[:4]...)
+	p := redistest.StartProxy(t, c.servers[4].Addr)
+	p.SetDelay(300 * time.Millisecond)
+	nodes = append(nodes, goredis.New(slowSocketClient(t, p.Addr)))
+	_, counter := strategy.Keys("k")
+	require.NoError(t, c.clients[4].Set(ctx, counter, 100, 0).Err())
+	r, err := strategy.NewRedlock(nodes, strategy.WithTimeout(5*time.Second))
+	require.NoError(t, err)
+	// The first call asks every node which server it is: not this one.
+	_, err = r.Acquire(ctx, "warm-up", "A", time.Minute)
+	require.NoError(t, err)
+	l, err := r.Acquire(ctx, "k", "A", time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), l.Fence, "granted by the four fast nodes")
+	assert.True(t, eventually(3*time.Second, func() bool {
+		return c.clients[4].Get(ctx, lockKey("k")).Val() == "1:A"
+	}), "the late grant's lock got the acquisition's fence; it has %q", c.clients[4].Get(ctx, lockKey("k")).Val())
+	assert.Equal(t, "101", c.clients[4].Get(ctx, counter).Val(), "its counter stays")
+	e, err := r.Extend(ctx, "k", "A", time.Minute)
+	require.NoError(t, err)
+	assert.Equal(t, l.Fence, e.Fence)
+}
