@@ -22,28 +22,32 @@ import (
 // clusterNodeTimeout is redistest's cluster-node-timeout.
 const clusterNodeTimeout = 2 * time.Second
 
+// clusterClients are the drivers with a Cluster client, built with the
+// client's default options from one seed address.
+var clusterClients = []struct {
+	name string
+	node func(t *testing.T, seed string) dlm.Node
+}{
+	{"go-redis", func(t *testing.T, seed string) dlm.Node {
+		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{seed}}) // default options
+		t.Cleanup(func() { _ = c.Close() })
+		return goredis.New(c)
+	}},
+	{"rueidis", func(t *testing.T, seed string) dlm.Node {
+		c, err := rueidislib.NewClient(rueidislib.ClientOption{InitAddress: []string{seed}, DisableCache: true})
+		require.NoError(t, err)
+		t.Cleanup(c.Close)
+		return rueidis.New(c)
+	}},
+}
+
 // A master of a Cluster with replicas killed while auto-renewed locks are
 // held on every master, over clients built with their default options: not
 // one lock held on another master is lost, and acquisitions in the dead
 // master's slots succeed again within the node timeout plus 2s (plus slack
 // for a loaded machine) once its replica took over.
 func TestClusterMasterFailoverCostsNoOtherLocks(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		node func(t *testing.T, seed string) dlm.Node
-	}{
-		{"go-redis", func(t *testing.T, seed string) dlm.Node {
-			c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{seed}}) // default options
-			t.Cleanup(func() { _ = c.Close() })
-			return goredis.New(c)
-		}},
-		{"rueidis", func(t *testing.T, seed string) dlm.Node {
-			c, err := rueidislib.NewClient(rueidislib.ClientOption{InitAddress: []string{seed}, DisableCache: true})
-			require.NoError(t, err)
-			t.Cleanup(c.Close)
-			return rueidis.New(c)
-		}},
-	} {
+	for _, tc := range clusterClients {
 		t.Run(tc.name, func(t *testing.T) {
 			cl := redistest.StartClusterReplicas(t, 1, 1, 1)
 			const ttl = 8 * time.Second

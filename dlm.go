@@ -31,6 +31,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -215,6 +216,20 @@ type NodeError struct {
 
 func (e *NodeError) Error() string { return "dlm: " + e.Op + " on " + e.Node + ": " + e.Err.Error() }
 func (e *NodeError) Unwrap() error { return e.Err }
+
+// RetryAfter reports a short wait when the node refused the call before
+// running it because its keys' Cluster hash slot is being moved between
+// masters (a TRYAGAIN reply): 10ms, for the move may end at any moment.
+func (e *NodeError) RetryAfter() (time.Duration, bool) {
+	if anyLeaf(e.Err, func(err error) bool { return strings.HasPrefix(err.Error(), "TRYAGAIN") }) {
+		return slotMovingRetry, true
+	}
+	return 0, false
+}
+
+// slotMovingRetry is how long NodeError.RetryAfter says to wait after a
+// TRYAGAIN reply.
+const slotMovingRetry = 10 * time.Millisecond
 
 // HeldError reports that another owner holds a key. It matches ErrNotAcquired.
 type HeldError struct {

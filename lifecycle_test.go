@@ -21,15 +21,25 @@ import (
 )
 
 // countingNode counts the round trips made through a Node: single calls,
-// and batches (Run with more than one script) with the scripts they carry.
-// Its other methods are the wrapped Node's.
+// and batches (Run with more than one script) with the scripts they carry;
+// and the script calls of acquisitions (three keys) and of releases (one
+// key, one argument). Its other methods are the wrapped Node's.
 type countingNode struct {
 	dlm.Node
 	calls, batches, batched atomic.Int64
 	batchNs                 atomic.Int64 // longest batch
+	acquires, releases      atomic.Int64
 }
 
 func (n *countingNode) Run(ctx context.Context, calls []dlm.Call) {
+	for _, c := range calls {
+		switch {
+		case len(c.Keys) == 3:
+			n.acquires.Add(1)
+		case len(c.Keys) == 1 && len(c.Args) == 1:
+			n.releases.Add(1)
+		}
+	}
 	if len(calls) == 1 {
 		n.calls.Add(1)
 		n.Node.Run(ctx, calls)

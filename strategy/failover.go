@@ -456,9 +456,12 @@ func (f *Failover) Acquire(ctx context.Context, key, token string, ttl time.Dura
 		err = errReply(r)
 	}
 	if err != nil {
-		// The script may have run even though the reply was lost: undo it.
-		undo(ctx, &f.cfg, f.node, key, token, start.Add(ttl))
-		return dlm.Lease{}, fmt.Errorf("%w: %w", dlm.ErrNotAcquired, &dlm.NodeError{Node: f.name, Op: "acquire", Err: err})
+		err := &dlm.NodeError{Node: f.name, Op: "acquire", Err: err}
+		if !notRun(err) {
+			// The script may have run even though the reply was lost: undo it.
+			undo(ctx, &f.cfg, f.node, key, token, start.Add(ttl))
+		}
+		return dlm.Lease{}, fmt.Errorf("%w: %w", dlm.ErrNotAcquired, err)
 	}
 	if r[0] == 0 {
 		return dlm.Lease{}, &dlm.HeldError{Key: key, Remaining: time.Duration(r[1]) * time.Millisecond}

@@ -11,6 +11,13 @@ import (
 // The lifecycle abilities of the strategies that run on one node (Single,
 // and Failover on its primary).
 
+// notRun reports whether the node refused a call before running it because
+// its hash slot is moving (TRYAGAIN): there is nothing to undo.
+func notRun(err *dlm.NodeError) bool {
+	_, moving := err.RetryAfter()
+	return moving
+}
+
 // undo releases token's lock on key in the background, so that the call
 // that gives the lock back returns within its own deadline. A release that
 // fails (the server is frozen, unreachable, restarting) is tried again,

@@ -50,9 +50,12 @@ func (s *Single) Acquire(ctx context.Context, key, token string, ttl time.Durati
 		err = errReply(r)
 	}
 	if err != nil {
-		// The script may have run even though the reply was lost: undo it.
-		undo(ctx, &s.cfg, s.node, key, token, start.Add(ttl))
-		return dlm.Lease{}, fmt.Errorf("%w: %w", dlm.ErrNotAcquired, &dlm.NodeError{Node: s.name, Op: "acquire", Err: err})
+		err := &dlm.NodeError{Node: s.name, Op: "acquire", Err: err}
+		if !notRun(err) {
+			// The script may have run even though the reply was lost: undo it.
+			undo(ctx, &s.cfg, s.node, key, token, start.Add(ttl))
+		}
+		return dlm.Lease{}, fmt.Errorf("%w: %w", dlm.ErrNotAcquired, err)
 	}
 	if r[0] == 0 {
 		return dlm.Lease{}, &dlm.HeldError{Key: key, Remaining: time.Duration(r[1]) * time.Millisecond}

@@ -205,3 +205,72 @@ func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// MigrateSlot moves hash slot slot from master from to master to of a
+// running Cluster as redis-cli's resharding does: BeginMigration, its keys
+// MIGRATEd batch at a time with pause between batches (so that a test can
+// act while the slot is split between the two), and FinishMigration.
+func (cl *Cluster) MigrateSlot(t testing.TB, slot int, from, to *Server, batch int, pause time.Duration) {
+	t.Helper()
+	cl.BeginMigration(t, slot, from, to)
+	cl.FinishMigration(t, slot, from, to, batch, pause)
+}
+
+// BeginMigration marks slot importing on to and migrating on from: from
+// still serves the slot's keys it has, and a call on several keys of the
+// slot of which it lacks some gets TRYAGAIN.
+func (cl *Cluster) BeginMigration(t testing.TB, slot int, from, to *Server) {
+	t.Helper()
+	do(t, to, "CLUSTER", "SETSLOT", slot, "IMPORTING", nodeID(t, from))
+	do(t, from, "CLUSTER", "SETSLOT", slot, "MIGRATING", nodeID(t, to))
+}
+
+// FinishMigration moves the keys of slot, which BeginMigration marked,
+// from from to to as MigrateSlot says, and gives the slot to to on every
+// master.
+func (cl *Cluster) FinishMigration(t testing.TB, slot int, from, to *Server, batch int, pause time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	fc := from.Client(t)
+	for {
+		keys, err := fc.ClusterGetKeysInSlot(ctx, slot, batch).Result()
+		if err != nil {
+			t.Fatalf("redistest: CLUSTER GETKEYSINSLOT: %v", err)
+		}
+		if len(keys) == 0 {
+			break
+		}
+		args := []any{"MIGRATE", "127.0.0.1", to.Port, "", 0, 5000, "KEYS"}
+		for _, k := range keys {
+			args = append(args, k)
+		}
+		if err := fc.Do(ctx, args...).Err(); err != nil {
+			t.Fatalf("redistest: MIGRATE from %s: %v", from.Addr, err)
+		}
+		time.Sleep(pause)
+	}
+	id := nodeID(t, to)
+	do(t, to, "CLUSTER", "SETSLOT", slot, "NODE", id)
+	do(t, from, "CLUSTER", "SETSLOT", slot, "NODE", id)
+	for _, m := range cl.Masters {
+		if m != from && m != to {
+			do(t, m, "CLUSTER", "SETSLOT", slot, "NODE", id)
+		}
+	}
+}
+
+func nodeID(t testing.TB, s *Server) string {
+	t.Helper()
+	id, err := s.Client(t).ClusterMyID(context.Background()).Result()
+	if err != nil {
+		t.Fatalf("redistest: CLUSTER MYID on %s: %v", s.Addr, err)
+	}
+	return id
+}
+
+func do(t testing.TB, s *Server, args ...any) {
+	t.Helper()
+	if err := s.Client(t).Do(context.Background(), args...).Err(); err != nil {
+		t.Fatalf("redistest: %v on %s: %v", args, s.Addr, err)
+	}
+}
