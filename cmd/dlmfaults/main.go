@@ -1,0 +1,75 @@
+// Command dlmfaults runs dlm's fault suite: every strategy under every
+// nemesis, each cell on real redis-server and redis-sentinel processes in
+// network namespaces of their own, with client processes contending for
+// one key and writing to a fenced register. It writes the matrix to
+// -out (results.json, results.md) and exits 1 when a cell breaks a
+// promise of the documentation. It needs root (network namespaces) and
+// redis-server, redis-sentinel, iproute2 and nsenter.
+//
+//	go run ./cmd/dlmfaults                      # the full matrix
+//	go run ./cmd/dlmfaults -duration 8s -clients 4 -strategies redlock -nemeses none,pause-holder
+//	go run ./cmd/dlmfaults -plant stale-lease   # with a bug planted on purpose
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/dlmgo/dlm/faults"
+)
+
+func main() {
+	faults.MainIfClient()
+	var (
+		strategies = flag.String("strategies", strings.Join(faults.Strategies(), ","), "strategies, comma-separated")
+		nemeses    = flag.String("nemeses", strings.Join(faults.Nemeses(), ","), "nemeses, comma-separated")
+		clients    = flag.Int("clients", 8, "client processes per cell")
+		duration   = flag.Duration("duration", 20*time.Second, "length of each cell")
+		ttl        = flag.Duration("ttl", time.Second, "lease TTL")
+		hold       = flag.Duration("hold", 10*time.Millisecond, "how long a holder keeps the lock")
+		wait       = flag.Duration("wait", 2*time.Second, "how long a Lock call may wait")
+		plant      = flag.String("plant", "", `a bug to plant in the clients: "stale-lease" (leases outlive the servers' keys)`)
+		out        = flag.String("out", "faults/results", "directory for results.json and results.md")
+		note       = flag.String("note", "", "a line added to the results' header")
+	)
+	flag.Parse()
+	var cells []faults.Cell
+	for _, s := range strings.Split(*strategies, ",") {
+		for _, n := range strings.Split(*nemeses, ",") {
+			if faults.Applies(s, n) {
+				cells = append(cells, faults.Cell{Strategy: s, Nemesis: n, Clients: *clients, Duration: *duration,
+					TTL: *ttl, Hold: *hold, Wait: *wait, Plant: *plant})
+			}
+		}
+	}
+	if len(cells) == 0 {
+		fmt.Fprintln(os.Stderr, "dlmfaults: no cell: check -strategies and -nemeses")
+		os.Exit(2)
+	}
+	tmp, err := os.MkdirTemp("", "dlmfaults")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "dlmfaults:", err)
+		os.Exit(2)
+	}
+	defer os.RemoveAll(tmp)
+	start := time.Now()
+	results := faults.Matrix(cells, tmp, os.Stdout)
+	header := fmt.Sprintf("Fault matrix: `go run ./cmd/dlmfaults %s`, %s, %d CPUs, %v in all.",
+		strings.Join(os.Args[1:], " "), start.UTC().Format("2006-01-02"), runtime.NumCPU(), time.Since(start).Round(time.Second))
+	if *note != "" {
+		header += " " + *note
+	}
+	if err := faults.WriteResults(*out, results, header); err != nil {
+		fmt.Fprintln(os.Stderr, "dlmfaults:", err)
+		os.Exit(2)
+	}
+	for _, r := range results {
+		if !r.Kept || r.Err != "" {
+			os.Exit(1)
+		}
+	}
+}

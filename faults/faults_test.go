@@ -1,0 +1,95 @@
+package faults
+
+import (
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestMain(m *testing.M) {
+	MainIfClient()
+	os.Exit(m.Run())
+}
+
+// needRoot skips a test that needs network namespaces when this is not
+// root, unless DLM_REQUIRE_REDIS is set (in CI), where it fails.
+func needRoot(t *testing.T) {
+	t.Helper()
+	var missing []string
+	for _, bin := range []string{"redis-server", "redis-sentinel", "ip", "nsenter"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			missing = append(missing, bin)
+		}
+	}
+	why := ""
+	switch {
+	case os.Geteuid() != 0:
+		why = "network namespaces need root"
+	case len(missing) > 0:
+		why = "missing " + strings.Join(missing, ", ")
+	default:
+		return
+	}
+	if os.Getenv("DLM_REQUIRE_REDIS") != "" {
+		t.Fatal(why)
+	}
+	t.Skip(why)
+}
+
+func shortCell(strategy, nemesis string) Cell {
+	return Cell{Strategy: strategy, Nemesis: nemesis, Clients: 4, Duration: 8 * time.Second,
+		TTL: time.Second, Hold: 10 * time.Millisecond, Wait: 2 * time.Second}
+}
+
+// The short matrix: a cell of each kind of fault, each of which must keep
+// what the documentation promises. The full matrix is `go run
+// ./cmd/dlmfaults`.
+func TestShortMatrix(t *testing.T) {
+	needRoot(t)
+	cells := []Cell{
+		shortCell("redlock", "stop-minority"),
+		shortCell("redlock", "kill-fsync"),
+		shortCell("redlock", "pause-holder"),
+		shortCell("redlock", "partition-holder"),
+		shortCell("redlock", "partition-majority"),
+		shortCell("single", "pause-holder"),
+		shortCell("failover-ack-all", "failover"),
+	}
+	var log strings.Builder
+	results := Matrix(cells, t.TempDir(), &log)
+	t.Log("\n" + log.String())
+	for _, r := range results {
+		switch {
+		case r.Err != "":
+			t.Errorf("%s × %s: %s", r.Cell.Strategy, r.Cell.Nemesis, r.Err)
+		case !r.Kept:
+			t.Errorf("%s × %s broke its promise: %s", r.Cell.Strategy, r.Cell.Nemesis, r.summary())
+		case r.Cell.Nemesis != "none" && r.Faults == 0:
+			t.Errorf("%s × %s: the nemesis never struck", r.Cell.Strategy, r.Cell.Nemesis)
+		case r.Counts.Grants < 50:
+			t.Errorf("%s × %s: only %d grants", r.Cell.Strategy, r.Cell.Nemesis, r.Counts.Grants)
+		}
+	}
+}
+
+// The suite finds a bug planted on purpose: leases that outlive the
+// servers' keys (a strategy that skips the validity check) give two
+// holders at once when a holder pauses.
+func TestFindsPlantedBug(t *testing.T) {
+	needRoot(t)
+	for _, nem := range []string{"pause-holder", "partition-holder"} {
+		cell := shortCell("redlock", nem)
+		cell.Plant = "stale-lease"
+		events, err := RunCell(cell, t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := Check(events)
+		if keeps(promise(cell.Strategy, cell.Nemesis), c) {
+			t.Errorf("%s: the planted bug went unnoticed: %+v", nem, c)
+		}
+		t.Logf("%s with stale leases: %+v", nem, c)
+	}
+}

@@ -1,0 +1,165 @@
+package faults
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// A Promise is what dlm's documentation promises for a strategy under a
+// nemesis.
+type Promise struct {
+	// Exclusion: no two clients hold valid leases at once, and no write a
+	// client sent after its lease ended is accepted.
+	Exclusion bool `json:"exclusion"`
+	// Fences: every grant's fence is above those of the grants completed
+	// before it began, so the register never accepts a stale holder's
+	// write.
+	Fences bool   `json:"fences"`
+	Why    string `json:"why,omitempty"` // where the documentation says a guarantee does not hold
+}
+
+// promise returns what the documentation promises for strategy under
+// nemesis.
+func promise(strategy, nemesis string) Promise {
+	all := Promise{Exclusion: true, Fences: true}
+	switch nemesis {
+	case "kill-empty":
+		return Promise{Why: "a majority lost its data: no lock survives that (README: what a lock guarantees)"}
+	case "kill-delayed":
+		return Promise{Exclusion: true, Why: "the restarted majority's fence counters start again (README: counters never go back is an assumption)"}
+	case "failover":
+		if strategy == "failover-ack-none" {
+			return Promise{Why: "a replica promoted before it received the lock (ack=none: the failover race)"}
+		}
+	}
+	return all
+}
+
+// A Result is one cell of the matrix.
+type Result struct {
+	Cell    Cell    `json:"cell"`
+	Counts  Counts  `json:"counts"`
+	Faults  int     `json:"faults"` // how many times the nemesis struck
+	Promise Promise `json:"promise"`
+	// Kept reports whether the counts keep the promise.
+	Kept bool   `json:"kept"`
+	Err  string `json:"error,omitempty"`
+}
+
+// keeps reports whether c keeps p.
+func keeps(p Promise, c Counts) bool {
+	if c.Linearizable != "Ok" && c.Linearizable != "Unknown" {
+		return false
+	}
+	if p.Exclusion && (c.Overlaps > 0 || c.LateAccepted > 0) {
+		return false
+	}
+	if p.Fences && (c.FenceRegressions > 0 || c.LostWrites > 0) {
+		return false
+	}
+	return true
+}
+
+// Applies reports whether nemesis makes sense for strategy.
+func Applies(strategy, nemesis string) bool {
+	n := findNemesis(nemesis)
+	return n != nil && n.applies(strategy)
+}
+
+// Strategies and Nemeses list what the matrix covers.
+func Strategies() []string { return append([]string(nil), strategies...) }
+
+func Nemeses() []string {
+	var out []string
+	for _, n := range nemeses {
+		out = append(out, n.Name)
+	}
+	return out
+}
+
+// Matrix runs every cell (files under dir), reporting each on progress as
+// it ends.
+func Matrix(cells []Cell, dir string, progress io.Writer) []Result {
+	var out []Result
+	for i, c := range cells {
+		start := time.Now()
+		r := Result{Cell: c, Promise: promise(c.Strategy, c.Nemesis)}
+		events, err := RunCell(c, filepath.Join(dir, fmt.Sprintf("cell%d", i)))
+		if err != nil {
+			r.Err = err.Error()
+		} else {
+			r.Counts = Check(events)
+			for _, e := range events {
+				if e.Kind == Fault {
+					r.Faults++
+				}
+			}
+			r.Kept = keeps(r.Promise, r.Counts)
+		}
+		out = append(out, r)
+		fmt.Fprintf(progress, "%-18s %-18s %s (%v)\n", c.Strategy, c.Nemesis, r.summary(), time.Since(start).Round(time.Second))
+	}
+	return out
+}
+
+func (r Result) summary() string {
+	if r.Err != "" {
+		return "error: " + r.Err
+	}
+	c := r.Counts
+	verdict := "kept"
+	switch {
+	case !r.Kept:
+		verdict = "BROKEN"
+	case !r.Promise.Exclusion || !r.Promise.Fences:
+		verdict = "expected"
+	}
+	return fmt.Sprintf("%s: %d/%d granted, %d faults, overlaps %d, fence regressions %d, lost writes %d, saved %d, late %d (accepted %d), longest wait %dms, register %s",
+		verdict, c.Grants, c.Attempts, r.Faults, c.Overlaps, c.FenceRegressions, c.LostWrites, c.SavedWrites, c.LateWrites, c.LateAccepted, c.LongestWaitMs, c.Linearizable)
+}
+
+// WriteResults writes results as JSON and as a Markdown table into dir.
+func WriteResults(dir string, results []Result, header string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(results, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "results.json"), append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	var md strings.Builder
+	md.WriteString(header + "\n\n")
+	md.WriteString("| strategy | nemesis | granted / attempts | faults | overlaps | fence regressions | lost writes | saved by the fence | late writes (accepted) | longest wait | register | promise | verdict |\n")
+	md.WriteString("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
+	for _, r := range results {
+		c := r.Counts
+		p := "exclusion, fences"
+		switch {
+		case !r.Promise.Exclusion && !r.Promise.Fences:
+			p = "none: " + r.Promise.Why
+		case !r.Promise.Fences:
+			p = "exclusion only: " + r.Promise.Why
+		}
+		verdict := "kept"
+		switch {
+		case r.Err != "":
+			verdict = "error: " + r.Err
+		case !r.Kept:
+			verdict = "**BROKEN**"
+		case !r.Promise.Exclusion || !r.Promise.Fences:
+			verdict = "expected"
+		}
+		fmt.Fprintf(&md, "| %s | %s | %d / %d | %d | %d | %d | %d | %d | %d (%d) | %dms | %s | %s | %s |\n",
+			r.Cell.Strategy, r.Cell.Nemesis, c.Grants, c.Attempts, r.Faults, c.Overlaps, c.FenceRegressions, c.LostWrites,
+			c.SavedWrites, c.LateWrites, c.LateAccepted, c.LongestWaitMs, c.Linearizable, p, verdict)
+	}
+	return os.WriteFile(filepath.Join(dir, "results.md"), []byte(md.String()), 0o644)
+}

@@ -1,0 +1,209 @@
+package faults
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// A nemesis injects one kind of fault again and again during a run: fault
+// starts it and returns a description and the function that ends it.
+type nemesis struct {
+	Name string
+	Doc  string
+	// persist makes the data servers fsync an append-only file on every write.
+	persist bool
+	// applies reports whether the nemesis makes sense for a strategy.
+	applies func(strategy string) bool
+	// fault starts the fault; the run records its Fault and Heal events.
+	fault func(r *run) (desc string, heal func(), err error)
+	// hold is how long the fault lasts before heal, given the lease TTL.
+	hold func(ttl time.Duration) time.Duration
+}
+
+func always(string) bool { return true }
+
+func notFailover(s string) bool { return !strings.HasPrefix(s, "failover") }
+
+// minority and majority return the data servers a fault takes: of Redlock's
+// five masters two or three; the one server of single; the primary of
+// failover (a majority: without it nothing is granted) or one replica.
+func minority(t *topology) []*server {
+	if strings.HasPrefix(t.Strategy, "failover") {
+		return t.Data[1:2]
+	}
+	return t.Data[:(len(t.Data)-1)/2]
+}
+
+func majority(t *topology) []*server {
+	if strings.HasPrefix(t.Strategy, "failover") {
+		return t.Data[:1]
+	}
+	return t.Data[:len(t.Data)/2+1]
+}
+
+func names(ss []*server) string {
+	var out []string
+	for _, s := range ss {
+		out = append(out, s.host.Name)
+	}
+	return strings.Join(out, ",")
+}
+
+func ips(ss []*server) []string {
+	var out []string
+	for _, s := range ss {
+		out = append(out, s.host.IP)
+	}
+	return out
+}
+
+func fixed(d time.Duration) func(time.Duration) time.Duration {
+	return func(time.Duration) time.Duration { return d }
+}
+
+func ttls(k float64) func(time.Duration) time.Duration {
+	return func(ttl time.Duration) time.Duration { return time.Duration(k * float64(ttl)) }
+}
+
+func stop(ss []*server) (func(), error) {
+	for _, s := range ss {
+		s.signal(syscall.SIGSTOP)
+	}
+	return func() {
+		for _, s := range ss {
+			s.signal(syscall.SIGCONT)
+		}
+	}, nil
+}
+
+// killRestart kills ss with SIGKILL and restarts them, empty when wipe is
+// set: at once, or when the fault heals when later is set.
+func killRestart(ss []*server, wipe, later bool) (func(), error) {
+	for _, s := range ss {
+		s.kill()
+		if wipe {
+			if err := s.wipe(); err != nil {
+				return nil, err
+			}
+		}
+	}
+	restart := func() {
+		for _, s := range ss {
+			if err := s.start(); err != nil {
+				panic(err) // the run cannot go on without its servers
+			}
+		}
+	}
+	if later {
+		return restart, nil
+	}
+	restart()
+	return func() {}, nil
+}
+
+// nemeses are the faults the suite knows, in the matrix' order.
+var nemeses = []*nemesis{
+	{Name: "none", Doc: "no fault", applies: always,
+		fault: func(*run) (string, func(), error) { return "", nil, nil }, hold: fixed(0)},
+	{Name: "stop-minority", Doc: "SIGSTOP a minority of the servers (2 of 5 Redlock masters; a replica) for 2s",
+		applies: func(s string) bool { return s != "single" },
+		fault: func(r *run) (string, func(), error) {
+			ss := minority(r.topo)
+			h, err := stop(ss)
+			return "SIGSTOP " + names(ss), h, err
+		}, hold: fixed(2 * time.Second)},
+	{Name: "stop-majority", Doc: "SIGSTOP a majority (3 of 5 masters; the one server; the primary) for 2s", applies: always,
+		fault: func(r *run) (string, func(), error) {
+			ss := majority(r.topo)
+			h, err := stop(ss)
+			return "SIGSTOP " + names(ss), h, err
+		}, hold: fixed(2 * time.Second)},
+	{Name: "kill-fsync", Doc: "kill -9 a majority and restart it at once; appendfsync always", persist: true, applies: notFailover,
+		fault: func(r *run) (string, func(), error) {
+			ss := majority(r.topo)
+			h, err := killRestart(ss, false, false)
+			return "kill -9 and restart " + names(ss), h, err
+		}, hold: fixed(0)},
+	{Name: "kill-empty", Doc: "kill -9 a majority and restart it at once without its data (no persistence)", applies: always,
+		fault: func(r *run) (string, func(), error) {
+			ss := majority(r.topo)
+			h, err := killRestart(ss, true, false)
+			return "kill -9 and restart empty " + names(ss), h, err
+		}, hold: fixed(0)},
+	{Name: "kill-delayed", Doc: "kill -9 a majority and restart it without its data after the TTL plus 1s", applies: notFailover,
+		fault: func(r *run) (string, func(), error) {
+			ss := majority(r.topo)
+			h, err := killRestart(ss, true, true)
+			return "kill -9 " + names(ss) + ", restart empty later", h, err
+		}, hold: func(ttl time.Duration) time.Duration { return ttl + time.Second }},
+	{Name: "pause-holder", Doc: "SIGSTOP the client holding the lock for 2.5 TTLs", applies: always,
+		fault: func(r *run) (string, func(), error) {
+			c := r.holder()
+			if c == nil {
+				return "", nil, nil
+			}
+			c.cmd.Process.Signal(syscall.SIGSTOP)
+			return fmt.Sprintf("SIGSTOP client %d", c.id), func() { c.cmd.Process.Signal(syscall.SIGCONT) }, nil
+		}, hold: ttls(2.5)},
+	{Name: "partition-holder", Doc: "cut the client holding the lock off from every server (not from the register) for 2.5 TTLs", applies: always,
+		fault: func(r *run) (string, func(), error) {
+			c := r.holder()
+			if c == nil {
+				return "", nil, nil
+			}
+			err := r.net.Partition([]string{c.host.IP}, ips(append(r.topo.Data, r.topo.Sentinels...)))
+			return fmt.Sprintf("partition client %d", c.id), func() { _ = r.net.Heal() }, err
+		}, hold: ttls(2.5)},
+	{Name: "partition-majority", Doc: "cut a majority of the servers off from every client for 2s", applies: always,
+		fault: func(r *run) (string, func(), error) {
+			ss := majority(r.topo)
+			err := r.net.Partition(ips(ss), r.clientIPs())
+			return "partition " + names(ss), func() { _ = r.net.Heal() }, err
+		}, hold: fixed(2 * time.Second)},
+	{Name: "failover", Doc: "kill -9 the primary; the Sentinels promote a replica; the old primary restarts as a replica",
+		applies: func(s string) bool { return strings.HasPrefix(s, "failover") },
+		fault: func(r *run) (string, func(), error) {
+			p := r.primary()
+			if p == nil {
+				return "", nil, fmt.Errorf("faults: no primary")
+			}
+			p.kill()
+			return "kill -9 primary " + p.host.Name, func() {
+				r.waitPromotion(p)
+				if err := p.start(); err != nil {
+					panic(err)
+				}
+			}, nil
+		}, hold: fixed(0)},
+}
+
+// primary returns the data server that reports the master role.
+func (r *run) primary() *server {
+	for _, s := range r.topo.Data {
+		if s.cmd == nil {
+			continue
+		}
+		c := redis.NewClient(&redis.Options{Addr: s.addr(), MaxRetries: -1, ReadTimeout: time.Second})
+		role, err := c.Do(context.Background(), "ROLE").Slice()
+		_ = c.Close()
+		if err == nil && len(role) > 0 && role[0] == "master" {
+			return s
+		}
+	}
+	return nil
+}
+
+// waitPromotion waits (up to 15s) until another data server than old is
+// the primary.
+func (r *run) waitPromotion(old *server) {
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if p := r.primary(); p != nil && p != old {
+			return
+		}
+	}
+}

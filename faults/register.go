@@ -1,0 +1,65 @@
+package faults
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+)
+
+// A register is the storage the locks protect: it keeps the largest fence
+// it has accepted and refuses a write with a smaller one. It serves
+// POST /write?c=<client>&op=<attempt>&n=<write>&f=<fence> over HTTP (200 accepted, 409
+// refused) and records every decision.
+type register struct {
+	mu     sync.Mutex
+	max    uint64
+	events []Event
+	srv    *http.Server
+	Addr   string
+}
+
+func startRegister(ip string) (*register, error) {
+	l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+	if err != nil {
+		return nil, err
+	}
+	r := &register{Addr: l.Addr().String()}
+	r.srv = &http.Server{Handler: http.HandlerFunc(r.write)}
+	go func() { _ = r.srv.Serve(l) }()
+	return r, nil
+}
+
+func (r *register) write(w http.ResponseWriter, req *http.Request) {
+	q := req.URL.Query()
+	c, err1 := strconv.Atoi(q.Get("c"))
+	op, err2 := strconv.Atoi(q.Get("op"))
+	n, err4 := strconv.Atoi(q.Get("n"))
+	f, err3 := strconv.ParseUint(q.Get("f"), 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil || err4 != nil {
+		http.Error(w, "bad write", http.StatusBadRequest)
+		return
+	}
+	r.mu.Lock()
+	e := Event{T: now(), Client: c, Op: op, N: n, Fence: f, Kind: RegAccept}
+	if f < r.max {
+		e.Kind = RegRefuse
+	} else {
+		r.max = f
+	}
+	r.events = append(r.events, e)
+	r.mu.Unlock()
+	if e.Kind == RegRefuse {
+		http.Error(w, fmt.Sprintf("fence %d is below %d", f, r.max), http.StatusConflict)
+	}
+}
+
+// history returns what the register decided so far.
+func (r *register) history() []Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]Event(nil), r.events...)
+}
+
+func (r *register) close() { _ = r.srv.Close() }

@@ -1,0 +1,220 @@
+package faults
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"sort"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// A Cell is one run: a strategy under a nemesis, with Clients client
+// processes contending for one key for Duration.
+type Cell struct {
+	Strategy string
+	Nemesis  string
+	Clients  int
+	Duration time.Duration
+	TTL      time.Duration // the leases'
+	Hold     time.Duration // how long a holder keeps the lock
+	Wait     time.Duration // how long a Lock call may wait
+	Plant    string        // a bug planted in the clients on purpose ("stale-lease"), to show that the suite finds it
+}
+
+// A run is a Cell being carried out.
+type run struct {
+	cell    Cell
+	net     *Net
+	topo    *topology
+	reg     *register
+	clients []*clientProc
+
+	mu      sync.Mutex
+	events  []Event
+	granted chan int // the client of each grant, when a nemesis waits for one
+}
+
+type clientProc struct {
+	id   int
+	host *Host
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// RunCell starts cell's topology, clients and nemesis on a fresh network,
+// and returns every event of the run, sorted by time. Everything it
+// started is gone when it returns.
+func RunCell(cell Cell, dir string) ([]Event, error) {
+	nem := findNemesis(cell.Nemesis)
+	if nem == nil {
+		return nil, fmt.Errorf("faults: unknown nemesis %q", cell.Nemesis)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	r := &run{cell: cell, granted: make(chan int, 1)}
+	if r.net, err = NewNet(); err != nil {
+		return nil, err
+	}
+	defer r.net.Close()
+	if r.reg, err = startRegister(r.net.Runner); err != nil {
+		return nil, err
+	}
+	defer r.reg.close()
+	r.topo, err = startTopology(r.net, dir, cell.Strategy, nem.persist, cell.TTL)
+	defer r.topo.stop()
+	if err != nil {
+		return nil, err
+	}
+	stopAt := now() + int64(cell.Duration)
+	for i := 1; i <= cell.Clients; i++ {
+		if err := r.startClient(self, i, stopAt); err != nil {
+			r.killClients()
+			return nil, err
+		}
+	}
+	nemDone := make(chan error, 1)
+	go func() { nemDone <- r.nemesis(nem, stopAt) }()
+	// Clients stop on their own after Duration; one still running well
+	// after (a bug, a hang) is killed.
+	deadline := time.After(cell.Duration + cell.Wait + 15*time.Second)
+	for _, c := range r.clients {
+		select {
+		case <-c.done:
+		case <-deadline:
+			r.killClients()
+			return nil, fmt.Errorf("faults: client %d still running %v after the run's end", c.id, cell.Wait+15*time.Second)
+		}
+	}
+	if err := <-nemDone; err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	events := append(r.events, r.reg.history()...)
+	r.mu.Unlock()
+	sortEvents(events)
+	return events, nil
+}
+
+func sortEvents(events []Event) {
+	sort.SliceStable(events, func(i, j int) bool { return events[i].T < events[j].T })
+}
+
+func findNemesis(name string) *nemesis {
+	for _, n := range nemeses {
+		if n.Name == name {
+			return n
+		}
+	}
+	return nil
+}
+
+func (r *run) startClient(self string, id int, stopAt int64) error {
+	h, err := r.net.AddHost(fmt.Sprintf("client%d", id))
+	if err != nil {
+		return err
+	}
+	spec, _ := json.Marshal(clientConfig{ID: id, URL: r.topo.URL, Key: "fenced", TTL: r.cell.TTL, Wait: r.cell.Wait,
+		Hold: r.cell.Hold, Register: r.reg.Addr, Stop: stopAt, Plant: r.cell.Plant})
+	cmd := h.Command(self)
+	cmd.Env = append(os.Environ(), clientEnv+"="+string(spec))
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	c := &clientProc{id: id, host: h, cmd: cmd, done: make(chan struct{})}
+	r.clients = append(r.clients, c)
+	go func() {
+		defer close(c.done)
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			var e Event
+			if json.Unmarshal(sc.Bytes(), &e) == nil {
+				r.record(e)
+			}
+		}
+		_ = cmd.Wait()
+	}()
+	return nil
+}
+
+func (r *run) record(e Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, e)
+	if e.Kind == Granted && e.Info == "long" {
+		select {
+		case r.granted <- e.Client:
+		default:
+		}
+	}
+}
+
+// holder asks a client for a long hold (SIGUSR1), waits (up to 3s) until
+// one holds the lock so, and returns it; nil if none did.
+func (r *run) holder() *clientProc {
+	select {
+	case <-r.granted: // an older grant
+	default:
+	}
+	_ = r.clients[rand.IntN(len(r.clients))].cmd.Process.Signal(syscall.SIGUSR1)
+	select {
+	case id := <-r.granted:
+		return r.clients[id-1]
+	case <-time.After(3 * time.Second):
+		return nil
+	}
+}
+
+func (r *run) clientIPs() []string {
+	var out []string
+	for _, c := range r.clients {
+		out = append(out, c.host.IP)
+	}
+	return out
+}
+
+func (r *run) killClients() {
+	for _, c := range r.clients {
+		_ = c.cmd.Process.Signal(syscall.SIGKILL)
+		_ = c.cmd.Process.Signal(syscall.SIGCONT)
+		<-c.done
+	}
+}
+
+// nemesis runs nem in cycles until stopAt: a second of calm, the fault for
+// its hold time, calm again for as long as the fault lasted (at least 1s).
+func (r *run) nemesis(nem *nemesis, stopAt int64) error {
+	if nem.Name == "none" {
+		return nil
+	}
+	for {
+		time.Sleep(time.Second)
+		hold := nem.hold(r.cell.TTL)
+		if now()+int64(hold+time.Second) > stopAt {
+			return nil
+		}
+		desc, heal, err := nem.fault(r)
+		if err != nil {
+			return err
+		}
+		if heal == nil {
+			continue // nothing to do this time (no holder)
+		}
+		r.record(Event{T: now(), Kind: Fault, Info: desc})
+		time.Sleep(hold)
+		heal()
+		r.record(Event{T: now(), Kind: Heal, Info: desc})
+		time.Sleep(max(hold, time.Second))
+	}
+}
