@@ -56,6 +56,7 @@ func TestShortMatrix(t *testing.T) {
 		shortCell("redlock", "partition-majority"),
 		shortCell("single", "pause-holder"),
 		shortCell("failover-ack-all", "failover"),
+		shortCell("cluster", "slot-migration"),
 	}
 	var log strings.Builder
 	results := Matrix(cells, t.TempDir(), &log)

@@ -36,6 +36,10 @@ func promise(strategy, nemesis string) Promise {
 		if strategy == "failover-ack-none" {
 			return Promise{Why: "a replica promoted before it received the lock (ack=none: the failover race)"}
 		}
+	case "cluster-failover", "stop-majority":
+		if strategy == "cluster" {
+			return Promise{Why: "the single strategy on a Cluster: a replica promoted before it received the lock (asynchronous replication)"}
+		}
 	}
 	return all
 }

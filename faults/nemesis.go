@@ -17,6 +17,8 @@ type nemesis struct {
 	Doc  string
 	// persist makes the data servers fsync an append-only file on every write.
 	persist bool
+	// proxied puts a toxiproxy proxy in front of each data server.
+	proxied bool
 	// applies reports whether the nemesis makes sense for a strategy.
 	applies func(strategy string) bool
 	// fault starts the fault; the run records its Fault and Heal events.
@@ -29,19 +31,29 @@ func always(string) bool { return true }
 
 func notFailover(s string) bool { return !strings.HasPrefix(s, "failover") }
 
+func independent(s string) bool { return s == "single" || s == "redlock" }
+
 // minority and majority return the data servers a fault takes: of Redlock's
 // five masters two or three; the one server of single; the primary of
 // failover (a majority: without it nothing is granted) or one replica.
+// On a Cluster, the key's master and its replica.
 func minority(t *topology) []*server {
-	if strings.HasPrefix(t.Strategy, "failover") {
+	switch {
+	case strings.HasPrefix(t.Strategy, "failover"):
 		return t.Data[1:2]
+	case t.Strategy == "cluster":
+		m := t.keyMaster()
+		return []*server{t.replicaOf(m)}
 	}
 	return t.Data[:(len(t.Data)-1)/2]
 }
 
 func majority(t *topology) []*server {
-	if strings.HasPrefix(t.Strategy, "failover") {
+	switch {
+	case strings.HasPrefix(t.Strategy, "failover"):
 		return t.Data[:1]
+	case t.Strategy == "cluster":
+		return []*server{t.keyMaster()}
 	}
 	return t.Data[:len(t.Data)/2+1]
 }
@@ -135,7 +147,7 @@ var nemeses = []*nemesis{
 			h, err := killRestart(ss, true, false)
 			return "kill -9 and restart empty " + names(ss), h, err
 		}, hold: fixed(0)},
-	{Name: "kill-delayed", Doc: "kill -9 a majority and restart it without its data after the TTL plus 1s", applies: notFailover,
+	{Name: "kill-delayed", Doc: "kill -9 a majority and restart it without its data after the TTL plus 1s", applies: independent,
 		fault: func(r *run) (string, func(), error) {
 			ss := majority(r.topo)
 			h, err := killRestart(ss, true, true)
@@ -165,6 +177,24 @@ var nemeses = []*nemesis{
 			err := r.net.Partition(ips(ss), r.clientIPs())
 			return "partition " + names(ss), func() { _ = r.net.Heal() }, err
 		}, hold: fixed(2 * time.Second)},
+	{Name: "slow-minority", Doc: "replies of a minority (2 of 5 masters) delayed 0-150ms for 3s", proxied: true,
+		applies: func(s string) bool { return s == "redlock" },
+		fault: func(r *run) (string, func(), error) {
+			return slowDown(r, len(r.topo.Data)/2)
+		}, hold: fixed(3 * time.Second)},
+	{Name: "slow-majority", Doc: "replies of a majority (3 of 5 masters; the one server) delayed 0-150ms for 3s", proxied: true,
+		applies: independent,
+		fault: func(r *run) (string, func(), error) {
+			return slowDown(r, len(r.topo.Data)/2+1)
+		}, hold: fixed(3 * time.Second)},
+	{Name: "cluster-failover", Doc: "kill -9 the master of the key's slot; its replica takes over; the old master restarts as a replica",
+		applies: func(s string) bool { return s == "cluster" }, fault: clusterFailover, hold: fixed(0)},
+	{Name: "slot-migration", Doc: "move the key's slot (and 200 keys of data in it) to another master, 10 keys every 20ms",
+		applies: func(s string) bool { return s == "cluster" },
+		fault: func(r *run) (string, func(), error) {
+			from, to, err := r.topo.migrateKeySlot()
+			return fmt.Sprintf("slot moved from %s to %s", from, to), func() {}, err
+		}, hold: fixed(0)},
 	{Name: "failover", Doc: "kill -9 the primary; the Sentinels promote a replica; the old primary restarts as a replica",
 		applies: func(s string) bool { return strings.HasPrefix(s, "failover") },
 		fault: func(r *run) (string, func(), error) {
@@ -180,6 +210,36 @@ var nemeses = []*nemesis{
 				}
 			}, nil
 		}, hold: fixed(0)},
+}
+
+// clusterFailover kills the master of the key's slot; heal waits until its
+// replica took over and restarts it, as a replica.
+func clusterFailover(r *run) (string, func(), error) {
+	m := r.topo.keyMaster()
+	if m == nil {
+		return "", nil, fmt.Errorf("faults: no master for the key")
+	}
+	m.kill()
+	return "kill -9 master " + m.host.Name, func() {
+		_ = until(15*time.Second, func() bool { k := r.topo.keyMaster(); return k != nil && k != m })
+		if err := m.start(); err != nil {
+			panic(err)
+		}
+	}, nil
+}
+
+// slowDown delays the replies of the first k data servers by 0-150ms.
+func slowDown(r *run, k int) (string, func(), error) {
+	for i := range k {
+		if err := r.topo.slow(i, 75*time.Millisecond, 75*time.Millisecond); err != nil {
+			return "", nil, err
+		}
+	}
+	return "delay " + names(r.topo.Data[:k]), func() {
+		for i := range k {
+			_ = r.topo.slow(i, 0, 0)
+		}
+	}, nil
 }
 
 // primary returns the data server that reports the master role.

@@ -26,6 +26,9 @@ type Cell struct {
 	Plant    string        // a bug planted in the clients on purpose ("stale-lease"), to show that the suite finds it
 }
 
+// clientKey is the key every client locks.
+const clientKey = "fenced"
+
 // A run is a Cell being carried out.
 type run struct {
 	cell    Cell
@@ -67,7 +70,7 @@ func RunCell(cell Cell, dir string) ([]Event, error) {
 		return nil, err
 	}
 	defer r.reg.close()
-	r.topo, err = startTopology(r.net, dir, cell.Strategy, nem.persist, cell.TTL)
+	r.topo, err = startTopology(r.net, dir, cell.Strategy, nem.persist, nem.proxied, cell.TTL)
 	defer r.topo.stop()
 	if err != nil {
 		return nil, err
@@ -120,7 +123,7 @@ func (r *run) startClient(self string, id int, stopAt int64) error {
 	if err != nil {
 		return err
 	}
-	spec, _ := json.Marshal(clientConfig{ID: id, URL: r.topo.URL, Key: "fenced", TTL: r.cell.TTL, Wait: r.cell.Wait,
+	spec, _ := json.Marshal(clientConfig{ID: id, URL: r.topo.URL, Key: clientKey, TTL: r.cell.TTL, Wait: r.cell.Wait,
 		Hold: r.cell.Hold, Register: r.reg.Addr, Stop: stopAt, Plant: r.cell.Plant})
 	cmd := h.Command(self)
 	cmd.Env = append(os.Environ(), clientEnv+"="+string(spec))

@@ -3,6 +3,7 @@ package faults
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,7 +11,11 @@ import (
 	"syscall"
 	"time"
 
+	toxiproxy "github.com/Shopify/toxiproxy/v2"
 	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/dlmgo/dlm/strategy"
 )
 
 // A server is one redis-server or redis-sentinel process on a host of its
@@ -112,15 +117,19 @@ type topology struct {
 	Data      []*server
 	Sentinels []*server
 	URL       string
+	// proxies, when the clients go through them, are toxiproxy proxies in
+	// the runner's namespace, one in front of each data server.
+	proxies []*toxiproxy.Proxy
 }
 
 // Strategies the suite knows, as topologies to start.
-var strategies = []string{"single", "redlock", "failover-ack-all", "failover-ack-none"}
+var strategies = []string{"single", "redlock", "failover-ack-all", "failover-ack-none", "cluster"}
 
 // startTopology starts strategy's servers on hosts of n, files in dir; with
 // persist, every data server writes an append-only file and fsyncs it on
-// every write.
-func startTopology(n *Net, dir, strategy string, persist bool, ttl time.Duration) (*topology, error) {
+// every write; with proxied (single and redlock only), the clients reach
+// each data server through a toxiproxy proxy.
+func startTopology(n *Net, dir, strategy string, persist, proxied bool, ttl time.Duration) (*topology, error) {
 	t := &topology{Strategy: strategy}
 	data := []string{"--save", "", "--appendonly", "no", "--repl-diskless-sync-delay", "0"}
 	if persist {
@@ -151,7 +160,16 @@ func startTopology(n *Net, dir, strategy string, persist bool, ttl time.Duration
 				return t, err
 			}
 			t.Data = append(t.Data, s)
-			addrs = append(addrs, s.addr())
+			addr := s.addr()
+			if proxied {
+				p := toxiproxy.NewProxy(proxyAPI, s.host.Name, net.JoinHostPort(n.Runner, "0"), addr)
+				if err := p.Start(); err != nil {
+					return t, err
+				}
+				t.proxies = append(t.proxies, p)
+				addr = p.Listen
+			}
+			addrs = append(addrs, addr)
 		}
 		t.URL = fmt.Sprintf("%s://%s?ttl=%v", strategy, strings.Join(addrs, ","), ttl)
 	case "failover-ack-all", "failover-ack-none":
@@ -189,10 +207,98 @@ func startTopology(n *Net, dir, strategy string, persist bool, ttl time.Duration
 		}
 		ack := strings.TrimPrefix(strategy, "failover-ack-")
 		t.URL = fmt.Sprintf("sentinel://%s/dlmf?ack=%s&replicas=2&wait_timeout=%v&ttl=%v", strings.Join(addrs, ","), ack, ttl/4, ttl)
+	case "cluster":
+		args := append(data, "--cluster-enabled", "yes", "--cluster-node-timeout", "2000", "--cluster-config-file", "nodes.conf")
+		var masters []*server
+		for i := range 3 {
+			m, err := add(fmt.Sprintf("master%d", i+1), "redis-server", 6379, args...)
+			if err != nil {
+				return t, err
+			}
+			masters = append(masters, m)
+			addrs = append(addrs, m.addr())
+		}
+		var replicas []*server
+		for i := range 3 {
+			r, err := add(fmt.Sprintf("replica%d", i+1), "redis-server", 6379, args...)
+			if err != nil {
+				return t, err
+			}
+			replicas = append(replicas, r)
+		}
+		if err := formCluster(masters, replicas); err != nil {
+			return t, err
+		}
+		t.Data = append(masters, replicas...)
+		t.URL = fmt.Sprintf("cluster://%s?ttl=%v", strings.Join(addrs, ","), ttl)
 	default:
 		return t, fmt.Errorf("faults: unknown strategy %q (known: %s)", strategy, strings.Join(strategies, ", "))
 	}
 	return t, nil
+}
+
+// formCluster makes masters[i] serve the i-th third of the slots and
+// replicas[i] replicate it, and waits until every node says the cluster is
+// ok and each master has its replica online.
+func formCluster(masters, replicas []*server) error {
+	ctx := context.Background()
+	all := append(append([]*server{}, masters...), replicas...)
+	do := func(s *server, args ...any) error {
+		c := redis.NewClient(&redis.Options{Addr: s.addr()})
+		defer c.Close()
+		return c.Do(ctx, args...).Err()
+	}
+	for i, m := range masters {
+		if err := do(m, "CLUSTER", "ADDSLOTSRANGE", i*16384/3, (i+1)*16384/3-1); err != nil {
+			return err
+		}
+	}
+	for _, s := range all[1:] {
+		if err := do(s, "CLUSTER", "MEET", all[0].host.IP, 6379); err != nil {
+			return err
+		}
+	}
+	for i, r := range replicas {
+		mc := redis.NewClient(&redis.Options{Addr: masters[i].addr()})
+		id, err := mc.ClusterMyID(ctx).Result()
+		_ = mc.Close()
+		if err != nil {
+			return err
+		}
+		if err := until(20*time.Second, func() bool { return do(r, "CLUSTER", "REPLICATE", id) == nil }); err != nil {
+			return fmt.Errorf("faults: %s replicating %s: %w", r.addr(), masters[i].addr(), err)
+		}
+	}
+	err := until(30*time.Second, func() bool {
+		for _, s := range all {
+			c := redis.NewClient(&redis.Options{Addr: s.addr()})
+			info, err := c.ClusterInfo(ctx).Result()
+			_ = c.Close()
+			if err != nil || !strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, "cluster_known_nodes:6") {
+				return false
+			}
+		}
+		return true
+	})
+	if err != nil {
+		return fmt.Errorf("faults: cluster not ok: %w", err)
+	}
+	for _, m := range masters {
+		if err := waitReplicas(m, 1); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// until calls f every 50ms until it reports true, for at most d.
+func until(d time.Duration, f func() bool) error {
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if f() {
+			return nil
+		}
+	}
+	return fmt.Errorf("not within %v", d)
 }
 
 // waitReplicas waits until primary p has n replicas online.
@@ -208,9 +314,158 @@ func waitReplicas(p *server, n int) error {
 	return fmt.Errorf("faults: %s: %d replicas not online", p.addr(), n)
 }
 
+// proxyAPI is the toxiproxy server the proxies belong to (its HTTP API is
+// not served: toxics are set in-process).
+var proxyAPI = toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop())
+
+// slow adds latency (and jitter) to the replies of data server i's proxy;
+// 0 removes it.
+func (t *topology) slow(i int, latency, jitter time.Duration) error {
+	p := t.proxies[i]
+	if latency == 0 {
+		return p.Toxics.RemoveToxic(context.Background(), "slow")
+	}
+	_, err := p.Toxics.AddToxicJson(strings.NewReader(fmt.Sprintf(
+		`{"name":"slow","type":"latency","stream":"downstream","toxicity":1,"attributes":{"latency":%d,"jitter":%d}}`,
+		latency.Milliseconds(), jitter.Milliseconds())))
+	return err
+}
+
 // stop kills every process of the topology.
 func (t *topology) stop() {
+	for _, p := range t.proxies {
+		p.Stop()
+	}
 	for _, s := range append(t.Data, t.Sentinels...) {
 		s.kill()
 	}
+}
+
+// lockKey is the Redis key of the clients' lock.
+func lockKey() string {
+	lock, _ := strategy.Keys(clientKey)
+	return lock
+}
+
+// keyMaster returns the data server that serves the lock's slot now.
+func (t *topology) keyMaster() *server {
+	for _, s := range t.Data[:3] {
+		if s.cmd == nil {
+			continue
+		}
+		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{s.addr()}, MaxRetries: -1})
+		m, err := c.MasterForKey(context.Background(), lockKey())
+		var addr string
+		if err == nil {
+			addr = m.Options().Addr
+		}
+		_ = c.Close()
+		for _, d := range t.Data {
+			if d.addr() == addr {
+				return d
+			}
+		}
+	}
+	return nil
+}
+
+// replicaOf returns a data server that replicates m.
+func (t *topology) replicaOf(m *server) *server {
+	for _, s := range t.Data {
+		if s == m || s.cmd == nil {
+			continue
+		}
+		c := redis.NewClient(&redis.Options{Addr: s.addr()})
+		role, err := c.Do(context.Background(), "ROLE").Slice()
+		_ = c.Close()
+		if err == nil && len(role) > 1 && role[0] == "slave" && fmt.Sprint(role[1]) == m.host.IP {
+			return s
+		}
+	}
+	return t.Data[3]
+}
+
+// migrateKeySlot moves the lock's slot from its master to the next master,
+// with 200 keys of data, as redis-cli's resharding does.
+func (t *topology) migrateKeySlot() (from, to string, err error) {
+	ctx := context.Background()
+	src := t.keyMaster()
+	if src == nil {
+		return "", "", fmt.Errorf("faults: no master for the key")
+	}
+	var dst *server
+	for _, s := range t.Data {
+		if s != src && s.cmd != nil && t.isMaster(s) {
+			dst = s
+			break
+		}
+	}
+	if dst == nil {
+		return "", "", fmt.Errorf("faults: no other master")
+	}
+	sc := redis.NewClient(&redis.Options{Addr: src.addr()})
+	defer sc.Close()
+	dc := redis.NewClient(&redis.Options{Addr: dst.addr()})
+	defer dc.Close()
+	slot, err := sc.ClusterKeySlot(ctx, lockKey()).Result()
+	if err != nil {
+		return "", "", err
+	}
+	tag := lockKey()[strings.IndexByte(lockKey(), '{'):]
+	for i := range 200 {
+		if err := sc.Set(ctx, fmt.Sprintf("%sdata%d", tag, i), "x", 0).Err(); err != nil {
+			return "", "", err
+		}
+	}
+	srcID, err := sc.ClusterMyID(ctx).Result()
+	if err != nil {
+		return "", "", err
+	}
+	dstID, err := dc.ClusterMyID(ctx).Result()
+	if err != nil {
+		return "", "", err
+	}
+	if err := dc.Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", srcID).Err(); err != nil {
+		return "", "", err
+	}
+	if err := sc.Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", dstID).Err(); err != nil {
+		return "", "", err
+	}
+	for {
+		keys, err := sc.ClusterGetKeysInSlot(ctx, int(slot), 10).Result()
+		if err != nil {
+			return "", "", err
+		}
+		if len(keys) == 0 {
+			break
+		}
+		args := []any{"MIGRATE", dst.host.IP, dst.port, "", 0, 5000, "KEYS"}
+		for _, k := range keys {
+			args = append(args, k)
+		}
+		if err := sc.Do(ctx, args...).Err(); err != nil {
+			return "", "", err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for _, c := range []*redis.Client{dc, sc} {
+		if err := c.Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", dstID).Err(); err != nil {
+			return "", "", err
+		}
+	}
+	for _, s := range t.Data {
+		if s != src && s != dst && s.cmd != nil && t.isMaster(s) {
+			c := redis.NewClient(&redis.Options{Addr: s.addr()})
+			_ = c.Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", dstID).Err()
+			_ = c.Close()
+		}
+	}
+	return src.host.Name, dst.host.Name, nil
+}
+
+func (t *topology) isMaster(s *server) bool {
+	c := redis.NewClient(&redis.Options{Addr: s.addr()})
+	defer c.Close()
+	role, err := c.Do(context.Background(), "ROLE").Slice()
+	return err == nil && len(role) > 0 && role[0] == "master"
 }
