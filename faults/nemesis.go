@@ -19,6 +19,9 @@ type nemesis struct {
 	persist bool
 	// proxied puts a toxiproxy proxy in front of each data server.
 	proxied bool
+	// onHolder: the fault picks the holder itself; other faults strike
+	// while a client is in a long hold.
+	onHolder bool
 	// applies reports whether the nemesis makes sense for a strategy.
 	applies func(strategy string) bool
 	// fault starts the fault; the run records its Fault and Heal events.
@@ -153,7 +156,7 @@ var nemeses = []*nemesis{
 			h, err := killRestart(ss, true, true)
 			return "kill -9 " + names(ss) + ", restart empty later", h, err
 		}, hold: func(ttl time.Duration) time.Duration { return ttl + time.Second }},
-	{Name: "pause-holder", Doc: "SIGSTOP the client holding the lock for 2.5 TTLs", applies: always,
+	{Name: "pause-holder", Doc: "SIGSTOP the client holding the lock for 2.5 TTLs", applies: always, onHolder: true,
 		fault: func(r *run) (string, func(), error) {
 			c := r.holder()
 			if c == nil {
@@ -162,7 +165,7 @@ var nemeses = []*nemesis{
 			c.cmd.Process.Signal(syscall.SIGSTOP)
 			return fmt.Sprintf("SIGSTOP client %d", c.id), func() { c.cmd.Process.Signal(syscall.SIGCONT) }, nil
 		}, hold: ttls(2.5)},
-	{Name: "partition-holder", Doc: "cut the client holding the lock off from every server (not from the register) for 2.5 TTLs", applies: always,
+	{Name: "partition-holder", Doc: "cut the client holding the lock off from every server (not from the register) for 2.5 TTLs", applies: always, onHolder: true,
 		fault: func(r *run) (string, func(), error) {
 			c := r.holder()
 			if c == nil {

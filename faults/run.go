@@ -207,6 +207,11 @@ func (r *run) nemesis(nem *nemesis, stopAt int64) error {
 		if now()+int64(hold+time.Second) > stopAt {
 			return nil
 		}
+		if !nem.onHolder {
+			// Strike while a client is in the middle of a long hold: the
+			// fault then meets a lease it can break.
+			r.holder()
+		}
 		desc, heal, err := nem.fault(r)
 		if err != nil {
 			return err

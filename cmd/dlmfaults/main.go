@@ -58,8 +58,14 @@ func main() {
 	defer os.RemoveAll(tmp)
 	start := time.Now()
 	results := faults.Matrix(cells, tmp, os.Stdout)
-	header := fmt.Sprintf("Fault matrix: `go run ./cmd/dlmfaults %s`, %s, %d CPUs, %v in all.",
-		strings.Join(os.Args[1:], " "), start.UTC().Format("2006-01-02"), runtime.NumCPU(), time.Since(start).Round(time.Second))
+	var args []string
+	flag.Visit(func(f *flag.Flag) {
+		if f.Name != "out" && f.Name != "note" {
+			args = append(args, "-"+f.Name+" "+f.Value.String())
+		}
+	})
+	header := fmt.Sprintf("Fault matrix: `go run ./cmd/dlmfaults %s` (%d clients, %v per cell, TTL %v), %s, %d CPUs, %v in all.",
+		strings.Join(args, " "), *clients, *duration, *ttl, start.UTC().Format("2006-01-02"), runtime.NumCPU(), time.Since(start).Round(time.Second))
 	if *note != "" {
 		header += " " + *note
 	}
