@@ -26,14 +26,14 @@ const clusterNodeTimeout = 2 * time.Second
 // client's default options from one seed address.
 var clusterClients = []struct {
 	name string
-	node func(t *testing.T, seed string) dlm.Node
+	node func(t testing.TB, seed string) dlm.Node
 }{
-	{"go-redis", func(t *testing.T, seed string) dlm.Node {
+	{"go-redis", func(t testing.TB, seed string) dlm.Node {
 		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{seed}}) // default options
 		t.Cleanup(func() { _ = c.Close() })
 		return goredis.New(c)
 	}},
-	{"rueidis", func(t *testing.T, seed string) dlm.Node {
+	{"rueidis", func(t testing.TB, seed string) dlm.Node {
 		c, err := rueidislib.NewClient(rueidislib.ClientOption{InitAddress: []string{seed}, DisableCache: true})
 		require.NoError(t, err)
 		t.Cleanup(c.Close)

@@ -96,7 +96,11 @@ type Node interface {
 	RunWait(ctx context.Context, calls []Call, w Wait) (Acks, error)
 	// Watch subscribes to channel and returns once the server has confirmed
 	// the subscription, so that every message published afterwards reaches
-	// notify, which is called with the payload and must not block. stop ends
+	// notify, which is called with the payload and must not block. On a
+	// Redis Cluster of version 7.0 or later, release scripts publish on
+	// shard channels (SPUBLISH): a Node over a Cluster client subscribes
+	// with SSUBSCRIBE on the master of channel's slot, and again when the
+	// slot moves; elsewhere with SUBSCRIBE. stop ends
 	// the subscription; calling it again does nothing. Messages may be lost
 	// (for example while a connection is re-established), so a caller must
 	// not rely on them alone.

@@ -50,47 +50,72 @@ func reportQuantiles(b *testing.B, d []time.Duration, name string) {
 // for the other four to be parked), and an op is one hand-off, timed from
 // the holder's Unlock call to the next holder's Lock return.
 func BenchmarkHandoff(b *testing.B) {
-	waitModes(b, func(b *testing.B, m *dlm.Manager) {
-		ctx := context.Background()
-		var released atomic.Int64 // UnixNano of the last Unlock call; 0 before the first
-		var count atomic.Int64
-		var mu sync.Mutex
-		var lat []time.Duration
-		var wg sync.WaitGroup
-		b.ResetTimer()
-		for range 5 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for {
-					l, err := m.Lock(ctx, "handoff")
-					if err != nil {
-						b.Error(err)
-						return
-					}
-					now := time.Now()
-					if r := released.Load(); r != 0 {
-						mu.Lock()
-						lat = append(lat, now.Sub(time.Unix(0, r)))
-						mu.Unlock()
-					}
-					done := count.Add(1) > int64(b.N)
-					time.Sleep(time.Millisecond)
-					released.Store(time.Now().UnixNano())
-					if err := l.Unlock(ctx); err != nil {
-						b.Error(err)
-						return
-					}
-					if done {
-						return
-					}
+	waitModes(b, handoff)
+}
+
+// BenchmarkHandoffCluster is BenchmarkHandoff's notify mode on one
+// redis-server and on a Cluster of three masters with a replica each, in
+// one run, through each driver's Cluster client (release notifications on
+// shard channels) and its plain client (on ordinary channels).
+func BenchmarkHandoffCluster(b *testing.B) {
+	for _, tc := range clusterClients {
+		b.Run(tc.name+"/standalone", func(b *testing.B) {
+			srv := redistest.Start(b)
+			var n dlm.Node
+			if tc.name == "go-redis" {
+				n = goredis.New(srv.Client(b)) // a ClusterClient needs a Cluster
+			} else {
+				n = tc.node(b, srv.Addr) // rueidis finds out which it is
+			}
+			handoff(b, newM(b, newSingle(b, n), dlm.WithTTL(10*time.Second)))
+		})
+		b.Run(tc.name+"/cluster", func(b *testing.B) {
+			cl := redistest.StartClusterReplicas(b, 1, 1, 1)
+			handoff(b, newM(b, newSingle(b, tc.node(b, cl.Masters[0].Addr)), dlm.WithTTL(10*time.Second)))
+		})
+	}
+}
+
+func handoff(b *testing.B, m *dlm.Manager) {
+	ctx := context.Background()
+	var released atomic.Int64 // UnixNano of the last Unlock call; 0 before the first
+	var count atomic.Int64
+	var mu sync.Mutex
+	var lat []time.Duration
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	for range 5 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				l, err := m.Lock(ctx, "handoff")
+				if err != nil {
+					b.Error(err)
+					return
 				}
-			}()
-		}
-		wg.Wait()
-		b.StopTimer()
-		reportQuantiles(b, lat, "handoff")
-	})
+				now := time.Now()
+				if r := released.Load(); r != 0 {
+					mu.Lock()
+					lat = append(lat, now.Sub(time.Unix(0, r)))
+					mu.Unlock()
+				}
+				done := count.Add(1) > int64(b.N)
+				time.Sleep(time.Millisecond)
+				released.Store(time.Now().UnixNano())
+				if err := l.Unlock(ctx); err != nil {
+					b.Error(err)
+					return
+				}
+				if done {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
+	reportQuantiles(b, lat, "handoff")
 }
 
 // BenchmarkContended16 has 16 goroutines take one key in turn, each holding

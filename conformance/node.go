@@ -80,8 +80,10 @@ import (
 //     context.DeadlineExceeded, and the node answers afterwards (skipped when
 //     the server has a replica).
 //   - WatchDelivers: messages published after Watch returned reach notify,
-//     byte for byte; none after stop returned; a second stop does nothing;
-//     Watch with an ended context fails.
+//     byte for byte, published as dlm's release script does (on a shard
+//     channel on a Redis Cluster of version 7.0 or later); none after stop
+//     returned; a second stop does nothing; Watch with an ended context
+//     fails.
 //
 // Two rules need the suite to own the path to the server, and run only
 // under package conformance/harness (skipped, saying so, otherwise):

@@ -27,7 +27,7 @@ func testWatchDelivers(t *testing.T, c *nodeCase) {
 			stop()
 		}
 	}()
-	publish := c.script("return {redis.call('PUBLISH', KEYS[1], ARGV[1])}")
+	publish := c.script(publishScript)
 	for i, payload := range []string{"first", "second \x00\r\n"} {
 		c.eval(t, publish, []string{channel}, payload)
 		select {
@@ -57,3 +57,15 @@ func testWatchDelivers(t *testing.T, c *nodeCase) {
 		t.Errorf("Watch with a canceled context succeeded, want an error")
 	}
 }
+
+// publishScript publishes as dlm's release script does: on a shard channel
+// (SPUBLISH) on a Redis Cluster of version 7.0 or later, on an ordinary
+// channel elsewhere.
+const publishScript = `local publish = 'PUBLISH'
+if (redis.REDIS_VERSION_NUM or 0) >= 0x070000 then
+  local ok, info = pcall(redis.call, 'INFO', 'cluster')
+  if ok and type(info) == 'string' and string.find(info, 'cluster_enabled:1', 1, true) then
+    publish = 'SPUBLISH'
+  end
+end
+return {redis.call(publish, KEYS[1], ARGV[1])}`

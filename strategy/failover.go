@@ -343,7 +343,7 @@ func (f *Failover) prepare(ctx context.Context, keys []string) (dlm.Wait, error)
 	if !f.fo.waits() {
 		return dlm.Wait{}, nil
 	}
-	slot := keySlot(keys[0])
+	slot := nodekit.Slot(keys[0])
 	n := int(f.replicas[slot].Load()) - 1
 	if n < 0 {
 		info, err := f.probe(ctx, keys[:1])
@@ -400,7 +400,7 @@ func (f *Failover) run(ctx context.Context, plain, wrapped *nodekit.Script, w dl
 			return r, acks, -1, err
 		}
 		connected := int(r[want])
-		f.replicas[keySlot(keys[0])].Store(int32(connected) + 1)
+		f.replicas[nodekit.Slot(keys[0])].Store(int32(connected) + 1)
 		if right := f.wait(connected); again && r[0] == 1 && acks.Replicas < right.Replicas && w.Replicas < right.Replicas {
 			w = right
 			continue

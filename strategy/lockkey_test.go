@@ -1,6 +1,10 @@
 package strategy
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/dlmgo/dlm/nodekit"
+)
 
 // Lock keys: distinct keys never share one; a key's own hash tag decides its
 // slot; a '}' does not cut the tag short; lock and counter share a slot.
@@ -18,18 +22,18 @@ func TestLockNames(t *testing.T) {
 			t.Errorf("key %q: earlier versions' counter %q is not the lock key %q plus :fence", k, legacy, lock)
 		}
 		keys := lockKeys(k)
-		if keys[0] != lock || keys[2] != legacy || keySlot(lock) != keySlot(keys[1]) || keySlot(lock) != keySlot(legacy) {
+		if keys[0] != lock || keys[2] != legacy || nodekit.Slot(lock) != nodekit.Slot(keys[1]) || nodekit.Slot(lock) != nodekit.Slot(legacy) {
 			t.Errorf("key %q: keys %q not in one slot", k, keys)
 		}
 	}
 	for _, k := range []string{"{a}", "x{a}y", "{a}{b}", "{a}:profile"} {
-		if lock, _ := lockNames(k); keySlot(lock) != keySlot("a") {
+		if lock, _ := lockNames(k); nodekit.Slot(lock) != nodekit.Slot("a") {
 			t.Errorf("key %q: its lock is not in the slot of its tag {a}", k)
 		}
 	}
 	l1, _ := lockNames("tenant7}1")
 	l2, _ := lockNames("tenant7}2")
-	if keySlot(l1) == keySlot(l2) {
+	if nodekit.Slot(l1) == nodekit.Slot(l2) {
 		t.Errorf("keys with a '}' share the slot of the text before it")
 	}
 }

@@ -3,34 +3,11 @@ package strategy
 import (
 	"strings"
 	"sync"
+
+	"github.com/dlmgo/dlm/nodekit"
 )
 
-// slots is the number of Redis Cluster hash slots.
-const slots = 16384
-
-// keySlot returns the Redis Cluster hash slot of key: CRC16 (XMODEM) of its
-// hash tag (the text between the first '{' and the next '}', when not
-// empty) or of the whole key, modulo 16384. On a server that is not a
-// Cluster it only groups keys.
-func keySlot(key string) int {
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			key = key[i+1 : i+1+j]
-		}
-	}
-	var crc uint16
-	for k := 0; k < len(key); k++ {
-		crc ^= uint16(key[k]) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return int(crc) % slots
-}
+const slots = 16384 // Redis Cluster hash slots
 
 // fenceName returns the Redis key of the fencing counter of hash slot
 // slot: "dlm:fence:{T}", T the first three-character string over [0-9a-zA-Z]
@@ -54,7 +31,7 @@ var fenceNames = sync.OnceValue(func() string {
 		for _, b := range []byte(alphabet) {
 			for _, c := range []byte(alphabet) {
 				tag := [3]byte{a, b, c}
-				if s := keySlot(string(tag[:])); tags[s][0] == 0 {
+				if s := nodekit.Slot(string(tag[:])); tags[s][0] == 0 {
 					tags[s] = tag
 					found++
 				}

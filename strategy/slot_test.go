@@ -9,24 +9,6 @@ import (
 	"github.com/dlmgo/dlm/internal/redistest"
 )
 
-// keySlot agrees with the CRC16 check value and with a real Cluster's
-// CLUSTER KEYSLOT, hash tags and odd keys included.
-func TestKeySlot(t *testing.T) {
-	if got, want := keySlot("123456789"), 0x31C3; got != want {
-		t.Fatalf("keySlot(123456789) = %#x, want %#x", got, want)
-	}
-	c := redistest.StartCluster(t, 1)[0].Client(t)
-	for _, k := range []string{"", "a", "dlm:{k}", "dlm:{}x", "{a}{b}", "x{a}y", "{", "}", "dlm:{tenant7}}:fence", "\x00\xff{\x80}", "ключ"} {
-		want, err := c.ClusterKeySlot(context.Background(), k).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := keySlot(k); int64(got) != want {
-			t.Errorf("keySlot(%q) = %d, CLUSTER KEYSLOT says %d", k, got, want)
-		}
-	}
-}
-
 // Every slot has its own fencing counter, in that slot (as a real Cluster
 // reads it), and the names never change: they are part of the storage
 // format, and two versions choosing differently would hand out fences from

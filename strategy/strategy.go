@@ -221,7 +221,7 @@ func hasHashTag(key string) bool {
 // allocation besides the keys' text: it is on every lock call's path.
 func acquireCall(key, token string, ttl time.Duration) (keys, args []string) {
 	keys, args = lockCall(key, token, ttl, 3)
-	keys[1] = fenceName(keySlot(keys[0]))
+	keys[1] = fenceName(nodekit.Slot(keys[0]))
 	return keys, args
 }
 

@@ -54,7 +54,7 @@ func TestUsageErrors(t *testing.T) {
 // A server nobody listens on: the demo reports errors and fails.
 func TestDemoUnreachable(t *testing.T) {
 	var out, errOut bytes.Buffer
-	code := run(context.Background(), []string{"demo", "--addr", "127.0.0.1:1", "--duration", "1s"}, &out, &errOut)
+	code := run(context.Background(), []string{"demo", "--addr", "127.0.0.1:1", "--duration", "3s"}, &out, &errOut)
 	assert.Equal(t, 1, code, out.String())
 	assert.Contains(t, out.String(), "FAILED")
 	assert.Contains(t, out.String(), "acquire on 127.0.0.1:1")

@@ -31,6 +31,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -45,6 +46,9 @@ type Node struct {
 	ctxOnWire bool // the client applies context deadlines to its sockets
 	name      string
 	hub       *nodekit.Hub // Watch's pub/sub connection
+
+	mu    sync.Mutex
+	slots map[int]*nodekit.Hub // on a Cluster: Watch's shard connection per hash slot
 }
 
 var _ dlm.Node = (*Node)(nil)
@@ -120,7 +124,31 @@ func (n *Node) RunWait(ctx context.Context, calls []dlm.Call, w dlm.Wait) (dlm.A
 // pub/sub connection (see nodekit.Hub). go-redis re-establishes a broken
 // connection and its subscriptions; messages published in between are lost.
 func (n *Node) Watch(ctx context.Context, channel string, notify func(payload string)) (func(), error) {
+	if cc, ok := n.c.(*redis.ClusterClient); ok {
+		return n.slotHub(cc, channel).Watch(ctx, channel, notify)
+	}
 	return n.hub.Watch(ctx, channel, notify)
+}
+
+// slotHub returns the Hub of channel's hash slot on a Cluster, whose
+// connection SSUBSCRIBEs on the master that serves the slot: release
+// scripts publish on shard channels there (strategy's release.lua), so
+// that a message stays in its shard.
+func (n *Node) slotHub(cc *redis.ClusterClient, channel string) *nodekit.Hub {
+	slot := nodekit.Slot(channel)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	h := n.slots[slot]
+	if h == nil {
+		if n.slots == nil {
+			n.slots = map[int]*nodekit.Hub{}
+		}
+		h = nodekit.NewHub(func(ctx context.Context, ev nodekit.Events) (nodekit.PubSub, error) {
+			return openShardPubSub(ctx, cc, ev), nil
+		})
+		n.slots[slot] = h
+	}
+	return h
 }
 
 // bounded runs calls, and then w's command unless w is nil, within ctx
@@ -326,6 +354,84 @@ func setReply(c *dlm.Call, cmd *redis.Cmd) {
 	default:
 		c.Reply, c.Err = nodekit.Ints(v)
 	}
+}
+
+// A shardPubSub is a redis.PubSub on shard channels, all of one hash slot.
+type shardPubSub struct {
+	cc    *redis.ClusterClient
+	ps    *redis.PubSub
+	ev    nodekit.Events
+	start sync.Once
+
+	mu      sync.Mutex
+	leaving map[string]int // SUNSUBSCRIBEs sent and not yet confirmed, per channel
+}
+
+// Subscribe sends SSUBSCRIBE, and starts the dispatcher after the first:
+// go-redis connects a PubSub on the first command, on the master of its
+// channels' slot, or on a random node when the dispatcher's read comes
+// first.
+func (s *shardPubSub) Subscribe(ctx context.Context, channels ...string) error {
+	err := s.ps.SSubscribe(ctx, channels...)
+	s.start.Do(s.dispatch)
+	return err
+}
+
+func (s *shardPubSub) Unsubscribe(ctx context.Context, channels ...string) error {
+	s.mu.Lock()
+	for _, ch := range channels {
+		s.leaving[ch]++
+	}
+	s.mu.Unlock()
+	return s.ps.SUnsubscribe(ctx, channels...)
+}
+
+func (s *shardPubSub) Close() error { return s.ps.Close() }
+
+// slotMoveReload is how long a Hub waits after its slot moved before it
+// subscribes again: the time go-redis takes to reload its slot map.
+const slotMoveReload = 100 * time.Millisecond
+
+// openShardPubSub opens a Hub's connection on a Cluster. Its dispatcher
+// reports confirmations and messages. A server unsubscribes shard channels
+// by itself when their slot moves to another master; the dispatcher then
+// reloads the client's slot map and reports the connection broken, so that
+// the Hub subscribes again on a new one, on the slot's new master.
+func openShardPubSub(ctx context.Context, cc *redis.ClusterClient, ev nodekit.Events) *shardPubSub {
+	return &shardPubSub{cc: cc, ps: cc.SSubscribe(ctx), ev: ev, leaving: map[string]int{}}
+}
+
+func (s *shardPubSub) dispatch() {
+	ch := s.ps.ChannelWithSubscriptions(redis.WithChannelSize(1024))
+	go func() {
+		for m := range ch {
+			switch m := m.(type) {
+			case *redis.Subscription:
+				switch m.Kind {
+				case "ssubscribe":
+					s.ev.Subscribed(m.Channel)
+				case "sunsubscribe":
+					s.mu.Lock()
+					ours := s.leaving[m.Channel] > 0
+					if ours {
+						s.leaving[m.Channel]--
+					}
+					s.mu.Unlock()
+					if !ours {
+						// go-redis reloads the slot map in the background:
+						// give it a moment before the Hub dials the new master.
+						s.cc.ReloadState(context.Background())
+						go func(ch string) {
+							time.Sleep(slotMoveReload)
+							s.ev.Broken(fmt.Errorf("dlm: the server unsubscribed %q: its slot moved", ch))
+						}(m.Channel)
+					}
+				}
+			case *redis.Message:
+				s.ev.Message(m.Channel, m.Payload)
+			}
+		}
+	}()
 }
 
 // openPubSub opens the Hub's connection, a redis.PubSub, and starts its

@@ -86,13 +86,14 @@ func TestWatchCluster(t *testing.T) {
 	n := goredis.New(c)
 	ctx := context.Background()
 	var count atomic.Int64
-	// Channels of keys on every master; PUBLISH reaches every node.
+	// Channels of keys on every master, published on their shards as the
+	// release script does.
 	for i := range 6 {
 		ch := "dlm:{k" + strconv.Itoa(i) + "}"
 		stop, err := n.Watch(ctx, ch, func(string) { count.Add(1) })
 		require.NoError(t, err)
 		defer stop()
-		require.NoError(t, c.Publish(ctx, ch, "released").Err())
+		require.NoError(t, c.SPublish(ctx, ch, "released").Err())
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for count.Load() < 6 && time.Now().Before(deadline) {

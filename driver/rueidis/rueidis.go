@@ -35,6 +35,8 @@ type Node struct {
 	hub  *nodekit.Hub
 	mu   sync.Mutex
 	last map[string]*receive // each channel's latest subscription, until it ends
+	// noShards is set once the server refused SSUBSCRIBE.
+	noShards atomic.Bool
 }
 
 // New returns a Node over c, or nil when c is nil (which strategies reject).
@@ -188,8 +190,17 @@ func (n *Node) receive(ctx context.Context, ch string, ev nodekit.Events, prev, 
 			return
 		}
 	}
+	// On a Cluster, release scripts publish on shard channels (strategy's
+	// release.lua), which rueidis subscribes on the master of the channel's
+	// slot; a server unsubscribes them when the slot moves, and the loop
+	// below subscribes again.
+	// A server without shard channels (before 7.0; miniredis, which rueidis
+	// takes for a Cluster) refuses SSUBSCRIBE: the release script then
+	// publishes ordinary ones.
+	var sharded atomic.Bool
+	sharded.Store(n.c.Mode() == rueidis.ClientModeCluster && !n.noShards.Load())
 	rctx := rueidis.WithOnSubscriptionHook(ctx, func(p rueidis.PubSubSubscription) {
-		if p.Kind == "subscribe" && p.Channel == ch && ctx.Err() == nil {
+		if (p.Kind == "subscribe" || p.Kind == "ssubscribe") && p.Channel == ch && ctx.Err() == nil {
 			answer(nil)
 		}
 	})
@@ -197,13 +208,27 @@ func (n *Node) receive(ctx context.Context, ch string, ev nodekit.Events, prev, 
 		if ctx.Err() != nil { // stopped: leave the channel on this connection
 			uctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()
-			_ = c.Do(uctx, c.B().Unsubscribe().Channel(ch).Build()).Error()
+			unsubscribe := c.B().Unsubscribe().Channel(ch).Build()
+			if sharded.Load() {
+				unsubscribe = c.B().Sunsubscribe().Channel(ch).Build()
+			}
+			_ = c.Do(uctx, unsubscribe).Error()
 		}
 		return err
 	})
 	for {
-		err := n.c.Receive(rctx, n.c.B().Subscribe().Channel(ch).Build(), func(m rueidis.PubSubMessage) { ev.Message(ch, m.Message) })
-		if re := (*rueidis.RedisError)(nil); ctx.Err() == nil && (errors.Is(err, rueidis.ErrClosing) || errors.As(err, &re)) {
+		subscribe := n.c.B().Subscribe().Channel(ch).Build() // a command is sent once
+		if sharded.Load() {
+			subscribe = n.c.B().Ssubscribe().Channel(ch).Build()
+		}
+		err := n.c.Receive(rctx, subscribe, func(m rueidis.PubSubMessage) { ev.Message(ch, m.Message) })
+		re := (*rueidis.RedisError)(nil)
+		if sharded.Load() && errors.As(err, &re) && strings.Contains(re.Error(), "unknown command") {
+			n.noShards.Store(true)
+			sharded.Store(false)
+			continue
+		}
+		if ctx.Err() == nil && (errors.Is(err, rueidis.ErrClosing) || errors.As(err, &re)) {
 			answer(err)
 			return
 		}

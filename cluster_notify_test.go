@@ -1,0 +1,152 @@
+package dlm_test
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/internal/redistest"
+	"github.com/dlmgo/dlm/strategy"
+)
+
+// busPublishes sums, over every node of cl, the publish messages sent over
+// the cluster bus (ordinary and shard channels).
+func busPublishes(t *testing.T, cl *redistest.Cluster) int {
+	t.Helper()
+	re := regexp.MustCompile(`cluster_stats_messages_publish(?:shard)?_sent:(\d+)`)
+	n := 0
+	nodes := append([]*redistest.Server(nil), cl.Masters...)
+	for _, r := range cl.Replicas {
+		nodes = append(nodes, r...)
+	}
+	for _, s := range nodes {
+		info, err := s.Client(t).ClusterInfo(context.Background()).Result()
+		require.NoError(t, err)
+		for _, m := range re.FindAllStringSubmatch(info, -1) {
+			v, _ := strconv.Atoi(m[1])
+			n += v
+		}
+	}
+	return n
+}
+
+// On a Cluster, a release announces itself on its shard only: at most one
+// cluster-bus message per release (the master's to its replica), with
+// nobody waiting and with a waiter on every key, against one per other node
+// with PUBLISH. A waiter is woken by the release, not by polling.
+func TestClusterReleaseStaysInItsShard(t *testing.T) {
+	for _, tc := range clusterClients {
+		t.Run(tc.name, func(t *testing.T) {
+			cl := redistest.StartClusterReplicas(t, 1, 1, 1)
+			m := newM(t, newSingle(t, tc.node(t, cl.Masters[0].Addr)), dlm.WithTTL(10*time.Second))
+			ctx := context.Background()
+			const n = 50
+
+			before := busPublishes(t, cl)
+			for i := range n {
+				l, err := m.TryLock(ctx, fmt.Sprint("bus-idle-", i))
+				require.NoError(t, err)
+				require.NoError(t, l.Unlock(ctx))
+			}
+			idle := float64(busPublishes(t, cl)-before) / n
+
+			router := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{cl.Masters[0].Addr}})
+			defer router.Close()
+			before = busPublishes(t, cl)
+			var worst time.Duration
+			for i := range n {
+				key := fmt.Sprint("bus-waited-", i)
+				l, err := m.TryLock(ctx, key)
+				require.NoError(t, err)
+				got := make(chan time.Time, 1)
+				go func() {
+					w, err := m.Lock(ctx, key)
+					if err == nil {
+						got <- time.Now()
+						_ = w.Unlock(ctx)
+					}
+					close(got)
+				}()
+				waitSubscribed(t, router, key)
+				released := time.Now()
+				require.NoError(t, l.Unlock(ctx))
+				at, ok := <-got
+				require.True(t, ok, "the waiter got the lock")
+				worst = max(worst, at.Sub(released))
+			}
+			waited := float64(busPublishes(t, cl)-before) / n / 2 // two releases per key
+			t.Logf("%s: cluster-bus publish messages per release: %.2f with nobody waiting, %.2f with a waiter (6 nodes); slowest hand-off %v",
+				tc.name, idle, waited, worst.Round(time.Microsecond))
+			assert.LessOrEqual(t, idle, 1.0)
+			assert.LessOrEqual(t, waited, 1.0)
+			assert.Less(t, worst, 100*time.Millisecond, "woken by the release, not by polling")
+		})
+	}
+}
+
+// waitSubscribed waits until key's release channel has a subscriber on
+// the master of its slot.
+func waitSubscribed(t *testing.T, router *redis.ClusterClient, key string) {
+	t.Helper()
+	ctx := context.Background()
+	lock, _ := strategy.Keys(key)
+	require.Eventually(t, func() bool {
+		m, err := router.MasterForKey(ctx, lock)
+		if err != nil {
+			return false
+		}
+		r, err := m.Do(ctx, "PUBSUB", "SHARDNUMSUB", lock).Slice()
+		return err == nil && len(r) == 2 && r[1] == int64(1)
+	}, 5*time.Second, time.Millisecond, "a waiter subscribed to %s", lock)
+}
+
+// A waiter subscribed on a slot's master keeps hearing releases after the
+// slot moves to another master: the server unsubscribes it, and the driver
+// subscribes again on the new master.
+func TestClusterWaiterFollowsSlotMove(t *testing.T) {
+	for _, tc := range clusterClients {
+		t.Run(tc.name, func(t *testing.T) {
+			cl := redistest.StartClusterReplicas(t, 0, 0)
+			ctx := context.Background()
+			m := newM(t, newSingle(t, tc.node(t, cl.Masters[0].Addr)), dlm.WithTTL(20*time.Second))
+			key := "follows"
+			held, err := m.TryLock(ctx, key)
+			require.NoError(t, err)
+			got := make(chan time.Time, 1)
+			go func() {
+				l, err := m.Lock(ctx, key)
+				if err == nil {
+					got <- time.Now()
+					_ = l.Unlock(ctx)
+				}
+				close(got)
+			}()
+			time.Sleep(100 * time.Millisecond) // subscribed, tried once
+			lock, _ := strategy.Keys(key)
+			slot, err := cl.Masters[0].Client(t).ClusterKeySlot(ctx, lock).Result()
+			require.NoError(t, err)
+			from, to := cl.Masters[0], cl.Masters[1]
+			if slot >= 8192 {
+				from, to = to, from
+			}
+			cl.MigrateSlot(t, int(slot), from, to, 10, 0)
+			router := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{cl.Masters[0].Addr}})
+			defer router.Close()
+			waitSubscribed(t, router, key) // again, on the new master
+			released := time.Now()
+			require.NoError(t, held.Unlock(ctx))
+			at, ok := <-got
+			require.True(t, ok, "the waiter got the lock")
+			t.Logf("%s: the waiter got the lock %v after the release on the slot's new master", tc.name, at.Sub(released).Round(time.Microsecond))
+			assert.Less(t, at.Sub(released), 100*time.Millisecond, "woken by the release, not by polling")
+		})
+	}
+}

@@ -1,0 +1,46 @@
+package goredis
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlmgo/dlm/internal/redistest"
+	"github.com/dlmgo/dlm/nodekit"
+)
+
+// On a Cluster, Watch subscribes each channel on the master of its slot
+// (before the fix, the dispatcher's first read could connect the PubSub to
+// a random node first, and 1 Watch in ~60 was never confirmed), and a
+// shard message published there reaches it.
+func TestClusterWatchOnTheSlotsMaster(t *testing.T) {
+	cl := redistest.StartClusterReplicas(t, 1, 1, 1)
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{cl.Masters[0].Addr}})
+	defer cc.Close()
+	n := New(cc)
+	ctx := context.Background()
+	for i := range 120 {
+		ch := fmt.Sprint("dlm:{watched-", i, "}")
+		got := make(chan string, 1)
+		start := time.Now()
+		wctx, cancel := context.WithTimeout(ctx, 250*time.Millisecond)
+		stop, err := n.Watch(wctx, ch, func(p string) { got <- p })
+		cancel()
+		if err != nil {
+			t.Errorf("%d %s slot %d after %v: %v", i, ch, nodekit.Slot(ch), time.Since(start), err)
+			continue
+		}
+		if err := cc.SPublish(ctx, ch, "x").Err(); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-got:
+		case <-time.After(time.Second):
+			t.Errorf("%d: no message", i)
+		}
+		stop()
+	}
+}
