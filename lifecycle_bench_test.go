@@ -2,6 +2,7 @@ package dlm_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -45,46 +46,68 @@ func reportQuantiles(b *testing.B, d []time.Duration, name string) {
 	b.ReportMetric(q(1), name+"-max-ms")
 }
 
-// BenchmarkHandoff measures the hand-off to the first of 4 blocked waiters:
-// five goroutines take one key in turn, each holding it 1ms (long enough
-// for the other four to be parked), and an op is one hand-off, timed from
-// the holder's Unlock call to the next holder's Lock return.
+// BenchmarkHandoff measures the hand-off to the first of 4 blocked waiters
+// of one Manager (see handoff).
 func BenchmarkHandoff(b *testing.B) {
-	waitModes(b, handoff)
+	waitModes(b, func(b *testing.B, m *dlm.Manager) {
+		handoff(b, func(int) *dlm.Manager { return m })
+	})
 }
 
-// BenchmarkHandoffCluster is BenchmarkHandoff's notify mode on one
-// redis-server and on a Cluster of three masters with a replica each, in
-// one run, through each driver's Cluster client (release notifications on
-// shard channels) and its plain client (on ordinary channels).
+// BenchmarkHandoffCluster is BenchmarkHandoff with each goroutine on a
+// Manager and a client of its own, so that every hand-off is a release
+// notification from the server (within one Manager an Unlock wakes the next
+// waiter itself): on a Cluster of three masters and on one redis-server, in
+// one run, without replicas and with one replica per master (replication
+// takes its share of this machine's two cores on both sides), through each
+// driver's Cluster client (shard channels) and its plain client (ordinary
+// channels).
 func BenchmarkHandoffCluster(b *testing.B) {
-	for _, tc := range clusterClients {
-		b.Run(tc.name+"/standalone", func(b *testing.B) {
-			srv := redistest.Start(b)
-			var n dlm.Node
-			if tc.name == "go-redis" {
-				n = goredis.New(srv.Client(b)) // a ClusterClient needs a Cluster
-			} else {
-				n = tc.node(b, srv.Addr) // rueidis finds out which it is
-			}
-			handoff(b, newM(b, newSingle(b, n), dlm.WithTTL(10*time.Second)))
-		})
-		b.Run(tc.name+"/cluster", func(b *testing.B) {
-			cl := redistest.StartClusterReplicas(b, 1, 1, 1)
-			handoff(b, newM(b, newSingle(b, tc.node(b, cl.Masters[0].Addr)), dlm.WithTTL(10*time.Second)))
-		})
+	for _, replicas := range []int{0, 1} {
+		for _, tc := range clusterClients {
+			name := fmt.Sprintf("%s/replicas=%d", tc.name, replicas)
+			b.Run(name+"/standalone", func(b *testing.B) {
+				srv := redistest.Start(b)
+				for range replicas {
+					redistest.Start(b).ReplicaOf(b, srv)
+				}
+				var n dlm.Node // a go-redis ClusterClient needs a Cluster; rueidis finds out which it is
+				handoff(b, func(i int) *dlm.Manager {
+					if tc.name == "go-redis" {
+						n = goredis.New(srv.Client(b))
+					} else {
+						n = tc.node(b, srv.Addr)
+					}
+					return newM(b, newSingle(b, n), dlm.WithTTL(10*time.Second))
+				})
+			})
+			b.Run(name+"/cluster", func(b *testing.B) {
+				cl := redistest.StartClusterReplicas(b, replicas, replicas, replicas)
+				handoff(b, func(int) *dlm.Manager {
+					return newM(b, newSingle(b, tc.node(b, cl.Masters[0].Addr)), dlm.WithTTL(10*time.Second))
+				})
+			})
+		}
 	}
 }
 
-func handoff(b *testing.B, m *dlm.Manager) {
+// handoff has five goroutines take one key in turn, goroutine i through
+// manager(i), each holding it 1ms (long enough for the other four to be
+// parked); an op is one hand-off, timed from the holder's Unlock call to the
+// next holder's Lock return.
+func handoff(b *testing.B, manager func(i int) *dlm.Manager) {
 	ctx := context.Background()
 	var released atomic.Int64 // UnixNano of the last Unlock call; 0 before the first
 	var count atomic.Int64
 	var mu sync.Mutex
 	var lat []time.Duration
 	var wg sync.WaitGroup
+	ms := make([]*dlm.Manager, 5)
+	for i := range ms {
+		ms[i] = manager(i)
+	}
 	b.ResetTimer()
-	for range 5 {
+	for _, m := range ms {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

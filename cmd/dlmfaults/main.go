@@ -12,9 +12,11 @@
 package main
 
 import (
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"time"
@@ -35,8 +37,12 @@ func main() {
 		plant      = flag.String("plant", "", `a bug to plant in the clients: "stale-lease" (leases outlive the servers' keys)`)
 		out        = flag.String("out", "faults/results", "directory for results.json and results.md")
 		note       = flag.String("note", "", "a line added to the results' header")
+		rejudge    = flag.Bool("rejudge", false, "run nothing: judge -out's results.json anew against the promises and rewrite the results")
 	)
 	flag.Parse()
+	if *rejudge {
+		os.Exit(rejudgeResults(*out))
+	}
 	var cells []faults.Cell
 	for _, s := range strings.Split(*strategies, ",") {
 		for _, n := range strings.Split(*nemeses, ",") {
@@ -78,4 +84,32 @@ func main() {
 			os.Exit(1)
 		}
 	}
+}
+
+// rejudgeResults rewrites dir's results with today's promises, keeping the
+// header line of results.md.
+func rejudgeResults(dir string) int {
+	b, err := os.ReadFile(filepath.Join(dir, "results.json"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "dlmfaults:", err)
+		return 2
+	}
+	var results []faults.Result
+	if err := json.Unmarshal(b, &results); err != nil {
+		fmt.Fprintln(os.Stderr, "dlmfaults:", err)
+		return 2
+	}
+	md, _ := os.ReadFile(filepath.Join(dir, "results.md"))
+	header, _, _ := strings.Cut(string(md), "\n")
+	faults.Rejudge(results)
+	if err := faults.WriteResults(dir, results, header); err != nil {
+		fmt.Fprintln(os.Stderr, "dlmfaults:", err)
+		return 2
+	}
+	for _, r := range results {
+		if !r.Kept {
+			return 1
+		}
+	}
+	return 0
 }
