@@ -43,7 +43,8 @@ func (r *register) write(w http.ResponseWriter, req *http.Request) {
 	}
 	r.mu.Lock()
 	e := Event{T: now(), Client: c, Op: op, N: n, Fence: f, Kind: RegAccept}
-	if f < r.max {
+	max := r.max
+	if f < max {
 		e.Kind = RegRefuse
 	} else {
 		r.max = f
@@ -51,7 +52,7 @@ func (r *register) write(w http.ResponseWriter, req *http.Request) {
 	r.events = append(r.events, e)
 	r.mu.Unlock()
 	if e.Kind == RegRefuse {
-		http.Error(w, fmt.Sprintf("fence %d is below %d", f, r.max), http.StatusConflict)
+		http.Error(w, fmt.Sprintf("fence %d is below %d", f, max), http.StatusConflict)
 	}
 }
 
