@@ -100,36 +100,28 @@ func waitSubscribed(t *testing.T, router *redis.ClusterClient, key string) {
 	lock, _ := strategy.Keys(key)
 	require.Eventually(t, func() bool {
 		m, err := router.MasterForKey(ctx, lock)
-		if err != nil {
-			return false
+		if err == nil {
+			var r []any
+			r, err = m.Do(ctx, "PUBSUB", "SHARDNUMSUB", lock).Slice()
+			if err == nil && len(r) == 2 && r[1] == int64(1) {
+				return true
+			}
 		}
-		r, err := m.Do(ctx, "PUBSUB", "SHARDNUMSUB", lock).Slice()
-		return err == nil && len(r) == 2 && r[1] == int64(1)
-	}, 5*time.Second, time.Millisecond, "a waiter subscribed to %s", lock)
+		router.ReloadState(ctx) // the slot may have moved, its master died
+		return false
+	}, 20*time.Second, 5*time.Millisecond, "a waiter subscribed to %s", lock)
 }
 
 // A waiter subscribed on a slot's master keeps hearing releases after the
 // slot moves to another master: the server unsubscribes it, and the driver
-// subscribes again on the new master.
+// subscribes again on the new master. The holder is another Manager with
+// its own client, so only the notification can wake the waiter early.
 func TestClusterWaiterFollowsSlotMove(t *testing.T) {
 	for _, tc := range clusterClients {
 		t.Run(tc.name, func(t *testing.T) {
 			cl := redistest.StartClusterReplicas(t, 0, 0)
 			ctx := context.Background()
-			m := newM(t, newSingle(t, tc.node(t, cl.Masters[0].Addr)), dlm.WithTTL(20*time.Second))
 			key := "follows"
-			held, err := m.TryLock(ctx, key)
-			require.NoError(t, err)
-			got := make(chan time.Time, 1)
-			go func() {
-				l, err := m.Lock(ctx, key)
-				if err == nil {
-					got <- time.Now()
-					_ = l.Unlock(ctx)
-				}
-				close(got)
-			}()
-			time.Sleep(100 * time.Millisecond) // subscribed, tried once
 			lock, _ := strategy.Keys(key)
 			slot, err := cl.Masters[0].Client(t).ClusterKeySlot(ctx, lock).Result()
 			require.NoError(t, err)
@@ -137,16 +129,84 @@ func TestClusterWaiterFollowsSlotMove(t *testing.T) {
 			if slot >= 8192 {
 				from, to = to, from
 			}
-			cl.MigrateSlot(t, int(slot), from, to, 10, 0)
-			router := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{cl.Masters[0].Addr}})
-			defer router.Close()
-			waitSubscribed(t, router, key) // again, on the new master
-			released := time.Now()
-			require.NoError(t, held.Unlock(ctx))
-			at, ok := <-got
-			require.True(t, ok, "the waiter got the lock")
-			t.Logf("%s: the waiter got the lock %v after the release on the slot's new master", tc.name, at.Sub(released).Round(time.Microsecond))
-			assert.Less(t, at.Sub(released), 100*time.Millisecond, "woken by the release, not by polling")
+			took, _ := handOff(t, cl, tc.node, key, func() {
+				cl.MigrateSlot(t, int(slot), from, to, 10, 0)
+			})
+			t.Logf("%s: the waiter got the lock %v after the release on the slot's new master", tc.name, took.Round(time.Microsecond))
+			assert.Less(t, took, 100*time.Millisecond, "woken by the release, not by polling")
 		})
 	}
+}
+
+// A waiter keeps hearing releases after the master of its slot dies and
+// its replica takes over: the driver subscribes again on the promoted
+// replica soon after the promotion, and the next release there wakes the
+// waiter at once.
+func TestClusterWaiterFollowsFailover(t *testing.T) {
+	for _, tc := range clusterClients {
+		t.Run(tc.name, func(t *testing.T) {
+			cl := redistest.StartClusterReplicas(t, 1, 1, 1) // a replica is promoted by a majority of masters
+			ctx := context.Background()
+			key := "failover-waiter"
+			lock, _ := strategy.Keys(key)
+			slot, err := cl.Masters[0].Client(t).ClusterKeySlot(ctx, lock).Result()
+			require.NoError(t, err)
+			n, shard := len(cl.Masters), 0
+			for (shard+1)*16384/n <= int(slot) { // redistest splits the slots evenly
+				shard++
+			}
+			took, resubscribed := handOff(t, cl, tc.node, key, func() {
+				require.NoError(t, cl.Masters[shard].Client(t).Do(ctx, "WAIT", 1, 2000).Err())
+				cl.Masters[shard].Kill(t)
+			})
+			t.Logf("%s: subscribed on the promoted replica %v after the master's kill; the waiter got the lock %v after the release there",
+				tc.name, resubscribed.Round(time.Millisecond), took.Round(time.Microsecond))
+			assert.Less(t, took, 100*time.Millisecond, "woken by the release, not by polling")
+			// The replica is promoted about two node timeouts after the
+			// kill; slack for a loaded machine.
+			assert.Less(t, resubscribed, 2*clusterNodeTimeout+4*time.Second)
+		})
+	}
+}
+
+// handOff has one Manager take key while another waits for it (a retry
+// delay of 20s, so only a notification wakes it early), runs change, waits
+// until the waiter is subscribed on the master that now serves key, has
+// the holder release, and returns how long after the release the waiter
+// got the lock, and how long after change returned it was subscribed again.
+func handOff(t *testing.T, cl *redistest.Cluster, node func(testing.TB, string) dlm.Node, key string, change func()) (took, resubscribed time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	opts := []dlm.Option{dlm.WithTTL(time.Minute), dlm.WithRetryDelay(10*time.Second, 20*time.Second)}
+	holder := newM(t, newSingle(t, node(t, cl.Masters[0].Addr)), opts...)
+	waiter := newM(t, newSingle(t, node(t, cl.Masters[0].Addr)), opts...)
+	held, err := holder.TryLock(ctx, key)
+	require.NoError(t, err)
+	got := make(chan time.Time, 1)
+	go func() {
+		defer close(got)
+		wctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		if l, err := waiter.Lock(wctx, key); err == nil {
+			got <- time.Now()
+			_ = l.Unlock(ctx)
+		}
+	}()
+	router := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{cl.Masters[len(cl.Masters)-1].Addr}})
+	defer router.Close()
+	waitSubscribed(t, router, key)
+	change()
+	changed := time.Now()
+	waitSubscribed(t, router, key) // again, where key now lives
+	resubscribed = time.Since(changed)
+	// The holder's client may meet the old master first: retry the release.
+	deadline := time.Now().Add(20 * time.Second)
+	for err = held.Unlock(ctx); err != nil && time.Now().Before(deadline); err = held.Unlock(ctx) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	require.NoError(t, err)
+	released := time.Now()
+	at, ok := <-got
+	require.True(t, ok, "the waiter got the lock")
+	return at.Sub(released), resubscribed
 }
