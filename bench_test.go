@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -14,31 +15,40 @@ import (
 	"github.com/dlmgo/dlm/strategy"
 )
 
-func benchManager(b *testing.B, ctxOnWire bool) *dlm.Manager {
+func benchManager(b *testing.B, ctxOnWire bool, opts ...strategy.Option) *dlm.Manager {
 	srv := redistest.Start(b)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 128, ContextTimeoutEnabled: ctxOnWire})
 	b.Cleanup(func() { c.Close() })
-	s, err := strategy.NewSingle(goredis.New(c))
+	s, err := strategy.NewSingle(goredis.New(c), opts...)
 	if err != nil {
 		b.Fatal(err)
 	}
-	m, err := dlm.New(s)
+	m, err := dlm.New(s, dlm.WithTTL(time.Second))
 	if err != nil {
 		b.Fatal(err)
 	}
 	return m
 }
 
-// BenchmarkLockUnlock is one uncontended TryLock and Unlock: two round trips.
+// BenchmarkLockUnlock is one uncontended TryLock and Unlock: two round
+// trips; "maxttl" with the amnesia guard on.
 func BenchmarkLockUnlock(b *testing.B) {
 	for _, tc := range []struct {
 		name      string
 		ctxOnWire bool
-	}{{"goredis", true}, {"goredis-noctxtimeout", false}} {
+		opts      []strategy.Option
+	}{{"goredis", true, nil}, {"goredis-noctxtimeout", false, nil}, {"goredis-maxttl", true, []strategy.Option{strategy.WithMaxTTL(time.Second)}}} {
 		b.Run(tc.name, func(b *testing.B) {
-			m := benchManager(b, tc.ctxOnWire)
+			m := benchManager(b, tc.ctxOnWire, tc.opts...)
 			ctx, cancel := context.WithCancel(context.Background()) // a live Done channel, as in a server
 			defer cancel()
+			l, err := m.Lock(ctx, "bench") // a fresh server's quarantine, with the guard
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := l.Unlock(ctx); err != nil {
+				b.Fatal(err)
+			}
 			b.ReportAllocs()
 			for b.Loop() {
 				l, err := m.TryLock(ctx, "bench")

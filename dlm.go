@@ -241,9 +241,16 @@ type HeldError struct {
 	// Remaining is the holder's remaining TTL as the server reported it, or a
 	// negative value when unknown.
 	Remaining time.Duration
+	// Quarantined reports that the server lost the key's state and grants
+	// nothing for Remaining more: an owner it forgot may still hold the key
+	// (see strategy.WithMaxTTL).
+	Quarantined bool
 }
 
 func (e *HeldError) Error() string {
+	if e.Quarantined {
+		return fmt.Sprintf("dlm: lock not acquired: %q may be held by an owner its server forgot after losing its data: quarantined for %v more", e.Key, e.Remaining)
+	}
 	if e.Remaining < 0 {
 		return fmt.Sprintf("dlm: lock not acquired: %q is held by another owner", e.Key)
 	}

@@ -6,6 +6,7 @@
 package config
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -89,6 +90,9 @@ type Config struct {
 	// DriftFactor is the share of the TTL taken off for clock drift
 	// (strategy.WithDriftFactor); nil means the default.
 	DriftFactor *float64 `json:"drift_factor,omitempty"`
+	// MaxTTL turns the amnesia guard on: the longest lease any client of
+	// these keys takes (strategy.WithMaxTTL; 0: off). TTL must not exceed it.
+	MaxTTL Duration `json:"max_ttl,omitempty"`
 
 	// Ack is how many replicas must acknowledge a write (strategy.WithAcks;
 	// failover only; nil: AckAll).
@@ -470,13 +474,19 @@ func (c Config) Validate() error {
 	for _, d := range []struct {
 		name string
 		d    Duration
-	}{{"ttl", c.TTL}, {"max_hold", c.MaxHold}, {"timeout", c.Timeout}} {
+	}{{"ttl", c.TTL}, {"max_hold", c.MaxHold}, {"timeout", c.Timeout}, {"max_ttl", c.MaxTTL}} {
 		if d.d < 0 {
 			return badField(d.name, "%v is negative", time.Duration(d.d))
 		}
 	}
 	if time.Duration(c.TTL) > dlm.MaxTTL {
 		return badField("ttl", "%v is above %v", time.Duration(c.TTL), dlm.MaxTTL)
+	}
+	if time.Duration(c.MaxTTL) > dlm.MaxTTL {
+		return badField("max_ttl", "%v is above %v", time.Duration(c.MaxTTL), dlm.MaxTTL)
+	}
+	if ttl := cmp.Or(time.Duration(c.TTL), dlm.DefaultTTL); c.MaxTTL > 0 && ttl > time.Duration(c.MaxTTL) {
+		return badField("max_ttl", "%v is below the TTL %v", time.Duration(c.MaxTTL), ttl)
 	}
 	if c.Renew != 0 && !(c.Renew > 0 && c.Renew < 1) {
 		return badField("renew", "%v is not in (0, 1)", c.Renew)
@@ -522,6 +532,9 @@ func (c Config) strategyOptions() []strategy.Option {
 	}
 	if c.DriftFactor != nil {
 		opts = append(opts, strategy.WithDriftFactor(*c.DriftFactor))
+	}
+	if c.MaxTTL > 0 {
+		opts = append(opts, strategy.WithMaxTTL(time.Duration(c.MaxTTL)))
 	}
 	if c.Ack != nil {
 		opts = append(opts, strategy.WithAcks(*c.Ack))

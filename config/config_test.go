@@ -29,6 +29,25 @@ func TestParseURL(t *testing.T) {
 	}, c)
 	assert.Len(t, c.ManagerOptions(), 1, "the TTL")
 
+	c, err = config.ParseURL("single://h:1?max_ttl=1m")
+	require.NoError(t, err)
+	assert.Equal(t, config.Duration(time.Minute), c.MaxTTL)
+	for u, field := range map[string]string{
+		"single://h:1?max_ttl=5s":        "max_ttl", // below the default TTL
+		"single://h:1?ttl=2m&max_ttl=1m": "max_ttl",
+		"single://h:1?max_ttl=25h":       "max_ttl",
+		"single://h:1?max_ttl=-1s":       "max_ttl",
+		"single://h:1?ttl=1s&max_ttl=1s": "",
+	} {
+		_, err := config.ParseURL(u)
+		if field == "" {
+			assert.NoError(t, err, u)
+		} else {
+			require.ErrorIs(t, err, dlm.ErrInvalid, u)
+			assert.Contains(t, err.Error(), field, u)
+		}
+	}
+
 	c, err = config.ParseURL("redlock://h1:6379,h2:6379,h3:6379?ttl=10s&renew=0.25&max_hold=1m")
 	require.NoError(t, err)
 	assert.Equal(t, config.Config{

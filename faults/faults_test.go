@@ -55,6 +55,7 @@ func TestShortMatrix(t *testing.T) {
 		shortCell("redlock", "partition-holder"),
 		shortCell("redlock", "partition-majority"),
 		shortCell("single", "pause-holder"),
+		shortCell("single-guard", "kill-empty"),
 		shortCell("failover-ack-all", "failover"),
 		shortCell("cluster", "slot-migration"),
 	}

@@ -27,6 +27,9 @@ type Promise struct {
 // nemesis.
 func promise(strategy, nemesis string) Promise {
 	all := Promise{Exclusion: true, Fences: true}
+	if strategy != unguarded(strategy) {
+		return all // README: Amnesia
+	}
 	switch nemesis {
 	case "kill-empty":
 		return Promise{Why: "a majority lost its data: no lock survives that (README: what a lock guarantees)"}

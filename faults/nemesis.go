@@ -34,7 +34,7 @@ func always(string) bool { return true }
 
 func notFailover(s string) bool { return !strings.HasPrefix(s, "failover") }
 
-func independent(s string) bool { return s == "single" || s == "redlock" }
+func independent(s string) bool { s = unguarded(s); return s == "single" || s == "redlock" }
 
 // minority and majority return the data servers a fault takes: of Redlock's
 // five masters two or three; the one server of single; the primary of
@@ -126,7 +126,7 @@ var nemeses = []*nemesis{
 	{Name: "none", Doc: "no fault", applies: always,
 		fault: func(*run) (string, func(), error) { return "", nil, nil }, hold: fixed(0)},
 	{Name: "stop-minority", Doc: "SIGSTOP a minority of the servers (2 of 5 Redlock masters; a replica) for 2s",
-		applies: func(s string) bool { return s != "single" },
+		applies: func(s string) bool { return unguarded(s) != "single" },
 		fault: func(r *run) (string, func(), error) {
 			ss := minority(r.topo)
 			h, err := stop(ss)
@@ -181,7 +181,7 @@ var nemeses = []*nemesis{
 			return "partition " + names(ss), func() { _ = r.net.Heal() }, err
 		}, hold: fixed(2 * time.Second)},
 	{Name: "slow-minority", Doc: "replies of a minority (2 of 5 masters) delayed 0-150ms for 3s", proxied: true,
-		applies: func(s string) bool { return s == "redlock" },
+		applies: func(s string) bool { return unguarded(s) == "redlock" },
 		fault: func(r *run) (string, func(), error) {
 			return slowDown(r, len(r.topo.Data)/2)
 		}, hold: fixed(3 * time.Second)},

@@ -122,8 +122,12 @@ type topology struct {
 	proxies []*toxiproxy.Proxy
 }
 
-// Strategies the suite knows, as topologies to start.
-var strategies = []string{"single", "redlock", "failover-ack-all", "failover-ack-none", "cluster"}
+// Strategies the suite knows, as topologies to start. A "-guard" suffix
+// turns the amnesia guard on (max_ttl, strategy.WithMaxTTL, set to the TTL).
+var strategies = []string{"single", "redlock", "failover-ack-all", "failover-ack-none", "cluster", "single-guard", "redlock-guard"}
+
+// unguarded returns strategy without its "-guard" suffix.
+func unguarded(strategy string) string { return strings.TrimSuffix(strategy, "-guard") }
 
 // startTopology starts strategy's servers on hosts of n, files in dir; with
 // persist, every data server writes an append-only file and fsyncs it on
@@ -148,10 +152,10 @@ func startTopology(n *Net, dir, strategy string, persist, proxied bool, ttl time
 		return s, s.start()
 	}
 	var addrs []string
-	switch strategy {
+	switch unguarded(strategy) {
 	case "single", "redlock":
 		count := 1
-		if strategy == "redlock" {
+		if unguarded(strategy) == "redlock" {
 			count = 5
 		}
 		for i := range count {
@@ -171,7 +175,10 @@ func startTopology(n *Net, dir, strategy string, persist, proxied bool, ttl time
 			}
 			addrs = append(addrs, addr)
 		}
-		t.URL = fmt.Sprintf("%s://%s?ttl=%v", strategy, strings.Join(addrs, ","), ttl)
+		t.URL = fmt.Sprintf("%s://%s?ttl=%v", unguarded(strategy), strings.Join(addrs, ","), ttl)
+		if strategy != unguarded(strategy) {
+			t.URL += fmt.Sprintf("&max_ttl=%v", ttl)
+		}
 	case "failover-ack-all", "failover-ack-none":
 		p, err := add("primary", "redis-server", 6379, data...)
 		if err != nil {

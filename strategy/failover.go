@@ -79,7 +79,7 @@ func (c *failoverConfig) waits() bool { return c.acks.kind != ackNone || c.aof }
 //
 // Options: WithAcks (default AckAll), WithWaitTimeout (default
 // DefaultWaitTimeout), WithReplicas (default 1), WithWaitAOF, and the shared
-// WithDriftFactor and WithTimeout. WithTimeout, when set, must exceed the
+// WithDriftFactor, WithTimeout and WithMaxTTL. WithTimeout, when set, must exceed the
 // wait timeout.
 func NewFailover(node dlm.Node, opts ...Option) (*Failover, error) {
 	if isNil(node) {
@@ -444,7 +444,7 @@ func (f *Failover) Acquire(ctx context.Context, key, token string, ttl time.Dura
 		return dlm.Lease{}, err
 	}
 	start := time.Now() // before a first probe, which may take a round trip too
-	keys, args := acquireCall(key, token, ttl)
+	keys, args := acquireCall(key, token, ttl, f.cfg.maxTTL)
 	w, err := f.prepare(ctx, keys)
 	if err != nil {
 		return dlm.Lease{}, fmt.Errorf("%w: %w", dlm.ErrNotAcquired, err)
@@ -452,7 +452,7 @@ func (f *Failover) Acquire(ctx context.Context, key, token string, ttl time.Dura
 	cctx, cancel := f.cfg.withTimeout(ctx)
 	r, acks, connected, err := f.run(cctx, acquireScript, failoverAcquireScript, w, 2, keys, args...)
 	cancel()
-	if err == nil && r[0] != 0 && r[0] != 1 {
+	if err == nil && (r[0] < 0 || r[0] > 2) {
 		err = errReply(r)
 	}
 	if err != nil {
@@ -463,8 +463,8 @@ func (f *Failover) Acquire(ctx context.Context, key, token string, ttl time.Dura
 		}
 		return dlm.Lease{}, fmt.Errorf("%w: %w", dlm.ErrNotAcquired, err)
 	}
-	if r[0] == 0 {
-		return dlm.Lease{}, &dlm.HeldError{Key: key, Remaining: time.Duration(r[1]) * time.Millisecond}
+	if r[0] != 1 {
+		return dlm.Lease{}, &dlm.HeldError{Key: key, Remaining: time.Duration(r[1]) * time.Millisecond, Quarantined: r[0] == 2}
 	}
 	if err := f.checkAcks("acquire", key, w, acks, connected); err != nil {
 		undo(ctx, &f.cfg, f.node, key, token, start.Add(ttl))

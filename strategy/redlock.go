@@ -67,7 +67,8 @@ var _ dlm.Strategy = (*Redlock)(nil)
 // (nodes that did not answer are asked again, at most once a second, until
 // each has; a server that cannot tell is not asked again): from then on
 // Acquire fails with an error matching dlm.ErrInvalid. Options: WithTimeout
-// (the per-node timeout, default DefaultNodeTimeout), WithDriftFactor.
+// (the per-node timeout, default DefaultNodeTimeout), WithDriftFactor,
+// WithMaxTTL.
 func NewRedlock(nodes []dlm.Node, opts ...Option) (*Redlock, error) {
 	if len(nodes) == 0 {
 		return nil, fmt.Errorf("%w: NewRedlock: no nodes", dlm.ErrInvalid)
@@ -168,18 +169,19 @@ func (s *Redlock) Acquire(ctx context.Context, key, token string, ttl time.Durat
 	if s.flights.waitReleases(ctx, key, token); ctx.Err() != nil {
 		return dlm.Lease{}, s.fail(ctx, "acquire", key, s.results(), dlm.ErrNotAcquired, "")
 	}
-	keys := lockKeys(key)
+	keys, args := acquireCall(key, token, ttl, s.cfg.maxTTL)
 	counters := make([]int64, len(s.nodes))
-	r := s.round(ctx, "acquire", acquireScript, []dlm.Call{{Keys: keys, Args: []string{token, ms(ttl)}}}, s.all, s.cfg.timeout,
+	r := s.round(ctx, "acquire", acquireScript, []dlm.Call{{Keys: keys, Args: args}}, s.all, s.cfg.timeout,
 		func(t *tally, i int, r []int64) (Outcome, error) {
 			switch {
-			case len(r) != 2 || r[0] != 0 && r[0] != 1:
+			case len(r) != 2 || r[0] < 0 || r[0] > 2:
 				return Failed, errReply(r)
 			case r[0] == 1:
 				counters[i], t.fence = r[1], max(t.fence, r[1])
 				return Granted, nil
 			case r[1] >= 0:
 				t.res[i].Remaining = time.Duration(r[1]) * time.Millisecond
+				t.res[i].Quarantined = r[0] == 2
 			}
 			return Refused, nil
 		})

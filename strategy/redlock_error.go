@@ -52,6 +52,9 @@ type NodeResult struct {
 	// Remaining is, for an acquisition Refused because another token holds
 	// the lock, the holder's remaining TTL on that node; negative when unknown.
 	Remaining time.Duration
+	// Quarantined reports a refusal by a node that lost the key's state and
+	// grants nothing for Remaining more (see WithMaxTTL).
+	Quarantined bool
 	// Err is the *dlm.NodeError of a Failed call.
 	Err error
 }
@@ -143,6 +146,8 @@ func (e *QuorumError) Error() string {
 				} else {
 					parts = append(parts, r.Node+" ("+r.Err.Error()+")")
 				}
+			case o == Refused && e.Op == "acquire" && r.Quarantined:
+				parts = append(parts, fmt.Sprintf("%s (lost its data: quarantined for %v more)", r.Node, r.Remaining))
 			case o == Refused && e.Op == "acquire" && r.Remaining >= 0:
 				parts = append(parts, fmt.Sprintf("%s (held for %v more)", r.Node, r.Remaining))
 			default:

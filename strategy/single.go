@@ -24,7 +24,7 @@ type Single struct {
 var _ dlm.Strategy = (*Single)(nil)
 
 // NewSingle returns the single-instance strategy over node.
-// Options: WithDriftFactor, WithTimeout.
+// Options: WithDriftFactor, WithTimeout, WithMaxTTL.
 func NewSingle(node dlm.Node, opts ...Option) (*Single, error) {
 	if isNil(node) {
 		return nil, fmt.Errorf("%w: NewSingle: nil Node", dlm.ErrInvalid)
@@ -42,11 +42,11 @@ func (s *Single) Acquire(ctx context.Context, key, token string, ttl time.Durati
 		return dlm.Lease{}, err
 	}
 	start := time.Now()
-	keys, args := acquireCall(key, token, ttl)
+	keys, args := acquireCall(key, token, ttl, s.cfg.maxTTL)
 	cctx, cancel := s.cfg.withTimeout(ctx)
 	r, err := acquireScript.Run(cctx, s.node, keys, args...)
 	cancel()
-	if err == nil && (len(r) != 2 || r[0] != 0 && r[0] != 1) {
+	if err == nil && (len(r) != 2 || r[0] < 0 || r[0] > 2) {
 		err = errReply(r)
 	}
 	if err != nil {
@@ -57,8 +57,8 @@ func (s *Single) Acquire(ctx context.Context, key, token string, ttl time.Durati
 		}
 		return dlm.Lease{}, fmt.Errorf("%w: %w", dlm.ErrNotAcquired, err)
 	}
-	if r[0] == 0 {
-		return dlm.Lease{}, &dlm.HeldError{Key: key, Remaining: time.Duration(r[1]) * time.Millisecond}
+	if r[0] != 1 {
+		return dlm.Lease{}, &dlm.HeldError{Key: key, Remaining: time.Duration(r[1]) * time.Millisecond, Quarantined: r[0] == 2}
 	}
 	l := s.lease(start, ttl, r[1])
 	if took := time.Since(start); !l.Until.After(start.Add(took)) {

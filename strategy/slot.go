@@ -19,7 +19,16 @@ func fenceName(slot int) string {
 	return names[slot*n : (slot+1)*n]
 }
 
-const fencePrefix = "dlm:fence:{"
+// quarantineName returns the Redis key of the amnesia guard's quarantine
+// marker of hash slot slot: "dlm:quarantine:{T}", T as in fenceName.
+func quarantineName(slot int) string {
+	return quarantinePrefix + fenceName(slot)[len(fencePrefix):]
+}
+
+const (
+	fencePrefix      = "dlm:fence:{"
+	quarantinePrefix = "dlm:quarantine:{"
+)
 
 // fenceNames returns every slot's counter name, in slot order, in one
 // string (240 KiB), built at first use.

@@ -53,7 +53,7 @@ func mustScript(name string, prelude ...string) *nodekit.Script {
 }
 
 var (
-	acquireScript = mustScript("acquire.lua", "held.lua")
+	acquireScript = mustScript("acquire.lua", "held.lua", "amnesia.lua")
 	extendScript  = mustScript("extend.lua", "held.lua")
 	releaseScript = mustScript("release.lua", "held.lua")
 )
@@ -72,6 +72,7 @@ type Option func(*config) error
 type config struct {
 	driftFactor float64
 	timeout     time.Duration
+	maxTTL      time.Duration   // the amnesia guard; 0: off
 	failover    *failoverConfig // set by NewFailover; its options need it
 }
 
@@ -100,6 +101,25 @@ func WithTimeout(d time.Duration) Option {
 			return fmt.Errorf("%w: WithTimeout(%v): must not be negative", dlm.ErrInvalid, d)
 		}
 		c.timeout = d
+		return nil
+	}
+}
+
+// WithMaxTTL turns the amnesia guard on: d is the longest lease any client
+// of these keys takes (every client must be configured alike), and a TTL
+// above it is refused with ErrInvalid. A hash slot whose state a node lost
+// — a restart without persistence, FLUSHALL, an empty replica promoted,
+// eviction — grants nothing on that node until d has passed, so that no
+// lease it forgot can still be running; and fences on a slot that lost its
+// counter start again above the old ones. See the README's "Amnesia" section for
+// how a node that lost its data is told from a new one, and what it costs.
+// d must be positive and at most dlm.MaxTTL. By default the guard is off.
+func WithMaxTTL(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 || d > dlm.MaxTTL {
+			return fmt.Errorf("%w: WithMaxTTL(%v): must be positive and at most %v", dlm.ErrInvalid, d, dlm.MaxTTL)
+		}
+		c.maxTTL = d
 		return nil
 	}
 }
@@ -147,6 +167,8 @@ func (c *config) checkCall(key, token string, ttl time.Duration, needTTL bool) e
 		return fmt.Errorf("%w: TTL %v is below Redis' 1ms resolution", dlm.ErrInvalid, ttl)
 	case ttl > dlm.MaxTTL:
 		return fmt.Errorf("%w: TTL %v is above dlm.MaxTTL (%v)", dlm.ErrInvalid, ttl, dlm.MaxTTL)
+	case c.maxTTL > 0 && ttl > c.maxTTL:
+		return fmt.Errorf("%w: TTL %v is above the strategy's WithMaxTTL (%v)", dlm.ErrInvalid, ttl, c.maxTTL)
 	case ttl <= c.driftMargin(ttl):
 		return fmt.Errorf("%w: TTL %v is not above its clock-drift margin %v", dlm.ErrInvalid, ttl, c.driftMargin(ttl))
 	}
@@ -182,7 +204,7 @@ func Keys(key string) (lock, fence string) {
 // slot's fencing counter, and the per-key counter of earlier versions.
 // Extend and Release use the first only.
 func lockKeys(key string) []string {
-	keys, _ := acquireCall(key, "", 0)
+	keys, _ := acquireCall(key, "", 0, 0)
 	return keys
 }
 
@@ -218,10 +240,21 @@ func hasHashTag(key string) bool {
 
 // acquireCall returns the keys of an acquisition's script call on key
 // (those of lockKeys) and its arguments (token, ttl in milliseconds) in one
-// allocation besides the keys' text: it is on every lock call's path.
-func acquireCall(key, token string, ttl time.Duration) (keys, args []string) {
-	keys, args = lockCall(key, token, ttl, 3)
-	keys[1] = fenceName(nodekit.Slot(keys[0]))
+// allocation besides the keys' text: it is on every lock call's path. With
+// the amnesia guard (maxTTL > 0) the slot's quarantine marker and maxTTL in
+// milliseconds follow.
+func acquireCall(key, token string, ttl, maxTTL time.Duration) (keys, args []string) {
+	n := 3
+	if maxTTL > 0 {
+		n = 4
+	}
+	keys, args = lockCall(key, token, ttl, n)
+	slot := nodekit.Slot(keys[0])
+	keys[1] = fenceName(slot)
+	if maxTTL > 0 {
+		keys[3] = quarantineName(slot)
+		args = append(args, strconv.FormatInt(maxTTL.Milliseconds(), 10))
+	}
 	return keys, args
 }
 
@@ -234,8 +267,8 @@ func heldCall(key, token string, ttl time.Duration) (keys, args []string) {
 
 func lockCall(key, token string, ttl time.Duration, nkeys int) (keys, args []string) {
 	c := new(struct {
-		keys [3]string
-		args [2]string
+		keys [4]string
+		args [3]string // room for acquireCall's maxTTL
 	})
 	c.keys[0], c.keys[2] = lockNames(key)
 	c.args[0] = token
@@ -243,7 +276,7 @@ func lockCall(key, token string, ttl time.Duration, nkeys int) (keys, args []str
 		return c.keys[:nkeys], c.args[:1]
 	}
 	c.args[1] = ms(ttl)
-	return c.keys[:nkeys], c.args[:]
+	return c.keys[:nkeys], c.args[:2]
 }
 
 // ms returns d in milliseconds as text. The last value is kept: a program

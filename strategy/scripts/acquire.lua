@@ -1,12 +1,14 @@
 -- Takes a lock, with a fence from its slot's counter, in one step.
 -- KEYS[1] lock key, KEYS[2] the fencing counter of its slot, KEYS[3] the
--- lock's own counter of earlier versions (all in one hash slot).
--- ARGV[1] token, ARGV[2] TTL in milliseconds.
+-- lock's own counter of earlier versions, and with the amnesia guard
+-- KEYS[4] the slot's quarantine marker (all in one hash slot).
+-- ARGV[1] token, ARGV[2] TTL in milliseconds, and with the amnesia guard
+-- ARGV[3] the longest lease any client takes (WithMaxTTL), in milliseconds.
 -- The lock's value is "<fence>:<token>".
 -- Replies {1, fence} when the token holds the lock (taken now, or already
 -- held by the same token, whose TTL is then refreshed and whose fence
--- stays), or {0, pttl} when another token holds it (pttl is -1 when the key
--- has no TTL).
+-- stays), {0, pttl} when another token holds it (pttl is -1 when the key
+-- has no TTL), or {2, ms} when the slot is quarantined for ms more.
 local v = redis.call('GET', KEYS[1])
 local fence = held(v, ARGV[1])
 if fence then
@@ -15,6 +17,12 @@ if fence then
 end
 if v then
   return {0, redis.call('PTTL', KEYS[1])}
+end
+if ARGV[3] then
+  local q = quarantine(KEYS[2], KEYS[3], KEYS[4], tonumber(ARGV[3]))
+  if q > 0 then
+    return {2, q}
+  end
 end
 fence = redis.call('INCR', KEYS[2])
 local old = tonumber(redis.call('GET', KEYS[3]))
