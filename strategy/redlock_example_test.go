@@ -78,3 +78,30 @@ func ExampleRedlock_ExtendMany() {
 	defer lock.Unlock(context.WithoutCancel(ctx))
 	<-lock.Context().Done() // renewed until unlocked, or lost (context.Cause matches dlm.ErrLost)
 }
+
+// The amnesia guard: every client of the keys declares the longest lease it
+// takes; a server that lost its data grants nothing until such a lease
+// could have run out, and Lock waits for that like for a holder.
+func ExampleWithMaxTTL() {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	defer c.Close()
+	single, err := strategy.NewSingle(goredis.New(c), strategy.WithMaxTTL(30*time.Second))
+	if err != nil {
+		panic(err)
+	}
+	m, err := dlm.New(single, dlm.WithTTL(10*time.Second)) // at most the MaxTTL
+	if err != nil {
+		panic(err)
+	}
+	lock, err := m.TryLock(context.Background(), "orders:42")
+	var held *dlm.HeldError
+	if errors.As(err, &held) && held.Quarantined {
+		fmt.Println("the server lost its data; no grant for", held.Remaining)
+		return
+	}
+	if err != nil {
+		panic(err)
+	}
+	defer lock.Unlock(context.Background())
+	fmt.Println("fence", lock.Fence())
+}

@@ -12,7 +12,8 @@
 -- before (one per acquisition, fewer than a million a second), and the
 -- quarantine is decided from what the server reports:
 --   * it started less than maxttl ago: until maxttl after its start (a
---     restart: leases from before it ended by then);
+--     restart: leases from before it ended by then), give or take Redis'
+--     rounding of its uptime, which is taken against the lease;
 --   * it reports a flush (FLUSHALL or FLUSHDB calls), evicted keys or a
 --     promotion from replica (master_replid2 set), or cannot tell (INFO
 --     refused): maxttl from now;
@@ -44,7 +45,9 @@ local function quarantine(counter, legacy, marker, maxttl)
       and not string.find(cmds, 'cmdstat_flushall:', 1, true)
       and not string.find(cmds, 'cmdstat_flushdb:', 1, true)
       and string.match(repl, 'master_replid2:0+\r?\n') then
-    q = maxttl - uptime * 1000
+    -- Redis counts uptime in whole seconds of the wall clock, so it may
+    -- be up to a second more than the time since the start: take one off.
+    q = maxttl - (uptime - 1) * 1000
   end
   if q > 0 then
     redis.call('SET', marker, '1', 'PX', q)
