@@ -66,12 +66,13 @@ func (m *Manager) Lock(ctx context.Context, key string) (*Lock, error) {
 	defer timer.Stop()
 	for {
 		if try {
+			tryStart := time.Now()
 			l, err, done := m.attempt(ctx, key, &prev)
 			if done {
 				won = l
 				return l, err
 			}
-			if w.tried(q, me, err) {
+			if w.tried(q, me, err, time.Since(tryStart)) {
 				continue // a release was announced during the attempt
 			}
 		}
@@ -146,6 +147,7 @@ type waitQueue struct {
 	// subscription order (Redis notifies subscribers in a fixed order) does
 	// not decide every race between processes.
 	contended time.Time
+	tookLast  time.Duration // how long this queue's last failed attempt took
 	lastFence uint64 // of this Manager's last acquisition while the queue lived
 }
 
@@ -257,7 +259,7 @@ func (w *waits) released(q *waitQueue) {
 		return
 	}
 	if time.Now().Before(q.contended) {
-		time.AfterFunc(rand.N(contendJitter), func() {
+		time.AfterFunc(rand.N(max(contendJitter, q.tookLast)), func() {
 			w.mu.Lock()
 			defer w.mu.Unlock()
 			if w.q[q.key] == q {
@@ -319,9 +321,10 @@ func (w *waits) timedOut(q *waitQueue, me *waiter) bool {
 
 // tried records a failed attempt and reports whether to try again at once
 // because a release was announced meanwhile.
-func (w *waits) tried(q *waitQueue, me *waiter, err error) bool {
+func (w *waits) tried(q *waitQueue, me *waiter, err error, took time.Duration) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	q.tookLast = took
 	if d, ok := RetryAfter(err); ok {
 		q.expires = time.Now().Add(d)
 		if me.notified {

@@ -94,7 +94,14 @@ func (s *Redlock) round(ctx context.Context, op string, script *nodekit.Script, 
 // call makes the round's calls to node i and sends the reply.
 func (r *round) call(i int) {
 	calls := slices.Clone(r.calls)
+	start := time.Now()
 	r.script.RunMany(r.ctx, r.s.nodes[i], calls)
+	switch took := time.Since(start); {
+	case calls[0].Err == nil:
+		r.s.latency.observe(i, took, false)
+	case isTimeout(calls[0].Err) && r.parent.Err() == nil:
+		r.s.latency.observe(i, r.timeout, true)
+	}
 	for k := range calls {
 		calls[k].Err = r.s.nodeErr(r.parent, i, r.op, r.timeout, calls[k].Err)
 	}
@@ -218,4 +225,50 @@ func timedOut(err error) bool {
 func isTimeout(err error) bool {
 	var t interface{ Timeout() bool }
 	return errors.As(err, &t) && t.Timeout()
+}
+
+// latency keeps each node's typical reply time, for the adaptive per-node
+// timeout.
+type latency struct {
+	est []atomic.Int64 // per node, in nanoseconds; 0 until a first reply
+}
+
+// observe records that node i replied after d, or, with timedOut, that it
+// had not replied within d: the estimate then grows by half.
+func (l *latency) observe(i int, d time.Duration, timedOut bool) {
+	for {
+		old := l.est[i].Load()
+		var next int64
+		switch {
+		case timedOut:
+			next = min(max(old, int64(d))*3/2, int64(MaxNodeTimeout))
+		case old == 0:
+			next = int64(d)
+		default:
+			next = old + (int64(d)-old)/4
+		}
+		if l.est[i].CompareAndSwap(old, next) {
+			return
+		}
+	}
+}
+
+// nodeTimeout returns the per-node timeout of a call: the fixed one of
+// WithTimeout, or twice the typical latency of the quorum-th fastest node,
+// within [DefaultNodeTimeout, MaxNodeTimeout] and, when ttl > 0, at most
+// ttl/4 (the lease's validity counts from before the call).
+func (s *Redlock) nodeTimeout(ttl time.Duration) time.Duration {
+	if s.cfg.timeoutSet {
+		return s.cfg.timeout
+	}
+	est := make([]int64, len(s.latency.est))
+	for i := range est {
+		est[i] = s.latency.est[i].Load()
+	}
+	slices.Sort(est)
+	d := min(max(2*time.Duration(est[s.quorum-1]), DefaultNodeTimeout), MaxNodeTimeout)
+	if ttl > 0 {
+		d = max(min(d, ttl/4), min(DefaultNodeTimeout, ttl/4))
+	}
+	return d
 }

@@ -13,8 +13,12 @@ import (
 	"github.com/dlmgo/dlm/nodekit"
 )
 
-// DefaultNodeTimeout is Redlock's default per-node timeout (see WithTimeout).
-const DefaultNodeTimeout = 50 * time.Millisecond
+// Redlock's per-node timeout without WithTimeout: it adapts to the nodes'
+// latency between DefaultNodeTimeout and MaxNodeTimeout (see NewRedlock).
+const (
+	DefaultNodeTimeout = 50 * time.Millisecond
+	MaxNodeTimeout     = 500 * time.Millisecond
+)
 
 var fenceScript = mustScript("redlock_fence.lua", "held.lua")
 
@@ -53,6 +57,7 @@ type Redlock struct {
 	cfg      config
 	flights  flights
 	slow     []atomic.Bool // node i's last call ran into the per-node timeout
+	latency  latency
 	distinct distinct
 }
 
@@ -67,8 +72,14 @@ var _ dlm.Strategy = (*Redlock)(nil)
 // (nodes that did not answer are asked again, at most once a second, until
 // each has; a server that cannot tell is not asked again): from then on
 // Acquire fails with an error matching dlm.ErrInvalid. Options: WithTimeout
-// (the per-node timeout, default DefaultNodeTimeout), WithDriftFactor,
-// WithMaxTTL.
+// (a fixed per-node timeout), WithDriftFactor, WithMaxTTL.
+//
+// Without WithTimeout the per-node timeout adapts: twice the typical
+// latency of the quorum-th fastest node (an average of its recent replies;
+// a call that times out raises it by half), at least DefaultNodeTimeout and
+// at most MaxNodeTimeout or, for an acquisition or extension, a quarter of
+// the TTL. So a slow majority is waited for instead of failed on every
+// call, and a silent minority costs no more than the fast majority's pace.
 func NewRedlock(nodes []dlm.Node, opts ...Option) (*Redlock, error) {
 	if len(nodes) == 0 {
 		return nil, fmt.Errorf("%w: NewRedlock: no nodes", dlm.ErrInvalid)
@@ -81,6 +92,7 @@ func NewRedlock(nodes []dlm.Node, opts ...Option) (*Redlock, error) {
 		cfg:    defaultConfig(),
 		slow:   make([]atomic.Bool, len(nodes)),
 	}
+	s.latency.est = make([]atomic.Int64, len(nodes))
 	s.cfg.timeout = DefaultNodeTimeout
 	seen := make(map[string]int, len(nodes))
 	for i, n := range nodes {
@@ -127,8 +139,8 @@ func (s *Redlock) Quorum() int { return s.quorum }
 // Nodes returns the names of the nodes, in order.
 func (s *Redlock) Nodes() []string { return append([]string(nil), s.names...) }
 
-// Timeout returns the per-node timeout.
-func (s *Redlock) Timeout() time.Duration { return s.cfg.timeout }
+// Timeout returns the per-node timeout a call without a TTL would use now.
+func (s *Redlock) Timeout() time.Duration { return s.nodeTimeout(0) }
 
 // results returns one Pending result per node.
 func (s *Redlock) results() []NodeResult {
@@ -171,7 +183,7 @@ func (s *Redlock) Acquire(ctx context.Context, key, token string, ttl time.Durat
 	}
 	keys, args := acquireCall(key, token, ttl, s.cfg.maxTTL)
 	counters := make([]int64, len(s.nodes))
-	r := s.round(ctx, "acquire", acquireScript, []dlm.Call{{Keys: keys, Args: args}}, s.all, s.cfg.timeout,
+	r := s.round(ctx, "acquire", acquireScript, []dlm.Call{{Keys: keys, Args: args}}, s.all, s.nodeTimeout(ttl),
 		func(t *tally, i int, r []int64) (Outcome, error) {
 			switch {
 			case len(r) != 2 || r[0] < 0 || r[0] > 2:
@@ -248,7 +260,7 @@ func (s *Redlock) writeBackFence(ctx context.Context, keys []string, token strin
 // becomes at least fence, and token's lock there gets fence as its own.
 func (s *Redlock) fenceRound(ctx context.Context, keys []string, token string, fence int64, nodes []int) *round {
 	arg := strconv.FormatInt(fence, 10)
-	return s.round(ctx, "fence", fenceScript, []dlm.Call{{Keys: keys[:2], Args: []string{arg, token}}}, nodes, s.cfg.timeout,
+	return s.round(ctx, "fence", fenceScript, []dlm.Call{{Keys: keys[:2], Args: []string{arg, token}}}, nodes, s.nodeTimeout(0),
 		func(_ *tally, _ int, r []int64) (Outcome, error) {
 			if len(r) == 1 && r[0] >= fence {
 				return Granted, nil
@@ -323,7 +335,7 @@ func (s *Redlock) settle(ctx context.Context, key, token string, nodes []int, ex
 // release sends the release of key by token to the listed nodes: a node
 // that released it grants, one where token does not hold it refuses.
 func (s *Redlock) release(ctx context.Context, key, token string, nodes []int) *round {
-	return s.round(ctx, "release", releaseScript, []dlm.Call{{Keys: []string{lockName(key)}, Args: []string{token}}}, nodes, s.cfg.timeout,
+	return s.round(ctx, "release", releaseScript, []dlm.Call{{Keys: []string{lockName(key)}, Args: []string{token}}}, nodes, s.nodeTimeout(0),
 		func(_ *tally, _ int, r []int64) (Outcome, error) {
 			switch {
 			case len(r) != 1:
@@ -377,7 +389,7 @@ func (s *Redlock) ExtendMany(ctx context.Context, locks []dlm.HeldKey, ttl time.
 		}
 		return out
 	}
-	timeout := s.cfg.timeout
+	timeout := s.nodeTimeout(ttl)
 	if len(calls) > 1 {
 		// Validity still counts from before the batch.
 		timeout += time.Duration(len(calls)) * batchKeyTime

@@ -72,6 +72,7 @@ type Option func(*config) error
 type config struct {
 	driftFactor float64
 	timeout     time.Duration
+	timeoutSet  bool            // WithTimeout was given
 	maxTTL      time.Duration   // the amnesia guard; 0: off
 	failover    *failoverConfig // set by NewFailover; its options need it
 }
@@ -93,14 +94,15 @@ func WithDriftFactor(f float64) Option {
 
 // WithTimeout bounds every call to a node. For the single-instance strategy
 // the default, 0, leaves the bound to the caller's context. For Redlock it is
-// the per-node timeout, DefaultNodeTimeout (50ms) by default, and must be
-// positive: a node that has not answered within it counts as failed.
+// the per-node timeout and must be positive: a node that has not answered
+// within it counts as failed. Without WithTimeout, Redlock's per-node
+// timeout adapts to the nodes' latency (see NewRedlock).
 func WithTimeout(d time.Duration) Option {
 	return func(c *config) error {
 		if d < 0 {
 			return fmt.Errorf("%w: WithTimeout(%v): must not be negative", dlm.ErrInvalid, d)
 		}
-		c.timeout = d
+		c.timeout, c.timeoutSet = d, true
 		return nil
 	}
 }
