@@ -28,8 +28,10 @@ import (
 // the first waiter only, which then tries within one round trip of the
 // release. Other processes' waiters each get their own notification; when
 // other processes contend, the first waiter is woken after a random delay
-// of up to 300µs, so that the fixed order in which Redis notifies
-// subscribers does not pick the same winner every time.
+// of up to 300µs or the time its last attempt took, whichever is longer, so
+// that the fixed order in which Redis notifies subscribers does not pick
+// the same winner every time, and so that attempts over slow nodes (which
+// split the votes when they overlap) follow each other.
 //
 // Notifications are only hints: the first waiter's wait is also bounded by
 // the holder's remaining TTL (as the strategy reports it, see RetryAfter),
@@ -148,7 +150,7 @@ type waitQueue struct {
 	// not decide every race between processes.
 	contended time.Time
 	tookLast  time.Duration // how long this queue's last failed attempt took
-	lastFence uint64 // of this Manager's last acquisition while the queue lived
+	lastFence uint64        // of this Manager's last acquisition while the queue lived
 }
 
 type waiter struct {
