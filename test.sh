@@ -16,12 +16,13 @@ if ! command -v redis-server >/dev/null || ! command -v redis-sentinel >/dev/nul
 fi
 
 # The fault suite (faults/) puts servers and clients in network namespaces
-# of their own: it needs ip (iproute2) and nsenter (util-linux).
-if ! command -v ip >/dev/null || ! command -v nsenter >/dev/null; then
+# of their own: it needs ip (iproute2), nsenter (util-linux) and, for
+# packet loss, nft (nftables).
+if ! command -v ip >/dev/null || ! command -v nsenter >/dev/null || ! command -v nft >/dev/null; then
 	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-		echo "test.sh: installing iproute2 and util-linux from Debian's packages" >&2
+		echo "test.sh: installing iproute2, util-linux and nftables from Debian's packages" >&2
 		apt-get update -qq
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2 util-linux >/dev/null
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2 util-linux nftables >/dev/null
 	fi
 fi
 

@@ -28,10 +28,11 @@ import (
 // the first waiter only, which then tries within one round trip of the
 // release. Other processes' waiters each get their own notification; when
 // other processes contend, the first waiter is woken after a random delay
-// of up to 300µs or the time its last attempt took, whichever is longer, so
-// that the fixed order in which Redis notifies subscribers does not pick
-// the same winner every time, and so that attempts over slow nodes (which
-// split the votes when they overlap) follow each other.
+// of up to 300µs or the time its last attempt took (at most the maximum
+// retry delay), whichever is longer, so that the fixed order in which Redis
+// notifies subscribers does not pick the same winner every time, and so
+// that attempts over slow nodes (which split the votes when they overlap)
+// follow each other.
 //
 // Notifications are only hints: the first waiter's wait is also bounded by
 // the holder's remaining TTL (as the strategy reports it, see RetryAfter),
@@ -261,7 +262,7 @@ func (w *waits) released(q *waitQueue) {
 		return
 	}
 	if time.Now().Before(q.contended) {
-		time.AfterFunc(rand.N(max(contendJitter, q.tookLast)), func() {
+		time.AfterFunc(rand.N(max(contendJitter, min(q.tookLast, w.m.o.retryMax))), func() {
 			w.mu.Lock()
 			defer w.mu.Unlock()
 			if w.q[q.key] == q {

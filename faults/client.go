@@ -40,7 +40,7 @@ type clientConfig struct {
 	Wait      time.Duration
 	Hold      time.Duration
 	Register  string
-	Stop      int64  // on the monotonic clock
+	Stop      int64  // on the monotonic clock; SIGTERM stops the client sooner
 	Plant     string // a bug planted on purpose: "" or "stale-lease"
 	LongEvery int
 }
@@ -110,7 +110,7 @@ func runClient(c clientConfig, out *os.File) error {
 			_ = resp.Body.Close()
 		}
 	}
-	var longNext atomic.Bool
+	var longNext, stop atomic.Bool
 	usr1 := make(chan os.Signal, 1)
 	signal.Notify(usr1, syscall.SIGUSR1)
 	go func() {
@@ -118,7 +118,13 @@ func runClient(c clientConfig, out *os.File) error {
 			longNext.Store(true)
 		}
 	}()
-	for op := 1; now() < c.Stop; op++ {
+	term := make(chan os.Signal, 1)
+	signal.Notify(term, syscall.SIGTERM)
+	go func() {
+		<-term
+		stop.Store(true) // the runner ends the cell: finish this operation
+	}()
+	for op := 1; now() < c.Stop && !stop.Load(); op++ {
 		emit(Event{Kind: Acquire, Op: op})
 		lctx, cancel := context.WithTimeout(ctx, c.Wait)
 		l, err := m.Lock(lctx, c.Key)

@@ -18,7 +18,7 @@ func TestMain(m *testing.M) {
 func needRoot(t *testing.T) {
 	t.Helper()
 	var missing []string
-	for _, bin := range []string{"redis-server", "redis-sentinel", "ip", "nsenter"} {
+	for _, bin := range []string{"redis-server", "redis-sentinel", "ip", "nsenter", "nft"} {
 		if _, err := exec.LookPath(bin); err != nil {
 			missing = append(missing, bin)
 		}
@@ -43,6 +43,16 @@ func shortCell(strategy, nemesis string) Cell {
 		TTL: time.Second, Hold: 10 * time.Millisecond, Wait: 2 * time.Second}
 }
 
+// minGrants is the fewest grants a short cell must show: the amnesia
+// guard under kill-empty spends most of the cell quarantined (about 2s
+// after each restart), the others grant hundreds.
+func minGrants(c Cell) int {
+	if strings.HasSuffix(c.Strategy, "-guard") {
+		return 15
+	}
+	return 50
+}
+
 // The short matrix: a cell of each kind of fault, each of which must keep
 // what the documentation promises. The full matrix is `go run
 // ./cmd/dlmfaults`.
@@ -54,6 +64,7 @@ func TestShortMatrix(t *testing.T) {
 		shortCell("redlock", "pause-holder"),
 		shortCell("redlock", "partition-holder"),
 		shortCell("redlock", "partition-majority"),
+		shortCell("redlock", "lossy-majority"),
 		shortCell("single", "pause-holder"),
 		shortCell("single-guard", "kill-empty"),
 		shortCell("failover-ack-all", "failover"),
@@ -70,7 +81,7 @@ func TestShortMatrix(t *testing.T) {
 			t.Errorf("%s × %s broke its promise: %s", r.Cell.Strategy, r.Cell.Nemesis, r.summary())
 		case r.Cell.Nemesis != "none" && r.Faults == 0:
 			t.Errorf("%s × %s: the nemesis never struck", r.Cell.Strategy, r.Cell.Nemesis)
-		case r.Counts.Grants < 50:
+		case r.Counts.Grants < minGrants(r.Cell):
 			t.Errorf("%s × %s: only %d grants", r.Cell.Strategy, r.Cell.Nemesis, r.Counts.Grants)
 		}
 	}

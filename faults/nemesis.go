@@ -180,6 +180,12 @@ var nemeses = []*nemesis{
 			err := r.net.Partition(ips(ss), r.clientIPs())
 			return "partition " + names(ss), func() { _ = r.net.Heal() }, err
 		}, hold: fixed(2 * time.Second)},
+	{Name: "lossy-majority", Doc: "drop 20% of the packets to and from a majority of the servers (nftables in the router) for 3s", applies: always,
+		fault: func(r *run) (string, func(), error) {
+			ss := majority(r.topo)
+			err := r.net.Loss(ips(ss), 20)
+			return "20% loss " + names(ss), func() { _ = r.net.Heal() }, err
+		}, hold: fixed(3 * time.Second)},
 	{Name: "slow-minority", Doc: "replies of a minority (2 of 5 masters) delayed 0-150ms for 3s", proxied: true,
 		applies: func(s string) bool { return unguarded(s) == "redlock" },
 		fault: func(r *run) (string, func(), error) {

@@ -127,9 +127,23 @@ func (n *Net) Partition(a, b []string) error {
 	return nsRun(n.router, strings.Join(cmds, " && "))
 }
 
-// Heal removes every partition.
+// Heal removes every partition and every loss.
 func (n *Net) Heal() error {
-	return nsRun(n.router, "while ip rule del pref 100 2>/dev/null; do :; done")
+	return nsRun(n.router, "while ip rule del pref 100 2>/dev/null; do :; done; nft delete table inet dlmloss 2>/dev/null; true")
+}
+
+// Loss drops percent% of the packets to and from every address of ips, at
+// random, in the router (nftables' numgen): true packet loss, which TCP
+// answers with retransmissions. Heal removes it.
+func (n *Net) Loss(ips []string, percent int) error {
+	cmds := []string{"nft add table inet dlmloss",
+		"nft add chain inet dlmloss forward '{ type filter hook forward priority 0; policy accept; }'"}
+	for _, ip := range ips {
+		for _, dir := range []string{"saddr", "daddr"} {
+			cmds = append(cmds, fmt.Sprintf("nft add rule inet dlmloss forward ip %s %s numgen random mod 100 '<' %d drop", dir, ip, percent))
+		}
+	}
+	return nsRun(n.router, strings.Join(cmds, " && "))
 }
 
 // Command returns a command that runs in h's namespace and is killed when

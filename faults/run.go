@@ -9,21 +9,25 @@ import (
 	"os/exec"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
 
 // A Cell is one run: a strategy under a nemesis, with Clients client
-// processes contending for one key for Duration.
+// processes contending for one key for Duration, and then, when they have
+// not yet made MinAttempts Lock calls, until they have (at most four times
+// Duration in all).
 type Cell struct {
-	Strategy string
-	Nemesis  string
-	Clients  int
-	Duration time.Duration
-	TTL      time.Duration // the leases'
-	Hold     time.Duration // how long a holder keeps the lock
-	Wait     time.Duration // how long a Lock call may wait
-	Plant    string        // a bug planted in the clients on purpose ("stale-lease"), to show that the suite finds it
+	Strategy    string
+	Nemesis     string
+	Clients     int
+	Duration    time.Duration
+	MinAttempts int
+	TTL         time.Duration // the leases'
+	Hold        time.Duration // how long a holder keeps the lock
+	Wait        time.Duration // how long a Lock call may wait
+	Plant       string        // a bug planted in the clients on purpose ("stale-lease"), to show that the suite finds it
 }
 
 // clientKey is the key every client locks.
@@ -37,9 +41,35 @@ type run struct {
 	reg     *register
 	clients []*clientProc
 
-	mu      sync.Mutex
-	events  []Event
-	granted chan int // the client of each grant, when a nemesis waits for one
+	stopAt atomic.Int64 // when the clients and the nemesis stop, on the monotonic clock
+
+	mu       sync.Mutex
+	events   []Event
+	attempts int      // Acquire events so far
+	granted  chan int // the client of each grant, when a nemesis waits for one
+}
+
+// stopWhenDone ends the run once it has lasted until from and the clients
+// have made min Lock calls: the clients finish their operation and stop
+// (SIGTERM), and the nemesis strikes no more.
+func (r *run) stopWhenDone(from int64, min int) {
+	for {
+		time.Sleep(100 * time.Millisecond)
+		t := now()
+		if t >= r.stopAt.Load() {
+			return
+		}
+		r.mu.Lock()
+		enough := r.attempts >= min
+		r.mu.Unlock()
+		if t >= from && enough {
+			r.stopAt.Store(t)
+			for _, c := range r.clients {
+				_ = c.cmd.Process.Signal(syscall.SIGTERM)
+			}
+			return
+		}
+	}
 }
 
 type clientProc struct {
@@ -75,18 +105,26 @@ func RunCell(cell Cell, dir string) ([]Event, error) {
 	if err != nil {
 		return nil, err
 	}
-	stopAt := now() + int64(cell.Duration)
+	longest := cell.Duration
+	if cell.MinAttempts > 0 {
+		longest = 4 * cell.Duration
+	}
+	start := now()
+	r.stopAt.Store(start + int64(longest))
 	for i := 1; i <= cell.Clients; i++ {
-		if err := r.startClient(self, i, stopAt); err != nil {
+		if err := r.startClient(self, i, r.stopAt.Load()); err != nil {
 			r.killClients()
 			return nil, err
 		}
 	}
 	nemDone := make(chan error, 1)
-	go func() { nemDone <- r.nemesis(nem, stopAt) }()
-	// Clients stop on their own after Duration; one still running well
-	// after (a bug, a hang) is killed.
-	deadline := time.After(cell.Duration + cell.Wait + 15*time.Second)
+	go func() { nemDone <- r.nemesis(nem) }()
+	if cell.MinAttempts > 0 {
+		go r.stopWhenDone(start+int64(cell.Duration), cell.MinAttempts)
+	}
+	// Clients stop on their own at the latest after the longest run; one
+	// still running well after (a bug, a hang) is killed.
+	deadline := time.After(longest + cell.Wait + 15*time.Second)
 	for _, c := range r.clients {
 		select {
 		case <-c.done:
@@ -155,6 +193,9 @@ func (r *run) record(e Event) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.events = append(r.events, e)
+	if e.Kind == Acquire {
+		r.attempts++
+	}
 	if e.Kind == Granted && e.Info == "long" {
 		select {
 		case r.granted <- e.Client:
@@ -195,16 +236,17 @@ func (r *run) killClients() {
 	}
 }
 
-// nemesis runs nem in cycles until stopAt: a second of calm, the fault for
-// its hold time, calm again for as long as the fault lasted (at least 1s).
-func (r *run) nemesis(nem *nemesis, stopAt int64) error {
+// nemesis runs nem in cycles until the run stops: a second of calm, the
+// fault for its hold time, calm again for as long as the fault lasted (at
+// least 1s).
+func (r *run) nemesis(nem *nemesis) error {
 	if nem.Name == "none" {
 		return nil
 	}
 	for {
 		time.Sleep(time.Second)
 		hold := nem.hold(r.cell.TTL)
-		if now()+int64(hold+time.Second) > stopAt {
+		if now()+int64(hold+time.Second) > r.stopAt.Load() {
 			return nil
 		}
 		if !nem.onHolder {

@@ -206,6 +206,23 @@ func (s *Redlock) nodeErr(ctx context.Context, i int, op string, timeout time.Du
 }
 
 // anySlow reports whether a node still pending in res timed out last time.
+// lost reports that an acquisition tallied in t cannot reach the quorum
+// unless a node whose last call timed out answers in time: the round then
+// gives up at once instead of waiting out the per-node timeout for nodes
+// that are probably stopped, while its partial grants keep every other
+// caller of the key refused (with exactly a quorum of live nodes, one such
+// round after another costs the timeout each). Giving up is always safe: a
+// late grant is released like any other.
+func (s *Redlock) lost(t *tally) bool {
+	live := 0
+	for i, r := range t.res {
+		if r.Outcome == Pending && !s.slow[i].Load() {
+			live++
+		}
+	}
+	return t.n(Granted)+live < s.quorum
+}
+
 func (s *Redlock) anySlow(res []NodeResult) bool {
 	for i, r := range res {
 		if r.Outcome == Pending && s.slow[i].Load() {

@@ -198,7 +198,7 @@ func (s *Redlock) Acquire(ctx context.Context, key, token string, ttl time.Durat
 			return Refused, nil
 		})
 	t := &r.t[0]
-	r.collect(ctx, func() bool { return t.decided(len(s.nodes), s.quorum) })
+	r.collect(ctx, func() bool { return t.decided(len(s.nodes), s.quorum) || s.lost(t) })
 	reason := ""
 	if t.n(Granted) >= s.quorum {
 		if r.left > 0 && !s.anySlow(t.res) {

@@ -31,6 +31,7 @@ func main() {
 		nemeses    = flag.String("nemeses", strings.Join(faults.Nemeses(), ","), "nemeses, comma-separated")
 		clients    = flag.Int("clients", 8, "client processes per cell")
 		duration   = flag.Duration("duration", 20*time.Second, "length of each cell")
+		minCalls   = flag.Int("min-attempts", 0, "run each cell on past -duration until its clients made this many Lock calls (at most 4x -duration)")
 		ttl        = flag.Duration("ttl", time.Second, "lease TTL")
 		hold       = flag.Duration("hold", 10*time.Millisecond, "how long a holder keeps the lock")
 		wait       = flag.Duration("wait", 2*time.Second, "how long a Lock call may wait")
@@ -47,7 +48,7 @@ func main() {
 	for _, s := range strings.Split(*strategies, ",") {
 		for _, n := range strings.Split(*nemeses, ",") {
 			if faults.Applies(s, n) {
-				cells = append(cells, faults.Cell{Strategy: s, Nemesis: n, Clients: *clients, Duration: *duration,
+				cells = append(cells, faults.Cell{Strategy: s, Nemesis: n, Clients: *clients, Duration: *duration, MinAttempts: *minCalls,
 					TTL: *ttl, Hold: *hold, Wait: *wait, Plant: *plant})
 			}
 		}

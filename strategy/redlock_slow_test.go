@@ -107,3 +107,26 @@ func TestRedlockSlowMajority(t *testing.T) {
 		assert.Zero(t, late.Load(), "leases handed out past their validity")
 	})
 }
+
+// With two of five nodes stopped (their last calls timed out) and a third
+// refusing, an acquisition cannot reach the quorum unless a stopped node
+// answers: it gives up at once instead of waiting out the per-node timeout
+// (holding its partial grants, which refuse every other caller meanwhile).
+func TestRedlockGivesUpOnStoppedNodes(t *testing.T) {
+	c := startCluster(t, 5)
+	const timeout = time.Second
+	r := c.redlock(t, strategy.WithTimeout(timeout))
+	ctx := context.Background()
+	c.freeze(t, 0)
+	c.freeze(t, 1)
+	_, err := r.Acquire(ctx, "warm", "W", 10*time.Second) // granted by the three others
+	require.NoError(t, err)
+	time.Sleep(timeout + 200*time.Millisecond) // the stopped nodes' calls time out
+	require.NoError(t, c.clients[2].Set(ctx, lockKey("refused"), "1:other", 10*time.Second).Err())
+	start := time.Now()
+	_, err = r.Acquire(ctx, "refused", "A", 10*time.Second)
+	took := time.Since(start)
+	require.ErrorIs(t, err, dlm.ErrNotAcquired)
+	t.Logf("refused by one of the three live nodes: gave up after %v (per-node timeout %v): %v", took.Round(time.Millisecond), timeout, err)
+	assert.Less(t, took, timeout/2, "gave up without waiting for the stopped nodes")
+}
