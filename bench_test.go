@@ -31,13 +31,15 @@ func benchManager(b *testing.B, ctxOnWire bool, opts ...strategy.Option) *dlm.Ma
 }
 
 // BenchmarkLockUnlock is one uncontended TryLock and Unlock: two round
-// trips; "maxttl" with the amnesia guard on.
+// trips; "maxttl" with the amnesia guard on, "alone" without coalescing
+// (which a serial caller must not pay for).
 func BenchmarkLockUnlock(b *testing.B) {
 	for _, tc := range []struct {
 		name      string
 		ctxOnWire bool
 		opts      []strategy.Option
-	}{{"goredis", true, nil}, {"goredis-noctxtimeout", false, nil}, {"goredis-maxttl", true, []strategy.Option{strategy.WithMaxTTL(time.Second)}}} {
+	}{{"goredis", true, nil}, {"goredis-noctxtimeout", false, nil}, {"goredis-maxttl", true, []strategy.Option{strategy.WithMaxTTL(time.Second)}},
+		{"goredis-alone", true, []strategy.Option{strategy.WithCoalescing(false)}}} {
 		b.Run(tc.name, func(b *testing.B) {
 			m := benchManager(b, tc.ctxOnWire, tc.opts...)
 			ctx, cancel := context.WithCancel(context.Background()) // a live Done channel, as in a server
@@ -64,25 +66,33 @@ func BenchmarkLockUnlock(b *testing.B) {
 }
 
 // BenchmarkLockUnlockParallel runs TryLock and Unlock on distinct keys from
-// GOMAXPROCS×16 goroutines.
+// GOMAXPROCS×16 goroutines, with calls coalesced (the default) and each
+// call by itself.
 func BenchmarkLockUnlockParallel(b *testing.B) {
-	m := benchManager(b, true)
-	ctx := context.Background()
-	var next atomic.Int64
-	b.ReportAllocs()
-	b.SetParallelism(16)
-	b.RunParallel(func(pb *testing.PB) {
-		key := "bench:" + strconv.FormatInt(next.Add(1), 10)
-		for pb.Next() {
-			l, err := m.TryLock(ctx, key)
-			if err != nil {
-				b.Error(err)
-				return
-			}
-			if err := l.Unlock(ctx); err != nil {
-				b.Error(err)
-				return
-			}
-		}
-	})
+	for _, tc := range []struct {
+		name string
+		on   bool
+	}{{"coalesced", true}, {"alone", false}} {
+		b.Run(tc.name, func(b *testing.B) {
+			m := benchManager(b, true, strategy.WithCoalescing(tc.on))
+			ctx := context.Background()
+			var next atomic.Int64
+			b.ReportAllocs()
+			b.SetParallelism(16)
+			b.RunParallel(func(pb *testing.PB) {
+				key := "bench:" + strconv.FormatInt(next.Add(1), 10)
+				for pb.Next() {
+					l, err := m.TryLock(ctx, key)
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					if err := l.Unlock(ctx); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
 }

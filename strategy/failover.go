@@ -79,7 +79,7 @@ func (c *failoverConfig) waits() bool { return c.acks.kind != ackNone || c.aof }
 //
 // Options: WithAcks (default AckAll), WithWaitTimeout (default
 // DefaultWaitTimeout), WithReplicas (default 1), WithWaitAOF, and the shared
-// WithDriftFactor, WithTimeout and WithMaxTTL. WithTimeout, when set, must exceed the
+// WithDriftFactor, WithTimeout, WithMaxTTL and WithCoalescing. WithTimeout, when set, must exceed the
 // wait timeout.
 func NewFailover(node dlm.Node, opts ...Option) (*Failover, error) {
 	if isNil(node) {
@@ -90,6 +90,7 @@ func NewFailover(node dlm.Node, opts ...Option) (*Failover, error) {
 	if err := applyOptions(&f.cfg, opts); err != nil {
 		return nil, fmt.Errorf("NewFailover: %w", err)
 	}
+	f.node = f.cfg.coalesced(node)
 	f.fo = *f.cfg.failover
 	switch {
 	case f.cfg.timeout > 0 && f.fo.waits() && f.cfg.timeout <= f.fo.waitTimeout:

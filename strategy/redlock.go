@@ -72,7 +72,7 @@ var _ dlm.Strategy = (*Redlock)(nil)
 // (nodes that did not answer are asked again, at most once a second, until
 // each has; a server that cannot tell is not asked again): from then on
 // Acquire fails with an error matching dlm.ErrInvalid. Options: WithTimeout
-// (a fixed per-node timeout), WithDriftFactor, WithMaxTTL.
+// (a fixed per-node timeout), WithDriftFactor, WithMaxTTL, WithCoalescing.
 //
 // Without WithTimeout the per-node timeout adapts: twice the typical
 // latency of the quorum-th fastest node (an average of its recent replies;
@@ -115,6 +115,9 @@ func NewRedlock(nodes []dlm.Node, opts ...Option) (*Redlock, error) {
 	}
 	if s.cfg.timeout <= 0 {
 		return nil, fmt.Errorf("%w: NewRedlock: the per-node timeout (WithTimeout) must be positive", dlm.ErrInvalid)
+	}
+	for i, n := range s.nodes {
+		s.nodes[i] = s.cfg.coalesced(n)
 	}
 	return s, nil
 }

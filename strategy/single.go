@@ -24,7 +24,7 @@ type Single struct {
 var _ dlm.Strategy = (*Single)(nil)
 
 // NewSingle returns the single-instance strategy over node.
-// Options: WithDriftFactor, WithTimeout, WithMaxTTL.
+// Options: WithDriftFactor, WithTimeout, WithMaxTTL, WithCoalescing.
 func NewSingle(node dlm.Node, opts ...Option) (*Single, error) {
 	if isNil(node) {
 		return nil, fmt.Errorf("%w: NewSingle: nil Node", dlm.ErrInvalid)
@@ -33,6 +33,7 @@ func NewSingle(node dlm.Node, opts ...Option) (*Single, error) {
 	if err := applyOptions(&s.cfg, opts); err != nil {
 		return nil, fmt.Errorf("NewSingle: %w", err)
 	}
+	s.node = s.cfg.coalesced(node)
 	return s, nil
 }
 

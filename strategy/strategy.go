@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/internal/coalesce"
 	"github.com/dlmgo/dlm/nodekit"
 )
 
@@ -74,6 +75,7 @@ type config struct {
 	timeout     time.Duration
 	timeoutSet  bool            // WithTimeout was given
 	maxTTL      time.Duration   // the amnesia guard; 0: off
+	alone       bool            // WithCoalescing(false): every call goes out by itself
 	failover    *failoverConfig // set by NewFailover; its options need it
 }
 
@@ -124,6 +126,28 @@ func WithMaxTTL(d time.Duration) Option {
 		c.maxTTL = d
 		return nil
 	}
+}
+
+// WithCoalescing(false) sends every call to a node by itself. By default
+// concurrent calls bound for one node — acquisitions, extensions and
+// releases of any keys, from any goroutine — go out together while earlier
+// calls are in flight: one pipelined round trip, over any driver. An
+// uncontended call never waits for company. Turn it off only to measure
+// what it gains.
+func WithCoalescing(on bool) Option {
+	return func(c *config) error {
+		c.alone = !on
+		return nil
+	}
+}
+
+// coalesced returns node with its calls coalesced, unless
+// WithCoalescing(false) was given.
+func (c *config) coalesced(node dlm.Node) dlm.Node {
+	if c.alone {
+		return node
+	}
+	return coalesce.New(node, 0)
 }
 
 func applyOptions(c *config, opts []Option) error {

@@ -1,0 +1,174 @@
+package coalesce_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/conformance/harness"
+	"github.com/dlmgo/dlm/driver/goredis"
+	"github.com/dlmgo/dlm/internal/coalesce"
+	"github.com/dlmgo/dlm/internal/redistest"
+	"github.com/dlmgo/dlm/nodekit"
+)
+
+// incr counts its calls in KEYS[1] and replies with its argument and the
+// count.
+var incr = nodekit.NewScript("return {tonumber(ARGV[1]), redis.call('INCR', KEYS[1])}")
+
+func newNode(t *testing.T, addr string, inFlight int) *coalesce.Node {
+	c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 64, ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { _ = c.Close() })
+	return coalesce.New(goredis.New(c), inFlight)
+}
+
+// warm loads incr into the server's script cache (so that each call below
+// is one EVALSHA) and returns the node's Stats after that.
+func warm(t *testing.T, n *coalesce.Node) (runs, carried int64) {
+	_, err := incr.Run(context.Background(), n, []string{"warm"}, "0")
+	require.NoError(t, err)
+	return n.Stats()
+}
+
+// A serial caller's calls go out by themselves, one Run each.
+func TestSerialGoesAlone(t *testing.T) {
+	srv := redistest.Start(t)
+	n := newNode(t, srv.Addr, 2)
+	runs0, carried0 := warm(t, n)
+	for i := range 20 {
+		r, err := incr.Run(context.Background(), n, []string{"serial"}, strconv.Itoa(i))
+		require.NoError(t, err)
+		assert.Equal(t, []int64{int64(i), int64(i + 1)}, r)
+	}
+	runs, carried := n.Stats()
+	assert.Equal(t, int64(20), runs-runs0)
+	assert.Equal(t, int64(20), carried-carried0)
+}
+
+// While the node's slots are busy (the server is stopped), calls wait; once
+// it answers they go out together, in one Run, each with its own reply.
+func TestWaitingCallsGoTogether(t *testing.T) {
+	srv := redistest.Start(t)
+	n := newNode(t, srv.Addr, 2)
+	runs0, carried0 := warm(t, n)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	srv.Freeze(t)
+	var wg sync.WaitGroup
+	call := func(i int, out *[]int64, errp *error) {
+		defer wg.Done()
+		*out, *errp = incr.Run(ctx, n, []string{"together"}, strconv.Itoa(i))
+	}
+	const busy, waiting = 2, 10
+	replies := make([][]int64, busy+waiting)
+	errs := make([]error, busy+waiting)
+	for i := range busy {
+		wg.Add(1)
+		go call(i, &replies[i], &errs[i])
+	}
+	require.Eventually(t, func() bool { r, _ := n.Stats(); return r-runs0 == busy }, 5*time.Second, time.Millisecond)
+	for i := busy; i < busy+waiting; i++ {
+		wg.Add(1)
+		go call(i, &replies[i], &errs[i])
+	}
+	time.Sleep(100 * time.Millisecond) // all of them queued behind the stopped server
+	srv.Thaw(t)
+	wg.Wait()
+	counts := map[int64]bool{}
+	for i := range replies {
+		require.NoError(t, errs[i], "call %d", i)
+		require.Len(t, replies[i], 2)
+		assert.Equal(t, int64(i), replies[i][0], "each caller gets its own reply")
+		counts[replies[i][1]] = true
+	}
+	assert.Len(t, counts, busy+waiting, "every call ran once")
+	runs, carried := n.Stats()
+	assert.Equal(t, int64(busy+1), runs-runs0, "the waiting calls went out in one Run")
+	assert.Equal(t, int64(busy+waiting), carried-carried0)
+}
+
+// A caller whose context ends while its call waits returns then, with the
+// context's error, and its call is never sent; a batch whose callers have
+// all gone is abandoned.
+func TestWaitingCallerKeepsItsDeadline(t *testing.T) {
+	srv := redistest.Start(t)
+	n := newNode(t, srv.Addr, 1)
+	runs0, _ := warm(t, n)
+	srv.Freeze(t)
+	busyCtx, busyCancel := context.WithCancel(context.Background())
+	busyDone := make(chan error, 1)
+	go func() {
+		_, err := incr.Run(busyCtx, n, []string{"busy"}, "0")
+		busyDone <- err
+	}()
+	require.Eventually(t, func() bool { r, _ := n.Stats(); return r-runs0 == 1 }, 5*time.Second, time.Millisecond)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := incr.Run(ctx, n, []string{"waiting"}, "1")
+	took := time.Since(start)
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Less(t, took, time.Second, "returned at its own deadline (took %v)", took)
+
+	busyCancel()
+	select {
+	case err := <-busyDone:
+		assert.ErrorIs(t, err, context.Canceled)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the in-flight call did not end with its caller's context")
+	}
+	srv.Thaw(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer c.Close()
+	// The next call goes out: the slot was handed on.
+	_, err = incr.Run(context.Background(), n, []string{"after"}, "2")
+	require.NoError(t, err)
+	_, err = c.Get(context.Background(), "waiting").Result()
+	assert.True(t, errors.Is(err, redis.Nil), "the abandoned waiting call was never sent (got %v)", err)
+}
+
+// deafNode keeps a call on key "deaf" for two seconds, whatever its
+// context says.
+type deafNode struct{ dlm.Node }
+
+func (n deafNode) Run(ctx context.Context, calls []dlm.Call) {
+	if calls[0].Keys[0] == "deaf" {
+		time.Sleep(2 * time.Second)
+		ctx = context.Background()
+	}
+	n.Node.Run(ctx, calls)
+}
+
+// A call that a driver keeps past its context's end gives up its slot
+// then: the calls behind it go out.
+func TestDeafCallFreesItsSlot(t *testing.T) {
+	srv := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer c.Close()
+	n := coalesce.New(deafNode{goredis.New(c)}, 1)
+	runs0, _ := warm(t, n)
+	dctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	go func() { _, _ = incr.Run(dctx, n, []string{"deaf"}, "0") }()
+	require.Eventually(t, func() bool { r, _ := n.Stats(); return r-runs0 == 1 }, time.Second, time.Millisecond)
+	start := time.Now()
+	_, err := incr.Run(context.Background(), n, []string{"heard"}, "1")
+	require.NoError(t, err)
+	assert.Less(t, time.Since(start), time.Second, "waited for the deaf call")
+}
+
+// A coalescing Node keeps every rule a driver must keep.
+func TestConformance(t *testing.T) {
+	harness.Run(t, func(t *testing.T, addr string) dlm.Node {
+		return newNode(t, addr, 0)
+	})
+}
