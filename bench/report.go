@@ -254,7 +254,9 @@ func scenarioDetail(name string, c Config) string {
 			"Latency of the pair; allocations per pair counted with runtime.MemStats over the whole process.", c.SerialOps)
 	case "distinct":
 		return fmt.Sprintf("%d goroutines, each on its own key, TryLock+Unlock in a loop for %v. "+
-			"A call that fails (say, a node call timing out on a loaded machine) is counted and the loop goes on.", c.DistinctG, c.DistinctDur)
+			"A call that fails (say, a node call timing out on a loaded machine) is counted and the loop goes on. "+
+			"Server CPU/op: the servers' used_cpu_sys+used_cpu_user over the loop, summed over the nodes, per lock+unlock pair; "+
+			"server cmds/op: total_commands_processed likewise (commands run inside scripts count).", c.DistinctG, c.DistinctDur)
 	case "contended":
 		return fmt.Sprintf("%d goroutines on one key for %v, each Lock (waiting), hold %v, Unlock. "+
 			"Wait = time in Lock (a wait still pending at the end counts with its length so far, so starvation shows). Spread = coefficient of variation of acquisitions per goroutine (0 = perfectly even). "+

@@ -136,6 +136,8 @@ var scenarios = []Scenario{
 		Name: "distinct", Title: "Parallel lock+unlock on distinct keys",
 		Metrics: []Metric{
 			{Key: "ops_s", Label: "ops/s", Unit: "", Higher: true, Chart: true},
+			{Key: "server_us_op", Label: "server CPU/op", Unit: "µs"},
+			{Key: "server_cmds_op", Label: "server cmds/op (incl. in scripts)", Unit: ""},
 			{Key: "failed", Label: "failed calls", Unit: ""},
 		},
 		Applies: always, Run: runDistinct,
@@ -321,6 +323,10 @@ func runDistinct(ctx context.Context, r *runner, c *entry, rep int) (map[string]
 		failed.Add(1)
 		once.Do(func() { firstErr = err })
 	}
+	s0, err := readAllStats(ctx, c.env.Addrs)
+	if err != nil {
+		return nil, err
+	}
 	start := time.Now()
 	end := start.Add(r.cfg.DistinctDur)
 	var wg sync.WaitGroup
@@ -342,12 +348,23 @@ func runDistinct(ctx context.Context, r *runner, c *entry, rep int) (map[string]
 		})
 	}
 	wg.Wait()
+	took := time.Since(start)
 	if failed.Load() > ops.Load() {
 		return nil, fmt.Errorf("%d of %d calls failed, first: %w", failed.Load(), failed.Load()+ops.Load(), firstErr)
 	}
+	s1, err := readAllStats(ctx, c.env.Addrs)
+	if err != nil {
+		return nil, err
+	}
+	n := float64(max(ops.Load(), 1))
 	return map[string]float64{
-		"ops_s":  float64(ops.Load()) / time.Since(start).Seconds(),
-		"failed": float64(failed.Load()),
+		"ops_s": float64(ops.Load()) / took.Seconds(),
+		// Server CPU per lock+unlock pair, summed over the nodes, from the
+		// servers' own counters (used_cpu_sys + used_cpu_user); a library
+		// that renews in the background would count that too.
+		"server_us_op":   (s1.CPU - s0.CPU) * 1e6 / n,
+		"server_cmds_op": float64(s1.Calls-s0.Calls-int64(len(c.env.Addrs))) / n, // less the first INFOs
+		"failed":         float64(failed.Load()),
 	}, nil
 }
 

@@ -1,0 +1,81 @@
+package strategy_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlmgo/dlm/driver/goredis"
+	"github.com/dlmgo/dlm/internal/redistest"
+	"github.com/dlmgo/dlm/strategy"
+)
+
+// serverCPU is the server's used_cpu_sys + used_cpu_user.
+func serverCPU(b *testing.B, c *redis.Client) time.Duration {
+	info, err := c.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var sum float64
+	for _, line := range strings.Split(info, "\n") {
+		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+		if k == "used_cpu_sys" || k == "used_cpu_user" {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			sum += f
+		}
+	}
+	return time.Duration(sum * float64(time.Second))
+}
+
+// BenchmarkCoalescing is Acquire and Release on distinct keys from 64
+// goroutines through the single-instance strategy over go-redis: calls
+// coalesced and merged into batch scripts (the default), coalesced but
+// each its own script call, and each by itself. It reports the server's
+// CPU time per Acquire+Release pair (server-µs/op) beside the client's
+// ns/op.
+func BenchmarkCoalescing(b *testing.B) {
+	srv := redistest.Start(b)
+	for _, tc := range []struct {
+		name string
+		opts []strategy.Option
+	}{
+		{"merged", nil},
+		{"pipelined", []strategy.Option{strategy.WithoutMergingForTest()}},
+		{"alone", []strategy.Option{strategy.WithCoalescing(false)}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			c := benchClient(b, srv.Addr)
+			s, err := strategy.NewSingle(goredis.New(c), tc.opts...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			var next atomic.Int64
+			b.SetParallelism(32) // 64 goroutines on 2 cores
+			cpu0 := serverCPU(b, c)
+			b.RunParallel(func(pb *testing.PB) {
+				key := "coalesce:" + strconv.FormatInt(next.Add(1), 10)
+				token := "t" + key
+				for pb.Next() {
+					if _, err := s.Acquire(ctx, key, token, 10*time.Second); err != nil {
+						b.Error(err)
+						return
+					}
+					if err := s.Release(ctx, key, token); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.ReportMetric(float64((serverCPU(b, c)-cpu0).Microseconds())/float64(b.N), "server-µs/op")
+		})
+	}
+}
