@@ -36,19 +36,16 @@ func serverCPU(b *testing.B, c *redis.Client) time.Duration {
 }
 
 // BenchmarkCoalescing is Acquire and Release on distinct keys from 64
-// goroutines through the single-instance strategy over go-redis: calls
-// coalesced and merged into batch scripts (the default), coalesced but
-// each its own script call, and each by itself. It reports the server's
-// CPU time per Acquire+Release pair (server-µs/op) beside the client's
-// ns/op.
+// goroutines through the single-instance strategy over go-redis, with calls
+// coalesced (the default) and each by itself. It reports the server's CPU
+// time per Acquire+Release pair (server-µs/op) beside the client's ns/op.
 func BenchmarkCoalescing(b *testing.B) {
 	srv := redistest.Start(b)
 	for _, tc := range []struct {
 		name string
 		opts []strategy.Option
 	}{
-		{"merged", nil},
-		{"pipelined", []strategy.Option{strategy.WithoutMergingForTest()}},
+		{"coalesced", nil},
 		{"alone", []strategy.Option{strategy.WithCoalescing(false)}},
 	} {
 		b.Run(tc.name, func(b *testing.B) {

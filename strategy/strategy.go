@@ -76,7 +76,6 @@ type config struct {
 	timeoutSet  bool            // WithTimeout was given
 	maxTTL      time.Duration   // the amnesia guard; 0: off
 	alone       bool            // WithCoalescing(false): every call goes out by itself
-	noMerge     bool            // coalesced calls are not merged into batch scripts (tests only)
 	failover    *failoverConfig // set by NewFailover; its options need it
 }
 
@@ -132,12 +131,9 @@ func WithMaxTTL(d time.Duration) Option {
 // WithCoalescing(false) sends every call to a node by itself. By default
 // concurrent calls bound for one node — acquisitions, extensions and
 // releases of any keys, from any goroutine — go out together while earlier
-// calls are in flight: one pipelined round trip, over any driver. Where the
-// node says how it routes calls (nodekit.Router: the drivers of this
-// module do), calls that one server runs are merged into one script
-// invocation, which is most of what a lock costs a server; a call that
-// fails inside it is sent again by itself. An uncontended call never waits
-// for company. Turn it off only to measure what it gains.
+// calls are in flight: one pipelined round trip, over any driver. An
+// uncontended call never waits for company. Turn it off only to measure
+// what it gains.
 func WithCoalescing(on bool) Option {
 	return func(c *config) error {
 		c.alone = !on
@@ -148,13 +144,10 @@ func WithCoalescing(on bool) Option {
 // coalesced returns node with its calls coalesced, unless
 // WithCoalescing(false) was given.
 func (c *config) coalesced(node dlm.Node) dlm.Node {
-	switch {
-	case c.alone:
+	if c.alone {
 		return node
-	case c.noMerge:
-		return coalesce.New(node, 0)
 	}
-	return coalesce.New(node, 0, acquireScript, extendScript, releaseScript)
+	return coalesce.New(node, 0)
 }
 
 func applyOptions(c *config, opts []Option) error {

@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"github.com/dlmgo/dlm"
-	"github.com/dlmgo/dlm/nodekit"
 )
 
 // DefaultInFlight is how many runs a Node lets one node have in flight at a
@@ -35,27 +34,21 @@ const maxBatch = 512
 type Node struct {
 	dlm.Node
 	inFlight int
-	merge    *merger
-	routing  atomic.Int32 // a nodekit.Routing
 
 	mu    sync.Mutex
 	busy  int       // runs in flight
 	queue []*waiter // calls waiting for a slot; non-empty only when busy == inFlight
 
 	runs, batched atomic.Int64 // Runs sent to the node, and callers' runs they carried
-	merged        atomic.Int64 // calls answered from inside a batch script
 }
 
 // New returns a Node that coalesces node's calls, with at most inFlight
-// runs in flight (DefaultInFlight when inFlight < 1), and merges calls of
-// the given scripts where node's routing allows (see merge.go).
-func New(node dlm.Node, inFlight int, merge ...*nodekit.Script) *Node {
+// runs in flight (DefaultInFlight when inFlight < 1).
+func New(node dlm.Node, inFlight int) *Node {
 	if inFlight < 1 {
 		inFlight = DefaultInFlight
 	}
-	n := &Node{Node: node, inFlight: inFlight, merge: newMerger(merge)}
-	n.routing.Store(int32(nodekit.RoutingOf(node)))
-	return n
+	return &Node{Node: node, inFlight: inFlight}
 }
 
 // A waiter is one caller's Run waiting or in a batch.
@@ -117,7 +110,7 @@ func (n *Node) send(ctx context.Context, calls []dlm.Call) {
 	if ctx.Done() != nil {
 		defer context.AfterFunc(ctx, free)()
 	}
-	n.runMerged(ctx, calls)
+	n.Node.Run(ctx, calls)
 	free()
 }
 
@@ -212,8 +205,5 @@ func batchContext(ws []*waiter) (context.Context, context.CancelFunc) {
 }
 
 // Stats reports how many Runs went to the node and how many callers' runs
-// they carried (their ratio is the mean batch size), and how many calls
-// were answered from inside a batch script.
-func (n *Node) Stats() (runs, carried, merged int64) {
-	return n.runs.Load(), n.batched.Load(), n.merged.Load()
-}
+// they carried: their ratio is the mean batch size.
+func (n *Node) Stats() (runs, carried int64) { return n.runs.Load(), n.batched.Load() }

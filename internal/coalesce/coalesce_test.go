@@ -3,7 +3,6 @@ package coalesce_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strconv"
 	"sync"
 	"testing"
@@ -36,8 +35,7 @@ func newNode(t *testing.T, addr string, inFlight int) *coalesce.Node {
 func warm(t *testing.T, n *coalesce.Node) (runs, carried int64) {
 	_, err := incr.Run(context.Background(), n, []string{"warm"}, "0")
 	require.NoError(t, err)
-	r, c, _ := n.Stats()
-	return r, c
+	return n.Stats()
 }
 
 // A serial caller's calls go out by themselves, one Run each.
@@ -50,7 +48,7 @@ func TestSerialGoesAlone(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, []int64{int64(i), int64(i + 1)}, r)
 	}
-	runs, carried, _ := n.Stats()
+	runs, carried := n.Stats()
 	assert.Equal(t, int64(20), runs-runs0)
 	assert.Equal(t, int64(20), carried-carried0)
 }
@@ -76,7 +74,7 @@ func TestWaitingCallsGoTogether(t *testing.T) {
 		wg.Add(1)
 		go call(i, &replies[i], &errs[i])
 	}
-	require.Eventually(t, func() bool { r, _, _ := n.Stats(); return r-runs0 == busy }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { r, _ := n.Stats(); return r-runs0 == busy }, 5*time.Second, time.Millisecond)
 	for i := busy; i < busy+waiting; i++ {
 		wg.Add(1)
 		go call(i, &replies[i], &errs[i])
@@ -92,7 +90,7 @@ func TestWaitingCallsGoTogether(t *testing.T) {
 		counts[replies[i][1]] = true
 	}
 	assert.Len(t, counts, busy+waiting, "every call ran once")
-	runs, carried, _ := n.Stats()
+	runs, carried := n.Stats()
 	assert.Equal(t, int64(busy+1), runs-runs0, "the waiting calls went out in one Run")
 	assert.Equal(t, int64(busy+waiting), carried-carried0)
 }
@@ -111,7 +109,7 @@ func TestWaitingCallerKeepsItsDeadline(t *testing.T) {
 		_, err := incr.Run(busyCtx, n, []string{"busy"}, "0")
 		busyDone <- err
 	}()
-	require.Eventually(t, func() bool { r, _, _ := n.Stats(); return r-runs0 == 1 }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { r, _ := n.Stats(); return r-runs0 == 1 }, 5*time.Second, time.Millisecond)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
 	defer cancel()
@@ -161,104 +159,11 @@ func TestDeafCallFreesItsSlot(t *testing.T) {
 	dctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	go func() { _, _ = incr.Run(dctx, n, []string{"deaf"}, "0") }()
-	require.Eventually(t, func() bool { r, _, _ := n.Stats(); return r-runs0 == 1 }, time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { r, _ := n.Stats(); return r-runs0 == 1 }, time.Second, time.Millisecond)
 	start := time.Now()
 	_, err := incr.Run(context.Background(), n, []string{"heard"}, "1")
 	require.NoError(t, err)
 	assert.Less(t, time.Since(start), time.Second, "waited for the deaf call")
-}
-
-// behindStopped runs f(0), …, f(k-1) at once while the server is stopped
-// and n's only slot is busy, so that they queue; then it lets the server go
-// on and waits for them. n must allow one run in flight.
-func behindStopped(t *testing.T, srv *redistest.Server, n *coalesce.Node, k int, f func(i int)) {
-	t.Helper()
-	runs0, _ := warm(t, n)
-	srv.Freeze(t)
-	var wg sync.WaitGroup
-	wg.Go(func() { _, _ = incr.Run(context.Background(), n, []string{"busy"}, "0") })
-	require.Eventually(t, func() bool { r, _, _ := n.Stats(); return r-runs0 == 1 }, 5*time.Second, time.Millisecond)
-	for i := range k {
-		wg.Go(func() { f(i) })
-	}
-	time.Sleep(100 * time.Millisecond)
-	srv.Thaw(t)
-	wg.Wait()
-}
-
-// Calls of the scripts a Node merges, queued together, run as one script
-// invocation, each with its own reply; a call that raises an error inside
-// it (WRONGTYPE) gets the server's error by itself, and the others are
-// unaffected; after SCRIPT FLUSH the batch script is sent again by EVAL.
-func TestMergedCalls(t *testing.T) {
-	srv := redistest.Start(t)
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 64})
-	defer c.Close()
-	ctx := context.Background()
-	require.NoError(t, c.RPush(ctx, "wrong", "a list").Err())
-	n := coalesce.New(goredis.New(c), 1, incr)
-	for round := range 2 {
-		if round == 1 {
-			require.NoError(t, c.ScriptFlush(ctx).Err())
-		}
-		_, _, merged0 := n.Stats()
-		const k = 20
-		replies := make([][]int64, k)
-		errs := make([]error, k)
-		behindStopped(t, srv, n, k, func(i int) {
-			key := fmt.Sprint("merged-", i)
-			if i == 7 {
-				key = "wrong"
-			}
-			replies[i], errs[i] = incr.Run(ctx, n, []string{key}, strconv.Itoa(i))
-		})
-		for i := range k {
-			if i == 7 {
-				assert.ErrorContains(t, errs[i], "WRONGTYPE", "round %d", round)
-				continue
-			}
-			require.NoError(t, errs[i], "round %d, call %d", round, i)
-			assert.Equal(t, []int64{int64(i), int64(round + 1)}, replies[i], "round %d, call %d: its own reply, run once", round, i)
-		}
-		_, _, merged := n.Stats()
-		assert.Equal(t, int64(k-1), merged-merged0, "round %d: the calls ran inside one batch script", round)
-	}
-}
-
-// A Node that does not say how it routes calls never has them merged: they
-// may belong on different servers.
-func TestUnknownRoutingNeverMerges(t *testing.T) {
-	srv := redistest.Start(t)
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 64})
-	defer c.Close()
-	n := coalesce.New(struct{ dlm.Node }{goredis.New(c)}, 1, incr)
-	behindStopped(t, srv, n, 10, func(i int) {
-		_, err := incr.Run(context.Background(), n, []string{fmt.Sprint("k", i)}, "0")
-		assert.NoError(t, err)
-	})
-	runs, carried, merged := n.Stats()
-	assert.Zero(t, merged)
-	assert.Less(t, runs, carried, "still coalesced into fewer runs")
-}
-
-// On a Redis Cluster, calls merge only with calls of their own hash slot.
-func TestMergedCallsOnCluster(t *testing.T) {
-	servers := redistest.StartCluster(t, 3)
-	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{servers[0].Addr}})
-	defer c.Close()
-	n := coalesce.New(goredis.New(c), 0, incr)
-	var calls []dlm.Call
-	for i := range 12 {
-		key := fmt.Sprint("{tag", i%3, "}:", i) // three slots, four calls each
-		calls = append(calls, dlm.Call{SHA1: incr.SHA1(), Keys: []string{key}, Args: []string{strconv.Itoa(i)}})
-	}
-	incr.RunMany(context.Background(), n, calls)
-	for i, c := range calls {
-		require.NoError(t, c.Err, "call %d", i)
-		assert.Equal(t, []int64{int64(i), 1}, c.Reply, "call %d", i)
-	}
-	_, _, merged := n.Stats()
-	assert.Equal(t, int64(12), merged, "each slot's four calls ran in one batch script")
 }
 
 // A coalescing Node keeps every rule a driver must keep.
