@@ -130,6 +130,7 @@ func TestAmnesiaRedlockMajorityRestart(t *testing.T) {
 	c := startClusterWith(t, 5, ctxClient)
 	r := c.redlock(t, strategy.WithMaxTTL(maxTTL))
 	acquireWhenFree(t, r, "majority", "first", time.Second, 3*maxTTL) // fresh servers: quarantined at first
+	require.NoError(t, r.Release(context.Background(), "majority", "first"))
 	a, _, _ := acquireWhenFree(t, r, "majority", "A", maxTTL, time.Second)
 	for _, i := range []int{0, 2, 4} {
 		c.servers[i].Kill(t)

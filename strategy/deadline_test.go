@@ -97,7 +97,11 @@ func TestCallsEndAtTheirDeadline(t *testing.T) {
 				m, err := dlm.New(s, dlm.WithTTL(10*time.Second), dlm.WithRetryDelay(5*time.Millisecond, 20*time.Millisecond))
 				require.NoError(t, err)
 				ctx := context.Background()
-				held, err := m.TryLock(ctx, "held")
+				// Lock, not TryLock: a first call over new connections may
+				// outlast Redlock's initial per-node timeout on a loaded machine.
+				lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				defer cancel()
+				held, err := m.Lock(lctx, "held")
 				require.NoError(t, err)
 				for _, srv := range frozen {
 					srv.Freeze(t)
