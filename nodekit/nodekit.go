@@ -220,3 +220,36 @@ func ParseAcks(w dlm.Wait, v any) (dlm.Acks, error) {
 	}
 	return dlm.Acks{}, fmt.Errorf("dlm: unexpected reply %v to %s", v, cmd)
 }
+
+// Routing says where a Node sends calls, so that dlm may run several calls
+// in one script invocation: a script can only touch keys of the server it
+// runs on.
+type Routing int
+
+const (
+	// RoutingUnknown: calls may go to different servers by rules dlm does
+	// not know (a client-side sharding ring, a proxy). Calls are never
+	// merged.
+	RoutingUnknown Routing = iota
+	// RoutingOneServer: every call goes to one server (a primary, followed
+	// through failovers, counts as one). Any calls may be merged.
+	RoutingOneServer
+	// RoutingBySlot: a Redis Cluster client; a call goes to the master of
+	// its first key's hash slot. Calls of one slot may be merged.
+	RoutingBySlot
+)
+
+// A Router is a Node that says how it routes calls. A Node that is not a
+// Router counts as RoutingUnknown; so does a wrapper of a Router that does
+// not implement Router itself.
+type Router interface {
+	Routing() Routing
+}
+
+// RoutingOf returns n's Routing.
+func RoutingOf(n dlm.Node) Routing {
+	if r, ok := n.(Router); ok {
+		return r.Routing()
+	}
+	return RoutingUnknown
+}

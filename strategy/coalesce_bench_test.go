@@ -76,3 +76,42 @@ func BenchmarkCoalescing(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkCoalescingFailover is Acquire and Release on distinct keys from
+// 64 goroutines through the failover strategy with AckAll on a primary
+// with two replicas: coalesced, an acquisition's WAIT covers the batch it
+// went out with.
+func BenchmarkCoalescingFailover(b *testing.B) {
+	topo := redistest.StartReplicated(b, redistest.ReplicatedOptions{})
+	for _, tc := range []struct {
+		name string
+		opts []strategy.Option
+	}{
+		{"coalesced", nil},
+		{"alone", []strategy.Option{strategy.WithCoalescing(false)}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			c := benchClient(b, topo.Primary.Addr)
+			f, err := strategy.NewFailover(goredis.New(c), append(tc.opts, strategy.WithAcks(strategy.AckAll()), strategy.WithReplicas(2))...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			var next atomic.Int64
+			b.SetParallelism(32)
+			b.RunParallel(func(pb *testing.PB) {
+				key := "failover:" + strconv.FormatInt(next.Add(1), 10)
+				for pb.Next() {
+					if _, err := f.Acquire(ctx, key, "t", 10*time.Second); err != nil {
+						b.Error(err)
+						return
+					}
+					if err := f.Release(ctx, key, "t"); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}

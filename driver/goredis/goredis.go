@@ -79,6 +79,19 @@ func (n *Node) String() string { return n.name }
 // Client returns the wrapped client.
 func (n *Node) Client() redis.UniversalClient { return n.c }
 
+// Routing implements nodekit.Router: one server for a *redis.Client (a
+// failover client included), by hash slot for a *redis.ClusterClient,
+// unknown for other kinds (a *redis.Ring shards by its own rules).
+func (n *Node) Routing() nodekit.Routing {
+	switch n.c.(type) {
+	case *redis.Client:
+		return nodekit.RoutingOneServer
+	case *redis.ClusterClient:
+		return nodekit.RoutingBySlot
+	}
+	return nodekit.RoutingUnknown
+}
+
 // Run implements dlm.Node: one call is one EVALSHA or EVAL, several are one
 // go-redis pipeline (on a Cluster, one per master).
 func (n *Node) Run(ctx context.Context, calls []dlm.Call) {

@@ -45,6 +45,9 @@ func (n *Node) WithName(name string) *Node { return &Node{pool: n.pool, name: na
 // String names the node.
 func (n *Node) String() string { return n.name }
 
+// Routing implements nodekit.Router: a pool dials one server.
+func (n *Node) Routing() nodekit.Routing { return nodekit.RoutingOneServer }
+
 // Watch implements dlm.Node with a nodekit.Hub over one connection dialled
 // with the pool's DialContext (or Dial), outside its accounting. Reads have
 // no deadline: TCP keepalive (redis.DialKeepAlive) notices a lost server.

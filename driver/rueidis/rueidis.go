@@ -53,6 +53,15 @@ func New(c rueidis.Client) *Node {
 // String names the node by its client's addresses.
 func (n *Node) String() string { return n.name }
 
+// Routing implements nodekit.Router: by hash slot for a Cluster client, one
+// server otherwise (a standalone or Sentinel client).
+func (n *Node) Routing() nodekit.Routing {
+	if n.c.Mode() == rueidis.ClientModeCluster {
+		return nodekit.RoutingBySlot
+	}
+	return nodekit.RoutingOneServer
+}
+
 // Run implements dlm.Node: one Do for one call, one DoMulti for several
 // (sent per primary on a Cluster). A call whose keys span slots fails unsent.
 func (n *Node) Run(ctx context.Context, calls []dlm.Call) {

@@ -3,7 +3,10 @@
 // and go out as one Run — one pipelined round trip — as soon as a slot
 // frees. An uncontended call goes out at once, on its caller's goroutine:
 // nothing waits for company, and the batch size follows the load (how many
-// calls arrived during one round trip).
+// calls arrived during one round trip). On a node that routes every call
+// to one server (nodekit.RoutingOneServer), RunWait calls with the same
+// Wait are coalesced likewise: their calls, then one WAIT that covers them
+// all.
 //
 // Each caller keeps its own deadline: a caller whose context ends while its
 // calls wait or are in flight returns at once, its calls failed with the
@@ -19,6 +22,7 @@ import (
 	"time"
 
 	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/nodekit"
 )
 
 // DefaultInFlight is how many runs a Node lets one node have in flight at a
@@ -29,11 +33,12 @@ const DefaultInFlight = 2
 // be longer; it is never split).
 const maxBatch = 512
 
-// Node is a dlm.Node whose Run coalesces concurrent calls. RunWait and
-// Watch go straight to the node beneath.
+// Node is a dlm.Node whose Run (and, on one server, RunWait) coalesces
+// concurrent calls. Watch goes straight to the node beneath.
 type Node struct {
 	dlm.Node
 	inFlight int
+	waits    bool // RunWait calls may be coalesced: the node routes every call to one server
 
 	mu    sync.Mutex
 	busy  int       // runs in flight
@@ -48,14 +53,18 @@ func New(node dlm.Node, inFlight int) *Node {
 	if inFlight < 1 {
 		inFlight = DefaultInFlight
 	}
-	return &Node{Node: node, inFlight: inFlight}
+	return &Node{Node: node, inFlight: inFlight, waits: nodekit.RoutingOf(node) == nodekit.RoutingOneServer}
 }
 
-// A waiter is one caller's Run waiting or in a batch.
+// A waiter is one caller's Run or RunWait waiting or in a batch.
 type waiter struct {
 	ctx   context.Context
 	calls []dlm.Call
-	done  chan struct{} // closed once calls hold their results
+	wait  *dlm.Wait     // RunWait's; nil for Run
+	done  chan struct{} // closed once calls (and acks, err) hold the results
+
+	acks dlm.Acks // RunWait's results
+	err  error
 
 	mu   sync.Mutex
 	gone bool // the caller returned on its context: leave calls alone
@@ -63,43 +72,56 @@ type waiter struct {
 
 // Run implements dlm.Node.
 func (n *Node) Run(ctx context.Context, calls []dlm.Call) {
-	if len(calls) == 0 {
-		return
+	if len(calls) > 0 {
+		n.run(ctx, calls, nil)
 	}
+}
+
+// RunWait implements dlm.Node.
+func (n *Node) RunWait(ctx context.Context, calls []dlm.Call, w dlm.Wait) (dlm.Acks, error) {
+	if !n.waits || len(calls) == 0 {
+		return n.Node.RunWait(ctx, calls, w)
+	}
+	return n.run(ctx, calls, &w)
+}
+
+// run sends calls, and w's wait when w is not nil, at once when a slot is
+// free, else with the next batch.
+func (n *Node) run(ctx context.Context, calls []dlm.Call, w *dlm.Wait) (dlm.Acks, error) {
 	n.mu.Lock()
 	if n.busy < n.inFlight {
 		n.busy++
 		n.mu.Unlock()
 		n.batched.Add(1)
-		n.send(ctx, calls)
-		return
+		return n.send(ctx, calls, w)
 	}
-	w := &waiter{ctx: ctx, calls: calls, done: make(chan struct{})}
-	n.queue = append(n.queue, w)
+	wt := &waiter{ctx: ctx, calls: calls, wait: w, done: make(chan struct{})}
+	n.queue = append(n.queue, wt)
 	n.mu.Unlock()
 	select {
-	case <-w.done:
-		return
+	case <-wt.done:
+		return wt.acks, wt.err
 	case <-ctx.Done():
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
+	wt.mu.Lock()
+	defer wt.mu.Unlock()
 	select {
-	case <-w.done:
-		return // the results came in meanwhile
+	case <-wt.done:
+		return wt.acks, wt.err // the results came in meanwhile
 	default:
 	}
-	w.gone = true
+	wt.gone = true
 	for i := range calls {
 		calls[i].Reply, calls[i].Err = nil, ctx.Err()
 	}
+	return dlm.Acks{}, ctx.Err()
 }
 
-// send runs calls on the node in a slot the caller took, and hands the slot
-// on when the run returns or, if sooner, when ctx ends: a node that keeps a
-// call past its context (a driver ignoring deadlines) does not hold back
-// the calls behind it.
-func (n *Node) send(ctx context.Context, calls []dlm.Call) {
+// send runs calls (and w's wait) on the node in a slot the caller took, and
+// hands the slot on when the run returns or, if sooner, when ctx ends: a
+// node that keeps a call past its context (a driver ignoring deadlines)
+// does not hold back the calls behind it.
+func (n *Node) send(ctx context.Context, calls []dlm.Call, w *dlm.Wait) (dlm.Acks, error) {
 	n.runs.Add(1)
 	var freed atomic.Bool
 	free := func() {
@@ -110,8 +132,12 @@ func (n *Node) send(ctx context.Context, calls []dlm.Call) {
 	if ctx.Done() != nil {
 		defer context.AfterFunc(ctx, free)()
 	}
-	n.Node.Run(ctx, calls)
-	free()
+	defer free()
+	if w == nil {
+		n.Node.Run(ctx, calls)
+		return dlm.Acks{}, nil
+	}
+	return n.Node.RunWait(ctx, calls, *w)
 }
 
 // next frees a slot, or hands it to the calls that wait.
@@ -122,19 +148,33 @@ func (n *Node) next() {
 		n.mu.Unlock()
 		return
 	}
-	k, size := 0, 0
-	for k < len(n.queue) && (k == 0 || size+len(n.queue[k].calls) <= maxBatch) {
-		size += len(n.queue[k].calls)
-		k++
+	// The batch: waiters of the first one's kind (Run, or RunWait with the
+	// same Wait), in order, up to maxBatch calls.
+	first := n.queue[0]
+	var batch []*waiter
+	size := 0
+	rest := n.queue[:0]
+	for _, w := range n.queue {
+		if sameKind(w, first) && (len(batch) == 0 || size+len(w.calls) <= maxBatch) {
+			batch = append(batch, w)
+			size += len(w.calls)
+			continue
+		}
+		rest = append(rest, w)
 	}
-	batch := append([]*waiter(nil), n.queue[:k]...)
-	n.queue = append(n.queue[:0], n.queue[k:]...)
+	clear(n.queue[len(rest):])
+	n.queue = rest
 	n.mu.Unlock()
 	go n.runBatch(batch, size)
 }
 
-// runBatch sends the calls of the batch's waiters still there in one Run,
-// and then hands its slot on.
+// sameKind reports whether a and b may share a batch.
+func sameKind(a, b *waiter) bool {
+	return (a.wait == nil) == (b.wait == nil) && (a.wait == nil || *a.wait == *b.wait)
+}
+
+// runBatch sends the calls of the batch's waiters still there in one Run
+// (or one RunWait), and then hands its slot on.
 func (n *Node) runBatch(batch []*waiter, size int) {
 	live := batch[:0]
 	calls := make([]dlm.Call, 0, size)
@@ -155,13 +195,24 @@ func (n *Node) runBatch(batch []*waiter, size int) {
 	ctx, cancel := batchContext(live)
 	defer cancel()
 	n.batched.Add(int64(len(live)))
-	n.send(ctx, calls)
+	acks, err := n.send(ctx, calls, live[0].wait)
 	i := 0
 	for _, w := range live {
 		w.mu.Lock()
 		if !w.gone {
+			w.acks, w.err = acks, nil
 			for j := range w.calls {
-				w.calls[j].Reply, w.calls[j].Err = calls[i+j].Reply, calls[i+j].Err
+				c := calls[i+j]
+				w.calls[j].Reply, w.calls[j].Err = c.Reply, c.Err
+				if c.Err != nil && w.err == nil {
+					w.err = c.Err
+				}
+			}
+			if w.err == nil {
+				// The wait's error, or another waiter's failed call, after
+				// which the driver may not have waited: as a failed wait
+				// (the caller undoes its calls).
+				w.err = err
 			}
 			close(w.done)
 		}

@@ -3,6 +3,7 @@ package coalesce_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"sync"
 	"testing"
@@ -164,6 +165,46 @@ func TestDeafCallFreesItsSlot(t *testing.T) {
 	_, err := incr.Run(context.Background(), n, []string{"heard"}, "1")
 	require.NoError(t, err)
 	assert.Less(t, time.Since(start), time.Second, "waited for the deaf call")
+}
+
+// RunWait calls that wait together (the replica is stopped, so the one in
+// flight waits out its WAIT) go out as one RunWait: their calls, then one
+// WAIT that covers them all; each gets its own reply and the acks.
+func TestWaitsGoTogether(t *testing.T) {
+	topo := redistest.StartReplicated(t, redistest.ReplicatedOptions{Replicas: 1})
+	c := redis.NewClient(&redis.Options{Addr: topo.Primary.Addr, PoolSize: 64})
+	defer c.Close()
+	n := coalesce.New(goredis.New(c), 1)
+	ctx := context.Background()
+	w := dlm.Wait{Replicas: 1, Timeout: 300 * time.Millisecond}
+	_, acks, err := incr.RunWait(ctx, n, w, []string{"warm"}, "0")
+	require.NoError(t, err)
+	require.Equal(t, 1, acks.Replicas)
+	runs0, _ := n.Stats()
+
+	topo.Replicas[0].Freeze(t)
+	var wg sync.WaitGroup
+	wg.Go(func() { _, _, _ = incr.RunWait(ctx, n, w, []string{"busy"}, "0") })
+	require.Eventually(t, func() bool { r, _ := n.Stats(); return r-runs0 == 1 }, 5*time.Second, time.Millisecond)
+	const k = 10
+	replies := make([][]int64, k)
+	got := make([]dlm.Acks, k)
+	errs := make([]error, k)
+	for i := range k {
+		wg.Go(func() {
+			replies[i], got[i], errs[i] = incr.RunWait(ctx, n, w, []string{fmt.Sprint("w", i)}, strconv.Itoa(i))
+		})
+	}
+	time.Sleep(100 * time.Millisecond)
+	topo.Replicas[0].Thaw(t)
+	wg.Wait()
+	for i := range k {
+		require.NoError(t, errs[i], "call %d", i)
+		assert.Equal(t, []int64{int64(i), 1}, replies[i], "call %d", i)
+		assert.Equal(t, 1, got[i].Replicas, "call %d: the replica acknowledged", i)
+	}
+	runs, _ := n.Stats()
+	assert.Equal(t, int64(2), runs-runs0, "the waiting calls and their WAIT went out as one RunWait")
 }
 
 // A coalescing Node keeps every rule a driver must keep.
