@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/driver/goredis"
 	"github.com/dlmgo/dlm/internal/redistest"
 	"github.com/dlmgo/dlm/strategy"
@@ -35,12 +36,12 @@ func serverCPU(b *testing.B, c *redis.Client) time.Duration {
 	return time.Duration(sum * float64(time.Second))
 }
 
-// BenchmarkCoalescing is Acquire and Release on distinct keys from 64
-// goroutines through the single-instance strategy over go-redis, with calls
-// coalesced (the default) and each by itself. It reports the server's CPU
-// time per Acquire+Release pair (server-µs/op) beside the client's ns/op.
-func BenchmarkCoalescing(b *testing.B) {
-	srv := redistest.Start(b)
+// benchCoalescing runs Acquire and Release on distinct keys from 64
+// goroutines through the strategy newStrategy builds over a go-redis client
+// of addr, with calls coalesced (the default) and each by itself. It
+// reports the server's CPU time per Acquire+Release pair (server-µs/op)
+// beside the client's ns/op.
+func benchCoalescing(b *testing.B, addr string, newStrategy func(dlm.Node, ...strategy.Option) (dlm.Strategy, error)) {
 	for _, tc := range []struct {
 		name string
 		opts []strategy.Option
@@ -49,8 +50,8 @@ func BenchmarkCoalescing(b *testing.B) {
 		{"alone", []strategy.Option{strategy.WithCoalescing(false)}},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
-			c := benchClient(b, srv.Addr)
-			s, err := strategy.NewSingle(goredis.New(c), tc.opts...)
+			c := benchClient(b, addr)
+			s, err := newStrategy(goredis.New(c), tc.opts...)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -60,13 +61,12 @@ func BenchmarkCoalescing(b *testing.B) {
 			cpu0 := serverCPU(b, c)
 			b.RunParallel(func(pb *testing.PB) {
 				key := "coalesce:" + strconv.FormatInt(next.Add(1), 10)
-				token := "t" + key
 				for pb.Next() {
-					if _, err := s.Acquire(ctx, key, token, 10*time.Second); err != nil {
+					if _, err := s.Acquire(ctx, key, "t", 10*time.Second); err != nil {
 						b.Error(err)
 						return
 					}
-					if err := s.Release(ctx, key, token); err != nil {
+					if err := s.Release(ctx, key, "t"); err != nil {
 						b.Error(err)
 						return
 					}
@@ -77,41 +77,19 @@ func BenchmarkCoalescing(b *testing.B) {
 	}
 }
 
-// BenchmarkCoalescingFailover is Acquire and Release on distinct keys from
-// 64 goroutines through the failover strategy with AckAll on a primary
-// with two replicas: coalesced, an acquisition's WAIT covers the batch it
-// went out with.
+// BenchmarkCoalescing is benchCoalescing on the single-instance strategy.
+func BenchmarkCoalescing(b *testing.B) {
+	benchCoalescing(b, redistest.Start(b).Addr, func(n dlm.Node, opts ...strategy.Option) (dlm.Strategy, error) {
+		return strategy.NewSingle(n, opts...)
+	})
+}
+
+// BenchmarkCoalescingFailover is benchCoalescing on the failover strategy
+// with AckAll on a primary with two replicas: coalesced, an acquisition's
+// WAIT covers the batch it went out with.
 func BenchmarkCoalescingFailover(b *testing.B) {
 	topo := redistest.StartReplicated(b, redistest.ReplicatedOptions{})
-	for _, tc := range []struct {
-		name string
-		opts []strategy.Option
-	}{
-		{"coalesced", nil},
-		{"alone", []strategy.Option{strategy.WithCoalescing(false)}},
-	} {
-		b.Run(tc.name, func(b *testing.B) {
-			c := benchClient(b, topo.Primary.Addr)
-			f, err := strategy.NewFailover(goredis.New(c), append(tc.opts, strategy.WithAcks(strategy.AckAll()), strategy.WithReplicas(2))...)
-			if err != nil {
-				b.Fatal(err)
-			}
-			ctx := context.Background()
-			var next atomic.Int64
-			b.SetParallelism(32)
-			b.RunParallel(func(pb *testing.PB) {
-				key := "failover:" + strconv.FormatInt(next.Add(1), 10)
-				for pb.Next() {
-					if _, err := f.Acquire(ctx, key, "t", 10*time.Second); err != nil {
-						b.Error(err)
-						return
-					}
-					if err := f.Release(ctx, key, "t"); err != nil {
-						b.Error(err)
-						return
-					}
-				}
-			})
-		})
-	}
+	benchCoalescing(b, topo.Primary.Addr, func(n dlm.Node, opts ...strategy.Option) (dlm.Strategy, error) {
+		return strategy.NewFailover(n, append(opts, strategy.WithAcks(strategy.AckAll()), strategy.WithReplicas(2))...)
+	})
 }

@@ -514,7 +514,7 @@ func (f *Failover) Release(ctx context.Context, key, token string) error {
 	}
 	cctx, cancel := f.cfg.withTimeout(ctx)
 	defer cancel()
-	keys, args := heldCall(key, token, 0)
+	keys, args := releaseCall(key, token, f.node)
 	r, err := releaseScript.Run(cctx, f.node, keys, args...)
 	if err == nil && len(r) != 1 {
 		err = errReply(r)

@@ -28,7 +28,7 @@ func notRun(err *dlm.NodeError) bool {
 // release. A later acquisition uses another token, so a late release
 // cannot delete it.
 func undo(ctx context.Context, c *config, node dlm.Node, key, token string, expires time.Time) {
-	keys, args := heldCall(key, token, 0)
+	keys, args := releaseCall(key, token, node)
 	go func() {
 		refused := false
 		for pause := 10 * time.Millisecond; ; pause = min(2*pause, time.Second) {

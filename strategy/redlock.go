@@ -57,6 +57,7 @@ type Redlock struct {
 	cfg      config
 	flights  flights
 	slow     []atomic.Bool // node i's last call ran into the per-node timeout
+	publish  string        // release.lua's ARGV[2], shared by every node; "" when they differ
 	latency  latency
 	distinct distinct
 }
@@ -116,7 +117,11 @@ func NewRedlock(nodes []dlm.Node, opts ...Option) (*Redlock, error) {
 	if s.cfg.timeout <= 0 {
 		return nil, fmt.Errorf("%w: NewRedlock: the per-node timeout (WithTimeout) must be positive", dlm.ErrInvalid)
 	}
+	s.publish = publishArg(nodekit.RoutingOf(s.nodes[0]))
 	for i, n := range s.nodes {
+		if publishArg(nodekit.RoutingOf(n)) != s.publish {
+			s.publish = "" // the release script asks each server
+		}
 		s.nodes[i] = s.cfg.coalesced(n)
 	}
 	return s, nil
@@ -338,7 +343,11 @@ func (s *Redlock) settle(ctx context.Context, key, token string, nodes []int, ex
 // release sends the release of key by token to the listed nodes: a node
 // that released it grants, one where token does not hold it refuses.
 func (s *Redlock) release(ctx context.Context, key, token string, nodes []int) *round {
-	return s.round(ctx, "release", releaseScript, []dlm.Call{{Keys: []string{lockName(key)}, Args: []string{token}}}, nodes, s.nodeTimeout(0),
+	args := []string{token}
+	if s.publish != "" {
+		args = append(args, s.publish)
+	}
+	return s.round(ctx, "release", releaseScript, []dlm.Call{{Keys: []string{lockName(key)}, Args: args}}, nodes, s.nodeTimeout(0),
 		func(_ *tally, _ int, r []int64) (Outcome, error) {
 			switch {
 			case len(r) != 1:

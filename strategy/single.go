@@ -101,7 +101,7 @@ func (s *Single) Release(ctx context.Context, key, token string) error {
 	}
 	cctx, cancel := s.cfg.withTimeout(ctx)
 	defer cancel()
-	keys, args := heldCall(key, token, 0)
+	keys, args := releaseCall(key, token, s.node)
 	r, err := releaseScript.Run(cctx, s.node, keys, args...)
 	if err == nil && len(r) != 1 {
 		err = errReply(r)

@@ -123,3 +123,41 @@ func TestSingleLateGrantRefused(t *testing.T) {
 	require.NoError(t, err)
 	assert.Zero(t, n, "the late grant was released before its TTL ran out")
 }
+
+// A client of one server that is a node of a Cluster (a *redis.Client, not
+// a ClusterClient) watches releases on ordinary channels, so its releases
+// are published there: the waiter is woken at once, not after the
+// holder's TTL.
+func TestReleaseNotifiesOneServerClientOnClusterNode(t *testing.T) {
+	srv := redistest.StartCluster(t, 1)[0]
+	manager := func() *dlm.Manager { // one per process: a Manager hands off within itself
+		s, err := strategy.NewSingle(goredis.New(ctxClient(t, srv.Addr)))
+		require.NoError(t, err)
+		// Retries 2s apart: a waiter that is not notified takes that long.
+		m, err := dlm.New(s, dlm.WithTTL(10*time.Second), dlm.WithRetryDelay(2*time.Second, 2*time.Second))
+		require.NoError(t, err)
+		return m
+	}
+	holder, waiter := manager(), manager()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	held, err := holder.TryLock(ctx, "k")
+	require.NoError(t, err)
+	got := make(chan time.Time, 1)
+	go func() {
+		if l, err := waiter.Lock(ctx, "k"); err == nil {
+			got <- time.Now()
+			_ = l.Unlock(context.Background())
+		}
+	}()
+	time.Sleep(300 * time.Millisecond) // the waiter is watching, and has been refused
+	released := time.Now()
+	require.NoError(t, held.Unlock(ctx))
+	select {
+	case at := <-got:
+		t.Logf("the waiter got the lock %v after the release", at.Sub(released))
+		assert.Less(t, at.Sub(released), time.Second, "woken by the release")
+	case <-ctx.Done():
+		t.Fatal("the waiter was not woken by the release")
+	}
+}

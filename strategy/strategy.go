@@ -285,10 +285,32 @@ func acquireCall(key, token string, ttl, maxTTL time.Duration) (keys, args []str
 }
 
 // heldCall returns the keys (the lock key alone) and arguments (token, then
-// ttl in milliseconds when ttl > 0) of a call on a held lock: an extension
-// or a release.
+// ttl in milliseconds) of an extension.
 func heldCall(key, token string, ttl time.Duration) (keys, args []string) {
 	return lockCall(key, token, ttl, 1)
+}
+
+// releaseCall returns the keys and arguments of a release of key by token
+// over node: with how node's client reaches its server, when it says, so
+// that the release script publishes where its waiters listen without
+// asking the server (release.lua).
+func releaseCall(key, token string, node dlm.Node) (keys, args []string) {
+	keys, args = lockCall(key, token, 0, 1)
+	if p := publishArg(nodekit.RoutingOf(node)); p != "" {
+		args = append(args, p) // within lockCall's allocation
+	}
+	return keys, args
+}
+
+// publishArg is release.lua's ARGV[2] for a node of the given routing.
+func publishArg(r nodekit.Routing) string {
+	switch r {
+	case nodekit.RoutingBySlot:
+		return "s"
+	case nodekit.RoutingOneServer:
+		return "p"
+	}
+	return ""
 }
 
 func lockCall(key, token string, ttl time.Duration, nkeys int) (keys, args []string) {

@@ -56,6 +56,9 @@ func New(node dlm.Node, inFlight int) *Node {
 	return &Node{Node: node, inFlight: inFlight, waits: nodekit.RoutingOf(node) == nodekit.RoutingOneServer}
 }
 
+// Routing implements nodekit.Router: the node beneath's.
+func (n *Node) Routing() nodekit.Routing { return nodekit.RoutingOf(n.Node) }
+
 // A waiter is one caller's Run or RunWait waiting or in a batch.
 type waiter struct {
 	ctx   context.Context
