@@ -1,7 +1,8 @@
 // Package coalesce sends concurrent script calls bound for one node
 // together: while a node's calls are in flight, the calls that arrive wait,
 // and go out as one Run — one pipelined round trip — as soon as a slot
-// frees. An uncontended call goes out at once, on its caller's goroutine:
+// frees, or after 10ms in a run of their own (a run stuck on one connection
+// does not hold back the node). An uncontended call goes out at once, on its caller's goroutine:
 // nothing waits for company, and the batch size follows the load (how many
 // calls arrived during one round trip). On a node that routes every call
 // to one server (nodekit.RoutingOneServer), RunWait calls with the same
@@ -41,8 +42,8 @@ type Node struct {
 	waits    bool // RunWait calls may be coalesced: the node routes every call to one server
 
 	mu    sync.Mutex
-	busy  int       // runs in flight
-	queue []*waiter // calls waiting for a slot; non-empty only when busy == inFlight
+	busy  int       // runs in flight (beyond inFlight after a spill)
+	queue []*waiter // calls waiting for a slot; non-empty only when busy >= inFlight
 
 	runs, batched atomic.Int64 // Runs sent to the node, and callers' runs they carried
 }
@@ -101,10 +102,17 @@ func (n *Node) run(ctx context.Context, calls []dlm.Call, w *dlm.Wait) (dlm.Acks
 	wt := &waiter{ctx: ctx, calls: calls, wait: w, done: make(chan struct{})}
 	n.queue = append(n.queue, wt)
 	n.mu.Unlock()
-	select {
-	case <-wt.done:
-		return wt.acks, wt.err
-	case <-ctx.Done():
+	spill := time.NewTimer(spillAfter)
+	defer spill.Stop()
+	for done := false; !done; {
+		select {
+		case <-wt.done:
+			return wt.acks, wt.err
+		case <-spill.C:
+			n.spill()
+		case <-ctx.Done():
+			done = true
+		}
 	}
 	wt.mu.Lock()
 	defer wt.mu.Unlock()
@@ -143,6 +151,23 @@ func (n *Node) send(ctx context.Context, calls []dlm.Call, w *dlm.Wait) (dlm.Ack
 	return n.Node.RunWait(ctx, calls, *w)
 }
 
+// spillAfter is how long a call waits for a slot before it goes out in a
+// run of its own beyond inFlight: a run stuck on a connection (a half-open
+// one, a driver's stall) must not hold back a node's calls until its
+// deadline.
+const spillAfter = 10 * time.Millisecond
+
+// spill sends the calls that wait in a run beyond inFlight.
+func (n *Node) spill() {
+	n.mu.Lock()
+	if len(n.queue) == 0 {
+		n.mu.Unlock()
+		return
+	}
+	n.busy++
+	n.dispatch() // unlocks
+}
+
 // next frees a slot, or hands it to the calls that wait.
 func (n *Node) next() {
 	n.mu.Lock()
@@ -151,6 +176,12 @@ func (n *Node) next() {
 		n.mu.Unlock()
 		return
 	}
+	n.dispatch()
+}
+
+// dispatch takes a batch from the queue into a slot the caller holds for it,
+// and sends it. It is called with n.mu held, and unlocks it.
+func (n *Node) dispatch() {
 	// The batch: waiters of the first one's kind (Run, or RunWait with the
 	// same Wait), in order, up to maxBatch calls.
 	first := n.queue[0]
