@@ -1,8 +1,9 @@
 // Package coalesce sends concurrent script calls bound for one node
 // together: while a node's calls are in flight, the calls that arrive wait,
 // and go out as one Run — one pipelined round trip — as soon as a slot
-// frees, or after 10ms in a run of their own (a run stuck on one connection
-// does not hold back the node). An uncontended call goes out at once, on its caller's goroutine:
+// frees, or after 10ms (or four times the node's typical run time, if
+// longer) in a run of their own: a run stuck on one connection does not
+// hold back the node. An uncontended call goes out at once, on its caller's goroutine:
 // nothing waits for company, and the batch size follows the load (how many
 // calls arrived during one round trip). On a node that routes every call
 // to one server (nodekit.RoutingOneServer), RunWait calls with the same
@@ -46,6 +47,7 @@ type Node struct {
 	queue []*waiter // calls waiting for a slot; non-empty only when busy >= inFlight
 
 	runs, batched atomic.Int64 // Runs sent to the node, and callers' runs they carried
+	runTime       atomic.Int64 // a running average of a run's duration, in ns
 }
 
 // New returns a Node that coalesces node's calls, with at most inFlight
@@ -102,7 +104,7 @@ func (n *Node) run(ctx context.Context, calls []dlm.Call, w *dlm.Wait) (dlm.Acks
 	wt := &waiter{ctx: ctx, calls: calls, wait: w, done: make(chan struct{})}
 	n.queue = append(n.queue, wt)
 	n.mu.Unlock()
-	spill := time.NewTimer(spillAfter)
+	spill := time.NewTimer(max(spillAfter, 4*time.Duration(n.runTime.Load())))
 	defer spill.Stop()
 	for done := false; !done; {
 		select {
@@ -144,6 +146,10 @@ func (n *Node) send(ctx context.Context, calls []dlm.Call, w *dlm.Wait) (dlm.Ack
 		defer context.AfterFunc(ctx, free)()
 	}
 	defer free()
+	defer func(start time.Time) {
+		avg := n.runTime.Load()
+		n.runTime.Store(avg + (int64(time.Since(start))-avg)/8) // races lose an update, no more
+	}(time.Now())
 	if w == nil {
 		n.Node.Run(ctx, calls)
 		return dlm.Acks{}, nil
@@ -151,10 +157,11 @@ func (n *Node) send(ctx context.Context, calls []dlm.Call, w *dlm.Wait) (dlm.Ack
 	return n.Node.RunWait(ctx, calls, *w)
 }
 
-// spillAfter is how long a call waits for a slot before it goes out in a
+// spillAfter is the least a call waits for a slot before it goes out in a
 // run of its own beyond inFlight: a run stuck on a connection (a half-open
 // one, a driver's stall) must not hold back a node's calls until its
-// deadline.
+// deadline. A call waits four times the node's typical run time when that
+// is longer: on a slow node, runs that take long are not stuck.
 const spillAfter = 10 * time.Millisecond
 
 // spill sends the calls that wait in a run beyond inFlight.
