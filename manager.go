@@ -110,6 +110,15 @@ func New(s Strategy, opts ...Option) (*Manager, error) {
 // TTL returns the lease length of the Manager's locks.
 func (m *Manager) TTL() time.Duration { return m.o.ttl }
 
+// Strategy returns the strategy the Manager takes locks through. The
+// primitives built on a Manager (packages semaphore, multilock, rwlock)
+// watch releases through it.
+func (m *Manager) Strategy() Strategy { return m.s }
+
+// RetryDelay returns the bounds of the pause between attempts
+// (WithRetryDelay).
+func (m *Manager) RetryDelay() (min, max time.Duration) { return m.o.retryMin, m.o.retryMax }
+
 // TryLock makes one attempt to take key. When another owner holds it, the
 // error matches ErrNotAcquired (and HeldError with errors.As).
 func (m *Manager) TryLock(ctx context.Context, key string) (*Lock, error) {

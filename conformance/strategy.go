@@ -71,6 +71,23 @@ type Topology struct {
 //   - WatchRelease: a release calls notify within a second; a cancelled
 //     context fails.
 //
+// The lock family (packages semaphore, multilock and rwlock) is built on
+// dlm.Manager over any strategy, so its rules run over every strategy too:
+//
+//   - SemaphorePermits: 8 workers on 3 permits: never more than 3 holders,
+//     and more than one at times; with all held, TryAcquire is refused.
+//   - SemaphoreLapsedPermit: a holder that stops (no renewal, no release)
+//     loses its permit when its lease ends; a waiter gets it after the
+//     stopped holder's Context has ended, not before.
+//   - MultiKeyAllOrNone: overlapping sets named in different orders never
+//     share a key and never deadlock; a refused TryLock holds nothing.
+//   - RWLock: readers share, a writer is alone, fences order writers after
+//     the readers and writers before them, and a writer among readers that
+//     always overlap gets in within 5s (not starved).
+//   - FamilyLapsedHolder: a multi-key holder and a writer that stop keep
+//     their keys until their leases end; waiters get in after the stopped
+//     holders' Contexts ended, not before.
+//
 // Rules that need more nodes than the topology can lose are skipped with the
 // reason (a single endpoint tolerates no failed node), and so is
 // WatchRelease when it reports errors.ErrUnsupported.
@@ -188,6 +205,11 @@ var strategyRules = []strategyRule{
 	{"SlowLease", testSlowLease},
 	{"BatchExtend", testBatchExtend},
 	{"WatchRelease", testWatchRelease},
+	{"SemaphorePermits", testSemaphorePermits},
+	{"SemaphoreLapsedPermit", testSemaphoreLapsedPermit},
+	{"MultiKeyAllOrNone", testMultiKeyAllOrNone},
+	{"RWLock", testRWLock},
+	{"FamilyLapsedHolder", testFamilyLapsedHolder},
 }
 
 const ttl = 10 * time.Second

@@ -1,0 +1,398 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/multilock"
+	"github.com/dlmgo/dlm/rwlock"
+	"github.com/dlmgo/dlm/semaphore"
+)
+
+// The lock family's rules: the primitives of packages semaphore, multilock
+// and rwlock are built on dlm.Manager over any strategy, so every strategy
+// must keep their rules too.
+
+// manager returns a Manager over the case's strategy.
+func (c *strategyCase) manager(t *testing.T, opts ...dlm.Option) *dlm.Manager {
+	t.Helper()
+	m, err := dlm.New(c.Strategy, append([]dlm.Option{dlm.WithRetryDelay(time.Millisecond, 50*time.Millisecond)}, opts...)...)
+	if err != nil {
+		t.Fatalf("dlm.New: %v", err)
+	}
+	return m
+}
+
+// occupancy counts the holders inside one critical section: a holder
+// enters after its acquisition returned and leaves before it releases, so
+// more holders inside than allowed means the server granted too many.
+type occupancy struct {
+	mu        sync.Mutex
+	in, peak  int
+	overflows int
+}
+
+func (o *occupancy) enter(limit int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.in++
+	o.peak = max(o.peak, o.in)
+	if o.in > limit {
+		o.overflows++
+	}
+}
+
+func (o *occupancy) leave() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.in--
+}
+
+// familyTimeout bounds each rule's waits: a rule that deadlocks fails
+// within it.
+const familyTimeout = 20 * time.Second
+
+func familyCtx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), familyTimeout)
+	t.Cleanup(cancel)
+	return c
+}
+
+// testSemaphorePermits: 8 workers take turns on a semaphore of 3 permits;
+// never more than 3 hold one, more than one does at times, and with all 3
+// held TryAcquire is refused.
+func testSemaphorePermits(t *testing.T, c *strategyCase) {
+	const permits, workers, rounds = 3, 8, 4
+	m := c.manager(t)
+	sem, err := semaphore.New(m, c.key("sem"), permits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cx := familyCtx(t)
+	var occ occupancy
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for range workers {
+		wg.Go(func() {
+			for range rounds {
+				p, err := sem.Acquire(cx)
+				if err != nil {
+					errs <- err
+					return
+				}
+				occ.enter(permits)
+				time.Sleep(10 * time.Millisecond)
+				occ.leave()
+				if err := p.Unlock(cx); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("Acquire or Unlock: %v", err)
+	}
+	if occ.overflows > 0 || occ.peak < 2 {
+		t.Fatalf("%d workers on %d permits: at most %d held at once (%d times too many); want between 2 and %d", workers, permits, occ.peak, occ.overflows, permits)
+	}
+	var held []*dlm.Lock
+	for range permits {
+		p, err := sem.TryAcquire(cx)
+		if err != nil {
+			t.Fatalf("TryAcquire of a free permit: %v", err)
+		}
+		held = append(held, p)
+	}
+	if p, err := sem.TryAcquire(cx); err == nil || !errors.Is(err, dlm.ErrNotAcquired) {
+		t.Fatalf("TryAcquire with every permit held: %v, %v; want an error matching dlm.ErrNotAcquired", p, err)
+	}
+	keys := map[string]bool{}
+	for _, p := range held {
+		keys[p.Key()] = true
+		_ = p.Unlock(cx)
+	}
+	if len(keys) != permits {
+		t.Fatalf("%d permits held on %d keys", permits, len(keys))
+	}
+}
+
+// testSemaphoreLapsedPermit: of two permits, one holder renews and the
+// other stops (no renewal, no release); the stopped one loses its permit
+// when its lease ends, and not before: a waiter gets that permit only after
+// the stopped holder's Context has ended.
+func testSemaphoreLapsedPermit(t *testing.T, c *strategyCase) {
+	const lease = time.Second
+	m := c.manager(t, dlm.WithTTL(lease))
+	sem, err := semaphore.New(m, c.key("sem"), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cx := familyCtx(t)
+	stopped, err := sem.TryAcquire(cx) // never renewed nor released
+	if err != nil {
+		t.Fatal(err)
+	}
+	renewed, err := semaphore.New(c.manager(t, dlm.WithTTL(lease), dlm.WithAutoRenew(0.3, time.Minute)), c.key("sem"), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := renewed.TryAcquire(cx) // a live holder of the other permit
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	p, err := sem.Acquire(cx)
+	if err != nil {
+		t.Fatalf("Acquire while a stopped holder's lease runs out: %v", err)
+	}
+	took := time.Since(start)
+	if stopped.Context().Err() == nil {
+		t.Fatalf("a permit was granted after %v while the stopped holder's Context (until %v) had not ended", took, time.Until(stopped.Until()))
+	}
+	if took > lease+2*time.Second {
+		t.Errorf("the lapsed permit came back after %v; want within the lease (%v) and a little", took, lease)
+	}
+	if p.Key() != stopped.Key() {
+		t.Errorf("granted %s; the lapsed permit was %s", p.Key(), stopped.Key())
+	}
+	_ = p.Unlock(cx)
+	_ = other.Unlock(cx)
+}
+
+// testMultiKeyAllOrNone: four workers lock overlapping sets, named in
+// different orders; no key ever has two holders and every worker finishes
+// (no deadlock). TryLock of a set with one key held takes none of it.
+func testMultiKeyAllOrNone(t *testing.T, c *strategyCase) {
+	m := c.manager(t, dlm.WithTTL(5*time.Second))
+	cx := familyCtx(t)
+	k := func(name string) string { return c.key(name) }
+	sets := [][]string{{k("a"), k("b"), k("c")}, {k("c"), k("b"), k("a")}, {k("b"), k("d")}, {k("d"), k("a")}}
+	occ := map[string]*occupancy{}
+	for _, s := range sets {
+		for _, key := range s {
+			occ[key] = &occupancy{}
+		}
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, len(sets))
+	for _, keys := range sets {
+		wg.Go(func() {
+			for range 5 {
+				s, err := multilock.Lock(cx, m, keys...)
+				if err != nil {
+					errs <- err
+					return
+				}
+				for _, key := range keys {
+					occ[key].enter(1)
+				}
+				time.Sleep(2 * time.Millisecond)
+				for _, key := range keys {
+					occ[key].leave()
+				}
+				if err := s.Unlock(cx); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("multilock: %v (a deadlock ends this way, at the rule's %v timeout)", err, familyTimeout)
+	}
+	for key, o := range occ {
+		if o.overflows > 0 {
+			t.Errorf("%s had two holders at once %d times", key, o.overflows)
+		}
+	}
+
+	b, err := m.TryLock(cx, k("b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, err := multilock.TryLock(cx, m, k("a"), k("b")); err == nil || !errors.Is(err, dlm.ErrNotAcquired) {
+		t.Fatalf("TryLock of {a, b} with b held: %v, %v; want an error matching dlm.ErrNotAcquired", s, err)
+	}
+	// The set's a was given back, in the background.
+	var a *dlm.Lock
+	for deadline := time.Now().Add(settleTime); ; time.Sleep(10 * time.Millisecond) {
+		if a, err = m.TryLock(cx, k("a")); err == nil || time.Now().After(deadline) {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatalf("a is still held %v after a refused TryLock of {a, b}: %v", settleTime, err)
+	}
+	_ = a.Unlock(cx)
+	_ = b.Unlock(cx)
+}
+
+// testRWLock: readers share; a writer is alone; fences order writers after
+// the readers before them; a writer is not starved by a stream of readers
+// that always overlap.
+func testRWLock(t *testing.T, c *strategyCase) {
+	m := c.manager(t, dlm.WithTTL(5*time.Second))
+	rw, err := rwlock.New(m, c.key("rw"), 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cx := familyCtx(t)
+	r1, err := rw.RLock(cx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := rw.RLock(cx)
+	if err != nil {
+		t.Fatalf("a second reader beside the first: %v", err)
+	}
+	short, cancel := context.WithTimeout(cx, 200*time.Millisecond)
+	w, err := rw.Lock(short)
+	cancel()
+	if err == nil || !errors.Is(err, dlm.ErrNotAcquired) {
+		t.Fatalf("Lock with two readers inside: %v, %v; want an error matching dlm.ErrNotAcquired", w, err)
+	}
+	_ = r1.Unlock(cx)
+	_ = r2.Unlock(cx)
+
+	// A stream of readers, always one inside, and writers among them.
+	var readers, writers occupancy
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	var fenceMu sync.Mutex
+	var lastWrite uint64
+	for range 3 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				h, err := rw.RLock(cx)
+				if err != nil {
+					errs <- fmt.Errorf("RLock: %w", err)
+					return
+				}
+				readers.enter(4)
+				writers.mu.Lock()
+				if writers.in > 0 {
+					writers.overflows++ // a reader inside with a writer
+				}
+				writers.mu.Unlock()
+				fenceMu.Lock()
+				if h.Fence() <= lastWrite {
+					errs <- fmt.Errorf("reader fence %d not above the last writer's %d", h.Fence(), lastWrite)
+				}
+				fenceMu.Unlock()
+				time.Sleep(15 * time.Millisecond)
+				readers.leave()
+				if err := h.Unlock(cx); err != nil {
+					errs <- fmt.Errorf("RUnlock: %w", err)
+					return
+				}
+			}
+		})
+	}
+	time.Sleep(50 * time.Millisecond)
+	for range 3 {
+		start := time.Now()
+		h, err := rw.Lock(cx)
+		if err != nil {
+			close(stop)
+			wg.Wait()
+			t.Fatalf("a writer among a stream of readers: %v after %v", err, time.Since(start))
+		}
+		writers.enter(1)
+		readers.mu.Lock()
+		if readers.in > 0 {
+			readers.overflows++ // a writer inside with a reader
+		}
+		readers.mu.Unlock()
+		fenceMu.Lock()
+		if h.Fence() <= lastWrite {
+			t.Errorf("writer fence %d not above the last writer's %d", h.Fence(), lastWrite)
+		}
+		lastWrite = h.Fence()
+		fenceMu.Unlock()
+		time.Sleep(5 * time.Millisecond)
+		writers.leave()
+		if err := h.Unlock(cx); err != nil {
+			t.Errorf("Unlock: %v", err)
+		}
+		if took := time.Since(start); took > 5*time.Second {
+			t.Errorf("a writer waited %v among readers that always overlap (starved)", took)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if readers.overflows > 0 || writers.overflows > 0 {
+		t.Fatalf("a writer shared the lock: %d times with readers inside, %d readers inside with a writer", readers.overflows, writers.overflows)
+	}
+	if readers.peak < 2 {
+		t.Errorf("at most %d reader inside at once; readers must share", readers.peak)
+	}
+}
+
+// testFamilyLapsedHolder: a multi-key holder and a writer that stop (no
+// renewal, no release) hold their keys until their leases end, and not
+// after: a waiter gets in only once the stopped holder's Context has ended.
+func testFamilyLapsedHolder(t *testing.T, c *strategyCase) {
+	const lease = time.Second
+	m := c.manager(t, dlm.WithTTL(lease))
+	cx := familyCtx(t)
+	stoppedSet, err := multilock.TryLock(cx, m, c.key("a"), c.key("b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rw, err := rwlock.New(m, c.key("rw"), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stoppedWriter, err := rw.Lock(cx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		s, err := multilock.Lock(cx, m, c.key("c"), c.key("b"))
+		if err != nil {
+			t.Errorf("multilock.Lock behind a stopped holder: %v", err)
+			return
+		}
+		if stoppedSet.Context().Err() == nil {
+			t.Errorf("a set sharing b was granted after %v while the stopped holder's Context had not ended", time.Since(start))
+		}
+		_ = s.Unlock(cx)
+	})
+	wg.Go(func() {
+		r, err := rw.RLock(cx)
+		if err != nil {
+			t.Errorf("RLock behind a stopped writer: %v", err)
+			return
+		}
+		if stoppedWriter.Context().Err() == nil {
+			t.Errorf("a reader got in after %v while the stopped writer's Context had not ended", time.Since(start))
+		}
+		_ = r.Unlock(cx)
+	})
+	wg.Wait()
+	if took := time.Since(start); took > lease+2*time.Second {
+		t.Errorf("the stopped holders' keys came back after %v; want within the lease (%v) and a little", took, lease)
+	}
+}

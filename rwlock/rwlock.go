@@ -1,0 +1,167 @@
+// Package rwlock provides a read-write lock over dlm: many readers or one
+// writer, across processes, through any dlm.Strategy.
+//
+// An RWLock named name is built from the strategy's own locks, taken
+// through a dlm.Manager: a gate, the key name+":gate", and a semaphore of
+// maxReaders permits (package semaphore, named name+":read"). A reader
+// passes the gate (takes it and gives it back at once) and holds one
+// permit; a writer holds the gate and every permit. A waiting writer holds
+// the gate, so readers that arrive after it wait behind it: a stream of
+// readers cannot starve a writer. Each part keeps its own lease, renewal
+// and fence, and whatever the strategy promises for one lock.
+//
+// Fences: a writer's fence is the gate's fence, strictly greater than that
+// of every earlier writer and reader. A reader's fence is the gate's fence
+// it passed: greater than that of every writer that held the lock before
+// it, and smaller than that of every writer after it. Storage that records
+// the highest writer fence it has applied can thus tell a reader whether a
+// newer writer has written since the reader began.
+//
+// Cost, against one plain lock: a reader makes three acquisitions or
+// releases on its way in (gate, permit, gate, the last not waited for) and
+// one on its way out; readers pass the gate one at a time, so entries are
+// serialised while exits are not. A writer takes the gate, then every
+// permit at once (one round trip per node with dlm's coalescing), and
+// releases them all at once.
+package rwlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/multilock"
+	"github.com/dlmgo/dlm/semaphore"
+)
+
+// A RWLock is a read-write lock shared by every process that names it
+// alike. It is safe for concurrent use.
+type RWLock struct {
+	m       *dlm.Manager
+	gate    string
+	readers *semaphore.Semaphore
+	permits []string
+}
+
+// New returns the read-write lock name, taken through m, admitting at most
+// maxReaders readers at a time (1 to semaphore.MaxPermits). Every process
+// must use the same name and maxReaders.
+func New(m *dlm.Manager, name string, maxReaders int) (*RWLock, error) {
+	if m == nil {
+		return nil, fmt.Errorf("%w: rwlock.New: nil Manager", dlm.ErrInvalid)
+	}
+	readers, err := semaphore.New(m, name+":read", maxReaders)
+	if err != nil {
+		return nil, fmt.Errorf("rwlock.New: %w", err)
+	}
+	rw := &RWLock{m: m, gate: name + ":gate", readers: readers}
+	for i := range maxReaders {
+		rw.permits = append(rw.permits, semaphore.PermitKey(name+":read", i))
+	}
+	return rw, nil
+}
+
+// A Hold is a read or a write hold on an RWLock. Its methods are safe for
+// concurrent use.
+type Hold struct {
+	set   *multilock.Set
+	fence uint64
+	write bool
+}
+
+// Fence returns the hold's fencing token (see the package documentation
+// for what it means for a reader).
+func (h *Hold) Fence() uint64 { return h.fence }
+
+// Write reports whether this is a writer's hold.
+func (h *Hold) Write() bool { return h.write }
+
+// Context returns a context that ends as soon as any lock the hold is made
+// of can no longer be trusted (see dlm.Lock.Context), or at Unlock.
+func (h *Hold) Context() context.Context { return h.set.Context() }
+
+// Until returns the time after which the hold must not be trusted.
+func (h *Hold) Until() time.Time { return h.set.Until() }
+
+// Locks returns the locks the hold is made of: a reader's permit; a
+// writer's gate and then its permits.
+func (h *Hold) Locks() []*dlm.Lock { return h.set.Locks() }
+
+// Unlock gives the hold back, as multilock.Set.Unlock does.
+func (h *Hold) Unlock(ctx context.Context) error { return h.set.Unlock(ctx) }
+
+// RLock takes a read hold, waiting while a writer holds or waits for the
+// lock and while maxReaders readers hold it, until it succeeds or ctx ends.
+func (rw *RWLock) RLock(ctx context.Context) (*Hold, error) {
+	gate, err := rw.m.Lock(ctx, rw.gate)
+	if err != nil {
+		return nil, fmt.Errorf("rwlock: read: %w", err)
+	}
+	permit, err := rw.readers.Acquire(ctx)
+	go gate.Unlock(context.WithoutCancel(ctx))
+	if err != nil {
+		return nil, fmt.Errorf("rwlock: read: %w", err)
+	}
+	return &Hold{set: multilock.Of(permit), fence: gate.Fence()}, nil
+}
+
+// Lock takes the write hold, waiting while others read or write, until it
+// succeeds or ctx ends. It takes the gate first, so readers arriving after
+// it wait; then it waits for every reader's permit. When the gate's lease
+// ends during that wait, Lock gives back what it took and starts over.
+func (rw *RWLock) Lock(ctx context.Context) (*Hold, error) {
+	for {
+		h, err := rw.lock(ctx)
+		if !errors.Is(err, errGateLost) {
+			return h, err
+		}
+	}
+}
+
+var errGateLost = errors.New("rwlock: the gate's lease ended while readers drained")
+
+func (rw *RWLock) lock(ctx context.Context) (*Hold, error) {
+	gate, err := rw.m.Lock(ctx, rw.gate)
+	if err != nil {
+		return nil, fmt.Errorf("rwlock: write: %w", err)
+	}
+	wctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	context.AfterFunc(gate.Context(), func() { cancel(errGateLost) })
+	locks := make([]*dlm.Lock, 1+len(rw.permits))
+	locks[0] = gate
+	var mu sync.Mutex
+	var first error // the first permit's error
+	var wg sync.WaitGroup
+	for i, key := range rw.permits {
+		wg.Go(func() {
+			l, err := rw.m.Lock(wctx, key)
+			mu.Lock()
+			defer mu.Unlock()
+			locks[1+i] = l
+			if err != nil && first == nil {
+				first = err
+				cancel(err) // no need to wait for the other permits
+			}
+		})
+	}
+	wg.Wait()
+	if first == nil && gate.Context().Err() == nil {
+		return &Hold{set: multilock.Of(locks...), fence: gate.Fence(), write: true}, nil
+	}
+	for _, l := range locks {
+		if l != nil {
+			go l.Unlock(context.WithoutCancel(ctx))
+		}
+	}
+	if ctx.Err() == nil && (first == nil || context.Cause(wctx) == errGateLost) {
+		return nil, errGateLost
+	}
+	if first == nil {
+		first = fmt.Errorf("%w: %w", dlm.ErrNotAcquired, context.Cause(ctx))
+	}
+	return nil, fmt.Errorf("rwlock: write: %w", first)
+}

@@ -1,0 +1,251 @@
+// Package semaphore provides a counting semaphore over dlm: at most N
+// holders at a time, across processes, through any dlm.Strategy.
+//
+// A Semaphore of N permits is N locks, one per permit, taken through a
+// dlm.Manager: a permit is a *dlm.Lock of its own, with its own lease,
+// renewal (dlm.WithAutoRenew), Context and fence (strictly increasing per
+// permit). A holder that crashes or stalls loses its permit when its lease
+// ends, and the permit is free again for others. Because it is made of the
+// strategy's locks, a Semaphore keeps whatever the strategy promises for
+// one lock, Redlock's quorum and failover's replica acknowledgement
+// included.
+//
+// Cost: taking a free permit is one acquisition (a random permit first,
+// then, when it was taken, all the others at once, which dlm's coalescing
+// sends in one round trip per node); a waiter subscribes to the release
+// notifications of every permit. Waiters are not served in arrival order.
+package semaphore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/dlmgo/dlm"
+)
+
+// MaxPermits bounds the permits of a Semaphore.
+const MaxPermits = 1024
+
+// A Semaphore hands out at most a fixed number of permits at a time. It is
+// safe for concurrent use; Semaphores of the same name and number of
+// permits, in any process, share the permits.
+type Semaphore struct {
+	m    *dlm.Manager
+	name string
+	keys []string // one per permit
+}
+
+// New returns a Semaphore of permits permits named name, taken through m
+// (whose TTL and options every permit gets). Every process must use the
+// same name and number of permits: the permits are the keys
+// PermitKey(name, 0) to PermitKey(name, permits-1).
+func New(m *dlm.Manager, name string, permits int) (*Semaphore, error) {
+	if m == nil {
+		return nil, fmt.Errorf("%w: semaphore.New: nil Manager", dlm.ErrInvalid)
+	}
+	if permits < 1 || permits > MaxPermits {
+		return nil, fmt.Errorf("%w: semaphore.New(%q, %d): permits must be in [1, %d]", dlm.ErrInvalid, name, permits, MaxPermits)
+	}
+	if name == "" {
+		return nil, fmt.Errorf("%w: semaphore.New: empty name", dlm.ErrInvalid)
+	}
+	s := &Semaphore{m: m, name: name, keys: make([]string, permits)}
+	for i := range s.keys {
+		s.keys[i] = PermitKey(name, i)
+	}
+	if err := dlm.CheckKey(s.keys[permits-1]); err != nil {
+		return nil, fmt.Errorf("semaphore.New: %w", err)
+	}
+	return s, nil
+}
+
+// PermitKey returns the key of permit i of the semaphore name. A name with
+// a Cluster hash tag ({...}) puts all its permits in one hash slot.
+func PermitKey(name string, i int) string { return name + ":permit:" + strconv.Itoa(i) }
+
+// Permits returns the number of permits.
+func (s *Semaphore) Permits() int { return len(s.keys) }
+
+// TryAcquire makes one attempt to take a permit. When every permit is held
+// the error matches dlm.ErrNotAcquired, and dlm.RetryAfter reports how long
+// the permit nearest its end has left.
+//
+// The returned Lock is the permit: keep its Context for the work the permit
+// allows, and Unlock it to give the permit back.
+func (s *Semaphore) TryAcquire(ctx context.Context) (*dlm.Lock, error) {
+	first := rand.IntN(len(s.keys))
+	l, err := s.m.TryLock(ctx, s.keys[first])
+	if err == nil || len(s.keys) == 1 || dlm.Permanent(err) || ctx.Err() != nil {
+		return l, s.wrap(err)
+	}
+	// The random permit was taken: try all the others at once.
+	type result struct {
+		l   *dlm.Lock
+		err error
+	}
+	results := make(chan result, len(s.keys)-1)
+	for i := 1; i < len(s.keys); i++ {
+		key := s.keys[(first+i)%len(s.keys)]
+		go func() {
+			l, err := s.m.TryLock(ctx, key)
+			results <- result{l, err}
+		}()
+	}
+	var won *dlm.Lock
+	best := err
+	for range len(s.keys) - 1 {
+		r := <-results
+		switch {
+		case r.err != nil:
+			best = better(best, r.err)
+		case won == nil:
+			won = r.l
+		default:
+			// A second free permit: give it back, in the background.
+			go r.l.Unlock(context.WithoutCancel(ctx))
+		}
+	}
+	if won != nil {
+		return won, nil
+	}
+	return nil, s.wrap(best)
+}
+
+// better picks the error that tells a caller more: a permanent error over
+// any other, a refusal by a holder with the shortest remaining lease over
+// other refusals, and a refusal over a node failure.
+func better(a, b error) error {
+	switch {
+	case dlm.Permanent(a):
+		return a
+	case dlm.Permanent(b):
+		return b
+	}
+	da, okA := dlm.RetryAfter(a)
+	db, okB := dlm.RetryAfter(b)
+	switch {
+	case okA && okB && db < da:
+		return b
+	case okA || !errors.Is(b, dlm.ErrNotAcquired):
+		return a
+	}
+	return b
+}
+
+func (s *Semaphore) wrap(err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("semaphore %q: %w", s.name, err)
+}
+
+// Acquire takes a permit, waiting while all are held, until it succeeds or
+// ctx ends. A waiter tries again when a permit is released (through release
+// notifications, where the strategy offers them), when the permit nearest
+// its end runs out, and at the Manager's maximum retry delay in any case.
+// Errors that waiting cannot cure (dlm.Permanent) end the wait at once.
+// When ctx ends first the error matches dlm.ErrNotAcquired and ctx's error.
+func (s *Semaphore) Acquire(ctx context.Context) (*dlm.Lock, error) {
+	minDelay, maxDelay := s.m.RetryDelay()
+	delay := minDelay
+	var w *watch
+	defer func() { w.stop() }()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		l, err := s.TryAcquire(ctx)
+		if err == nil || dlm.Permanent(err) {
+			return l, err
+		}
+		if ctx.Err() != nil {
+			return nil, giveUp(ctx, err)
+		}
+		if w == nil {
+			// Subscribe, then try again at once: a release between the
+			// attempt and the subscription would not be announced.
+			w = s.watch(ctx, maxDelay)
+			continue
+		}
+		var d time.Duration
+		if w.notify {
+			d = maxDelay/2 + rand.N(maxDelay/2+1)
+		} else {
+			d = delay/2 + rand.N(delay/2+1)
+			delay = min(2*delay, maxDelay)
+		}
+		if rem, ok := dlm.RetryAfter(err); ok {
+			d = min(d, rem+time.Millisecond+rand.N(time.Millisecond))
+		}
+		timer.Reset(d)
+		select {
+		case <-w.released:
+		case <-timer.C:
+		case <-ctx.Done():
+			return nil, giveUp(ctx, err)
+		}
+	}
+}
+
+func giveUp(ctx context.Context, last error) error {
+	if errors.Is(last, dlm.ErrNotAcquired) {
+		return fmt.Errorf("%w (%w)", last, context.Cause(ctx))
+	}
+	return fmt.Errorf("%w: %w (last attempt: %w)", dlm.ErrNotAcquired, context.Cause(ctx), last)
+}
+
+// A watch gathers the release notifications of every permit.
+type watch struct {
+	released chan struct{} // buffered: one pending notification
+	notify   bool          // every permit notifies; false: poll
+	stops    []func()
+}
+
+// watch subscribes to the releases of every permit, within bound. When a
+// permit cannot be watched, none is, and the caller polls.
+func (s *Semaphore) watch(ctx context.Context, bound time.Duration) *watch {
+	w := &watch{released: make(chan struct{}, 1)}
+	poke := func() {
+		select {
+		case w.released <- struct{}{}:
+		default:
+		}
+	}
+	sctx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	failed := false
+	for _, key := range s.keys {
+		wg.Go(func() {
+			stop, err := s.m.Strategy().WatchRelease(sctx, key, poke)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				failed = true
+				return
+			}
+			w.stops = append(w.stops, stop)
+		})
+	}
+	wg.Wait()
+	w.notify = !failed
+	if failed {
+		w.stop()
+	}
+	return w
+}
+
+func (w *watch) stop() {
+	if w == nil {
+		return
+	}
+	for _, stop := range w.stops {
+		go stop()
+	}
+	w.stops = nil
+}
