@@ -106,3 +106,13 @@ func watchRelease(ctx context.Context, c *config, node dlm.Node, name, key strin
 	}
 	return stop, nil
 }
+
+// Node returns the node the strategy locks on (wrapped for coalescing
+// unless WithCoalescing(false)): the one deployment that primitives needing
+// one order of events, such as package fairlock's arrival queue, keep their
+// state on.
+func (s *Single) Node() dlm.Node { return s.node }
+
+// Node returns the node the strategy locks on (wrapped for coalescing
+// unless WithCoalescing(false)); see Single.Node.
+func (f *Failover) Node() dlm.Node { return f.node }
