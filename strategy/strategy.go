@@ -348,3 +348,11 @@ var lastMS atomic.Pointer[msText]
 
 // errReply reports a script reply of an unexpected shape.
 func errReply(r []int64) error { return fmt.Errorf("dlm: unexpected script reply %v", r) }
+
+// LockValue returns what the key of a lock held by token with the given
+// fence holds on the servers of Single and Failover, "<fence>:<token>",
+// for scripts of primitives built beside the lock (package election) that
+// check a lock is still held.
+func LockValue(fence uint64, token string) string {
+	return strconv.FormatUint(fence, 10) + ":" + token
+}
