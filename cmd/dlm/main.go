@@ -2,7 +2,9 @@
 //
 //	dlm demo [flags]              run concurrent workers against one lock and report
 //	                              what shows it is safe (on embedded Redis by default)
-//	dlm run --key K -- CMD ARGS   run a command while holding a lock
+//	dlm run --key K -- CMD ARGS   run a command while holding a lock (or a
+//	                              semaphore's permit, a read or write hold)
+//	dlm elect --name N -- CMD     run a command while leading an election
 //	dlm doctor                    check a deployment for what makes locks unsafe or slow
 package main
 
@@ -24,6 +26,9 @@ commands:
   demo    run concurrent workers through one lock and report whether it held
           (embedded Redis unless --addr, --url, --config or DLM_URL is given)
   run     run a command while holding a lock: dlm run --key K -- CMD ARGS
+          (--permits N: a semaphore's permit; --readers N [--shared]: the
+          write or a read side of a read-write lock)
+  elect   run a command while leading an election: dlm elect --name N -- CMD
   doctor  check a Redis deployment for what makes locks unsafe or slow
 
 Every command takes the deployment as --url URL, --config FILE (JSON) or
@@ -58,6 +63,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return demo(ctx, args[1:], stdout, stderr)
 	case "run":
 		return runCmd(ctx, args[1:], stdout, stderr)
+	case "elect":
+		return electCmd(ctx, args[1:], stdout, stderr)
 	case "doctor":
 		return doctor(ctx, args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":

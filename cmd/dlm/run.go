@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/rwlock"
+	"github.com/dlmgo/dlm/semaphore"
 )
 
 // Exit codes of dlm run besides the command's own status.
@@ -35,6 +37,14 @@ environment gets:
   DLM_FENCE  the fencing token, a number larger than that of any earlier
              holder of KEY: pass it to the storage COMMAND writes to, so it
              can refuse writes from a holder that lost the lock
+
+Shared holds (every user of KEY must give the same N):
+  --permits N           KEY is a semaphore of N permits: take one of them
+                        (DLM_FENCE is the permit's fence)
+  --readers N           KEY is a read-write lock admitting N readers: take
+                        its write side (alone), or with --shared a read side
+                        (DLM_FENCE is then the fence of the last writer's
+                        gate the reader passed)
 
 COMMAND runs in a process group of its own. No process of that group runs
 after the lease's validity ends: when the lock is lost (a renewal is
@@ -67,27 +77,100 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	onLost := fs.String("on-lost", "term", "what to do with COMMAND when the lock is lost: term (SIGTERM, then SIGKILL after --grace), kill, or ignore")
 	grace := fs.Duration("grace", 5*time.Second, "time between SIGTERM and SIGKILL when the lock is lost")
 	maxHold := fs.Duration("max-hold", 0, "stop renewing after this long: the lease then runs out within one TTL and COMMAND is treated as having lost the lock (default: the config's max_hold, else no bound)")
+	permits := fs.Int("permits", 0, "KEY is a semaphore of this many permits: take one")
+	readers := fs.Int("readers", 0, "KEY is a read-write lock admitting this many readers: take its write side, or with --shared a read side")
+	shared := fs.Bool("shared", false, "with --readers: take a read side")
 	if err := fs.Parse(args); err != nil {
 		return parseExit(err)
 	}
-	cmdArgs := fs.Args()
 	switch {
 	case *key == "":
 		fmt.Fprintln(stderr, "dlm run: --key is required")
 		return 2
-	case len(cmdArgs) == 0:
-		fmt.Fprintln(stderr, "dlm run: no command given (put it after --)")
+	case *permits < 0 || *readers < 0 || *permits > 0 && *readers > 0:
+		fmt.Fprintln(stderr, "dlm run: --permits and --readers take a positive count, and not both")
 		return 2
-	case *onLost != "term" && *onLost != "kill" && *onLost != "ignore":
-		fmt.Fprintf(stderr, "dlm run: --on-lost %q: want term, kill or ignore\n", *onLost)
-		return 2
-	case *wait < 0 || *ttl < 0 || *grace < 0 || *maxHold < 0:
-		fmt.Fprintln(stderr, "dlm run: --wait, --ttl, --grace and --max-hold must not be negative")
+	case *shared && *readers == 0:
+		fmt.Fprintln(stderr, "dlm run: --shared needs --readers N")
 		return 2
 	}
+	o := holdOptions{name: "dlm run", what: strconv.Quote(*key), onLost: *onLost, wait: *wait, ttl: *ttl, grace: *grace, maxHold: *maxHold}
+	return runWhileHeld(ctx, tf, o, fs.Args(), stdout, stderr, func(ctx context.Context, m *dlm.Manager) (held, error) {
+		switch {
+		case *permits > 0:
+			sem, err := semaphore.New(m, *key, *permits)
+			if err != nil {
+				return nil, err
+			}
+			if *wait == 0 {
+				return sem.TryAcquire(ctx)
+			}
+			return sem.Acquire(ctx)
+		case *readers > 0:
+			rw, err := rwlock.New(m, *key, *readers)
+			if err != nil {
+				return nil, err
+			}
+			if *wait == 0 {
+				// One short attempt: a hold of several locks has no single try.
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, oneAttempt)
+				defer cancel()
+			}
+			if *shared {
+				return rw.RLock(ctx)
+			}
+			return rw.Lock(ctx)
+		case *wait == 0:
+			return m.TryLock(ctx, *key)
+		}
+		return m.Lock(ctx, *key)
+	}, func(h held) []string {
+		return []string{"DLM_KEY=" + *key, "DLM_FENCE=" + strconv.FormatUint(h.Fence(), 10)}
+	})
+}
+
+// oneAttempt bounds what --wait 0 allows a read-write lock, whose holds are
+// made of several locks.
+const oneAttempt = time.Second
+
+// A held is what dlm run and dlm elect keep while COMMAND runs: a lock, a
+// permit, a read or write hold, a leadership.
+type held interface {
+	Context() context.Context
+	Until() time.Time
+	Fence() uint64
+	Unlock(ctx context.Context) error
+}
+
+// holdOptions are the flags dlm run and dlm elect share.
+type holdOptions struct {
+	name                      string // "dlm run", for messages
+	what                      string // what is held, for messages
+	onLost                    string
+	wait, ttl, grace, maxHold time.Duration
+}
+
+// runWhileHeld takes a hold with take (ctx bounded by --wait when it is
+// positive), runs COMMAND while the hold is renewed, stops COMMAND as
+// watchLease says, and releases the hold when COMMAND exits.
+func runWhileHeld(ctx context.Context, tf targetFlags, o holdOptions, cmdArgs []string, stdout, stderr io.Writer,
+	take func(context.Context, *dlm.Manager) (held, error), env func(held) []string) int {
+	switch {
+	case len(cmdArgs) == 0:
+		fmt.Fprintf(stderr, "%s: no command given (put it after --)\n", o.name)
+		return 2
+	case o.onLost != "term" && o.onLost != "kill" && o.onLost != "ignore":
+		fmt.Fprintf(stderr, "%s: --on-lost %q: want term, kill or ignore\n", o.name, o.onLost)
+		return 2
+	case o.wait < 0 || o.ttl < 0 || o.grace < 0 || o.maxHold < 0:
+		fmt.Fprintf(stderr, "%s: --wait, --ttl, --grace and --max-hold must not be negative\n", o.name)
+		return 2
+	}
+	ttl, grace, maxHold := &o.ttl, &o.grace, &o.maxHold
 	cfg, err := tf.load()
 	if err != nil {
-		fmt.Fprintln(stderr, "dlm run:", err)
+		fmt.Fprintf(stderr, "%s: %v\n", o.name, err)
 		return 2
 	}
 	if *ttl == 0 {
@@ -97,7 +180,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		*ttl = dlm.DefaultTTL
 	}
 	if *ttl < minRunTTL {
-		fmt.Fprintf(stderr, "dlm run: TTL %v is too short: COMMAND must be stopped within the lease; use at least %v\n", *ttl, minRunTTL)
+		fmt.Fprintf(stderr, "%s: TTL %v is too short: COMMAND must be stopped within the lease; use at least %v\n", o.name, *ttl, minRunTTL)
 		return 2
 	}
 	// SIGTERM comes at the latest when a third of the lease is left.
@@ -111,29 +194,27 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	m, closer, err := open(ctx, cfg, dlm.WithTTL(*ttl), dlm.WithAutoRenew(1.0/3, *maxHold))
 	if err != nil {
-		fmt.Fprintln(stderr, "dlm run:", err)
+		fmt.Fprintf(stderr, "%s: %v\n", o.name, err)
 		return 2
 	}
 	defer closer.Close()
 
-	var lock *dlm.Lock
-	if *wait == 0 {
-		lock, err = m.TryLock(ctx, *key)
-	} else {
-		wctx, cancel := context.WithTimeout(ctx, *wait)
-		lock, err = m.Lock(wctx, *key)
-		cancel()
+	wctx, cancel := ctx, context.CancelFunc(func() {})
+	if o.wait > 0 {
+		wctx, cancel = context.WithTimeout(ctx, o.wait)
 	}
+	lock, err := take(wctx, m)
+	cancel()
 	switch {
 	case err == nil:
 	case errors.Is(err, dlm.ErrInvalid):
-		fmt.Fprintf(stderr, "dlm run: %v\n", err)
+		fmt.Fprintf(stderr, "%s: %v\n", o.name, err)
 		return 2
 	case ctx.Err() != nil:
-		fmt.Fprintf(stderr, "dlm run: interrupted while waiting for %q\n", *key)
+		fmt.Fprintf(stderr, "%s: interrupted while waiting for %s\n", o.name, o.what)
 		return exitInterrupted
 	default:
-		fmt.Fprintf(stderr, "dlm run: could not lock %q: %v\n", *key, err)
+		fmt.Fprintf(stderr, "%s: could not lock %s: %v\n", o.name, o.what, err)
 		return exitNotLocked
 	}
 	defer func() {
@@ -142,25 +223,24 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unlockTimeout)
 		defer cancel()
 		if err := lock.Unlock(uctx); err != nil && !errors.Is(err, dlm.ErrNotHeld) {
-			fmt.Fprintf(stderr, "dlm run: unlock %q: %v (the lease runs out within its TTL)\n", *key, err)
+			fmt.Fprintf(stderr, "%s: unlock %s: %v (the lease runs out within its TTL)\n", o.name, o.what, err)
 		}
 	}()
 
-	env := append(os.Environ(), "DLM_KEY="+*key, "DLM_FENCE="+strconv.FormatUint(lock.Fence(), 10))
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)
 	defer signal.Stop(sigs)
-	sup, group, _, err := startSupervised(cmdArgs, env, os.Stdin, stdout, stderr)
+	sup, group, _, err := startSupervised(cmdArgs, append(os.Environ(), env(lock)...), os.Stdin, stdout, stderr)
 	if err != nil {
-		fmt.Fprintf(stderr, "dlm run: %v\n", err)
+		fmt.Fprintf(stderr, "%s: %v\n", o.name, err)
 		return 127
 	}
 	defer group.Close()
 	exited := make(chan struct{})
 	go func() { _ = sup.Wait(); close(exited) }()
 	status := func() int { return exitStatus(sup.ProcessState) }
-	return watchLease(lock, *onLost, *grace, exited, sigs, group, status, func(cause error) {
-		fmt.Fprintf(stderr, "dlm run: lost the lock on %q: %v\n", *key, cause)
+	return watchLease(lock, o.onLost, *grace, exited, sigs, group, status, func(cause error) {
+		fmt.Fprintf(stderr, "%s: lost the lock on %s: %v\n", o.name, o.what, cause)
 	})
 }
 
@@ -177,7 +257,7 @@ const stopMargin = 50 * time.Millisecond
 // lost, and in any case so that no process of the group runs after the
 // lease's validity ends — SIGTERM once less than grace+stopMargin of it is
 // left, SIGKILL at stopMargin.
-func watchLease(lock *dlm.Lock, onLost string, grace time.Duration, exited <-chan struct{}, sigs <-chan os.Signal,
+func watchLease(lock held, onLost string, grace time.Duration, exited <-chan struct{}, sigs <-chan os.Signal,
 	group *os.File, status func() int, reportLost func(error)) int {
 	lost := lock.Context().Done() // the Manager renews; this ends when it cannot
 	wasLost, killed := false, false

@@ -1,0 +1,189 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dlmgo/dlm/internal/redistest"
+)
+
+// startDLM starts the binary with args; it is killed when the test ends or
+// when this process dies.
+func startDLM(t *testing.T, args ...string) (*exec.Cmd, *bytes.Buffer) {
+	t.Helper()
+	cmd := exec.Command(dlmBin, args...)
+	cmd.Env = append(os.Environ(), "DLM_URL=")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	out := &lockedBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	return cmd, &out.b
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+// span is when one COMMAND ran, as it wrote it down (Unix ns).
+type span struct{ start, end int64 }
+
+// recordSpan is a COMMAND that writes its start and end times to dir.
+func recordSpan(dir string, d time.Duration) []string {
+	return []string{"sh", "-c", fmt.Sprintf(`f=%s/$$; date +%%s%%N > $f.s; sleep %v; date +%%s%%N > $f.e`, dir, d.Seconds())}
+}
+
+func readSpans(t *testing.T, dir string) []span {
+	t.Helper()
+	starts, err := filepath.Glob(filepath.Join(dir, "*.s"))
+	require.NoError(t, err)
+	var spans []span
+	for _, s := range starts {
+		read := func(f string) int64 {
+			b, err := os.ReadFile(f)
+			require.NoError(t, err)
+			n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+			require.NoError(t, err)
+			return n
+		}
+		spans = append(spans, span{read(s), read(strings.TrimSuffix(s, ".s") + ".e")})
+	}
+	return spans
+}
+
+// mostAtOnce is the largest number of spans that overlap.
+func mostAtOnce(spans []span) int {
+	most := 0
+	for _, a := range spans {
+		n := 0
+		for _, b := range spans {
+			if b.start <= a.start && a.start < b.end {
+				n++
+			}
+		}
+		most = max(most, n)
+	}
+	return most
+}
+
+// TestRunPermits: three dlm run on a semaphore of two permits: two run at
+// once, never three.
+func TestRunPermits(t *testing.T) {
+	url := "single://" + redistest.Start(t).Addr
+	dir := t.TempDir()
+	var cmds []*exec.Cmd
+	for range 3 {
+		cmd, _ := startDLM(t, append([]string{"run", "--url", url, "--key", "sem", "--permits", "2", "--wait", "20s", "--"}, recordSpan(dir, 700*time.Millisecond)...)...)
+		cmds = append(cmds, cmd)
+	}
+	for _, c := range cmds {
+		require.NoError(t, c.Wait())
+	}
+	spans := readSpans(t, dir)
+	require.Len(t, spans, 3)
+	assert.Equal(t, 2, mostAtOnce(spans), "%v", spans)
+}
+
+// TestRunReadersAndWriter: readers run side by side; a writer runs alone.
+func TestRunReadersAndWriter(t *testing.T) {
+	url := "single://" + redistest.Start(t).Addr
+	readers, writers := t.TempDir(), t.TempDir()
+	var cmds []*exec.Cmd
+	for range 2 {
+		cmd, _ := startDLM(t, append([]string{"run", "--url", url, "--key", "doc", "--readers", "4", "--shared", "--wait", "20s", "--"}, recordSpan(readers, 800*time.Millisecond)...)...)
+		cmds = append(cmds, cmd)
+	}
+	time.Sleep(300 * time.Millisecond)
+	cmd, _ := startDLM(t, append([]string{"run", "--url", url, "--key", "doc", "--readers", "4", "--wait", "20s", "--"}, recordSpan(writers, 200*time.Millisecond)...)...)
+	cmds = append(cmds, cmd)
+	for _, c := range cmds {
+		require.NoError(t, c.Wait())
+	}
+	r, w := readSpans(t, readers), readSpans(t, writers)
+	require.Len(t, r, 2)
+	require.Len(t, w, 1)
+	assert.Equal(t, 2, mostAtOnce(r), "readers share: %v", r)
+	for _, s := range r {
+		assert.True(t, w[0].start >= s.end || w[0].end <= s.start, "the writer %v ran beside a reader %v", w[0], s)
+	}
+}
+
+// TestElect: two dlm elect on one election: one leads at a time, with terms
+// that grow; when the leader is killed (SIGKILL, with its COMMAND) the
+// other leads within the TTL and a little.
+func TestElect(t *testing.T) {
+	url := "single://" + redistest.Start(t).Addr
+	dir := t.TempDir()
+	elect := func(value string) (*exec.Cmd, *bytes.Buffer) {
+		return startDLM(t, "elect", "--url", url, "--name", "jobs", "--ttl", "1s", "--value", value, "--",
+			"sh", "-c", `echo "$DLM_TERM $DLM_VALUE $(date +%s%N)" > `+dir+`/$DLM_VALUE; exec sleep 60`)
+	}
+	a, _ := elect("a")
+	waitFile := func(name string, within time.Duration) []string {
+		var b []byte
+		require.Eventually(t, func() bool {
+			var err error
+			b, err = os.ReadFile(filepath.Join(dir, name))
+			return err == nil && bytes.HasSuffix(b, []byte("\n"))
+		}, within, 5*time.Millisecond, "%s never led", name)
+		return strings.Fields(string(b))
+	}
+	first := waitFile("a", 10*time.Second)
+	_, _ = elect("b")
+	time.Sleep(300 * time.Millisecond)
+	_, err := os.Stat(filepath.Join(dir, "b"))
+	require.True(t, os.IsNotExist(err), "b led while a did")
+	killed := time.Now()
+	require.NoError(t, a.Process.Kill())
+	second := waitFile("b", 5*time.Second)
+	at, err := strconv.ParseInt(second[2], 10, 64)
+	require.NoError(t, err)
+	took := time.Unix(0, at).Sub(killed)
+	t.Logf("a killed; b leads %v later", took.Round(time.Millisecond))
+	assert.Less(t, took, 1500*time.Millisecond, "b led only %v after a was killed (TTL 1s)", took)
+	t1, _ := strconv.ParseUint(first[0], 10, 64)
+	t2, _ := strconv.ParseUint(second[0], 10, 64)
+	assert.Greater(t, t2, t1, "terms grow")
+}
+
+func TestFamilyUsageErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "--key", "k", "--permits", "-1", "--url", "single://127.0.0.1:1", "--", "true"}, "positive count"},
+		{[]string{"run", "--key", "k", "--permits", "2", "--readers", "2", "--url", "single://127.0.0.1:1", "--", "true"}, "not both"},
+		{[]string{"run", "--key", "k", "--shared", "--url", "single://127.0.0.1:1", "--", "true"}, "--shared needs --readers"},
+		{[]string{"run", "--key", "k", "--permits", "5000", "--url", "single://127.0.0.1:1", "--", "true"}, "permits must be in"},
+		{[]string{"elect", "--url", "single://127.0.0.1:1", "--", "true"}, "--name is required"},
+		{[]string{"elect", "--name", "n", "--url", "single://127.0.0.1:1"}, "no command given"},
+		{[]string{"elect", "--name", "n", "--url", "redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3", "--", "true"}, "more than one deployment"},
+		{[]string{"elect", "--name", "n", "--value", strings.Repeat("v", 257), "--url", "single://127.0.0.1:1", "--", "true"}, "at most 256"},
+	} {
+		code, out := runDLM(t, tc.args...)
+		assert.Equal(t, 2, code, "%v: %s", tc.args, out)
+		assert.Contains(t, out, tc.want, tc.args)
+	}
+}
