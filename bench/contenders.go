@@ -38,3 +38,5 @@ var contenders = []Contender{
 	redsyncContender("redsync/redigo x5", 5, false, redsyncRedigo),
 	redsyncContender("redsync/rueidis x5", 5, false, redsyncRueidis),
 }
+
+func init() { contenders = append(contenders, familyContenders...) }
