@@ -52,6 +52,7 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 	scen := fs.String("scenarios", "", "comma-separated scenarios to run (serial,distinct,contended,handoff,silent,renewal); default all")
 	note := fs.String("note", "", "a note written into the results (e.g. that the machine was busy)")
 	list := fs.Bool("list", false, "list the selected contenders and scenarios with an estimate of the run's duration, and exit")
+	rtt := fs.Duration("rtt", 0, "put every server behind a latency proxy (toxiproxy, in this process) adding this round trip, in whole milliseconds; the silent scenario is then skipped")
 	render := fs.String("render", "", "write results.md and chart.svg again from this results.json (into -out, default its directory), without measuring")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -130,6 +131,21 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "started redis-server on %s (single) and %s (redlock)\n", addrs[0], strings.Join(addrs[1:], ", "))
 	}
 
+	if *rtt > 0 {
+		var stopProxies func()
+		var err error
+		all := append(append([]string{}, top.Single...), top.Multi...)
+		if all, stopProxies, err = withRTT(all, *rtt); err != nil {
+			return err
+		}
+		defer stopProxies()
+		top = Topology{Single: all[:len(top.Single)], Multi: all[len(top.Single):]}
+		fmt.Fprintf(stderr, "every server behind a proxy adding %v per round trip\n", *rtt)
+		if o.Note != "" {
+			o.Note += " "
+		}
+		o.Note += fmt.Sprintf("Every server behind a toxiproxy latency proxy (in the benchmark's process) adding %v to each round trip.", *rtt)
+	}
 	rep, err := run(ctx, cfg, top, o, stderr)
 	if err != nil {
 		return err

@@ -12,8 +12,10 @@
 //
 // Cost: taking a free permit is one acquisition (a random permit first,
 // then, when it was taken, all the others at once, which dlm's coalescing
-// sends in one round trip per node); a waiter subscribes to the release
-// notifications of every permit. Waiters are not served in arrival order.
+// sends in one round trip per node, giving back before it returns any
+// others it got); a waiter subscribes to the release notifications of
+// every permit. Waiters are not served in arrival order, and while one
+// caller gives back extra permits, another's TryAcquire may find them held.
 package semaphore
 
 import (
@@ -97,6 +99,7 @@ func (s *Semaphore) TryAcquire(ctx context.Context) (*dlm.Lock, error) {
 		}()
 	}
 	var won *dlm.Lock
+	var extra []*dlm.Lock
 	best := err
 	for range len(s.keys) - 1 {
 		r := <-results
@@ -106,10 +109,16 @@ func (s *Semaphore) TryAcquire(ctx context.Context) (*dlm.Lock, error) {
 		case won == nil:
 			won = r.l
 		default:
-			// A second free permit: give it back, in the background.
-			go r.l.Unlock(context.WithoutCancel(ctx))
+			extra = append(extra, r.l)
 		}
 	}
+	// More than one permit was free: give the others back before returning,
+	// so that this caller's next attempt finds them free.
+	var wg sync.WaitGroup
+	for _, l := range extra {
+		wg.Go(func() { _ = l.Unlock(ctx) }) // else its lease runs out
+	}
+	wg.Wait()
 	if won != nil {
 		return won, nil
 	}
