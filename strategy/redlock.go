@@ -206,7 +206,9 @@ func (s *Redlock) Acquire(ctx context.Context, key, token string, ttl time.Durat
 			return Refused, nil
 		})
 	t := &r.t[0]
-	r.collect(ctx, func() bool { return t.decided(len(s.nodes), s.quorum) || s.lost(t) })
+	// lost gives up early, before the per-node timeout; once it has passed,
+	// collect fails every node still pending with ErrNodeTimeout.
+	r.collect(ctx, func() bool { return t.decided(len(s.nodes), s.quorum) || r.ctx.Err() == nil && s.lost(t) })
 	reason := ""
 	if t.n(Granted) >= s.quorum {
 		if r.left > 0 && !s.anySlow(t.res) {

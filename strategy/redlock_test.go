@@ -207,6 +207,14 @@ func TestRedlockThreeFrozen(t *testing.T) {
 
 	held, err := r.Acquire(ctx, "held", "A", 10*time.Second)
 	require.NoError(t, err)
+	// Every node has answered that acquisition (it returns at the quorum):
+	// a call still running when its node freezes would time out during the
+	// next one and mark the node slow, and Acquire then gives up on it
+	// before its own call does (reported pending, not failed).
+	for i := range c.servers {
+		require.Eventually(t, func() bool { return c.holder(t, i, "held") == "A" }, 5*time.Second, time.Millisecond)
+	}
+	time.Sleep(10 * time.Millisecond) // and its reply was read
 	frozen := []int{0, 2, 3}
 	for _, i := range frozen {
 		c.freeze(t, i)
