@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -21,10 +20,6 @@ import (
 	"github.com/dlmgo/dlm/internal/redistest"
 	"github.com/dlmgo/dlm/strategy"
 )
-
-// childEnv carries a candidate process's spec: with it set, the test binary
-// campaigns (see TestMain) instead of running tests.
-const childEnv = "DLM_ELECTION_CHILD"
 
 type candidate struct {
 	Addr, Name, Value string
@@ -39,19 +34,13 @@ type elected struct {
 }
 
 func TestMain(m *testing.M) {
-	if spec := os.Getenv(childEnv); spec != "" {
-		os.Exit(runCandidate(spec))
-	}
+	redistest.RunChild(runCandidate)
 	os.Exit(m.Run())
 }
 
-// runCandidate campaigns, prints its election, and leads until killed.
-func runCandidate(raw string) int {
-	var c candidate
-	if err := json.Unmarshal([]byte(raw), &c); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 2
-	}
+// runCandidate is a candidate process: it campaigns, prints its election,
+// and leads until killed.
+func runCandidate(c candidate) int {
 	client := redis.NewClient(&redis.Options{Addr: c.Addr, ContextTimeoutEnabled: true})
 	e := newElection(nil, client, c.Name, c.TTL, dlm.WithAutoRenew(0.3, time.Hour))
 	l, err := e.Campaign(context.Background(), c.Value)
@@ -92,21 +81,10 @@ func client(t testing.TB, addr string) *redis.Client {
 	return c
 }
 
-// startCandidate starts a candidate process, killed when the test ends or
-// when this process dies (Pdeathsig).
+// startCandidate starts a candidate process whose elections arrive on
+// elections.
 func startCandidate(t *testing.T, c candidate, elections chan<- elected) *exec.Cmd {
-	t.Helper()
-	raw, _ := json.Marshal(c)
-	cmd := exec.Command(os.Args[0], "-test.run", "^$")
-	cmd.Env = append(os.Environ(), childEnv+"="+string(raw))
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	out, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
+	cmd, out := redistest.StartChild(t, c)
 	go func() {
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {

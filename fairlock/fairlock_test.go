@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"slices"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -22,10 +21,6 @@ import (
 	"github.com/dlmgo/dlm/internal/redistest"
 	"github.com/dlmgo/dlm/strategy"
 )
-
-// childEnv carries a child process's spec: with it set, the test binary
-// runs as a waiter process (see TestMain) instead of running tests.
-const childEnv = "DLM_FAIRLOCK_CHILD"
 
 type childSpec struct {
 	Addr   string
@@ -47,20 +42,13 @@ type grant struct {
 }
 
 func TestMain(m *testing.M) {
-	if spec := os.Getenv(childEnv); spec != "" {
-		os.Exit(runChild(spec))
-	}
+	redistest.RunChild(runChild)
 	os.Exit(m.Run())
 }
 
-// runChild takes the lock Rounds times, holding it Hold each time, and
-// prints a grant per acquisition as a JSON line.
-func runChild(raw string) int {
-	var spec childSpec
-	if err := json.Unmarshal([]byte(raw), &spec); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 2
-	}
+// runChild is a waiter process: it takes the lock Rounds times, holding it
+// Hold each time, and prints a grant per acquisition as a JSON line.
+func runChild(spec childSpec) int {
 	client := redis.NewClient(&redis.Options{Addr: spec.Addr, ContextTimeoutEnabled: true})
 	defer client.Close()
 	f := newFair(nil, client, spec.Key, spec.TTL)
@@ -113,22 +101,9 @@ func client(t testing.TB, addr string) *redis.Client {
 	return c
 }
 
-// startChild starts a waiter process; it is killed when the test ends, or
-// when this process dies (Pdeathsig), whatever ends it.
+// startChild starts a waiter process.
 func startChild(t *testing.T, spec childSpec) (*exec.Cmd, *bufio.Scanner) {
-	t.Helper()
-	raw, _ := json.Marshal(spec)
-	cmd := exec.Command(os.Args[0], "-test.run", "^$")
-	cmd.Env = append(os.Environ(), childEnv+"="+string(raw))
-	cmd.Stderr = os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	out, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
+	cmd, out := redistest.StartChild(t, spec)
 	return cmd, bufio.NewScanner(out)
 }
 
