@@ -75,7 +75,7 @@ func TestShortMatrix(t *testing.T) {
 		shortCell("cluster", "slot-migration"),
 	}
 	var log strings.Builder
-	results := Matrix(cells, t.TempDir(), &log)
+	results := Matrix(cells, t.TempDir(), "", &log)
 	t.Log("\n" + log.String())
 	for _, r := range results {
 		switch {

@@ -1,6 +1,7 @@
 package faults
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -91,8 +92,10 @@ func Nemeses() []string {
 }
 
 // Matrix runs every cell (files under dir), reporting each on progress as
-// it ends.
-func Matrix(cells []Cell, dir string, progress io.Writer) []Result {
+// it ends. When histories is not empty, the event history of every cell
+// that broke a promise is written there, one JSON event per line, to
+// broken-STRATEGY-NEMESIS.jsonl, for finding out why.
+func Matrix(cells []Cell, dir, histories string, progress io.Writer) []Result {
 	var out []Result
 	for i, c := range cells {
 		start := time.Now()
@@ -108,11 +111,39 @@ func Matrix(cells []Cell, dir string, progress io.Writer) []Result {
 				}
 			}
 			r.Kept = keeps(r.Promise, r.Counts)
+			if !r.Kept && histories != "" {
+				if err := writeHistory(filepath.Join(histories, fmt.Sprintf("broken-%s-%s.jsonl", c.Strategy, c.Nemesis)), events); err != nil {
+					fmt.Fprintf(progress, "faults: the broken cell's history: %v\n", err)
+				}
+			}
 		}
 		out = append(out, r)
 		fmt.Fprintf(progress, "%-18s %-18s %s (%v)\n", c.Strategy, c.Nemesis, r.summary(), time.Since(start).Round(time.Second))
 	}
 	return out
+}
+
+func writeHistory(file string, events []Event) error {
+	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+		return err
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriter(f)
+	enc := json.NewEncoder(w)
+	for _, e := range events {
+		if err := enc.Encode(e); err != nil {
+			f.Close()
+			return err
+		}
+	}
+	if err := w.Flush(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 func (r Result) summary() string {

@@ -64,7 +64,7 @@ func main() {
 	}
 	defer os.RemoveAll(tmp)
 	start := time.Now()
-	results := faults.Matrix(cells, tmp, os.Stdout)
+	results := faults.Matrix(cells, tmp, *out, os.Stdout)
 	var args []string
 	flag.Visit(func(f *flag.Flag) {
 		if f.Name != "out" && f.Name != "note" {
