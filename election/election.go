@@ -51,13 +51,6 @@ const MaxValueLen = 256
 // ErrNoLeader reports that an election has no announced leader.
 var ErrNoLeader = errors.New("dlm: election has no leader")
 
-// A OneDeployment is a strategy whose locks all live on one Redis
-// deployment, reached through Node: strategy.Single and strategy.Failover.
-type OneDeployment interface {
-	dlm.Strategy
-	Node() dlm.Node
-}
-
 // An Election is one named election. It is safe for concurrent use;
 // Elections of the same name, in any process, are the same election.
 type Election struct {
@@ -69,13 +62,13 @@ type Election struct {
 }
 
 // New returns the election name, run through m. m's strategy must keep its
-// locks on one deployment (OneDeployment); for any other the error matches
+// locks on one deployment (strategy.OneDeployment); for any other the error matches
 // dlm.ErrInvalid and errors.ErrUnsupported.
 func New(m *dlm.Manager, name string) (*Election, error) {
 	if m == nil {
 		return nil, fmt.Errorf("%w: election.New: nil Manager", dlm.ErrInvalid)
 	}
-	one, ok := m.Strategy().(OneDeployment)
+	one, ok := m.Strategy().(strategy.OneDeployment)
 	if !ok {
 		return nil, fmt.Errorf("%w: election.New: %T keeps its locks on more than one deployment: %w", dlm.ErrInvalid, m.Strategy(), errors.ErrUnsupported)
 	}

@@ -44,13 +44,6 @@ var queueSource string
 
 var queueScript = nodekit.NewScript(queueSource)
 
-// A OneDeployment is a strategy whose locks all live on one Redis
-// deployment, reached through Node: strategy.Single and strategy.Failover.
-type OneDeployment interface {
-	dlm.Strategy
-	Node() dlm.Node
-}
-
 // A FairLock is a lock on one key that serves waiters in arrival order. It
 // is safe for concurrent use; FairLocks of the same key, in any process,
 // share one queue.
@@ -62,13 +55,13 @@ type FairLock struct {
 }
 
 // New returns the fair lock on key, taken through m. m's strategy must keep
-// its locks on one deployment (OneDeployment); for any other the error
+// its locks on one deployment (strategy.OneDeployment); for any other the error
 // matches dlm.ErrInvalid and errors.ErrUnsupported.
 func New(m *dlm.Manager, key string) (*FairLock, error) {
 	if m == nil {
 		return nil, fmt.Errorf("%w: fairlock.New: nil Manager", dlm.ErrInvalid)
 	}
-	one, ok := m.Strategy().(OneDeployment)
+	one, ok := m.Strategy().(strategy.OneDeployment)
 	if !ok {
 		return nil, fmt.Errorf("%w: fairlock.New: %T keeps its locks on more than one deployment, which cannot agree on one arrival order: %w",
 			dlm.ErrInvalid, m.Strategy(), errors.ErrUnsupported)

@@ -116,3 +116,17 @@ func (s *Single) Node() dlm.Node { return s.node }
 // Node returns the node the strategy locks on (wrapped for coalescing
 // unless WithCoalescing(false)); see Single.Node.
 func (f *Failover) Node() dlm.Node { return f.node }
+
+// A OneDeployment is a strategy whose locks all live on one Redis
+// deployment, reached through Node: Single and Failover. Primitives that
+// need one order of events there (packages fairlock and election) require
+// it.
+type OneDeployment interface {
+	dlm.Strategy
+	Node() dlm.Node
+}
+
+var (
+	_ OneDeployment = (*Single)(nil)
+	_ OneDeployment = (*Failover)(nil)
+)
