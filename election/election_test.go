@@ -75,12 +75,6 @@ func must(t testing.TB, err error) {
 	t.Fatal(err)
 }
 
-func client(t testing.TB, addr string) *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
-	t.Cleanup(func() { _ = c.Close() })
-	return c
-}
-
 // startCandidate starts a candidate process whose elections arrive on
 // elections.
 func startCandidate(t *testing.T, c candidate, elections chan<- elected) *exec.Cmd {
@@ -103,7 +97,7 @@ func startCandidate(t *testing.T, c candidate, elections chan<- elected) *exec.C
 func TestLeaderKilledReplaced(t *testing.T) {
 	const ttl = time.Second
 	srv := redistest.Start(t)
-	c := client(t, srv.Addr)
+	c := srv.Client(t)
 	e := newElection(t, c, "leader", ttl)
 	octx, stopObserving := context.WithCancel(context.Background())
 	defer stopObserving()
@@ -172,7 +166,7 @@ func TestLeaderKilledReplaced(t *testing.T) {
 // the vacancy between the two; with nobody campaigning there is no leader.
 func TestResignHandsOver(t *testing.T) {
 	srv := redistest.Start(t)
-	c := client(t, srv.Addr)
+	c := srv.Client(t)
 	e := newElection(t, c, "resign", 10*time.Second)
 	ctx := context.Background()
 	octx, stop := context.WithCancel(ctx)
@@ -215,7 +209,7 @@ func TestResignHandsOver(t *testing.T) {
 // at its lease's end, and it is then no longer reported.
 func TestLeadershipEndsWithItsLease(t *testing.T) {
 	srv := redistest.Start(t)
-	e := newElection(t, client(t, srv.Addr), "lapse", 300*time.Millisecond)
+	e := newElection(t, srv.Client(t), "lapse", 300*time.Millisecond)
 	ctx := context.Background()
 	l, err := e.Campaign(ctx, strings.Repeat("x", MaxValueLen))
 	require.NoError(t, err)
@@ -235,7 +229,7 @@ func TestLeadershipEndsWithItsLease(t *testing.T) {
 
 func TestBadInput(t *testing.T) {
 	srv := redistest.Start(t)
-	e := newElection(t, client(t, srv.Addr), "bad", time.Second)
+	e := newElection(t, srv.Client(t), "bad", time.Second)
 	_, err := e.Campaign(context.Background(), strings.Repeat("x", MaxValueLen+1))
 	require.ErrorIs(t, err, dlm.ErrInvalid)
 

@@ -95,12 +95,6 @@ func must(t testing.TB, err error) {
 	t.Fatal(err)
 }
 
-func client(t testing.TB, addr string) *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
-	t.Cleanup(func() { _ = c.Close() })
-	return c
-}
-
 // startChild starts a waiter process.
 func startChild(t *testing.T, spec childSpec) (*exec.Cmd, *bufio.Scanner) {
 	cmd, out := redistest.StartChild(t, spec)
@@ -168,7 +162,7 @@ func TestArrivalOrderSixteenProcesses(t *testing.T) {
 func TestKilledWaiterDelaysQueueByItsLease(t *testing.T) {
 	const lease = time.Second
 	srv := redistest.Start(t)
-	c := client(t, srv.Addr)
+	c := srv.Client(t)
 	f := newFair(t, c, "dead", lease)
 	ctx := context.Background()
 	holder, err := f.TryLock(ctx)
@@ -206,7 +200,7 @@ func TestKilledWaiterDelaysQueueByItsLease(t *testing.T) {
 // at once: the next gets the key right after the release.
 func TestCancelledWaiterLeaves(t *testing.T) {
 	srv := redistest.Start(t)
-	c := client(t, srv.Addr)
+	c := srv.Client(t)
 	f := newFair(t, c, "cancel", 5*time.Second)
 	ctx := context.Background()
 	holder, err := f.TryLock(ctx)
@@ -286,7 +280,7 @@ func TestNotOverRedlock(t *testing.T) {
 // failover strategy's (granted once a replica acknowledged it).
 func TestOverFailover(t *testing.T) {
 	topo := redistest.StartReplicated(t, redistest.ReplicatedOptions{Replicas: 1})
-	c := client(t, topo.Primary.Addr)
+	c := topo.Primary.Client(t)
 	fo, err := strategy.NewFailover(goredis.New(c))
 	require.NoError(t, err)
 	m, err := dlm.New(fo, dlm.WithTTL(2*time.Second))
