@@ -40,6 +40,7 @@ const (
 
 	Fault Kind = "fault" // the nemesis starts a fault (Info)
 	Heal  Kind = "heal"  // the nemesis ends it
+	Note  Kind = "note"  // the nemesis saw something worth keeping (Info)
 )
 
 // now reads the monotonic clock.

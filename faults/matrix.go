@@ -92,9 +92,10 @@ func Nemeses() []string {
 }
 
 // Matrix runs every cell (files under dir), reporting each on progress as
-// it ends. When histories is not empty, the event history of every cell
-// that broke a promise is written there, one JSON event per line, to
-// broken-STRATEGY-NEMESIS.jsonl, for finding out why.
+// it ends, with the nemesis's notes. When histories is not empty, the event
+// history of every cell that broke a promise is written there, one JSON
+// event per line, to broken-STRATEGY-NEMESIS.jsonl, and its servers' logs
+// to broken-STRATEGY-NEMESIS-logs/HOST.log, for finding out why.
 func Matrix(cells []Cell, dir, histories string, progress io.Writer) []Result {
 	var out []Result
 	for i, c := range cells {
@@ -112,13 +113,22 @@ func Matrix(cells []Cell, dir, histories string, progress io.Writer) []Result {
 			}
 			r.Kept = keeps(r.Promise, r.Counts)
 			if !r.Kept && histories != "" {
-				if err := writeHistory(filepath.Join(histories, fmt.Sprintf("broken-%s-%s.jsonl", c.Strategy, c.Nemesis)), events); err != nil {
+				name := filepath.Join(histories, fmt.Sprintf("broken-%s-%s", c.Strategy, c.Nemesis))
+				if err := writeHistory(name+".jsonl", events); err != nil {
 					fmt.Fprintf(progress, "faults: the broken cell's history: %v\n", err)
+				}
+				if err := keepLogs(filepath.Join(dir, fmt.Sprintf("cell%d", i)), name+"-logs"); err != nil {
+					fmt.Fprintf(progress, "faults: the broken cell's server logs: %v\n", err)
 				}
 			}
 		}
 		out = append(out, r)
 		fmt.Fprintf(progress, "%-18s %-18s %s (%v)\n", c.Strategy, c.Nemesis, r.summary(), time.Since(start).Round(time.Second))
+		for _, e := range events {
+			if e.Kind == Note {
+				fmt.Fprintf(progress, "    %s\n", e.Info)
+			}
+		}
 	}
 	return out
 }
@@ -212,4 +222,26 @@ func WriteResults(dir string, results []Result, header string) error {
 			c.SavedWrites, c.LateWrites, c.LateAccepted, c.LongestWaitMs, c.Linearizable, p, verdict)
 	}
 	return os.WriteFile(filepath.Join(dir, "results.md"), []byte(md.String()), 0o644)
+}
+
+// keepLogs copies the log of every server under cell (cell/HOST/log) to
+// dir/HOST.log.
+func keepLogs(cell, dir string) error {
+	logs, err := filepath.Glob(filepath.Join(cell, "*", "log"))
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for _, l := range logs {
+		b, err := os.ReadFile(l)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dir, filepath.Base(filepath.Dir(l))+".log"), b, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -3,6 +3,7 @@ package faults
 import (
 	"context"
 	"fmt"
+	"net"
 	"strings"
 	"syscall"
 	"time"
@@ -204,16 +205,26 @@ var nemeses = []*nemesis{
 			from, to, err := r.topo.migrateKeySlot()
 			return fmt.Sprintf("slot moved from %s to %s", from, to), func() {}, err
 		}, hold: fixed(0)},
-	{Name: "failover", Doc: "kill -9 the primary; the Sentinels promote a replica; the old primary restarts as a replica",
+	{Name: "failover", Doc: "kill -9 the primary; the Sentinels promote a replica; the old primary restarts, once a replica was promoted, and the Sentinels make it a replica",
 		applies: func(s string) bool { return strings.HasPrefix(s, "failover") },
 		fault: func(r *run) (string, func(), error) {
 			p := r.primary()
 			if p == nil {
-				return "", nil, fmt.Errorf("faults: no primary")
+				return "", nil, nil // between failovers: nothing to kill this time
 			}
+			killed := time.Now()
 			p.kill()
 			return "kill -9 primary " + p.host.Name, func() {
-				r.waitPromotion(p)
+				// Restarting a primary without persistence before a replica
+				// took over would make its replicas copy its empty data set:
+				// amnesia, not a failover. Sentinel may take several
+				// election rounds (failover-timeout) after quick failovers.
+				n := r.waitPromotion(p, time.Minute)
+				if n == nil {
+					r.record(Event{T: now(), Kind: Note, Info: fmt.Sprintf("no replica promoted within a minute of killing %s: it stays down", p.host.Name)})
+					return
+				}
+				r.record(Event{T: now(), Kind: Note, Info: fmt.Sprintf("%s promoted %v after %s was killed", n.host.Name, time.Since(killed).Round(time.Millisecond), p.host.Name)})
 				if err := p.start(); err != nil {
 					panic(err)
 				}
@@ -253,8 +264,18 @@ func slowDown(r *run, k int) (string, func(), error) {
 
 // primary returns the data server that reports the master role.
 func (r *run) primary() *server {
+	var addr string
+	for _, s := range r.topo.Sentinels {
+		c := redis.NewClient(&redis.Options{Addr: s.addr(), MaxRetries: -1, ReadTimeout: time.Second})
+		a, err := c.Do(context.Background(), "SENTINEL", "get-master-addr-by-name", "dlmf").StringSlice()
+		_ = c.Close()
+		if err == nil && len(a) == 2 {
+			addr = net.JoinHostPort(a[0], a[1])
+			break
+		}
+	}
 	for _, s := range r.topo.Data {
-		if s.cmd == nil {
+		if s.cmd == nil || s.addr() != addr {
 			continue
 		}
 		c := redis.NewClient(&redis.Options{Addr: s.addr(), MaxRetries: -1, ReadTimeout: time.Second})
@@ -267,12 +288,13 @@ func (r *run) primary() *server {
 	return nil
 }
 
-// waitPromotion waits (up to 15s) until another data server than old is
-// the primary.
-func (r *run) waitPromotion(old *server) {
-	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+// waitPromotion waits (up to d) until the Sentinels name another data
+// server than old as the primary and it acts as one; nil if none did.
+func (r *run) waitPromotion(old *server, d time.Duration) *server {
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		if p := r.primary(); p != nil && p != old {
-			return
+			return p
 		}
 	}
+	return nil
 }
