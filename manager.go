@@ -2,8 +2,6 @@ package dlm
 
 import (
 	"context"
-	crand "crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
@@ -43,6 +41,7 @@ type options struct {
 	retryMin, retryMax time.Duration
 	renewFraction      float64       // 0: no auto-renewal
 	maxHold            time.Duration // with auto-renewal
+	owner              string        // WithOwner
 }
 
 // WithTTL sets the lease length of every lock the Manager takes.
@@ -89,6 +88,7 @@ func New(s Strategy, opts ...Option) (*Manager, error) {
 		return nil, invalidf("New: nil Strategy")
 	}
 	m := &Manager{s: s, o: options{ttl: DefaultTTL, retryMin: DefaultRetryMinDelay, retryMax: DefaultRetryMaxDelay}}
+	m.o.owner = processOwner()
 	var errs []error
 	for _, opt := range opts {
 		if opt.apply == nil {
@@ -125,7 +125,7 @@ func (m *Manager) TryLock(ctx context.Context, key string) (*Lock, error) {
 	if err := CheckKey(key); err != nil {
 		return nil, err
 	}
-	token := newToken()
+	token := m.NewToken()
 	start := time.Now()
 	lease, err := m.s.Acquire(ctx, key, token, m.o.ttl)
 	if err != nil {
@@ -159,13 +159,4 @@ func withContext(ctx context.Context, err error) error {
 		err = fmt.Errorf("%w: %w", ErrNotAcquired, err)
 	}
 	return errors.Join(err, cause)
-}
-
-// newToken returns 20 random bytes, hex-encoded.
-func newToken() string {
-	var b [20]byte
-	var h [40]byte
-	_, _ = crand.Read(b[:]) // never fails; see crypto/rand.Read
-	hex.Encode(h[:], b[:])
-	return string(h[:])
 }

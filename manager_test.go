@@ -82,7 +82,9 @@ func TestOnlyOwnerExtendsAndReleases(t *testing.T) {
 	l, err := m.TryLock(ctx, "owned")
 	require.NoError(t, err)
 	assert.Equal(t, "owned", l.Key())
-	assert.Len(t, l.Token(), 40)
+	h, ok := dlm.HolderOf(l.Token())
+	assert.True(t, ok, "the token carries its holder")
+	assert.Equal(t, time.Second, h.TTL)
 
 	// Another token can neither extend nor release it.
 	s, err := strategy.NewSingle(goredis.New(c))

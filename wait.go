@@ -95,7 +95,7 @@ func (m *Manager) Lock(ctx context.Context, key string) (*Lock, error) {
 // that Lock must return (l, err): on success, on a permanent error, or when
 // ctx has ended.
 func (m *Manager) attempt(ctx context.Context, key string, prev *error) (l *Lock, err error, done bool) {
-	token := newToken()
+	token := m.NewToken()
 	start := time.Now()
 	lease, err := m.s.Acquire(ctx, key, token, m.o.ttl)
 	if err == nil {

@@ -210,6 +210,7 @@ var strategyRules = []strategyRule{
 	{"MultiKeyAllOrNone", testMultiKeyAllOrNone},
 	{"RWLock", testRWLock},
 	{"FamilyLapsedHolder", testFamilyLapsedHolder},
+	{"InspectRevoke", testInspectRevoke},
 }
 
 const ttl = 10 * time.Second

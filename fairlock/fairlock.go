@@ -27,9 +27,7 @@ package fairlock
 
 import (
 	"context"
-	"crypto/rand"
 	_ "embed"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
@@ -118,7 +116,7 @@ func (f *FairLock) leave(ctx context.Context, token string) {
 // TryLock takes the key when nobody holds it and nobody waits for it.
 // Otherwise the error matches dlm.ErrNotAcquired.
 func (f *FairLock) TryLock(ctx context.Context) (*dlm.Lock, error) {
-	token := newToken()
+	token := f.m.NewToken()
 	pos, err := f.queue(ctx, token, false)
 	if err != nil {
 		return nil, err
@@ -141,7 +139,7 @@ func (f *FairLock) Lock(ctx context.Context) (*dlm.Lock, error) {
 
 // lock is Lock, also returning the waiter's arrival number.
 func (f *FairLock) lock(ctx context.Context) (*dlm.Lock, uint64, error) {
-	token := newToken()
+	token := f.m.NewToken()
 	_, poll := f.m.RetryDelay()
 	poll = min(poll, f.m.TTL()/3)
 	released := make(chan struct{}, 1)
@@ -195,10 +193,4 @@ func (f *FairLock) lock(ctx context.Context) (*dlm.Lock, uint64, error) {
 		case <-ctx.Done():
 		}
 	}
-}
-
-func newToken() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }

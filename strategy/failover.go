@@ -497,7 +497,11 @@ func (f *Failover) Extend(ctx context.Context, key, token string, ttl time.Durat
 	if err != nil {
 		return dlm.Lease{}, &dlm.NodeError{Node: f.name, Op: "extend", Err: err}
 	}
-	if r[0] != 1 {
+	switch r[0] {
+	case 3:
+		return dlm.Lease{}, errRevoked(key, f.name)
+	case 1:
+	default:
 		return dlm.Lease{}, fmt.Errorf("%w: %q is not held by this token on %s", dlm.ErrNotHeld, key, f.name)
 	}
 	if err := f.checkAcks("extend", key, w, acks, connected); err != nil {

@@ -84,6 +84,8 @@ func extendBatch(ctx context.Context, c *config, node dlm.Node, name string, loc
 		switch {
 		case e != nil:
 			out[i].Err = &dlm.NodeError{Node: name, Op: "extend", Err: e}
+		case r[0] == 3:
+			out[i].Err = errRevoked(locks[i].Key, name)
 		case r[0] != 1:
 			out[i].Err = fmt.Errorf("%w: %q is not held by this token on %s", dlm.ErrNotHeld, locks[i].Key, name)
 		default:

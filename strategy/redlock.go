@@ -2,6 +2,7 @@ package strategy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"reflect"
 	"strconv"
@@ -395,7 +396,8 @@ func (s *Redlock) ExtendMany(ctx context.Context, locks []dlm.HeldKey, ttl time.
 			continue
 		}
 		idx = append(idx, i)
-		calls = append(calls, dlm.Call{Keys: []string{lockName(l.Key)}, Args: []string{l.Token, ms(ttl)}})
+		keys, args := heldCall(l.Key, l.Token, ttl)
+		calls = append(calls, dlm.Call{Keys: keys, Args: args})
 	}
 	if len(calls) == 0 || ctx.Err() != nil {
 		for _, i := range idx {
@@ -416,6 +418,8 @@ func (s *Redlock) ExtendMany(ctx context.Context, locks []dlm.HeldKey, ttl time.
 		case r[0] == 1:
 			t.fence = max(t.fence, r[1])
 			return Granted, nil
+		case r[0] == 3:
+			return Refused, dlm.ErrRevoked
 		}
 		return Refused, nil
 	})
@@ -440,6 +444,11 @@ func (s *Redlock) ExtendMany(ctx context.Context, locks []dlm.HeldKey, ttl time.
 			// The lock is lost: do not leave it on the nodes that did extend it.
 			sentinel = dlm.ErrNotHeld
 			s.undo(ctx, l.Key, l.Token, t.res, r, start.Add(ttl))
+			for _, n := range t.res {
+				if n.Outcome == Refused && errors.Is(n.Err, dlm.ErrRevoked) {
+					reason = "revoked by an operator"
+				}
+			}
 		}
 		out[i].Err = s.fail(ctx, "extend", l.Key, t.res, sentinel, reason)
 	}

@@ -88,10 +88,13 @@ func (s *Single) Extend(ctx context.Context, key, token string, ttl time.Duratio
 	if err != nil {
 		return dlm.Lease{}, &dlm.NodeError{Node: s.name, Op: "extend", Err: err}
 	}
-	if r[0] != 1 {
-		return dlm.Lease{}, fmt.Errorf("%w: %q is not held by this token on %s", dlm.ErrNotHeld, key, s.name)
+	switch r[0] {
+	case 1:
+		return s.lease(start, ttl, r[1]), nil
+	case 3:
+		return dlm.Lease{}, errRevoked(key, s.name)
 	}
-	return s.lease(start, ttl, r[1]), nil
+	return dlm.Lease{}, fmt.Errorf("%w: %q is not held by this token on %s", dlm.ErrNotHeld, key, s.name)
 }
 
 // Release implements dlm.Strategy.

@@ -56,7 +56,7 @@ func mustScript(name string, prelude ...string) *nodekit.Script {
 var (
 	acquireScript = mustScript("acquire.lua", "held.lua", "amnesia.lua")
 	extendScript  = mustScript("extend.lua", "held.lua")
-	releaseScript = mustScript("release.lua", "held.lua")
+	releaseScript = mustScript("release.lua", "held.lua", "announce.lua")
 )
 
 // DefaultDriftFactor is the default share of the TTL taken off a lease's
@@ -285,7 +285,9 @@ func acquireCall(key, token string, ttl, maxTTL time.Duration) (keys, args []str
 }
 
 // heldCall returns the keys (the lock key alone) and arguments (token, then
-// ttl in milliseconds) of an extension.
+// ttl in milliseconds) of an extension. One key: during a Cluster slot
+// migration a call naming a key that has not moved yet beside one that has
+// gets TRYAGAIN.
 func heldCall(key, token string, ttl time.Duration) (keys, args []string) {
 	return lockCall(key, token, ttl, 1)
 }

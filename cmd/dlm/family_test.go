@@ -19,21 +19,41 @@ import (
 	"github.com/dlmgo/dlm/internal/redistest"
 )
 
+// A background is a dlm process started by startDLM.
+type background struct {
+	cmd  *exec.Cmd
+	out  *lockedBuffer
+	done chan struct{} // closed once it exited; then err is its Wait error
+	err  error
+}
+
 // startDLM starts the binary with args; it is killed when the test ends or
 // when this process dies.
-func startDLM(t *testing.T, args ...string) (*exec.Cmd, *bytes.Buffer) {
+func startDLM(t *testing.T, args ...string) *background {
 	t.Helper()
-	cmd := exec.Command(dlmBin, args...)
-	cmd.Env = append(os.Environ(), "DLM_URL=")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	out := &lockedBuffer{}
-	cmd.Stdout, cmd.Stderr = out, out
-	require.NoError(t, cmd.Start())
+	b := &background{cmd: exec.Command(dlmBin, args...), out: &lockedBuffer{}, done: make(chan struct{})}
+	b.cmd.Env = append(os.Environ(), "DLM_URL=")
+	b.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	b.cmd.Stdout, b.cmd.Stderr = b.out, b.out
+	require.NoError(t, b.cmd.Start())
+	go func() { b.err = b.cmd.Wait(); close(b.done) }()
 	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
+		_ = b.cmd.Process.Kill()
+		<-b.done
 	})
-	return cmd, &out.b
+	return b
+}
+
+// wait waits (up to d) until the process exits and returns its Wait error.
+func (b *background) wait(t *testing.T, d time.Duration) error {
+	t.Helper()
+	select {
+	case <-b.done:
+		return b.err
+	case <-time.After(d):
+		t.Fatalf("%v still runs after %v; output:\n%s", b.cmd.Args, d, b.out.String())
+		return nil
+	}
 }
 
 type lockedBuffer struct {
@@ -45,6 +65,12 @@ func (b *lockedBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.b.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }
 
 // span is when one COMMAND ran, as it wrote it down (Unix ns).
@@ -93,13 +119,13 @@ func mostAtOnce(spans []span) int {
 func TestRunPermits(t *testing.T) {
 	url := "single://" + redistest.Start(t).Addr
 	dir := t.TempDir()
-	var cmds []*exec.Cmd
+	var cmds []*background
 	for range 3 {
-		cmd, _ := startDLM(t, append([]string{"run", "--url", url, "--key", "sem", "--permits", "2", "--wait", "20s", "--"}, recordSpan(dir, 700*time.Millisecond)...)...)
+		cmd := startDLM(t, append([]string{"run", "--url", url, "--key", "sem", "--permits", "2", "--wait", "20s", "--"}, recordSpan(dir, 700*time.Millisecond)...)...)
 		cmds = append(cmds, cmd)
 	}
 	for _, c := range cmds {
-		require.NoError(t, c.Wait())
+		require.NoError(t, c.wait(t, 30*time.Second))
 	}
 	spans := readSpans(t, dir)
 	require.Len(t, spans, 3)
@@ -110,16 +136,16 @@ func TestRunPermits(t *testing.T) {
 func TestRunReadersAndWriter(t *testing.T) {
 	url := "single://" + redistest.Start(t).Addr
 	readers, writers := t.TempDir(), t.TempDir()
-	var cmds []*exec.Cmd
+	var cmds []*background
 	for range 2 {
-		cmd, _ := startDLM(t, append([]string{"run", "--url", url, "--key", "doc", "--readers", "4", "--shared", "--wait", "20s", "--"}, recordSpan(readers, 800*time.Millisecond)...)...)
+		cmd := startDLM(t, append([]string{"run", "--url", url, "--key", "doc", "--readers", "4", "--shared", "--wait", "20s", "--"}, recordSpan(readers, 800*time.Millisecond)...)...)
 		cmds = append(cmds, cmd)
 	}
 	time.Sleep(300 * time.Millisecond)
-	cmd, _ := startDLM(t, append([]string{"run", "--url", url, "--key", "doc", "--readers", "4", "--wait", "20s", "--"}, recordSpan(writers, 200*time.Millisecond)...)...)
+	cmd := startDLM(t, append([]string{"run", "--url", url, "--key", "doc", "--readers", "4", "--wait", "20s", "--"}, recordSpan(writers, 200*time.Millisecond)...)...)
 	cmds = append(cmds, cmd)
 	for _, c := range cmds {
-		require.NoError(t, c.Wait())
+		require.NoError(t, c.wait(t, 30*time.Second))
 	}
 	r, w := readSpans(t, readers), readSpans(t, writers)
 	require.Len(t, r, 2)
@@ -136,11 +162,11 @@ func TestRunReadersAndWriter(t *testing.T) {
 func TestElect(t *testing.T) {
 	url := "single://" + redistest.Start(t).Addr
 	dir := t.TempDir()
-	elect := func(value string) (*exec.Cmd, *bytes.Buffer) {
+	elect := func(value string) *background {
 		return startDLM(t, "elect", "--url", url, "--name", "jobs", "--ttl", "1s", "--value", value, "--",
 			"sh", "-c", `echo "$DLM_TERM $DLM_VALUE $(date +%s%N)" > `+dir+`/$DLM_VALUE; exec sleep 60`)
 	}
-	a, _ := elect("a")
+	a := elect("a")
 	waitFile := func(name string, within time.Duration) []string {
 		var b []byte
 		require.Eventually(t, func() bool {
@@ -151,12 +177,12 @@ func TestElect(t *testing.T) {
 		return strings.Fields(string(b))
 	}
 	first := waitFile("a", 10*time.Second)
-	_, _ = elect("b")
+	elect("b")
 	time.Sleep(300 * time.Millisecond)
 	_, err := os.Stat(filepath.Join(dir, "b"))
 	require.True(t, os.IsNotExist(err), "b led while a did")
 	killed := time.Now()
-	require.NoError(t, a.Process.Kill())
+	require.NoError(t, a.cmd.Process.Kill())
 	second := waitFile("b", 5*time.Second)
 	at, err := strconv.ParseInt(second[2], 10, 64)
 	require.NoError(t, err)

@@ -6,6 +6,9 @@
 //	                              semaphore's permit, a read or write hold)
 //	dlm elect --name N -- CMD     run a command while leading an election
 //	dlm doctor                    check a deployment for what makes locks unsafe or slow
+//	dlm ls [PATTERN]              list held locks: owner, since, fence, TTL, waiters
+//	dlm inspect KEY               show one lock, server by server
+//	dlm revoke --reason WHY KEY   take a lock away from its holder
 package main
 
 import (
@@ -30,6 +33,9 @@ commands:
           write or a read side of a read-write lock)
   elect   run a command while leading an election: dlm elect --name N -- CMD
   doctor  check a Redis deployment for what makes locks unsafe or slow
+  ls      list held locks matching a pattern: owner, since, fence, TTL, waiters
+  inspect show who holds one lock, since when, its renewals, what each server holds
+  revoke  take a lock away from its holder: dlm revoke --reason WHY KEY
 
 Every command takes the deployment as --url URL, --config FILE (JSON) or
 DLM_URL, one URL form per deployment:
@@ -67,6 +73,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return electCmd(ctx, args[1:], stdout, stderr)
 	case "doctor":
 		return doctor(ctx, args[1:], stdout, stderr)
+	case "ls":
+		return lsCmd(ctx, args[1:], stdout, stderr)
+	case "inspect":
+		return inspectCmd(ctx, args[1:], stdout, stderr)
+	case "revoke":
+		return revokeCmd(ctx, args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0

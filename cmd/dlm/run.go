@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"syscall"
 	"time"
@@ -192,7 +193,7 @@ func runWhileHeld(ctx context.Context, tf targetFlags, o holdOptions, cmdArgs []
 	if *maxHold == 0 {
 		*maxHold = math.MaxInt64
 	}
-	m, closer, err := open(ctx, cfg, dlm.WithTTL(*ttl), dlm.WithAutoRenew(1.0/3, *maxHold))
+	m, closer, err := open(ctx, cfg, dlm.WithTTL(*ttl), dlm.WithAutoRenew(1.0/3, *maxHold), dlm.WithOwner(runOwner(o.name, cmdArgs[0])))
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", o.name, err)
 		return 2
@@ -306,4 +307,14 @@ func exitStatus(ps *os.ProcessState) int {
 		return 128 + int(ws.Signal())
 	}
 	return ps.ExitCode()
+}
+
+// runOwner names a dlm run or dlm elect process for dlm ls and inspect:
+// "dlm run COMMAND@HOST:PID", with COMMAND's base name (dlm.FitOwner).
+func runOwner(name, command string) string {
+	host, err := os.Hostname()
+	if err != nil {
+		host = "unknown"
+	}
+	return dlm.FitOwner(fmt.Sprintf("%s %s@%s:%d", name, filepath.Base(command), host, os.Getpid()))
 }

@@ -32,7 +32,9 @@ func Dial(_ context.Context, ep config.Endpoint) (dlm.Node, io.Closer, error) {
 			SentinelUsername: ep.SentinelUsername, SentinelPassword: ep.SentinelPassword,
 			ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1,
 		})
-		return New(c), c, nil
+		n := New(c)
+		n.name = "primary of " + ep.Master // go-redis names it "FailoverClient"
+		return n, c, nil
 	}
 	c := redis.NewClient(&redis.Options{
 		Addr: ep.Addr, Username: ep.Username, Password: ep.Password,

@@ -73,7 +73,9 @@ func New(c redis.UniversalClient) *Node {
 }
 
 // String names the node by its address: "host:port" for a *redis.Client,
-// "cluster(host:port,...)" for a *redis.ClusterClient.
+// "cluster(host:port,...)" for a *redis.ClusterClient, "primary of NAME"
+// for Dial's client of a primary behind Sentinel (New can only say
+// "FailoverClient").
 func (n *Node) String() string { return n.name }
 
 // Client returns the wrapped client.

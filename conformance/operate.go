@@ -1,0 +1,135 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/dlmgo/dlm"
+)
+
+// testInspectRevoke: what an operator sees and does. Inspect names the
+// holder (its owner, since when, its fence) and counts a waiting process;
+// Revoke takes the lock away and wakes the waiter: the next holder's fence is above the
+// revoked one's by two or more, the revoked holder's next renewal fails
+// with dlm.ErrRevoked and its Context ends with that cause, and a fenced
+// store then refuses the revoked holder's write. Skipped for a strategy
+// that is not a dlm.Inspector.
+func testInspectRevoke(t *testing.T, c *strategyCase) {
+	if _, ok := c.Strategy.(dlm.Inspector); !ok {
+		t.Skipf("%T is not a dlm.Inspector", c.Strategy)
+	}
+	ctx := familyCtx(t)
+	const ttl = time.Second
+	key := c.key("inspect")
+	holder := c.manager(t, dlm.WithOwner("conformance holder #1"), dlm.WithTTL(ttl), dlm.WithAutoRenew(0.3, time.Minute))
+	operator := c.manager(t, dlm.WithOwner("conformance operator"), dlm.WithTTL(ttl))
+	waiter := c.manager(t, dlm.WithOwner("conformance waiter"), dlm.WithTTL(ttl))
+
+	info, err := operator.Inspect(ctx, key)
+	if err != nil || info.Held {
+		t.Fatalf("Inspect of a free key: %+v, %v; want not held, no error", info, err)
+	}
+	before := time.Now()
+	l, err := holder.Lock(ctx, key)
+	if err != nil {
+		t.Fatalf("Lock: %v", err)
+	}
+	defer func() { _ = l.Unlock(context.WithoutCancel(ctx)) }()
+
+	// A waiting process is counted (it subscribes to release notices; a
+	// strategy whose nodes cannot notify makes it poll, and it is not seen).
+	// Revoke wakes it, as a release would.
+	type result struct {
+		l   *dlm.Lock
+		err error
+	}
+	waited := make(chan result, 1)
+	go func() {
+		w, err := waiter.Lock(ctx, key)
+		waited <- result{w, err}
+	}()
+	var seen dlm.Info
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if seen, err = operator.Inspect(ctx, key); err != nil || seen.Waiters > 0 {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatalf("Inspect: %v", err)
+	}
+	switch {
+	case !seen.Held || seen.Token != l.Token() || seen.Fence != l.Fence():
+		t.Fatalf("Inspect: held %v token %q fence %d; want the holder's token %q and fence %d", seen.Held, seen.Token, seen.Fence, l.Token(), l.Fence())
+	case !seen.HolderOK || seen.Holder.Owner != "conformance holder #1" || seen.Holder.TTL != ttl:
+		t.Fatalf("Inspect: holder %+v (ok %v); want owner %q, TTL %v", seen.Holder, seen.HolderOK, "conformance holder #1", ttl)
+	case seen.Holder.Since.Before(before.Add(-time.Second)) || seen.Holder.Since.After(time.Now().Add(time.Second)):
+		t.Fatalf("Inspect: holder since %v; the Lock call began at %v", seen.Holder.Since, before)
+	case seen.Remaining <= 0 || seen.Remaining > ttl:
+		t.Fatalf("Inspect: remaining %v; want within (0, %v]", seen.Remaining, ttl)
+	case len(seen.Nodes) != len(c.faulty):
+		t.Fatalf("Inspect: %d node states for %d nodes", len(seen.Nodes), len(c.faulty))
+	case seen.Waiters == 0:
+		t.Logf("Inspect counted no waiter (the strategy's nodes cannot notify, so waiters poll)")
+	}
+
+	store := fencedStore{}
+	if !store.write(l.Fence()) {
+		t.Fatal("the fenced store refused the holder's first write")
+	}
+	if _, err := operator.Revoke(ctx, key, "conformance", "a test revokes it"); err != nil {
+		t.Fatalf("Revoke: %v", err)
+	}
+	select {
+	case <-l.Context().Done():
+	case <-time.After(2 * ttl):
+		t.Fatalf("the revoked holder's Context did not end within %v", 2*ttl)
+	}
+	cause := context.Cause(l.Context())
+	if !errors.Is(cause, dlm.ErrRevoked) || !errors.Is(cause, dlm.ErrLost) {
+		t.Fatalf("the revoked holder's Context ended with %v; want a cause matching dlm.ErrRevoked and dlm.ErrLost", cause)
+	}
+	var next *dlm.Lock
+	select {
+	case r := <-waited:
+		if r.err != nil {
+			t.Fatalf("the waiter's Lock after Revoke: %v", r.err)
+		}
+		next = r.l
+	case <-time.After(2 * ttl):
+		t.Fatalf("the waiter did not get the lock within %v of Revoke", 2*ttl)
+	}
+	defer func() { _ = next.Unlock(context.WithoutCancel(ctx)) }()
+	if next.Fence() < l.Fence()+2 {
+		t.Fatalf("fence after Revoke %d; want at least the revoked %d + 2", next.Fence(), l.Fence())
+	}
+	if !store.write(next.Fence()) || store.write(l.Fence()) {
+		t.Fatalf("the fenced store accepted the revoked holder's fence %d after %d", l.Fence(), next.Fence())
+	}
+	after, err := operator.Inspect(ctx, key)
+	if err != nil {
+		t.Fatalf("Inspect after Revoke: %v", err)
+	}
+	noted := 0
+	for _, n := range after.Nodes {
+		if r := n.Revoked; r != nil && r.Token == l.Token() && r.By == "conformance" && r.Reason == "a test revokes it" {
+			noted++
+		}
+	}
+	if noted < c.quorum {
+		t.Fatalf("Inspect after Revoke: %d nodes keep the revocation note; want at least %d: %+v", noted, c.quorum, after.Nodes)
+	}
+}
+
+// fencedStore accepts a write whose fence is at least the highest it has
+// accepted.
+type fencedStore struct{ highest uint64 }
+
+func (s *fencedStore) write(fence uint64) bool {
+	if fence < s.highest {
+		return false
+	}
+	s.highest = fence
+	return true
+}

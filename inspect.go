@@ -1,0 +1,167 @@
+package dlm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// ErrRevoked reports that an operator revoked the lock (Manager.Revoke,
+// `dlm revoke`). A renewal that finds its lock revoked fails with an error
+// matching both ErrRevoked and ErrNotHeld, and the Lock's context ends with
+// a cause matching ErrLost and ErrRevoked.
+var ErrRevoked = errors.New("dlm: lock revoked")
+
+// MaxRevokeReasonLen bounds the who and why of a revocation, in bytes each.
+const MaxRevokeReasonLen = 256
+
+// An Inspector is a strategy that can read what its nodes hold for a lock,
+// without changing it, and revoke a lock. Every strategy of package
+// strategy is one; Manager.Inspect and Manager.Revoke need it.
+type Inspector interface {
+	// Inspect reads key's lock on every node, one entry per node in the
+	// strategy's order. A node that did not answer has Err set.
+	Inspect(ctx context.Context, key string) ([]NodeState, error)
+	// Revoke deletes key's lock whoever holds it, advances its fencing
+	// counter (so the next holder's fence is above the revoked one's by at
+	// least two) and leaves a note naming the revoked token, by and reason,
+	// which the revoked holder's next renewal finds: that renewal fails with
+	// ErrRevoked. The note expires a minute after the revoked lease would
+	// have. Waiters are woken as by a release. It returns what each node
+	// held before, as Inspect would have.
+	Revoke(ctx context.Context, key, by, reason string) ([]NodeState, error)
+}
+
+// A NodeState is what one node holds for a lock.
+type NodeState struct {
+	// Node names the node.
+	Node string
+	// Err is set when the node did not answer; the other fields are then
+	// zero.
+	Err error
+	// Token is the holder's token (HolderOf reads who that is), empty when
+	// the node holds no lock on the key.
+	Token string
+	// Fence is the lock's fencing token.
+	Fence uint64
+	// TTL is the lock's remaining time to live on the node.
+	TTL time.Duration
+	// Counter is the node's fencing counter for the key: the fence of the
+	// latest acquisition there, or more.
+	Counter uint64
+	// Waiters is the number of client processes subscribed to the key's
+	// release notifications: each Manager that has Lock calls waiting for
+	// the key counts once (a Manager that polls, because its nodes cannot
+	// notify, is not seen).
+	Waiters int
+	// Revoked is the last revocation of the key, while its note lasts.
+	Revoked *Revocation
+}
+
+// A Revocation records an operator's Revoke.
+type Revocation struct {
+	Token  string    // the token that held the lock
+	At     time.Time // when, by the node's clock
+	By     string    // who revoked it
+	Reason string    // why
+}
+
+// Info is what Manager.Inspect found for a lock.
+type Info struct {
+	Key string
+	// Held reports that a majority of the nodes (the node, for one-node
+	// strategies) hold the lock for one token.
+	Held bool
+	// Token, Fence and Holder are those of that majority's lock; HolderOK
+	// is false when the token was not made by a Manager of this version.
+	Token    string
+	Fence    uint64
+	Holder   Holder
+	HolderOK bool
+	// Remaining is the least remaining TTL among the nodes that hold it.
+	Remaining time.Duration
+	// Waiters is the most waiting processes any node counts.
+	Waiters int
+	// Nodes is each node's answer.
+	Nodes []NodeState
+}
+
+// Inspect reports who holds key, since when and for how much longer, what
+// each node holds and how many processes wait, without changing anything.
+// The strategy must be an Inspector (errors.ErrUnsupported otherwise).
+func (m *Manager) Inspect(ctx context.Context, key string) (Info, error) {
+	in, err := m.inspector(key)
+	if err != nil {
+		return Info{}, err
+	}
+	nodes, err := in.Inspect(ctx, key)
+	if err != nil {
+		return Info{}, err
+	}
+	return Summarize(key, nodes), nil
+}
+
+// Revoke takes key's lock away from whoever holds it: see
+// Inspector.Revoke. by and reason (who asks, and why) are recorded beside
+// the key for the holder and for Inspect; each is at most
+// MaxRevokeReasonLen bytes. It returns what was held before; when nothing
+// was held on a majority of the nodes the error matches ErrNotHeld.
+func (m *Manager) Revoke(ctx context.Context, key, by, reason string) (Info, error) {
+	in, err := m.inspector(key)
+	if err != nil {
+		return Info{}, err
+	}
+	if len(by) > MaxRevokeReasonLen || len(reason) > MaxRevokeReasonLen {
+		return Info{}, invalidf("Revoke: by and reason must be at most %d bytes each", MaxRevokeReasonLen)
+	}
+	nodes, err := in.Revoke(ctx, key, by, reason)
+	if err != nil {
+		return Info{}, err
+	}
+	info := Summarize(key, nodes)
+	if !info.Held {
+		return info, fmt.Errorf("%w: %q: no lock held on a majority of the nodes to revoke", ErrNotHeld, key)
+	}
+	return info, nil
+}
+
+func (m *Manager) inspector(key string) (Inspector, error) {
+	if err := CheckKey(key); err != nil {
+		return nil, err
+	}
+	in, ok := m.s.(Inspector)
+	if !ok {
+		return nil, fmt.Errorf("dlm: the strategy %T cannot inspect or revoke locks: %w", m.s, errors.ErrUnsupported)
+	}
+	return in, nil
+}
+
+// Summarize combines what each node holds for key into an Info: the lock is
+// held when a majority of the nodes hold it for one token.
+func Summarize(key string, nodes []NodeState) Info {
+	info := Info{Key: key, Nodes: nodes}
+	count := map[string]int{}
+	for _, n := range nodes {
+		info.Waiters = max(info.Waiters, n.Waiters)
+		if n.Err == nil && n.Token != "" {
+			count[n.Token]++
+		}
+	}
+	for token, c := range count {
+		if c < len(nodes)/2+1 {
+			continue
+		}
+		info.Held, info.Token = true, token
+		info.Holder, info.HolderOK = HolderOf(token)
+		for _, n := range nodes {
+			if n.Err == nil && n.Token == token {
+				info.Fence = max(info.Fence, n.Fence)
+				if info.Remaining == 0 || n.TTL < info.Remaining {
+					info.Remaining = n.TTL
+				}
+			}
+		}
+	}
+	return info
+}

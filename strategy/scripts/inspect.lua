@@ -1,0 +1,2 @@
+-- Reads a lock for an operator (state.lua), changing nothing.
+return state()
