@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -78,7 +79,10 @@ func TestStuckJobFromTheShell(t *testing.T) {
 			code, out = runDLM(t, "revoke", "--url", url, "--by", "ops", "--reason", "stuck since Tuesday", "nightly-backup")
 			assert.Equal(t, 0, code, out)
 			assert.Contains(t, out, "revoked by ops: stuck since Tuesday", "logged on stderr")
-			assert.Error(t, holder.wait(t, 10*time.Second), "the revoked holder's dlm run stops its command and fails")
+			var exit *exec.ExitError
+			if assert.ErrorAs(t, holder.wait(t, 10*time.Second), &exit, "the revoked holder's dlm run stops its command and fails") {
+				assert.Equal(t, 76, exit.ExitCode(), "the exit status of a lost lock")
+			}
 			assert.Contains(t, holder.out.String(), "revoked")
 			assert.NoError(t, waiter.wait(t, 10*time.Second), "the waiter gets the lock")
 			assert.Regexp(t, `waiter fence=[3-9]`, waiter.out.String(), "the revocation advanced the fence")
@@ -86,7 +90,7 @@ func TestStuckJobFromTheShell(t *testing.T) {
 			code, out = runDLM(t, "inspect", "--url", url, "nightly-backup")
 			assert.Equal(t, 0, code, out)
 			assert.Contains(t, out, "held:      no")
-			assert.Regexp(t, `revoked on \S+: dlm run sleep@\S+'s lock, .* ago, by ops: stuck since Tuesday`, out)
+			assert.Regexp(t, `revoked on .+: dlm run sleep@\S+'s lock, .* ago, by ops: stuck since Tuesday`, out)
 			code, out = runDLM(t, "revoke", "--url", url, "--reason", "again", "nightly-backup")
 			assert.Equal(t, 1, code, "nothing left to revoke: %s", out)
 		})
