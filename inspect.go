@@ -89,7 +89,9 @@ type Info struct {
 
 // Inspect reports who holds key, since when and for how much longer, what
 // each node holds and how many processes wait, without changing anything.
-// The strategy must be an Inspector (errors.ErrUnsupported otherwise).
+// The strategy must be an Inspector (errors.ErrUnsupported otherwise). A
+// node that does not answer is reported in Info.Nodes; when none answers
+// the error says why.
 func (m *Manager) Inspect(ctx context.Context, key string) (Info, error) {
 	in, err := m.inspector(key)
 	if err != nil {
@@ -99,14 +101,31 @@ func (m *Manager) Inspect(ctx context.Context, key string) (Info, error) {
 	if err != nil {
 		return Info{}, err
 	}
+	if errs := nodeErrors(nodes); len(errs) == len(nodes) {
+		return Info{}, fmt.Errorf("dlm: inspect %q: no node answered: %w", key, errors.Join(errs...))
+	}
 	return Summarize(key, nodes), nil
+}
+
+// nodeErrors returns the errors of the nodes that did not answer, each
+// naming its node.
+func nodeErrors(nodes []NodeState) []error {
+	var errs []error
+	for _, n := range nodes {
+		if n.Err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", n.Node, n.Err))
+		}
+	}
+	return errs
 }
 
 // Revoke takes key's lock away from whoever holds it: see
 // Inspector.Revoke. by and reason (who asks, and why) are recorded beside
 // the key for the holder and for Inspect; each is at most
-// MaxRevokeReasonLen bytes. It returns what was held before; when nothing
-// was held on a majority of the nodes the error matches ErrNotHeld.
+// MaxRevokeReasonLen bytes, one line each. It returns what was held
+// before; when nothing was held on a majority of the nodes the error
+// matches ErrNotHeld, joined with the errors of the nodes that did not
+// answer.
 func (m *Manager) Revoke(ctx context.Context, key, by, reason string) (Info, error) {
 	in, err := m.inspector(key)
 	if err != nil {
@@ -121,7 +140,8 @@ func (m *Manager) Revoke(ctx context.Context, key, by, reason string) (Info, err
 	}
 	info := Summarize(key, nodes)
 	if !info.Held {
-		return info, fmt.Errorf("%w: %q: no lock held on a majority of the nodes to revoke", ErrNotHeld, key)
+		err := fmt.Errorf("%w: %q: no lock held on a majority of the nodes to revoke", ErrNotHeld, key)
+		return info, errors.Join(append([]error{err}, nodeErrors(nodes)...)...)
 	}
 	return info, nil
 }

@@ -37,7 +37,7 @@ func (s *server) start() error {
 	args := append([]string{}, s.args...)
 	args = append(args, "--bind", s.host.IP, "--port", fmt.Sprint(s.port), "--protected-mode", "no", "--dir", s.dir)
 	s.cmd = s.host.Command(s.bin, args...)
-	log, err := os.Create(filepath.Join(s.dir, "log"))
+	log, err := os.OpenFile(filepath.Join(s.dir, "log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644) // kept across restarts
 	if err != nil {
 		return err
 	}
