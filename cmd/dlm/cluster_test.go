@@ -3,9 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -56,6 +60,35 @@ func TestCluster(t *testing.T) {
 	assert.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", demoOut.String(), demoErr.String())
 	assert.Contains(t, demoOut.String(), "over the Redis Cluster at "+cl.Masters[1].Addr)
 	assert.Contains(t, demoOut.String(), "OK:")
+
+	// dlm ls scans every master: locks held on keys of different masters
+	// are all listed, with the waiting process counted on its shard channel.
+	keys := []string{"held-a", "held-b", "held-c", "held-d"}
+	for _, k := range keys {
+		startDLM(t, "run", "--url", url, "--key", k, "--", "sleep", "30")
+	}
+	listed := func(waiters int) func() bool {
+		return func() bool {
+			code, out := runDLM(t, "ls", "--url", url, "--json", "held-*")
+			var held []infoJSON
+			if code != 0 || json.Unmarshal([]byte(out), &held) != nil || len(held) != len(keys) {
+				return false
+			}
+			return held[0].Key == "held-a" && held[0].Waiters == waiters
+		}
+	}
+	require.Eventually(t, listed(0), 10*time.Second, 50*time.Millisecond, "dlm ls did not list the locks held on every master")
+	startDLM(t, "run", "--url", url, "--key", "held-a", "--wait", "30s", "--", "true")
+	require.Eventually(t, listed(1), 10*time.Second, 50*time.Millisecond, "dlm ls did not count held-a's waiter")
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{cl.Masters[0].Addr}})
+	defer cc.Close()
+	masters := map[string]bool{}
+	for _, k := range keys {
+		m, err := cc.MasterForKey(context.Background(), "dlm:{"+k+"}")
+		require.NoError(t, err)
+		masters[m.Options().Addr] = true
+	}
+	assert.Greater(t, len(masters), 1, "the keys live on more than one master")
 
 	// A server not in cluster mode given as cluster://.
 	code, out = runDLM(t, "doctor", "--timeout", "1s", "--url", "cluster://"+redistest.Start(t).Addr)
