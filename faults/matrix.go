@@ -36,7 +36,7 @@ func promise(strategy, nemesis string) Promise {
 		return Promise{Why: "a majority lost its data: no lock survives that (README: what a lock guarantees)"}
 	case "kill-delayed":
 		return Promise{Exclusion: true, Why: "the restarted majority's fence counters start again (README: counters never go back is an assumption)"}
-	case "failover", "cluster-failover", "stop-majority":
+	case "failover", "failover-lagging", "cluster-failover", "stop-majority":
 		// A primary or master frozen for 2s is failed over too (Sentinel's
 		// down-after 1s; the Cluster's node timeout 2s).
 		switch strategy {

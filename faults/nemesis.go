@@ -207,30 +207,57 @@ var nemeses = []*nemesis{
 		}, hold: fixed(0)},
 	{Name: "failover", Doc: "once the Sentinels agree on the primary and both replicas follow it, kill -9 the primary; the Sentinels promote a replica; the old primary restarts, once a replica was promoted, and the Sentinels make it a replica",
 		applies: func(s string) bool { return strings.HasPrefix(s, "failover") },
-		fault: func(r *run) (string, func(), error) {
-			p := r.settled(30 * time.Second)
-			if p == nil {
-				r.record(Event{T: now(), Kind: Note, Info: "the deployment did not settle within 30s of the last failover: no kill this round"})
-				return "", nil, nil
+		fault:   func(r *run) (string, func(), error) { return killPrimary(r, 0) }, hold: fixed(0)},
+	{Name: "failover-lagging", Doc: "as failover, but the primary is first cut off from its replicas (not from clients or Sentinels) for 500ms, so the replica promoted lacks what the primary granted meanwhile: the failover race",
+		applies: func(s string) bool { return strings.HasPrefix(s, "failover") },
+		fault:   func(r *run) (string, func(), error) { return killPrimary(r, 500*time.Millisecond) }, hold: fixed(0)},
+}
+
+// killPrimary kills the primary once the deployment settled; with lag, it
+// first cuts the primary off from its replicas for that long. Heal waits
+// until a replica took over, then restarts the old primary.
+func killPrimary(r *run, lag time.Duration) (string, func(), error) {
+	p := r.settled(30 * time.Second)
+	if p == nil {
+		r.record(Event{T: now(), Kind: Note, Info: "the deployment did not settle within 30s of the last failover: no kill this round"})
+		return "", nil, nil
+	}
+	desc := "kill -9 primary " + p.host.Name
+	if lag > 0 {
+		var replicas []*server
+		for _, s := range r.topo.Data {
+			if s != p {
+				replicas = append(replicas, s)
 			}
-			killed := time.Now()
-			p.kill()
-			return "kill -9 primary " + p.host.Name, func() {
-				// Restarting a primary without persistence before a replica
-				// took over would make its replicas copy its empty data set:
-				// amnesia, not a failover. Sentinel may take several
-				// election rounds (failover-timeout) after quick failovers.
-				n := r.waitPromotion(p, time.Minute)
-				if n == nil {
-					r.record(Event{T: now(), Kind: Note, Info: fmt.Sprintf("no replica promoted within a minute of killing %s: it stays down", p.host.Name)})
-					return
-				}
-				r.record(Event{T: now(), Kind: Note, Info: fmt.Sprintf("%s promoted %v after %s was killed", n.host.Name, time.Since(killed).Round(time.Millisecond), p.host.Name)})
-				if err := p.start(); err != nil {
-					panic(err)
-				}
-			}, nil
-		}, hold: fixed(0)},
+		}
+		if err := r.net.Partition([]string{p.host.IP}, ips(replicas)); err != nil {
+			return "", nil, err
+		}
+		time.Sleep(lag)
+		desc = fmt.Sprintf("cut primary %s off from its replicas for %v, then kill -9 it", p.host.Name, lag)
+	}
+	killed := time.Now()
+	p.kill()
+	if lag > 0 {
+		if err := r.net.Heal(); err != nil {
+			return "", nil, err
+		}
+	}
+	return desc, func() {
+		// Restarting a primary without persistence before a replica
+		// took over would make its replicas copy its empty data set:
+		// amnesia, not a failover. Sentinel may take several
+		// election rounds (failover-timeout) after quick failovers.
+		n := r.waitPromotion(p, time.Minute)
+		if n == nil {
+			r.record(Event{T: now(), Kind: Note, Info: fmt.Sprintf("no replica promoted within a minute of killing %s: it stays down", p.host.Name)})
+			return
+		}
+		r.record(Event{T: now(), Kind: Note, Info: fmt.Sprintf("%s promoted %v after %s was killed", n.host.Name, time.Since(killed).Round(time.Millisecond), p.host.Name)})
+		if err := p.start(); err != nil {
+			panic(err)
+		}
+	}, nil
 }
 
 // clusterFailover kills the master of the key's slot; heal waits until its
