@@ -71,7 +71,7 @@ func TestShortMatrix(t *testing.T) {
 		shortCell("redlock", "lossy-majority"),
 		shortCell("single", "pause-holder"),
 		shortCell("single-guard", "kill-empty"),
-		shortCell("failover-ack-all", "failover"),
+		shortCell("failover-ack-all", "failover-lagging"),
 		shortCell("cluster", "slot-migration"),
 	}
 	var log strings.Builder
