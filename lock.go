@@ -140,23 +140,26 @@ func (l *Lock) expireLocked() bool {
 	case l.lastErr != nil:
 		why = "validity ran out; last renewal failed: " + l.lastErr.Error()
 	}
-	l.endLocked(&lostError{key: l.key, why: why, until: l.lease.Until, err: l.lastErr})
+	l.endLocked(&lostError{key: l.key, why: why, until: l.lease.Until, err: l.lastErr, maxHold: l.capped})
 	return true
 }
 
 // A lostError is the cause of a lease that ended without Unlock.
 type lostError struct {
-	key   string
-	why   string
-	until time.Time
-	err   error // the server's or renewal's error, if any
+	key     string
+	why     string
+	until   time.Time
+	err     error // the server's or renewal's error, if any
+	maxHold bool  // the maximum hold time was reached: matches ErrMaxHold
 }
 
 func (e *lostError) Error() string {
 	return fmt.Sprintf("dlm: lock lost: %q: %s (valid until %s)", e.key, e.why, e.until.Format(time.RFC3339Nano))
 }
-func (e *lostError) Is(target error) bool { return target == ErrLost }
-func (e *lostError) Unwrap() error        { return e.err }
+func (e *lostError) Is(target error) bool {
+	return target == ErrLost || e.maxHold && target == ErrMaxHold
+}
+func (e *lostError) Unwrap() error { return e.err }
 
 // armLocked (re)starts the timer that ends the context at the lease's end.
 func (l *Lock) armLocked() {
@@ -177,10 +180,14 @@ func (l *Lock) armLocked() {
 	l.timer.Reset(d)
 }
 
-// endLocked ends the lease, and its context if any, with cause.
+// endLocked ends the lease, and its context if any, with cause. The first
+// end that is not Unlock's is reported to the Observer as a loss.
 func (l *Lock) endLocked(cause error) {
 	if l.ended == nil {
 		l.ended = cause
+		if o := l.m.o.observer; o != nil && cause != ErrUnlocked {
+			o.Lost(l.key, cause, l.heldForLocked(time.Now()))
+		}
 	}
 	if l.timer != nil {
 		l.timer.Stop()
@@ -230,7 +237,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		left := maxHold - time.Since(l.base)
 		if left <= 0 {
 			l.capped = true
-			l.endLocked(&lostError{key: l.key, why: "maximum hold time reached, extension refused", until: l.lease.Until})
+			l.endLocked(&lostError{key: l.key, why: "maximum hold time reached, extension refused", until: l.lease.Until, maxHold: true})
 			ended = l.ended
 		}
 		ttl = min(ttl, left)
@@ -243,6 +250,9 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		return fmt.Errorf("%w: %w", ErrNotHeld, ended)
 	}
 	lease, err := l.m.s.Extend(ctx, l.key, l.token, ttl)
+	if o := l.m.o.observer; o != nil {
+		o.Renewed(l.key, err)
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err != nil {
@@ -269,8 +279,16 @@ func (l *Lock) Unlock(ctx context.Context) error {
 		l.mu.Unlock()
 		return fmt.Errorf("%w: %q was already unlocked", ErrNotHeld, l.key)
 	}
+	o := l.m.o.observer
+	if o != nil {
+		// The context would say the lease was lost if asked now; say
+		// so to the Observer too, rather than that Unlock ended it.
+		l.expireLocked()
+	}
+	ending := l.ended == nil // this call ends the lease: report it
 	l.endLocked(ErrUnlocked)
 	l.mu.Unlock()
+	held := time.Since(l.base)
 	l.m.renewer.remove(l)
 	err := l.m.s.Release(ctx, l.key, l.token)
 	if err == nil || errors.Is(err, ErrNotHeld) {
@@ -279,5 +297,8 @@ func (l *Lock) Unlock(ctx context.Context) error {
 		l.mu.Unlock()
 	}
 	l.m.waits.releasedHere(l.key)
+	if o != nil && ending {
+		o.Released(l.key, held, err)
+	}
 	return err
 }

@@ -42,6 +42,7 @@ type options struct {
 	renewFraction      float64       // 0: no auto-renewal
 	maxHold            time.Duration // with auto-renewal
 	owner              string        // WithOwner
+	observer           Observer      // WithObserver; nil: none
 }
 
 // WithTTL sets the lease length of every lock the Manager takes.
@@ -125,8 +126,20 @@ func (m *Manager) TryLock(ctx context.Context, key string) (*Lock, error) {
 	if err := CheckKey(key); err != nil {
 		return nil, err
 	}
+	if m.o.observer != nil {
+		return m.observed(ctx, key, true)
+	}
+	return m.tryLock(ctx, key, nil)
+}
+
+// tryLock is TryLock after the key was checked; st, when not nil, counts
+// the attempt for an Observer.
+func (m *Manager) tryLock(ctx context.Context, key string, st *lockStats) (*Lock, error) {
 	token := m.NewToken()
 	start := time.Now()
+	if st != nil {
+		st.attempts, st.last = 1, start
+	}
 	lease, err := m.s.Acquire(ctx, key, token, m.o.ttl)
 	if err != nil {
 		return nil, withContext(ctx, err)
@@ -137,6 +150,9 @@ func (m *Manager) TryLock(ctx context.Context, key string) (*Lock, error) {
 // held wraps a granted lease in a Lock and starts renewing it if asked to.
 func (m *Manager) held(key, token string, start time.Time, lease Lease) *Lock {
 	l := newLock(m, key, token, start, lease)
+	if m.o.observer != nil {
+		l.Context() // its timer ends the lease, and reports Lost, when the validity runs out
+	}
 	m.renewer.add(l)
 	m.waits.acquired(key, lease.Fence)
 	return l

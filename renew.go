@@ -41,10 +41,11 @@ const renewBatch = 1000
 
 // A renewer renews the locks of one Manager from one goroutine.
 type renewer struct {
-	s       Strategy
-	ttl     time.Duration
-	period  time.Duration // renew this long after validity was confirmed
-	maxHold time.Duration
+	s        Strategy
+	ttl      time.Duration
+	period   time.Duration // renew this long after validity was confirmed
+	maxHold  time.Duration
+	observer Observer
 
 	mu      sync.Mutex
 	locks   map[*Lock]struct{}
@@ -57,7 +58,7 @@ func newRenewer(s Strategy, o options) *renewer {
 		return nil
 	}
 	return &renewer{
-		s: s, ttl: o.ttl, maxHold: o.maxHold,
+		s: s, ttl: o.ttl, maxHold: o.maxHold, observer: o.observer,
 		period: max(time.Duration(float64(o.ttl)*o.renewFraction), time.Millisecond),
 		locks:  map[*Lock]struct{}{}, kick: make(chan struct{}, 1),
 	}
@@ -184,8 +185,12 @@ func (r *renewer) renew(batch []*Lock) {
 	retry := max(r.period/4, 5*time.Millisecond)
 	now := time.Now()
 	ended := make([]bool, len(live))
+	o := r.observer
 	for i, l := range live {
 		res := results[i]
+		if o != nil {
+			o.Renewed(l.key, res.Err)
+		}
 		l.mu.Lock()
 		switch {
 		case res.Err == nil:

@@ -48,10 +48,19 @@ func (m *Manager) Lock(ctx context.Context, key string) (*Lock, error) {
 	if err := CheckKey(key); err != nil {
 		return nil, err
 	}
+	if m.o.observer != nil {
+		return m.observed(ctx, key, false)
+	}
+	return m.lock(ctx, key, nil)
+}
+
+// lock is Lock after the key was checked; st, when not nil, counts the
+// attempts for an Observer.
+func (m *Manager) lock(ctx context.Context, key string, st *lockStats) (*Lock, error) {
 	var prev error // the most informative refusal not caused by ctx ending
 	w := &m.waits
 	if !w.queued(key) {
-		if l, err, done := m.attempt(ctx, key, &prev); done {
+		if l, err, done := m.attempt(ctx, key, &prev, st); done {
 			return l, err
 		}
 	}
@@ -70,7 +79,7 @@ func (m *Manager) Lock(ctx context.Context, key string) (*Lock, error) {
 	for {
 		if try {
 			tryStart := time.Now()
-			l, err, done := m.attempt(ctx, key, &prev)
+			l, err, done := m.attempt(ctx, key, &prev, st)
 			if done {
 				won = l
 				return l, err
@@ -94,9 +103,13 @@ func (m *Manager) Lock(ctx context.Context, key string) (*Lock, error) {
 // attempt makes one acquisition attempt with a new token. done reports
 // that Lock must return (l, err): on success, on a permanent error, or when
 // ctx has ended.
-func (m *Manager) attempt(ctx context.Context, key string, prev *error) (l *Lock, err error, done bool) {
+func (m *Manager) attempt(ctx context.Context, key string, prev *error, st *lockStats) (l *Lock, err error, done bool) {
 	token := m.NewToken()
 	start := time.Now()
+	if st != nil {
+		st.attempts++
+		st.last = start
+	}
 	lease, err := m.s.Acquire(ctx, key, token, m.o.ttl)
 	if err == nil {
 		return m.held(key, token, start, lease), nil, true

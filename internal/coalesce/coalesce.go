@@ -14,7 +14,9 @@
 // calls wait or are in flight returns at once, its calls failed with the
 // context's error, as a Node's Run promises; calls still waiting are then
 // never sent. A batch runs under a context that ends when the latest of its
-// callers' deadlines passes, or when every caller has gone.
+// callers' deadlines passes, or when every caller has gone; Callers finds
+// the callers' own contexts through it (for their values, such as a trace
+// span).
 package coalesce
 
 import (
@@ -74,6 +76,8 @@ type waiter struct {
 
 	mu   sync.Mutex
 	gone bool // the caller returned on its context: leave calls alone
+
+	batch []*waiter // of the first waiter of a batch: the batch's live waiters
 }
 
 // Run implements dlm.Node.
@@ -265,7 +269,8 @@ func (n *Node) runBatch(batch []*waiter, size int) {
 // batchContext ends when the latest of the waiters' deadlines passes (never,
 // if one of them has none) or when every waiter's context has ended.
 func batchContext(ws []*waiter) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancel(context.Background())
+	ws[0].batch = ws
+	ctx, cancel := context.WithCancel((*batchRoot)(ws[0]))
 	var latest time.Time
 	bounded := true
 	left := atomic.Int64{}
@@ -299,3 +304,36 @@ func batchContext(ws []*waiter) (context.Context, context.CancelFunc) {
 // Stats reports how many Runs went to the node and how many callers' runs
 // they carried: their ratio is the mean batch size.
 func (n *Node) Stats() (runs, carried int64) { return n.runs.Load(), n.batched.Load() }
+
+// A batchRoot is the parent of a batch's context: never done, without
+// values but the batch's callers (Callers). It is the batch's first waiter,
+// so that making it allocates nothing.
+type batchRoot waiter
+
+type callersKey struct{}
+
+func (*batchRoot) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (*batchRoot) Done() <-chan struct{}       { return nil }
+func (*batchRoot) Err() error                  { return nil }
+func (r *batchRoot) Value(key any) any {
+	if key == (callersKey{}) {
+		return r
+	}
+	return nil
+}
+func (*batchRoot) String() string { return "coalesce.batch" }
+
+// Callers reports whether ctx is the context of a coalesced Run or RunWait,
+// and then calls f, in order, for each caller whose calls it carries, with
+// the caller's context and how many of the batch's calls, which follow the
+// previous caller's, are its own. A caller's context may have ended.
+func Callers(ctx context.Context, f func(ctx context.Context, calls int)) bool {
+	r, ok := ctx.Value(callersKey{}).(*batchRoot)
+	if !ok {
+		return false
+	}
+	for _, w := range r.batch {
+		f(w.ctx, len(w.calls))
+	}
+	return true
+}
