@@ -41,7 +41,8 @@ var (
 // Calls that a strategy coalesces (several callers' calls in one round
 // trip, see strategy.WithCoalescing) run under a context of their own:
 // WrapNode finds each caller's context through it, and adds the event, for
-// that caller's calls, to each caller's span.
+// that caller's calls, to each caller's span (dlm.batch says how many
+// callers shared the round trip).
 //
 // A NOSCRIPT reply is not counted as an error: the script is then sent
 // whole, as the module does routinely. The wrapper keeps n's routing
@@ -100,7 +101,7 @@ func (n *Node) Watch(ctx context.Context, channel string, notify func(payload st
 	if err != nil && !errors.Is(err, errors.ErrUnsupported) {
 		n.count(ctx, err)
 	}
-	n.event(ctx, "watch", 0, boolInt(err != nil), err, start)
+	n.event(ctx, "watch", 0, 1, boolInt(err != nil), err, start)
 	return stop, err
 }
 
@@ -119,6 +120,8 @@ func (n *Node) report(ctx context.Context, op string, calls []dlm.Call, err erro
 	if err != nil && failed == 0 {
 		n.count(ctx, err) // the wait failed, not the calls
 	}
+	batch := 0
+	coalesce.Callers(ctx, func(context.Context, int) { batch++ })
 	if coalesce.Callers(ctx, func(cctx context.Context, k int) {
 		part := calls[:min(k, len(calls))]
 		calls = calls[len(part):]
@@ -131,11 +134,11 @@ func (n *Node) report(ctx context.Context, op string, calls []dlm.Call, err erro
 				}
 			}
 		}
-		n.event(cctx, op, len(part), pf, pfirst, start)
+		n.event(cctx, op, len(part), batch, pf, pfirst, start)
 	}) {
 		return
 	}
-	n.event(ctx, op, len(calls), failed, first, start)
+	n.event(ctx, op, len(calls), 1, failed, first, start)
 }
 
 func (n *Node) count(ctx context.Context, err error) {
@@ -151,7 +154,7 @@ func (n *Node) count(ctx context.Context, err error) {
 }
 
 // event adds a "dlm.node" event to ctx's span, if it records.
-func (n *Node) event(ctx context.Context, op string, calls, failed int, err error, start time.Time) {
+func (n *Node) event(ctx context.Context, op string, calls, batch, failed int, err error, start time.Time) {
 	span := trace.SpanFromContext(ctx)
 	if !span.IsRecording() {
 		return
@@ -160,6 +163,7 @@ func (n *Node) event(ctx context.Context, op string, calls, failed int, err erro
 		n.attrName,
 		attribute.String("dlm.op", op),
 		attribute.Int("dlm.calls", calls),
+		attribute.Int("dlm.batch", batch),
 		attribute.Int("dlm.failed", failed),
 		attribute.Float64("dlm.duration", time.Since(start).Seconds()),
 	}
