@@ -226,7 +226,7 @@ func (l *Lock) lostLocked(err error) {
 //
 // With WithAutoRenew's maximum hold time, an extension is shortened to end
 // at it, and refused once it has passed: the error matches ErrNotHeld and
-// the context ends with ErrLost as its lease would.
+// the context ends with ErrLost and ErrMaxHold as its lease would.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if ttl <= 0 {
 		return invalidf("Extend: TTL %v must be positive", ttl)

@@ -12,7 +12,8 @@ import (
 // passed since its validity was last confirmed (fraction in (0, 1); 1/3 is a
 // good choice: two renewals can fail before the lease runs out). Renewal
 // stops once a lock has been held for maxHold (> 0); its lease then runs out
-// within one TTL and its context ends with ErrLost. maxHold is the one bound
+// within one TTL and its context ends with a cause matching ErrLost and
+// ErrMaxHold. maxHold is the one bound
 // on holding a lock: it also bounds Lock.Extend.
 //
 // One goroutine per Manager renews all its locks, in batches: locks due

@@ -23,8 +23,9 @@ import (
 // redistest.BenchLockUnlock: serial on one key, parallel on distinct keys)
 // by observer: none; otel, dlmotel over the OpenTelemetry SDK (a
 // MeterProvider with a reader that is never collected, a TracerProvider
-// that samples every span and exports none); otel+node, the same with the
-// node wrapped by WrapNode; slog, dlmslog over a text handler at Info, so
+// that samples every span and exports none); otel-unsampled, the same
+// with a TracerProvider that samples no span (metrics only); otel+node,
+// otel with the node wrapped by WrapNode; slog, dlmslog over a text handler at Info, so
 // that the Debug records of a lock that is taken and released are off.
 // Compare with benchstat -col /observer.
 func BenchmarkLockUnlock(b *testing.B) {
@@ -34,10 +35,13 @@ func BenchmarkLockUnlock(b *testing.B) {
 	}{
 		{"none", func(*testing.B) (func(dlm.Node) dlm.Node, dlm.Observer) { return nil, nil }},
 		{"otel", func(b *testing.B) (func(dlm.Node) dlm.Node, dlm.Observer) {
-			return nil, benchOtel(b)
+			return nil, benchOtel(b, sdktrace.AlwaysSample())
+		}},
+		{"otel-unsampled", func(b *testing.B) (func(dlm.Node) dlm.Node, dlm.Observer) {
+			return nil, benchOtel(b, sdktrace.NeverSample())
 		}},
 		{"otel+node", func(b *testing.B) (func(dlm.Node) dlm.Node, dlm.Observer) {
-			obs := benchOtel(b)
+			obs := benchOtel(b, sdktrace.AlwaysSample())
 			return func(n dlm.Node) dlm.Node { return dlmotel.WrapNode(n, "redis-a", dlmotel.WithMeterProvider(benchMP)) }, obs
 		}},
 		{"slog", func(*testing.B) (func(dlm.Node) dlm.Node, dlm.Observer) {
@@ -78,9 +82,9 @@ func BenchmarkLockUnlock(b *testing.B) {
 
 var benchMP *sdkmetric.MeterProvider
 
-func benchOtel(b *testing.B) dlm.Observer {
+func benchOtel(b *testing.B, sampler sdktrace.Sampler) dlm.Observer {
 	benchMP = sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()))
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sampler))
 	b.Cleanup(func() { _ = benchMP.Shutdown(context.Background()); _ = tp.Shutdown(context.Background()) })
 	obs, err := dlmotel.New(dlmotel.WithMeterProvider(benchMP), dlmotel.WithTracerProvider(tp))
 	if err != nil {

@@ -399,3 +399,52 @@ func TestOtelCauseOf(t *testing.T) {
 		assert.Equal(t, tc.want, dlmotel.CauseOf(tc.err).String(), "%v", tc.err)
 	}
 }
+
+// A Redlock span has one event per master, each with its name. Redlock
+// returns once a quorum granted: a frozen master's call ends after the
+// span did, so it is not on the span, but it is counted under its name.
+func TestOtelRedlockNodeEvents(t *testing.T) {
+	r := newBareRig(t)
+	srvs := []*redistest.Server{r.srv, redistest.Start(t), redistest.Start(t)}
+	var nodes []dlm.Node
+	for i, srv := range srvs {
+		nodes = append(nodes, dlmotel.WrapNode(goredis.New(srv.Client(t)), "master-"+strconv.Itoa(i), dlmotel.WithMeterProvider(r.mp)))
+	}
+	s, err := strategy.NewRedlock(nodes, strategy.WithTimeout(100*time.Millisecond))
+	require.NoError(t, err)
+	obs, err := dlmotel.New(dlmotel.WithMeterProvider(r.mp), dlmotel.WithTracerProvider(r.tp))
+	require.NoError(t, err)
+	m, err := dlm.New(s, dlm.WithObserver(obs))
+	require.NoError(t, err)
+	ctx := context.Background()
+
+	l, err := m.Lock(ctx, "k")
+	require.NoError(t, err)
+	require.NoError(t, l.Unlock(ctx))
+	srvs[2].Freeze(t)
+	l, err = m.Lock(ctx, "k") // a quorum of two
+	require.NoError(t, err)
+	require.NoError(t, l.Unlock(ctx))
+	time.Sleep(200 * time.Millisecond) // past the per-node timeout
+	srvs[2].Thaw(t)
+
+	spans := r.lockSpans()
+	require.Len(t, spans, 2)
+	for i, s := range spans {
+		failed := map[string]string{}
+		for _, e := range nodeEvents(s) {
+			failed[eventAttr(e, "dlm.node")] = eventAttr(e, "dlm.failed")
+		}
+		want := map[string]string{"master-0": "0", "master-1": "0", "master-2": "0"}
+		if i == 1 {
+			delete(want, "master-2")
+		}
+		assert.Equal(t, want, failed, "span %d: failed calls by master", i)
+	}
+	t.Logf("master-2's errors: %d timeout, %d canceled, %d other",
+		r.count(t, dlmotel.NodeErrors, map[string]string{"dlm.node": "master-2", "error.type": "timeout"}),
+		r.count(t, dlmotel.NodeErrors, map[string]string{"dlm.node": "master-2", "error.type": "canceled"}),
+		r.count(t, dlmotel.NodeErrors, map[string]string{"dlm.node": "master-2", "error.type": "other"}))
+	assert.GreaterOrEqual(t, r.count(t, dlmotel.NodeErrors, map[string]string{"dlm.node": "master-2"}), int64(1))
+	assert.Zero(t, r.count(t, dlmotel.NodeErrors, map[string]string{"dlm.node": "master-0"}))
+}

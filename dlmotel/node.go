@@ -44,6 +44,10 @@ var (
 // that caller's calls, to each caller's span (dlm.batch says how many
 // callers shared the round trip).
 //
+// A call that ends after its span did (Redlock returns once a quorum
+// granted; a slow master's call ends later) adds no event, for an ended
+// span takes none; its error is counted all the same.
+//
 // A NOSCRIPT reply is not counted as an error: the script is then sent
 // whole, as the module does routinely. The wrapper keeps n's routing
 // (nodekit.Router) and its name in errors (fmt.Stringer; name when n has
