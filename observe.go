@@ -45,7 +45,9 @@ type Observer interface {
 	//
 	// With an Observer the Manager watches every lease's end with a timer
 	// (as Lock.Context does), so that a lock that runs out while nobody
-	// looks is reported when it does.
+	// looks is reported when it does; an Unlock that finds the validity
+	// run out before that timer ran reports Lost too (and the Lock's
+	// context ends with ErrLost, as its Err would have said).
 	Lost(key string, cause error, held time.Duration)
 	// Released is called when the Unlock call that ended a lease returns,
 	// with its error; held is the time from the start of the attempt that
