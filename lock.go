@@ -280,15 +280,16 @@ func (l *Lock) Unlock(ctx context.Context) error {
 		return fmt.Errorf("%w: %q was already unlocked", ErrNotHeld, l.key)
 	}
 	o := l.m.o.observer
+	var held time.Duration
 	if o != nil {
 		// The context would say the lease was lost if asked now; say
 		// so to the Observer too, rather than that Unlock ended it.
 		l.expireLocked()
+		held = time.Since(l.base)
 	}
 	ending := l.ended == nil // this call ends the lease: report it
 	l.endLocked(ErrUnlocked)
 	l.mu.Unlock()
-	held := time.Since(l.base)
 	l.m.renewer.remove(l)
 	err := l.m.s.Release(ctx, l.key, l.token)
 	if err == nil || errors.Is(err, ErrNotHeld) {
