@@ -56,23 +56,12 @@ func runCandidate(c candidate) int {
 
 func newElection(t testing.TB, client *redis.Client, name string, ttl time.Duration, opts ...dlm.Option) *Election {
 	single, err := strategy.NewSingle(goredis.New(client))
-	must(t, err)
+	redistest.Must(t, err)
 	m, err := dlm.New(single, append([]dlm.Option{dlm.WithTTL(ttl)}, opts...)...)
-	must(t, err)
+	redistest.Must(t, err)
 	e, err := New(m, name)
-	must(t, err)
+	redistest.Must(t, err)
 	return e
-}
-
-func must(t testing.TB, err error) {
-	if err == nil {
-		return
-	}
-	if t == nil {
-		panic(err)
-	}
-	t.Helper()
-	t.Fatal(err)
 }
 
 // startCandidate starts a candidate process whose elections arrive on

@@ -76,23 +76,12 @@ func runChild(spec childSpec) int {
 // newFair returns a FairLock on key over the single strategy, with TTL ttl.
 func newFair(t testing.TB, client *redis.Client, key string, ttl time.Duration) *FairLock {
 	single, err := strategy.NewSingle(goredis.New(client))
-	must(t, err)
+	redistest.Must(t, err)
 	m, err := dlm.New(single, dlm.WithTTL(ttl))
-	must(t, err)
+	redistest.Must(t, err)
 	f, err := New(m, key)
-	must(t, err)
+	redistest.Must(t, err)
 	return f
-}
-
-func must(t testing.TB, err error) {
-	if err == nil {
-		return
-	}
-	if t == nil {
-		panic(err)
-	}
-	t.Helper()
-	t.Fatal(err)
 }
 
 // startChild starts a waiter process.

@@ -57,3 +57,16 @@ func StartChild(t testing.TB, spec any) (*exec.Cmd, io.Reader) {
 	})
 	return cmd, out
 }
+
+// Must fails t when err is not nil, or panics when t is nil (in a child
+// process started by StartChild, which has no testing.TB).
+func Must(t testing.TB, err error) {
+	if err == nil {
+		return
+	}
+	if t == nil {
+		panic(err)
+	}
+	t.Helper()
+	t.Fatal(err)
+}
