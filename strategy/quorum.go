@@ -86,7 +86,7 @@ func (s *Redlock) round(ctx context.Context, op string, script *nodekit.Script, 
 	r.ctx, r.cancel = context.WithTimeout(ctx, timeout)
 	r.running.Store(int32(len(nodes)))
 	for _, i := range nodes {
-		go r.call(i)
+		s.workers.run(func() { r.call(i) })
 	}
 	return r
 }

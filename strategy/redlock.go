@@ -61,6 +61,7 @@ type Redlock struct {
 	publish  string        // release.lua's ARGV[2], shared by every node; "" when they differ
 	latency  latency
 	distinct distinct
+	workers  workers // run a round's node calls
 }
 
 var _ dlm.Strategy = (*Redlock)(nil)
@@ -87,12 +88,13 @@ func NewRedlock(nodes []dlm.Node, opts ...Option) (*Redlock, error) {
 		return nil, fmt.Errorf("%w: NewRedlock: no nodes", dlm.ErrInvalid)
 	}
 	s := &Redlock{
-		nodes:  append([]dlm.Node(nil), nodes...),
-		names:  make([]string, len(nodes)),
-		all:    make([]int, len(nodes)),
-		quorum: len(nodes)/2 + 1,
-		cfg:    defaultConfig(),
-		slow:   make([]atomic.Bool, len(nodes)),
+		nodes:   append([]dlm.Node(nil), nodes...),
+		names:   make([]string, len(nodes)),
+		all:     make([]int, len(nodes)),
+		quorum:  len(nodes)/2 + 1,
+		cfg:     defaultConfig(),
+		slow:    make([]atomic.Bool, len(nodes)),
+		workers: newWorkers(),
 	}
 	s.latency.est = make([]atomic.Int64, len(nodes))
 	s.cfg.timeout = DefaultNodeTimeout

@@ -40,13 +40,17 @@ import (
 var scriptFS embed.FS
 
 // mustScript returns the embedded script file name, after the files of
-// prelude (a script reading a lock's value starts with "held.lua").
+// prelude (a script reading a lock's value starts with "held.lua") and,
+// unless the file has one of its own, the line coalesce.BodyMark.
 func mustScript(name string, prelude ...string) *nodekit.Script {
 	var src []byte
-	for _, n := range append(prelude, name) {
+	for i, n := range append(prelude, name) {
 		b, err := scriptFS.ReadFile("scripts/" + n)
 		if err != nil {
 			panic(err) // the file is embedded at build time
+		}
+		if i == len(prelude) && !strings.Contains(string(b), coalesce.BodyMark) {
+			src = append(src, coalesce.BodyMark...)
 		}
 		src = append(src, b...)
 	}
@@ -147,7 +151,7 @@ func (c *config) coalesced(node dlm.Node) dlm.Node {
 	if c.alone {
 		return node
 	}
-	return coalesce.New(node, 0)
+	return coalesce.New(node, 0, acquireScript, extendScript, releaseScript)
 }
 
 func applyOptions(c *config, opts []Option) error {

@@ -42,7 +42,8 @@ const maxBatch = 512
 type Node struct {
 	dlm.Node
 	inFlight int
-	waits    bool // RunWait calls may be coalesced: the node routes every call to one server
+	waits    bool    // RunWait calls may be coalesced: the node routes every call to one server
+	merge    *merger // nil: nothing merges
 
 	mu    sync.Mutex
 	busy  int       // runs in flight (beyond inFlight after a spill)
@@ -53,12 +54,14 @@ type Node struct {
 }
 
 // New returns a Node that coalesces node's calls, with at most inFlight
-// runs in flight (DefaultInFlight when inFlight < 1).
-func New(node dlm.Node, inFlight int) *Node {
+// runs in flight (DefaultInFlight when inFlight < 1), and merges calls of
+// the scripts given (see merge.go) where node's routing allows.
+func New(node dlm.Node, inFlight int, merge ...*nodekit.Script) *Node {
 	if inFlight < 1 {
 		inFlight = DefaultInFlight
 	}
-	return &Node{Node: node, inFlight: inFlight, waits: nodekit.RoutingOf(node) == nodekit.RoutingOneServer}
+	routing := nodekit.RoutingOf(node)
+	return &Node{Node: node, inFlight: inFlight, waits: routing == nodekit.RoutingOneServer, merge: newMerger(routing, merge)}
 }
 
 // Routing implements nodekit.Router: the node beneath's.
@@ -154,6 +157,14 @@ func (n *Node) send(ctx context.Context, calls []dlm.Call, w *dlm.Wait) (dlm.Ack
 		avg := n.runTime.Load()
 		n.runTime.Store(avg + (int64(time.Since(start))-avg)/8) // races lose an update, no more
 	}(time.Now())
+	if n.merge == nil || len(calls) < 2 {
+		return n.runOn(ctx, calls, w)
+	}
+	return n.merge.runMerged(ctx, calls, w != nil, func(calls []dlm.Call) (dlm.Acks, error) { return n.runOn(ctx, calls, w) })
+}
+
+// runOn runs calls, and w's wait when w is not nil, on the node beneath.
+func (n *Node) runOn(ctx context.Context, calls []dlm.Call, w *dlm.Wait) (dlm.Acks, error) {
 	if w == nil {
 		n.Node.Run(ctx, calls)
 		return dlm.Acks{}, nil

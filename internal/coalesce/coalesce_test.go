@@ -28,7 +28,7 @@ var incr = nodekit.NewScript("return {tonumber(ARGV[1]), redis.call('INCR', KEYS
 func newNode(t *testing.T, addr string, inFlight int) *coalesce.Node {
 	c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 64, ContextTimeoutEnabled: true, MaxRetries: -1})
 	t.Cleanup(func() { _ = c.Close() })
-	return coalesce.New(goredis.New(c), inFlight)
+	return coalesce.New(goredis.New(c), inFlight, incr)
 }
 
 // warm loads incr into the server's script cache (so that each call below
@@ -175,7 +175,7 @@ func TestWaitsGoTogether(t *testing.T) {
 	topo := redistest.StartReplicated(t, redistest.ReplicatedOptions{Replicas: 1})
 	c := redis.NewClient(&redis.Options{Addr: topo.Primary.Addr, PoolSize: 64})
 	defer c.Close()
-	n := coalesce.New(goredis.New(c), 1)
+	n := coalesce.New(goredis.New(c), 1, incr)
 	ctx := context.Background()
 	w := dlm.Wait{Replicas: 1, Timeout: 300 * time.Millisecond}
 	_, acks, err := incr.RunWait(ctx, n, w, []string{"warm"}, "0")

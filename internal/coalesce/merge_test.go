@@ -1,0 +1,169 @@
+package coalesce_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/driver/goredis"
+	"github.com/dlmgo/dlm/internal/coalesce"
+	"github.com/dlmgo/dlm/internal/redistest"
+	"github.com/dlmgo/dlm/nodekit"
+)
+
+// spy is a node that records the calls of every Run that reaches it, and
+// says it routes as the node beneath.
+type spy struct {
+	dlm.Node
+	mu   sync.Mutex
+	runs [][]dlm.Call
+}
+
+func (s *spy) Routing() nodekit.Routing { return nodekit.RoutingOf(s.Node) }
+
+func (s *spy) Run(ctx context.Context, calls []dlm.Call) {
+	s.mu.Lock()
+	s.runs = append(s.runs, append([]dlm.Call(nil), calls...))
+	s.mu.Unlock()
+	s.Node.Run(ctx, calls)
+}
+
+// fails raises a server error for the argument "boom" (INCR of a string),
+// and otherwise replies like incr, from a prelude function.
+var fails = nodekit.NewScript(`local function count(key) return redis.call('INCR', key) end
+` + coalesce.BodyMark + `if ARGV[1] == 'boom' then
+  redis.call('SET', KEYS[1], 'text')
+end
+return {tonumber(ARGV[1]) or -7, count(KEYS[1])}`)
+
+func mergingNode(t *testing.T, addr string, scripts ...*nodekit.Script) (*coalesce.Node, *spy) {
+	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { _ = c.Close() })
+	s := &spy{Node: goredis.New(c)}
+	return coalesce.New(s, 0, scripts...), s
+}
+
+// Calls of one script in one Run go as one batch call, each with its own
+// reply; the batch script goes by EVAL until the server has it, then by
+// EVALSHA, and by EVAL again once after the server lost it.
+func TestMergedCallsKeepTheirReplies(t *testing.T) {
+	srv := redistest.Start(t)
+	n, sp := mergingNode(t, srv.Addr, incr)
+	for round := 1; round <= 2; round++ {
+		calls := make([]dlm.Call, 20)
+		for i := range calls {
+			calls[i] = dlm.Call{Keys: []string{fmt.Sprint("m", i%5)}, Args: []string{strconv.Itoa(i)}}
+		}
+		incr.RunMany(context.Background(), n, calls)
+		for i, c := range calls {
+			require.NoError(t, c.Err, "call %d", i)
+			// Keys m0..m4 are each counted four times a round, in call order.
+			assert.Equal(t, []int64{int64(i), int64(4*(round-1) + i/5 + 1)}, c.Reply, "call %d", i)
+		}
+	}
+	require.NoError(t, srv.Client(t).ScriptFlush(context.Background()).Err())
+	calls := []dlm.Call{{Keys: []string{"m0"}, Args: []string{"7"}}, {Keys: []string{"m1"}, Args: []string{"8"}}}
+	incr.RunMany(context.Background(), n, calls)
+	assert.Equal(t, []int64{7, 9}, calls[0].Reply)
+	assert.Equal(t, []int64{8, 9}, calls[1].Reply)
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	// Round 1 by EVAL, round 2 by EVALSHA; after the flush: EVALSHA (NOSCRIPT), then EVAL.
+	require.Len(t, sp.runs, 4)
+	for i, r := range sp.runs {
+		assert.Len(t, r, 1, "run %d: the calls merged into one", i)
+		assert.Equal(t, i%3 == 0, r[0].Source != "", "run %d by EVAL", i)
+	}
+	assert.Len(t, sp.runs[0][0].Keys, 20)
+}
+
+// A call that raises an error inside a batch gets the server's error, sent
+// again by itself; the others keep their replies. Calls of other scripts,
+// and with other key or argument counts, are not merged with them.
+func TestMergedCallErrsAlone(t *testing.T) {
+	srv := redistest.Start(t)
+	n, sp := mergingNode(t, srv.Addr, fails, incr)
+	calls := []dlm.Call{
+		{SHA1: fails.SHA1(), Keys: []string{"a"}, Args: []string{"1"}},
+		{SHA1: fails.SHA1(), Keys: []string{"b"}, Args: []string{"boom"}},
+		{SHA1: incr.SHA1(), Keys: []string{"c"}, Args: []string{"3"}},
+		{SHA1: fails.SHA1(), Keys: []string{"d"}, Args: []string{"4"}},
+		{SHA1: fails.SHA1(), Keys: []string{"e"}, Args: []string{"5", "extra"}},
+		{SHA1: incr.SHA1(), Keys: []string{"f"}, Args: []string{"6"}},
+	}
+	for i := range calls {
+		calls[i].Source = "" // by SHA1, as nodekit sends them
+	}
+	loadAll(t, srv, n, fails, incr)
+	sp.mu.Lock()
+	sp.runs = nil
+	sp.mu.Unlock()
+	n.Run(context.Background(), calls)
+	assert.Equal(t, []int64{1, 1}, calls[0].Reply)
+	require.Error(t, calls[1].Err)
+	assert.Contains(t, calls[1].Err.Error(), "not an integer")
+	assert.Equal(t, []int64{3, 1}, calls[2].Reply)
+	assert.Equal(t, []int64{4, 1}, calls[3].Reply)
+	assert.Equal(t, []int64{5, 1}, calls[4].Reply)
+	assert.Equal(t, []int64{6, 1}, calls[5].Reply)
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	require.Len(t, sp.runs, 2, "the batches, then the failed call by itself")
+	assert.Len(t, sp.runs[0], 3, "fails×3 merged, incr×2 merged, fails with two arguments alone")
+	assert.Len(t, sp.runs[1], 1)
+	assert.Equal(t, []string{"b"}, sp.runs[1][0].Keys)
+}
+
+// loadAll makes the server cache the scripts and their batch forms.
+func loadAll(t *testing.T, srv *redistest.Server, n *coalesce.Node, scripts ...*nodekit.Script) {
+	for _, s := range scripts {
+		_, err := s.Run(context.Background(), n, []string{"load"}, "0")
+		require.NoError(t, err)
+		calls := []dlm.Call{{Keys: []string{"load"}, Args: []string{"0"}}, {Keys: []string{"load"}, Args: []string{"0"}}}
+		s.RunMany(context.Background(), n, calls)
+		for _, c := range calls {
+			require.NoError(t, c.Err)
+		}
+	}
+	require.NoError(t, srv.Client(t).Del(context.Background(), "load").Err())
+}
+
+// On a Cluster node reached by a client of one server, calls of keys in
+// different slots are refused together (CROSSSLOT): each is sent again by
+// itself, and from then on the node merges only calls of one slot.
+func TestMergedCallsAcrossSlotsOnAClusterNode(t *testing.T) {
+	srv := redistest.StartCluster(t, 1)[0]
+	n, sp := mergingNode(t, srv.Addr, incr)
+	run := func(keys ...string) {
+		calls := make([]dlm.Call, len(keys))
+		for i, k := range keys {
+			calls[i] = dlm.Call{Keys: []string{k}, Args: []string{strconv.Itoa(i)}}
+		}
+		incr.RunMany(context.Background(), n, calls)
+		for i, c := range calls {
+			require.NoError(t, c.Err, "call %d", i)
+			assert.Equal(t, int64(i), c.Reply[0], "call %d", i)
+		}
+	}
+	runs := func() [][]dlm.Call {
+		sp.mu.Lock()
+		defer sp.mu.Unlock()
+		return sp.runs
+	}
+	run("{x}1", "{y}2", "{x}3")
+	first := runs()
+	require.GreaterOrEqual(t, len(first), 2)
+	assert.Len(t, first[0], 1, "one batch")
+	assert.Len(t, first[1], 3, "refused with CROSSSLOT: sent again one by one")
+	run("{x}1", "{y}2", "{x}3")
+	second := runs()[len(first)]
+	require.Len(t, second, 2, "{x} merged, {y} alone")
+	assert.Equal(t, []string{"{x}1", "{x}3"}, second[0].Keys)
+}
