@@ -135,9 +135,10 @@ func WithMaxTTL(d time.Duration) Option {
 // WithCoalescing(false) sends every call to a node by itself. By default
 // concurrent calls bound for one node — acquisitions, extensions and
 // releases of any keys, from any goroutine — go out together while earlier
-// calls are in flight: one pipelined round trip, over any driver. An
-// uncontended call never waits for company. Turn it off only to measure
-// what it gains.
+// calls are in flight: one pipelined round trip, over any driver, in which
+// the calls of one script bound for one server (nodekit.Router says which)
+// run as one script invocation. An uncontended call never waits for
+// company. Turn it off only to measure what it gains.
 func WithCoalescing(on bool) Option {
 	return func(c *config) error {
 		c.alone = !on

@@ -8,7 +8,8 @@
 // calls arrived during one round trip). On a node that routes every call
 // to one server (nodekit.RoutingOneServer), RunWait calls with the same
 // Wait are coalesced likewise: their calls, then one WAIT that covers them
-// all.
+// all. Calls of the scripts New was given are merged where the node's
+// routing allows: see merge.go.
 //
 // Each caller keeps its own deadline: a caller whose context ends while its
 // calls wait or are in flight returns at once, its calls failed with the
