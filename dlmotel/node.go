@@ -125,20 +125,21 @@ func (n *Node) report(ctx context.Context, op string, calls []dlm.Call, err erro
 		n.count(ctx, err) // the wait failed, not the calls
 	}
 	batch := 0
-	coalesce.Callers(ctx, func(context.Context, int) { batch++ })
-	if coalesce.Callers(ctx, func(cctx context.Context, k int) {
-		part := calls[:min(k, len(calls))]
-		calls = calls[len(part):]
+	coalesce.Callers(ctx, func(context.Context, int, []int) { batch++ })
+	if coalesce.Callers(ctx, func(cctx context.Context, own int, carried []int) {
+		if own == 0 {
+			return // none of this caller's calls in this run
+		}
 		pf, pfirst := 0, err
-		for i := range part {
-			if e := part[i].Err; e != nil && !errors.Is(e, dlm.ErrNoScript) {
+		for _, i := range carried {
+			if e := calls[i].Err; e != nil && !errors.Is(e, dlm.ErrNoScript) {
 				pf++
 				if pfirst == nil {
 					pfirst = e
 				}
 			}
 		}
-		n.event(cctx, op, len(part), batch, pf, pfirst, start)
+		n.event(cctx, op, own, batch, pf, pfirst, start)
 	}) {
 		return
 	}

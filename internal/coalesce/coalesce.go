@@ -82,6 +82,11 @@ type waiter struct {
 	gone bool // the caller returned on its context: leave calls alone
 
 	batch []*waiter // of the first waiter of a batch: the batch's live waiters
+	// where, of the first waiter of a batch, maps each of the batch's
+	// calls, in the waiters' order, to the call that carries it in the Run
+	// under way (merging puts several in one; −1: not in this Run); nil
+	// while the Run carries each call itself, in order.
+	where []int
 }
 
 // Run implements dlm.Node.
@@ -161,7 +166,13 @@ func (n *Node) send(ctx context.Context, calls []dlm.Call, w *dlm.Wait) (dlm.Ack
 	if n.merge == nil || len(calls) < 2 {
 		return n.runOn(ctx, calls, w)
 	}
-	return n.merge.runMerged(ctx, calls, w != nil, func(calls []dlm.Call) (dlm.Acks, error) { return n.runOn(ctx, calls, w) })
+	root, _ := ctx.Value(callersKey{}).(*batchRoot)
+	return n.merge.runMerged(ctx, calls, w != nil, func(sent []dlm.Call, where []int) (dlm.Acks, error) {
+		if root != nil {
+			root.where = where // read by Callers during the Run; Runs of a batch are sequential
+		}
+		return n.runOn(ctx, sent, w)
+	})
 }
 
 // runOn runs calls, and w's wait when w is not nil, on the node beneath.
@@ -337,15 +348,38 @@ func (*batchRoot) String() string { return "coalesce.batch" }
 
 // Callers reports whether ctx is the context of a coalesced Run or RunWait,
 // and then calls f, in order, for each caller whose calls it carries, with
-// the caller's context and how many of the batch's calls, which follow the
-// previous caller's, are its own. A caller's context may have ended.
-func Callers(ctx context.Context, f func(ctx context.Context, calls int)) bool {
+// the caller's context, how many of its calls the Run carries, and the
+// indexes, in the Run's calls, of the calls that carry them (one call may
+// carry several callers' calls: see merge.go). A caller's context may have
+// ended.
+func Callers(ctx context.Context, f func(ctx context.Context, own int, calls []int)) bool {
 	r, ok := ctx.Value(callersKey{}).(*batchRoot)
 	if !ok {
 		return false
 	}
+	at := 0
 	for _, w := range r.batch {
-		f(w.ctx, len(w.calls))
+		var idx []int
+		for j := at; j < at+len(w.calls); j++ {
+			k := j
+			if r.where != nil {
+				k = r.where[j]
+			}
+			if k >= 0 && (len(idx) == 0 || idx[len(idx)-1] != k) {
+				idx = append(idx, k)
+			}
+		}
+		own := len(w.calls)
+		if r.where != nil {
+			own = 0
+			for _, k := range r.where[at : at+len(w.calls)] {
+				if k >= 0 {
+					own++
+				}
+			}
+		}
+		at += len(w.calls)
+		f(w.ctx, own, idx)
 	}
 	return true
 }

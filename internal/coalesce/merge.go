@@ -104,9 +104,6 @@ type groupKey struct {
 // plan returns the calls to send for calls, and the groups merged among
 // them; it returns calls itself when nothing merges.
 func (m *merger) plan(calls []dlm.Call) ([]dlm.Call, []group) {
-	if len(calls) < 2 {
-		return calls, nil
-	}
 	bySlot := m.slots || m.crossSlots.Load()
 	var idx map[groupKey]int // → index in groups
 	var groups []group
@@ -171,19 +168,46 @@ func (m *merger) plan(calls []dlm.Call) ([]dlm.Call, []group) {
 
 // runMerged runs calls through run (the node's Run, or, when waits is set,
 // its RunWait with one wait), merging what it can, and sets every call's
-// Reply or Err. Calls sent again go through run too; the acknowledgements
+// Reply or Err. run gets the calls to send and where each of calls went
+// among them (−1: not sent in this run; nil: each sent itself, in order). Calls sent again go through run too; the acknowledgements
 // returned are then the least of the runs', and the error the first run's
 // when it had one (a RunWait's caller then undoes its calls). A batch that
 // met NOSCRIPT is sent again by EVAL after a Run; after a RunWait its
 // calls fail with NOSCRIPT, which their callers handle (nodekit.Script).
-func (m *merger) runMerged(ctx context.Context, calls []dlm.Call, waits bool, run func([]dlm.Call) (dlm.Acks, error)) (dlm.Acks, error) {
+func (m *merger) runMerged(ctx context.Context, calls []dlm.Call, waits bool, run func(sent []dlm.Call, where []int) (dlm.Acks, error)) (dlm.Acks, error) {
 	sent, groups := m.plan(calls)
 	if groups == nil {
-		return run(calls)
+		return run(calls, nil)
 	}
-	acks, err := run(sent)
-	again := func(cs []dlm.Call) {
-		a, e := run(cs)
+	where := make([]int, len(calls))
+	j := len(groups)
+	for i := range where {
+		where[i] = -1
+	}
+	for gi, g := range groups {
+		for _, i := range g.members {
+			where[i] = gi
+		}
+	}
+	for i := range where {
+		if where[i] < 0 {
+			where[i], j = j, j+1
+		}
+	}
+	acks, err := run(sent, where)
+	// again sends cs, which carry the calls of calls listed in of (one list
+	// per call of cs).
+	again := func(cs []dlm.Call, of [][]int) {
+		w := make([]int, len(calls))
+		for i := range w {
+			w[i] = -1
+		}
+		for k, is := range of {
+			for _, i := range is {
+				w[i] = k
+			}
+		}
+		a, e := run(cs, w)
 		acks.Replicas, acks.Local = min(acks.Replicas, a.Replicas), acks.Local && a.Local
 		if err == nil {
 			err = e
@@ -203,11 +227,13 @@ func (m *merger) runMerged(ctx context.Context, calls []dlm.Call, waits bool, ru
 	}
 	if len(loads) > 0 {
 		cs := make([]dlm.Call, len(loads))
+		of := make([][]int, len(loads))
 		for j, gi := range loads {
 			c := sent[groups[gi].sent]
 			cs[j] = dlm.Call{Source: groups[gi].batch.Source(), Keys: c.Keys, Args: c.Args}
+			of[j] = groups[gi].members
 		}
-		again(cs)
+		again(cs, of)
 		for j, gi := range loads {
 			sent[groups[gi].sent].Reply, sent[groups[gi].sent].Err = cs[j].Reply, cs[j].Err
 		}
@@ -219,11 +245,9 @@ func (m *merger) runMerged(ctx context.Context, calls []dlm.Call, waits bool, ru
 			inGroup[i] = true
 		}
 	}
-	j := len(groups)
 	for i := range calls {
 		if !inGroup[i] {
-			calls[i].Reply, calls[i].Err = sent[j].Reply, sent[j].Err
-			j++
+			calls[i].Reply, calls[i].Err = sent[where[i]].Reply, sent[where[i]].Err
 		}
 	}
 	var retry []int // calls to send again by themselves
@@ -260,10 +284,12 @@ func (m *merger) runMerged(ctx context.Context, calls []dlm.Call, waits bool, ru
 	}
 	if len(retry) > 0 && ctx.Err() == nil {
 		cs := make([]dlm.Call, len(retry))
+		of := make([][]int, len(retry))
 		for j, i := range retry {
 			cs[j] = dlm.Call{SHA1: calls[i].SHA1, Source: calls[i].Source, Keys: calls[i].Keys, Args: calls[i].Args}
+			of[j] = []int{i}
 		}
-		again(cs)
+		again(cs, of)
 		for j, i := range retry {
 			calls[i].Reply, calls[i].Err = cs[j].Reply, cs[j].Err
 		}
