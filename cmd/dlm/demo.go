@@ -101,7 +101,11 @@ func parseDemoFlags(args []string, stderr io.Writer) (*demoFlags, int) {
 	fs.IntVar(&f.workers, "workers", 8, "concurrent workers")
 	fs.DurationVar(&f.duration, "duration", 3*time.Second, "how long the workers run")
 	fs.DurationVar(&f.hold, "hold", time.Millisecond, "how long each worker holds the lock")
-	fs.DurationVar(&f.ttl, "ttl", 5*time.Second, "lock TTL (with --url/--config: when the config sets no ttl)")
+	// A short TTL: a node may run an acquisition after its caller gave up on
+	// it, and the grant left there holds that node until the TTL ends; once
+	// two of five nodes stop, every remaining node is needed, so a 5s TTL
+	// could stall the rest of a 5s run (seen under CI load).
+	fs.DurationVar(&f.ttl, "ttl", time.Second, "lock TTL (with --url/--config: when the config sets no ttl)")
 	fs.StringVar(&f.key, "key", "dlm-demo", "lock key")
 	if err := fs.Parse(args); err != nil {
 		return nil, parseExit(err)

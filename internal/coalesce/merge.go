@@ -22,9 +22,10 @@ import (
 // migration), is sent again by itself, so its caller sees the server's own
 // reply.
 //
-// Merging may reorder calls of different scripts within one Run: callers
-// must not send, in one Run, calls whose order matters unless they are
-// calls of one script.
+// Merged calls go ahead of the calls sent by themselves, so only the first
+// call of each key in a Run may merge: every key's calls keep their order
+// (an undo's release must not overtake its acquisition). Calls of different
+// keys may be reordered.
 
 // BodyMark is a line that may part a merged script's source: the prelude
 // before it (local functions, defined once per batch), the body after it
@@ -107,8 +108,16 @@ func (m *merger) plan(calls []dlm.Call) ([]dlm.Call, []group) {
 	bySlot := m.slots || m.crossSlots.Load()
 	var idx map[groupKey]int // → index in groups
 	var groups []group
+	seen := make(map[string]struct{}, len(calls))
 	for i, c := range calls {
-		if c.SHA1 == "" || len(c.Keys) == 0 || m.batch[c.SHA1] == nil {
+		if len(c.Keys) == 0 {
+			continue
+		}
+		if _, again := seen[c.Keys[0]]; again {
+			continue // not moved ahead of an earlier call of its key
+		}
+		seen[c.Keys[0]] = struct{}{}
+		if c.SHA1 == "" || m.batch[c.SHA1] == nil {
 			continue
 		}
 		k := groupKey{sha: c.SHA1, nk: len(c.Keys), na: len(c.Args), slot: -1}

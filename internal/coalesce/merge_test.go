@@ -59,20 +59,19 @@ func TestMergedCallsKeepTheirReplies(t *testing.T) {
 	for round := 1; round <= 2; round++ {
 		calls := make([]dlm.Call, 20)
 		for i := range calls {
-			calls[i] = dlm.Call{Keys: []string{fmt.Sprint("m", i%5)}, Args: []string{strconv.Itoa(i)}}
+			calls[i] = dlm.Call{Keys: []string{fmt.Sprint("m", i)}, Args: []string{strconv.Itoa(i)}}
 		}
 		incr.RunMany(context.Background(), n, calls)
 		for i, c := range calls {
 			require.NoError(t, c.Err, "call %d", i)
-			// Keys m0..m4 are each counted four times a round, in call order.
-			assert.Equal(t, []int64{int64(i), int64(4*(round-1) + i/5 + 1)}, c.Reply, "call %d", i)
+			assert.Equal(t, []int64{int64(i), int64(round)}, c.Reply, "call %d", i)
 		}
 	}
 	require.NoError(t, srv.Client(t).ScriptFlush(context.Background()).Err())
 	calls := []dlm.Call{{Keys: []string{"m0"}, Args: []string{"7"}}, {Keys: []string{"m1"}, Args: []string{"8"}}}
 	incr.RunMany(context.Background(), n, calls)
-	assert.Equal(t, []int64{7, 9}, calls[0].Reply)
-	assert.Equal(t, []int64{8, 9}, calls[1].Reply)
+	assert.Equal(t, []int64{7, 3}, calls[0].Reply)
+	assert.Equal(t, []int64{8, 3}, calls[1].Reply)
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
 	// Round 1 by EVAL, round 2 by EVALSHA; after the flush: EVALSHA (NOSCRIPT), then EVAL.
@@ -166,4 +165,32 @@ func TestMergedCallsAcrossSlotsOnAClusterNode(t *testing.T) {
 	second := runs()[len(first)]
 	require.Len(t, second, 2, "{x} merged, {y} alone")
 	assert.Equal(t, []string{"{x}1", "{x}3"}, second[0].Keys)
+}
+
+// Calls of one key keep their order when merging moves others ahead: only
+// the first call of each key merges.
+func TestMergedCallsKeepEachKeysOrder(t *testing.T) {
+	srv := redistest.Start(t)
+	n, sp := mergingNode(t, srv.Addr, incr, fails)
+	loadAll(t, srv, n, incr, fails)
+	sp.mu.Lock()
+	sp.runs = nil
+	sp.mu.Unlock()
+	// k is set to text by the second call and counted by the fourth,
+	// which must come after it and fail; a and b merge.
+	calls := []dlm.Call{
+		{SHA1: incr.SHA1(), Keys: []string{"a"}, Args: []string{"1"}},
+		{SHA1: fails.SHA1(), Keys: []string{"k"}, Args: []string{"boom"}},
+		{SHA1: incr.SHA1(), Keys: []string{"b"}, Args: []string{"3"}},
+		{SHA1: incr.SHA1(), Keys: []string{"k"}, Args: []string{"4"}},
+	}
+	n.Run(context.Background(), calls)
+	assert.Equal(t, []int64{1, 1}, calls[0].Reply)
+	require.Error(t, calls[1].Err, "INCR of a string")
+	assert.Equal(t, []int64{3, 1}, calls[2].Reply)
+	require.Error(t, calls[3].Err, "k counted after the call that made it text")
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	require.NotEmpty(t, sp.runs)
+	assert.Len(t, sp.runs[0], 3, "a+b merged; the calls of k by themselves, in order")
 }
