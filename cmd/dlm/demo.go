@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -101,17 +102,15 @@ func parseDemoFlags(args []string, stderr io.Writer) (*demoFlags, int) {
 	fs.IntVar(&f.workers, "workers", 8, "concurrent workers")
 	fs.DurationVar(&f.duration, "duration", 3*time.Second, "how long the workers run")
 	fs.DurationVar(&f.hold, "hold", time.Millisecond, "how long each worker holds the lock")
-	// A short TTL: a node may run an acquisition after its caller gave up on
-	// it, and the grant left there holds that node until the TTL ends; once
-	// two of five nodes stop, every remaining node is needed, so a 5s TTL
-	// could stall the rest of a 5s run (seen under CI load).
-	fs.DurationVar(&f.ttl, "ttl", time.Second, "lock TTL (with --url/--config: when the config sets no ttl)")
+	fs.DurationVar(&f.ttl, "ttl", 0, "lock TTL (default 1s on embedded nodes, 5s otherwise; with --url/--config: when the config sets no ttl)")
 	fs.StringVar(&f.key, "key", "dlm-demo", "lock key")
 	if err := fs.Parse(args); err != nil {
 		return nil, parseExit(err)
 	}
+	ttlGiven := false
+	fs.Visit(func(fl *flag.Flag) { ttlGiven = ttlGiven || fl.Name == "ttl" })
 	switch {
-	case f.workers < 1 || f.duration <= 0 || f.hold < 0 || f.ttl <= 0:
+	case f.workers < 1 || f.duration <= 0 || f.hold < 0 || ttlGiven && f.ttl <= 0:
 		fmt.Fprintln(stderr, "dlm demo: --workers must be at least 1, --duration and --ttl positive, --hold not negative")
 		return nil, 2
 	case f.nodeTimeout <= 0:
@@ -170,7 +169,7 @@ func (f *demoFlags) configured() (*demoSetup, error) {
 		header += fmt.Sprintf(", quorum %d, per-node timeout %v", len(cfg.Addrs)/2+1, time.Duration(cfg.Timeout))
 	}
 	if cfg.TTL == 0 {
-		cfg.TTL = config.Duration(f.ttl)
+		cfg.TTL = config.Duration(cmp.Or(f.ttl, demoTTL))
 	}
 	return &demoSetup{cfg: cfg, header: header}, nil
 }
@@ -213,7 +212,7 @@ func (f *demoFlags) byAddress() (*demoSetup, error) {
 	s := &demoSetup{}
 	if strat == "cluster" {
 		s.header = "dlm demo: single-instance strategy over the Redis Cluster at " + f.addr
-		s.cfg = config.Config{Strategy: "single", Cluster: true, Addrs: addrs, Timeout: config.Duration(time.Second), TTL: config.Duration(f.ttl)}
+		s.cfg = config.Config{Strategy: "single", Cluster: true, Addrs: addrs, Timeout: config.Duration(time.Second), TTL: config.Duration(cmp.Or(f.ttl, demoTTL))}
 		if err := s.cfg.Validate(); err != nil {
 			return nil, usageError{err}
 		}
@@ -228,12 +227,13 @@ func (f *demoFlags) byAddress() (*demoSetup, error) {
 			return nil, usagef("--stop %d: there are only %d nodes", s.toStop, n)
 		}
 	}
-	where := "Redis at " + f.addr
+	where, ttl := "Redis at "+f.addr, cmp.Or(f.ttl, demoTTL)
 	if len(addrs) == 0 {
 		if addrs, s.stoppers, err = startEmbeddedNodes(n); err != nil {
 			return nil, err
 		}
 		where = fmt.Sprintf("%d embedded Redis node%s (miniredis, in-process)", n, map[bool]string{true: "", false: "s"}[n == 1])
+		ttl = cmp.Or(f.ttl, embeddedTTL)
 	}
 	timeout := time.Second
 	s.header = "dlm demo: single-instance strategy over " + where
@@ -241,7 +241,7 @@ func (f *demoFlags) byAddress() (*demoSetup, error) {
 		timeout = f.nodeTimeout
 		s.header = fmt.Sprintf("dlm demo: Redlock strategy over %s, quorum %d, per-node timeout %v", where, quorum, f.nodeTimeout)
 	}
-	s.cfg = config.Config{Strategy: strat, Addrs: addrs, Timeout: config.Duration(timeout), TTL: config.Duration(f.ttl)}
+	s.cfg = config.Config{Strategy: strat, Addrs: addrs, Timeout: config.Duration(timeout), TTL: config.Duration(ttl)}
 	return s, nil
 }
 
@@ -348,6 +348,17 @@ func warmDial(ctx context.Context, ep config.Endpoint) (dlm.Node, io.Closer, err
 	}
 	return n, c, err
 }
+
+// The demo's TTL unless --ttl or the configuration gives one: demoTTL on
+// servers named by the user, embeddedTTL on embedded nodes, which is short
+// because a node may run an acquisition after its caller gave up on it and
+// the grant left there holds that node until the TTL ends: once two of five
+// nodes stop every remaining node is needed, and a 5s TTL could stall the
+// rest of a 5s run (seen under CI load).
+const (
+	demoTTL     = 5 * time.Second
+	embeddedTTL = time.Second
+)
 
 // startEmbedded starts an in-process Redis whose keys expire in real time.
 func startEmbedded() (addr string, stop func(), err error) {
