@@ -178,9 +178,10 @@ func (m *merger) plan(calls []dlm.Call) ([]dlm.Call, []group) {
 // runMerged runs calls through run (the node's Run, or, when waits is set,
 // its RunWait with one wait), merging what it can, and sets every call's
 // Reply or Err. run gets the calls to send and where each of calls went
-// among them (−1: not sent in this run; nil: each sent itself, in order). Calls sent again go through run too; the acknowledgements
-// returned are then the least of the runs', and the error the first run's
-// when it had one (a RunWait's caller then undoes its calls). A batch that
+// among them (−1: not sent in this run; nil: each sent itself, in order).
+// Calls sent again go through run too; the acknowledgements returned are
+// then the least of the runs', and the error the first run's when it had
+// one (a RunWait's caller then undoes its calls). A batch that
 // met NOSCRIPT is sent again by EVAL after a Run; after a RunWait its
 // calls fail with NOSCRIPT, which their callers handle (nodekit.Script).
 func (m *merger) runMerged(ctx context.Context, calls []dlm.Call, waits bool, run func(sent []dlm.Call, where []int) (dlm.Acks, error)) (dlm.Acks, error) {
@@ -247,15 +248,8 @@ func (m *merger) runMerged(ctx context.Context, calls []dlm.Call, waits bool, ru
 			sent[groups[gi].sent].Reply, sent[groups[gi].sent].Err = cs[j].Reply, cs[j].Err
 		}
 	}
-	// The calls sent unmerged follow the batches, in order.
-	inGroup := make([]bool, len(calls))
-	for _, g := range groups {
-		for _, i := range g.members {
-			inGroup[i] = true
-		}
-	}
 	for i := range calls {
-		if !inGroup[i] {
+		if where[i] >= len(groups) { // sent by itself
 			calls[i].Reply, calls[i].Err = sent[where[i]].Reply, sent[where[i]].Err
 		}
 	}
