@@ -69,13 +69,7 @@ func BenchmarkLockUnlock(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			redistest.BenchLockUnlock(b, func(ctx context.Context, key string) error {
-				l, err := m.TryLock(ctx, key)
-				if err != nil {
-					return err
-				}
-				return l.Unlock(ctx)
-			})
+			redistest.BenchLockUnlock(b, m)
 		})
 	}
 }

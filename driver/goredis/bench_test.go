@@ -1,7 +1,6 @@
 package goredis_test
 
 import (
-	"context"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -26,11 +25,5 @@ func BenchmarkLockUnlock(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	redistest.BenchLockUnlock(b, func(ctx context.Context, key string) error {
-		l, err := m.TryLock(ctx, key)
-		if err != nil {
-			return err
-		}
-		return l.Unlock(ctx)
-	})
+	redistest.BenchLockUnlock(b, m)
 }

@@ -2,6 +2,7 @@ package redistest
 
 import (
 	"context"
+	"github.com/dlmgo/dlm"
 	"runtime"
 	"strconv"
 	"sync/atomic"
@@ -13,12 +14,18 @@ import (
 // benchmark runs.
 const BenchGoroutines = 64
 
-// BenchLockUnlock runs two sub-benchmarks of lockUnlock, which takes and
-// releases one lock: "serial", on one key, and "parallel", from
-// BenchGoroutines goroutines (rounded down to a multiple of GOMAXPROCS)
-// on distinct keys. Both report allocations and
-// ops/s (lock+unlock pairs per second).
-func BenchLockUnlock(b *testing.B, lockUnlock func(ctx context.Context, key string) error) {
+// BenchLockUnlock runs two sub-benchmarks of m's TryLock and Unlock of one
+// lock: "serial", on one key, and "parallel", from BenchGoroutines
+// goroutines (rounded down to a multiple of GOMAXPROCS) on distinct keys.
+// Both report allocations and ops/s (lock+unlock pairs per second).
+func BenchLockUnlock(b *testing.B, m *dlm.Manager) {
+	lockUnlock := func(ctx context.Context, key string) error {
+		l, err := m.TryLock(ctx, key)
+		if err != nil {
+			return err
+		}
+		return l.Unlock(ctx)
+	}
 	b.Run("serial", func(b *testing.B) {
 		ctx := context.Background()
 		b.ReportAllocs()
