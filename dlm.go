@@ -189,6 +189,23 @@ type Strategy interface {
 	WatchRelease(ctx context.Context, key string, notify func()) (stop func(), err error)
 }
 
+// A Handoff is a Strategy that can pass a lock straight from its holder to
+// a new owner. When a lock is unlocked while Lock calls of the same Manager
+// wait for its key, the Manager hands it to the first of them with one
+// Handoff call instead of a Release followed by the waiter's Acquire, so
+// the waiter holds the lock within the Unlock's round trip.
+type Handoff interface {
+	Strategy
+	// Handoff takes key for token to as Acquire does, except that a lock
+	// token from holds counts as free: a successful Handoff ends from's
+	// lock and starts to's in one step, on every node where it succeeds,
+	// with a fence above from's, and leaves from holding key nowhere. When
+	// another owner holds key the error matches ErrNotAcquired, as
+	// Acquire's does. After a failed Handoff, from may still hold key on
+	// some nodes: the caller releases it.
+	Handoff(ctx context.Context, key, from, to string, ttl time.Duration) (Lease, error)
+}
+
 // A Lease is what a strategy grants.
 type Lease struct {
 	// Fence is the fencing token: strictly greater than the fence of every

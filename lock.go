@@ -269,7 +269,9 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 
 // Unlock releases the lock and ends its context with ErrUnlocked. When the
 // lock had already expired or been taken by someone else the error matches
-// ErrNotHeld. When the release fails for another reason (a node error) the
+// ErrNotHeld. When Lock calls of the same Manager wait for the key and the
+// strategy is a Handoff, the lock passes straight to the first of them
+// (see Lock). When the release fails for another reason (a node error) the
 // lock stays releasable and Unlock may be called again; the lease runs out at
 // its TTL in any case. Use a context that is still live, such as
 // context.WithoutCancel(ctx), when unlocking in a defer.
@@ -291,13 +293,18 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	l.endLocked(ErrUnlocked)
 	l.mu.Unlock()
 	l.m.renewer.remove(l)
-	err := l.m.s.Release(ctx, l.key, l.token)
+	err, handed := l.m.waits.handOff(ctx, l)
+	if !handed {
+		err = l.m.s.Release(ctx, l.key, l.token)
+	}
 	if err == nil || errors.Is(err, ErrNotHeld) {
 		l.mu.Lock()
 		l.released = true
 		l.mu.Unlock()
 	}
-	l.m.waits.releasedHere(l.key)
+	if !handed {
+		l.m.waits.releasedHere(l.key)
+	}
 	if o != nil && ending {
 		o.Released(l.key, held, err)
 	}

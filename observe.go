@@ -61,7 +61,8 @@ type Observer interface {
 type LockDone struct {
 	// Fence is the acquired lock's fencing token; 0 when Err is set.
 	Fence uint64
-	// Attempts is how many times the strategy's Acquire was called: 0 when
+	// Attempts is how many times the strategy's Acquire was called, with a
+	// hand-off to this call by an Unlock counted as one (see Lock): 0 when
 	// the context ended before the first attempt.
 	Attempts int
 	// Waited is the time from the start of the call to the start of its

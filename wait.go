@@ -3,6 +3,7 @@ package dlm
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -33,6 +34,14 @@ import (
 // notifies subscribers does not pick the same winner every time, and so
 // that attempts over slow nodes (which split the votes when they overlap)
 // follow each other.
+//
+// When this Manager unlocks a key its own Lock calls wait for, and the
+// strategy is a Handoff, the lock passes straight to the first waiter in
+// the Unlock's round trip, with a fence of its own, instead of being
+// released and taken again. So that waiters of other processes are not
+// shut out, a run of such hand-offs lasts at most the maximum retry delay
+// and is followed by a release, and there are none while other processes
+// contend for the key (see below).
 //
 // Notifications are only hints: the first waiter's wait is also bounded by
 // the holder's remaining TTL (as the strategy reports it, see RetryAfter),
@@ -77,6 +86,9 @@ func (m *Manager) lock(ctx context.Context, key string, st *lockStats) (*Lock, e
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
+		if won = w.handed(q, me, st); won != nil {
+			return won, nil
+		}
 		if try {
 			tryStart := time.Now()
 			l, err, done := m.attempt(ctx, key, &prev, st)
@@ -95,6 +107,9 @@ func (m *Manager) lock(ctx context.Context, key string, st *lockStats) (*Lock, e
 		case <-timer.C:
 			try = w.timedOut(q, me)
 		case <-ctx.Done():
+			if won = w.handed(q, me, st); won != nil {
+				return won, nil // handed over before ctx ended
+			}
 			return nil, m.giveUp(ctx, prev)
 		}
 	}
@@ -157,6 +172,8 @@ type waitQueue struct {
 	pending bool          // a release was announced while a waiter was trying
 	expires time.Time     // when the holder's lease ends, as last reported
 
+	handoffs time.Time // when the current run of hand-offs began
+
 	// Other processes contend for the key: a notified waiter lost the race,
 	// or this Manager's acquisitions skipped fences. Until then, each
 	// notification wakes the first waiter after a random delay, so that
@@ -171,6 +188,16 @@ type waiter struct {
 	wake     chan struct{} // buffered: a notification for this waiter
 	trying   bool          // woken, or attempting
 	notified bool          // woken by a notification
+	handing  bool          // an Unlock is handing the lock to this waiter
+	lock     *handedLock   // what the hand-off gave this waiter, not yet taken
+}
+
+// A handedLock is a lock an Unlock took for a waiter by a hand-off.
+type handedLock struct {
+	key   string
+	token string
+	start time.Time // of the Handoff call
+	lease Lease
 }
 
 // Cross-process fairness: how long contention is remembered, and the
@@ -203,7 +230,7 @@ func (w *waits) join(ctx context.Context, key string) (q *waitQueue, me *waiter,
 		q = &waitQueue{key: key, ready: make(chan struct{})}
 		w.q[key] = q
 	}
-	me = &waiter{wake: make(chan struct{}, 1)}
+	me = &waiter{wake: make(chan struct{}, 1), trying: creator}
 	q.waiters = append(q.waiters, me)
 	w.mu.Unlock()
 	if creator {
@@ -233,6 +260,11 @@ func (w *waits) leave(q *waitQueue, me *waiter, won *Lock) {
 	}
 	if won != nil {
 		q.pending = false // announced releases all came before this acquisition
+	} else if h := me.lock; h != nil {
+		// Handed the lock as ctx ended: give it back, and let the next
+		// waiter try.
+		me.lock = nil
+		go w.giveBack(h)
 	} else {
 		select {
 		case <-me.wake:
@@ -318,6 +350,105 @@ func (w *waits) wakeLocked(q *waitQueue) {
 	}
 }
 
+// handOff passes l's lock to the first waiter of its key, when there is
+// one and the strategy is a Handoff (see Lock for when it does not). handed
+// reports that it tried; err is then Unlock's error. When the hand-off
+// fails, l's lock is released and the waiter woken, as Unlock would have.
+func (w *waits) handOff(ctx context.Context, l *Lock) (err error, handed bool) {
+	h, ok := w.m.s.(Handoff)
+	if !ok {
+		return nil, false
+	}
+	q, me := w.handingTo(l.key)
+	if me == nil {
+		return nil, false
+	}
+	token := w.m.NewToken()
+	start := time.Now()
+	lease, err := h.Handoff(ctx, l.key, l.token, token, w.m.o.ttl)
+	w.mu.Lock()
+	me.handing = false
+	if err == nil && slices.Contains(q.waiters, me) {
+		me.lock = &handedLock{key: l.key, token: token, start: start, lease: lease}
+		select {
+		case me.wake <- struct{}{}:
+		default:
+		}
+		w.mu.Unlock()
+		return nil, true
+	}
+	me.trying = false
+	w.mu.Unlock()
+	if err == nil {
+		// The waiter gave up meanwhile.
+		go w.giveBack(&handedLock{key: l.key, token: token, start: start, lease: lease})
+		return nil, true
+	}
+	rerr := w.m.s.Release(ctx, l.key, l.token)
+	w.releasedHere(l.key)
+	if errors.Is(rerr, ErrNotHeld) && !errors.Is(err, ErrNotHeld) {
+		// The hand-off, not a lapsed lease, ended the lock, or may have:
+		// say why the hand-off failed.
+		rerr = fmt.Errorf("dlm: unlock of %q: hand-off to a waiter failed: %w", l.key, err)
+	}
+	return rerr, true
+}
+
+// handingTo picks the waiter of key that an Unlock hands the lock to: the
+// first, unless it is trying already, other processes contend for the key,
+// or the run of hand-offs has lasted the maximum retry delay (the next
+// Unlock then releases the lock, which lets other processes' waiters in).
+func (w *waits) handingTo(key string) (*waitQueue, *waiter) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	q := w.q[key]
+	if q == nil || len(q.waiters) == 0 {
+		return nil, nil
+	}
+	now := time.Now()
+	switch {
+	case now.Before(q.contended):
+		return nil, nil
+	case q.handoffs.IsZero():
+		q.handoffs = now
+	case now.Sub(q.handoffs) >= w.m.o.retryMax:
+		q.handoffs = time.Time{}
+		return nil, nil
+	}
+	me := q.waiters[0]
+	if me.trying {
+		return nil, nil
+	}
+	me.handing, me.trying = true, true
+	return q, me
+}
+
+// handed returns the lock a hand-off gave me, if any, as a Lock.
+func (w *waits) handed(q *waitQueue, me *waiter, st *lockStats) *Lock {
+	w.mu.Lock()
+	h := me.lock
+	me.lock = nil
+	w.mu.Unlock()
+	if h == nil {
+		return nil
+	}
+	if st != nil {
+		st.attempts++
+		st.last = h.start
+	}
+	return w.m.held(q.key, h.token, h.start, h.lease)
+}
+
+// giveBack releases a lock a hand-off took for a waiter that gave up, and
+// wakes the key's next waiter. It is bounded by the lock's TTL, after which
+// nothing is left to release.
+func (w *waits) giveBack(h *handedLock) {
+	ctx, cancel := context.WithDeadline(context.Background(), h.start.Add(w.m.o.ttl))
+	defer cancel()
+	_ = w.m.s.Release(ctx, h.key, h.token) // on failure the lock runs out at its TTL
+	w.releasedHere(h.key)
+}
+
 // timedOut is called when me's timer fires, and reports whether it is to
 // try now. Only the first waiter tries on a timer (the safety net against a
 // lost notification, how expiry is noticed, and the poll when there are no
@@ -328,7 +459,7 @@ func (w *waits) wakeLocked(q *waitQueue) {
 func (w *waits) timedOut(q *waitQueue, me *waiter) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if len(q.waiters) > 0 && q.waiters[0] != me {
+	if len(q.waiters) > 0 && q.waiters[0] != me || me.handing {
 		return false
 	}
 	me.trying = true

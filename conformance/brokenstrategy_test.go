@@ -48,6 +48,26 @@ func (b *brokenStrategy) Acquire(ctx context.Context, key, token string, ttl tim
 	return l, err
 }
 
+func (b *brokenStrategy) Handoff(ctx context.Context, key, from, to string, ttl time.Duration) (dlm.Lease, error) {
+	if b.breakage == "HandsOffForAnyone" {
+		b.mu.Lock()
+		if h, ok := b.holders[key]; ok {
+			from = h
+		}
+		b.mu.Unlock()
+	}
+	l, err := b.Strategy.(dlm.Handoff).Handoff(ctx, key, from, to, ttl)
+	if b.breakage == "ConstantFence" {
+		l.Fence = 1
+	}
+	if err == nil {
+		b.mu.Lock()
+		b.holders[key] = to
+		b.mu.Unlock()
+	}
+	return l, err
+}
+
 func (b *brokenStrategy) Release(ctx context.Context, key, token string) error {
 	if b.breakage == "ReleasesForAnyone" {
 		b.mu.Lock()
@@ -109,11 +129,12 @@ func TestBrokenStrategy(t *testing.T) {
 // Each strategy broken on purpose makes RunStrategy fail, naming the rule.
 func TestBrokenStrategiesFail(t *testing.T) {
 	checkBroken(t, "TestBrokenStrategy", []breakage{
-		{name: "None", passed: []string{"BatchExtend", "WatchRelease"}},
+		{name: "None", passed: []string{"BatchExtend", "WatchRelease", "Handoff"}},
 		{name: "Unsupported", skipped: []string{"WatchRelease"}},
 		{name: "SharesLocks", rules: []string{"MutualExclusion", "OneWinner", "ReleaseOwnerOnly"}},
 		{name: "LeaseFromReply", rules: []string{"Lease", "SlowLease"}},
-		{name: "ConstantFence", rules: []string{"FencesIncrease"}},
+		{name: "ConstantFence", rules: []string{"FencesIncrease", "Handoff"}},
+		{name: "HandsOffForAnyone", rules: []string{"Handoff"}},
 		{name: "ReleasesForAnyone", rules: []string{"ReleaseOwnerOnly"}},
 		{name: "ExtendsForAnyone", rules: []string{"BatchExtend"}},
 		{name: "NeverNotifies", rules: []string{"WatchRelease"}},

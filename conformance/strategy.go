@@ -203,6 +203,7 @@ var strategyRules = []strategyRule{
 	{"ReleaseOwnerOnly", testReleaseOwnerOnly},
 	{"FencesIncrease", testFencesIncrease},
 	{"InvalidArguments", testInvalidArguments},
+	{"Handoff", testHandoff},
 	{"DownTolerated", faultTolerated(Fault{Down: true})},
 	{"DownBeyondQuorum", faultBeyondQuorum(Fault{Down: true})},
 	{"ReplyLostTolerated", faultTolerated(Fault{LoseReply: true})},
@@ -432,6 +433,63 @@ func testFencesIncrease(t *testing.T, c *strategyCase) {
 	l := waitExpired(t, c, k, "after-expiry", short)
 	if l.Fence <= e.Fence {
 		t.Errorf("after a lease with fence %d expired, the next owner got fence %d; fences must increase strictly", e.Fence, l.Fence)
+	}
+}
+
+// testHandoff checks a dlm.Handoff: the lock passes from its holder to a
+// new token in one step, with a greater fence, and only from its holder.
+func testHandoff(t *testing.T, c *strategyCase) {
+	h, ok := c.Strategy.(dlm.Handoff)
+	if !ok {
+		t.Skip("the strategy is not a dlm.Handoff")
+	}
+	k := c.key("k")
+	a := c.acquire(t, k, "A", ttl)
+	before := time.Now()
+	b, err := h.Handoff(ctx(t), k, "A", "B", ttl)
+	if err != nil {
+		t.Fatalf("Handoff from the holder: %v", err)
+	}
+	if b.Fence <= a.Fence {
+		t.Errorf("Handoff gave fence %d after the holder's %d; fences must increase strictly", b.Fence, a.Fence)
+	}
+	if b.Until.After(before.Add(ttl)) || !b.Until.After(time.Now()) {
+		t.Errorf("Handoff's lease ends %v after its start; want within (now, start+TTL]", b.Until.Sub(before))
+	}
+	if _, err := c.Extend(ctx(t), k, "A", ttl); !errors.Is(err, dlm.ErrNotHeld) {
+		t.Errorf("Extend by the token that handed the lock off: error %v, want one matching dlm.ErrNotHeld", err)
+	}
+	if err := c.Release(ctx(t), k, "A"); !errors.Is(err, dlm.ErrNotHeld) {
+		t.Errorf("Release by the token that handed the lock off: error %v, want one matching dlm.ErrNotHeld", err)
+	}
+	c.refused(t, k, "C", ttl, "after A handed it to B")
+	if _, err := c.Extend(ctx(t), k, "B", ttl); err != nil {
+		t.Fatalf("Extend by the token the lock was handed to: %v", err)
+	}
+
+	_, err = h.Handoff(ctx(t), k, "A", "C", ttl)
+	if !errors.Is(err, dlm.ErrNotHeld) || !errors.Is(err, dlm.ErrNotAcquired) {
+		t.Errorf("Handoff from a token that does not hold the key: error %v, want one matching dlm.ErrNotHeld and dlm.ErrNotAcquired", err)
+	}
+	if _, err := c.Extend(ctx(t), k, "B", ttl); err != nil {
+		t.Fatalf("after a refused Handoff, Extend by the holder: %v", err)
+	}
+	if err := c.Release(ctx(t), k, "B"); err != nil {
+		t.Fatalf("Release by the token the lock was handed to: %v", err)
+	}
+	if _, err := h.Handoff(ctx(t), k, "B", "D", ttl); !errors.Is(err, dlm.ErrNotHeld) {
+		t.Errorf("Handoff of a free key: error %v, want one matching dlm.ErrNotHeld (the token handing off holds nothing)", err)
+	}
+	if e := c.acquire(t, k, "E", ttl); e.Fence <= b.Fence {
+		t.Errorf("after a hand-off with fence %d, an acquisition got fence %d; fences must increase strictly", b.Fence, e.Fence)
+	}
+	for _, tc := range []struct{ from, to string }{{"", "F"}, {"E", "E"}} {
+		if _, err := h.Handoff(ctx(t), k, tc.from, tc.to, ttl); !errors.Is(err, dlm.ErrInvalid) {
+			t.Errorf("Handoff(from %q, to %q): error %v, want one matching dlm.ErrInvalid", tc.from, tc.to, err)
+		}
+	}
+	if _, err := c.Extend(ctx(t), k, "E", ttl); err != nil {
+		t.Errorf("after invalid Handoff calls, Extend by the holder: %v", err)
 	}
 }
 

@@ -59,7 +59,7 @@ type Failover struct {
 	replicas []atomic.Int32
 }
 
-var _ dlm.Strategy = (*Failover)(nil)
+var _ dlm.Handoff = (*Failover)(nil)
 
 type failoverConfig struct {
 	acks        AckPolicy
@@ -441,11 +441,27 @@ func (f *Failover) checkCall(key, token string, ttl time.Duration, needTTL bool)
 // releases the lock and returns an *AckError. A server that answers READONLY
 // (a demoted primary) or any other error is "not acquired".
 func (f *Failover) Acquire(ctx context.Context, key, token string, ttl time.Duration) (dlm.Lease, error) {
+	return f.acquire(ctx, key, token, "", ttl)
+}
+
+// Handoff implements dlm.Handoff: the acquire script, which replaces from's
+// lock by to's, and WAIT, as Acquire. When from does not hold key the error
+// matches dlm.ErrNotHeld and nothing changed; when the acknowledgements are
+// missing the new lock is released, so from's lock is gone too.
+func (f *Failover) Handoff(ctx context.Context, key, from, to string, ttl time.Duration) (dlm.Lease, error) {
+	if err := checkHandoff(from, to); err != nil {
+		return dlm.Lease{}, err
+	}
+	return f.acquire(ctx, key, to, from, ttl)
+}
+
+// acquire is Acquire, or with from set Handoff.
+func (f *Failover) acquire(ctx context.Context, key, token, from string, ttl time.Duration) (dlm.Lease, error) {
 	if err := f.checkCall(key, token, ttl, true); err != nil {
 		return dlm.Lease{}, err
 	}
 	start := time.Now() // before a first probe, which may take a round trip too
-	keys, args := acquireCall(key, token, ttl, f.cfg.maxTTL)
+	keys, args := acquireCall(key, token, from, ttl, f.cfg.maxTTL)
 	w, err := f.prepare(ctx, keys)
 	if err != nil {
 		return dlm.Lease{}, fmt.Errorf("%w: %w", dlm.ErrNotAcquired, err)
@@ -465,7 +481,7 @@ func (f *Failover) Acquire(ctx context.Context, key, token string, ttl time.Dura
 		return dlm.Lease{}, fmt.Errorf("%w: %w", dlm.ErrNotAcquired, err)
 	}
 	if r[0] != 1 {
-		return dlm.Lease{}, &dlm.HeldError{Key: key, Remaining: time.Duration(r[1]) * time.Millisecond, Quarantined: r[0] == 2}
+		return dlm.Lease{}, refusal(key, from, f.name, r)
 	}
 	if err := f.checkAcks("acquire", key, w, acks, connected); err != nil {
 		undo(ctx, &f.cfg, f.node, key, token, start.Add(ttl))

@@ -18,6 +18,16 @@ func notRun(err *dlm.NodeError) bool {
 	return moving
 }
 
+// refusal is the error of an acquisition the acquire script refused with
+// reply r ({0, pttl} or {2, quarantined ms}); from is the token of a
+// hand-off, or empty.
+func refusal(key, from, node string, r []int64) error {
+	if from != "" && r[0] == 0 {
+		return fmt.Errorf("%w: %w: hand-off of %q: the token handing it off does not hold it on %s", dlm.ErrNotAcquired, dlm.ErrNotHeld, key, node)
+	}
+	return &dlm.HeldError{Key: key, Remaining: time.Duration(r[1]) * time.Millisecond, Quarantined: r[0] == 2}
+}
+
 // undo releases token's lock on key in the background, so that the call
 // that gives the lock back returns within its own deadline. A release that
 // fails (the server is frozen, unreachable, restarting) is tried again,

@@ -64,7 +64,7 @@ type Redlock struct {
 	workers  workers // run a round's node calls
 }
 
-var _ dlm.Strategy = (*Redlock)(nil)
+var _ dlm.Handoff = (*Redlock)(nil)
 
 // NewRedlock returns the Redlock strategy over nodes, which must be distinct
 // independent masters (not replicas of each other): no nil node, no node
@@ -180,6 +180,27 @@ func (s *Redlock) lease(fence int64, start time.Time, ttl time.Duration) (dlm.Le
 // Acquire implements dlm.Strategy. The error of a failed acquisition matches
 // dlm.ErrNotAcquired and is a *QuorumError.
 func (s *Redlock) Acquire(ctx context.Context, key, token string, ttl time.Duration) (dlm.Lease, error) {
+	return s.acquire(ctx, key, token, "", ttl)
+}
+
+// Handoff implements dlm.Handoff: an acquisition by to in which each node
+// replaces from's lock by to's, and grants nothing where from does not hold
+// the key. On success from's lock is released, in the background, on the
+// nodes that did not hand it off. When a majority refused (from does not
+// hold the key there) the error matches dlm.ErrNotHeld too.
+func (s *Redlock) Handoff(ctx context.Context, key, from, to string, ttl time.Duration) (dlm.Lease, error) {
+	if err := checkHandoff(from, to); err != nil {
+		return dlm.Lease{}, err
+	}
+	return s.acquire(ctx, key, to, from, ttl)
+}
+
+// acquire is Acquire, or with from set Handoff.
+func (s *Redlock) acquire(ctx context.Context, key, token, from string, ttl time.Duration) (dlm.Lease, error) {
+	op := "acquire"
+	if from != "" {
+		op = "handoff"
+	}
 	if err := s.cfg.checkCall(key, token, ttl, true); err != nil {
 		return dlm.Lease{}, err
 	}
@@ -190,11 +211,11 @@ func (s *Redlock) Acquire(ctx context.Context, key, token string, ttl time.Durat
 		return dlm.Lease{}, err
 	}
 	if s.flights.waitReleases(ctx, key, token); ctx.Err() != nil {
-		return dlm.Lease{}, s.fail(ctx, "acquire", key, s.results(), dlm.ErrNotAcquired, "")
+		return dlm.Lease{}, s.fail(ctx, op, key, s.results(), dlm.ErrNotAcquired, "")
 	}
-	keys, args := acquireCall(key, token, ttl, s.cfg.maxTTL)
+	keys, args := acquireCall(key, token, from, ttl, s.cfg.maxTTL)
 	counters := make([]int64, len(s.nodes))
-	r := s.round(ctx, "acquire", acquireScript, []dlm.Call{{Keys: keys, Args: args}}, s.all, s.nodeTimeout(ttl),
+	r := s.round(ctx, op, acquireScript, []dlm.Call{{Keys: keys, Args: args}}, s.all, s.nodeTimeout(ttl),
 		func(t *tally, i int, r []int64) (Outcome, error) {
 			switch {
 			case len(r) != 2 || r[0] < 0 || r[0] > 2:
@@ -228,12 +249,39 @@ func (s *Redlock) Acquire(ctx context.Context, key, token string, ttl time.Durat
 					// has them released as they arrive.
 					s.drain(r, key, token, false, start.Add(ttl), t.fence)
 				}
+				if from != "" {
+					s.releaseRest(ctx, key, from, t.res, start.Add(ttl))
+				}
 				return lease, nil
 			}
 		}
 	}
 	s.undo(ctx, key, token, t.res, r, start.Add(ttl))
-	return dlm.Lease{}, s.fail(ctx, "acquire", key, t.res, dlm.ErrNotAcquired, reason)
+	err := s.fail(ctx, op, key, t.res, dlm.ErrNotAcquired, reason)
+	if from != "" && t.n(Refused) > len(s.nodes)-s.quorum {
+		return dlm.Lease{}, fmt.Errorf("%w: the token handing %q off does not hold it on a majority: %w", dlm.ErrNotHeld, key, err)
+	}
+	return dlm.Lease{}, err
+}
+
+// releaseRest releases from's lock, in the background, on the nodes that
+// did not hand it off (res: the hand-off's results), where it may still be
+// held, until each has answered or until expires.
+func (s *Redlock) releaseRest(ctx context.Context, key, from string, res []NodeResult, expires time.Time) {
+	var rest []int
+	for i, r := range res {
+		if r.Outcome != Granted {
+			rest = append(rest, i)
+		}
+	}
+	if len(rest) == 0 {
+		return
+	}
+	f := s.flights.add(key, from, true)
+	go func() {
+		defer s.flights.done(f)
+		s.settle(context.WithoutCancel(ctx), key, from, rest, expires)
+	}()
 }
 
 // writeBackFence makes t.fence, the largest counter of the nodes that

@@ -21,7 +21,7 @@ type Single struct {
 	cfg  config
 }
 
-var _ dlm.Strategy = (*Single)(nil)
+var _ dlm.Handoff = (*Single)(nil)
 
 // NewSingle returns the single-instance strategy over node.
 // Options: WithDriftFactor, WithTimeout, WithMaxTTL, WithCoalescing.
@@ -39,11 +39,26 @@ func NewSingle(node dlm.Node, opts ...Option) (*Single, error) {
 
 // Acquire implements dlm.Strategy.
 func (s *Single) Acquire(ctx context.Context, key, token string, ttl time.Duration) (dlm.Lease, error) {
+	return s.acquire(ctx, key, token, "", ttl)
+}
+
+// Handoff implements dlm.Handoff: one run of the acquire script, which
+// replaces from's lock by to's. When from does not hold key the error
+// matches dlm.ErrNotHeld (and dlm.ErrNotAcquired) and nothing changed.
+func (s *Single) Handoff(ctx context.Context, key, from, to string, ttl time.Duration) (dlm.Lease, error) {
+	if err := checkHandoff(from, to); err != nil {
+		return dlm.Lease{}, err
+	}
+	return s.acquire(ctx, key, to, from, ttl)
+}
+
+// acquire is Acquire, or with from set Handoff.
+func (s *Single) acquire(ctx context.Context, key, token, from string, ttl time.Duration) (dlm.Lease, error) {
 	if err := s.cfg.checkCall(key, token, ttl, true); err != nil {
 		return dlm.Lease{}, err
 	}
 	start := time.Now()
-	keys, args := acquireCall(key, token, ttl, s.cfg.maxTTL)
+	keys, args := acquireCall(key, token, from, ttl, s.cfg.maxTTL)
 	cctx, cancel := s.cfg.withTimeout(ctx)
 	r, err := acquireScript.Run(cctx, s.node, keys, args...)
 	cancel()
@@ -59,7 +74,7 @@ func (s *Single) Acquire(ctx context.Context, key, token string, ttl time.Durati
 		return dlm.Lease{}, fmt.Errorf("%w: %w", dlm.ErrNotAcquired, err)
 	}
 	if r[0] != 1 {
-		return dlm.Lease{}, &dlm.HeldError{Key: key, Remaining: time.Duration(r[1]) * time.Millisecond, Quarantined: r[0] == 2}
+		return dlm.Lease{}, refusal(key, from, s.name, r)
 	}
 	l := s.lease(start, ttl, r[1])
 	if took := time.Since(start); !l.Until.After(start.Add(took)) {

@@ -206,6 +206,17 @@ func (c *config) checkCall(key, token string, ttl time.Duration, needTTL bool) e
 	return nil
 }
 
+// checkHandoff validates the tokens of a hand-off.
+func checkHandoff(from, to string) error {
+	switch {
+	case from == "":
+		return fmt.Errorf("%w: Handoff: empty token to hand off from", dlm.ErrInvalid)
+	case from == to:
+		return fmt.Errorf("%w: Handoff: from and to are the same token", dlm.ErrInvalid)
+	}
+	return nil
+}
+
 // withTimeout applies the per-node timeout, if any, to ctx.
 func (c *config) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
 	if c.timeout > 0 {
@@ -235,7 +246,7 @@ func Keys(key string) (lock, fence string) {
 // slot's fencing counter, and the per-key counter of earlier versions.
 // Extend and Release use the first only.
 func lockKeys(key string) []string {
-	keys, _ := acquireCall(key, "", 0, 0)
+	keys, _ := acquireCall(key, "", "", 0, 0)
 	return keys
 }
 
@@ -273,8 +284,9 @@ func hasHashTag(key string) bool {
 // (those of lockKeys) and its arguments (token, ttl in milliseconds) in one
 // allocation besides the keys' text: it is on every lock call's path. With
 // the amnesia guard (maxTTL > 0) the slot's quarantine marker and maxTTL in
-// milliseconds follow.
-func acquireCall(key, token string, ttl, maxTTL time.Duration) (keys, args []string) {
+// milliseconds follow; for a hand-off (from not empty), maxTTL ("0" when
+// the guard is off) and from.
+func acquireCall(key, token, from string, ttl, maxTTL time.Duration) (keys, args []string) {
 	n := 3
 	if maxTTL > 0 {
 		n = 4
@@ -284,7 +296,12 @@ func acquireCall(key, token string, ttl, maxTTL time.Duration) (keys, args []str
 	keys[1] = fenceName(slot)
 	if maxTTL > 0 {
 		keys[3] = quarantineName(slot)
+	}
+	if maxTTL > 0 || from != "" {
 		args = append(args, strconv.FormatInt(maxTTL.Milliseconds(), 10))
+	}
+	if from != "" {
+		args = append(args, from)
 	}
 	return keys, args
 }
@@ -323,7 +340,7 @@ func publishArg(r nodekit.Routing) string {
 func lockCall(key, token string, ttl time.Duration, nkeys int) (keys, args []string) {
 	c := new(struct {
 		keys [4]string
-		args [3]string // room for acquireCall's maxTTL
+		args [4]string // room for acquireCall's maxTTL and from
 	})
 	c.keys[0], c.keys[2] = lockNames(key)
 	c.args[0] = token

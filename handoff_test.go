@@ -1,0 +1,180 @@
+package dlm_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/driver/goredis"
+	"github.com/dlmgo/dlm/internal/redistest"
+	"github.com/dlmgo/dlm/strategy"
+)
+
+// handoffCounting counts the calls a Manager makes to a Handoff strategy;
+// a Handoff call waits for gate when it is set.
+type handoffCounting struct {
+	dlm.Strategy
+	acquires, releases, handoffs atomic.Int64
+	gate                         chan struct{}
+}
+
+func (s *handoffCounting) Acquire(ctx context.Context, key, token string, ttl time.Duration) (dlm.Lease, error) {
+	s.acquires.Add(1)
+	return s.Strategy.Acquire(ctx, key, token, ttl)
+}
+
+func (s *handoffCounting) Release(ctx context.Context, key, token string) error {
+	s.releases.Add(1)
+	return s.Strategy.Release(ctx, key, token)
+}
+
+func (s *handoffCounting) Handoff(ctx context.Context, key, from, to string, ttl time.Duration) (dlm.Lease, error) {
+	if s.gate != nil {
+		<-s.gate
+	}
+	s.handoffs.Add(1)
+	return s.Strategy.(dlm.Handoff).Handoff(ctx, key, from, to, ttl)
+}
+
+// waitFor runs Lock on key in a goroutine and returns what it returns.
+func waitFor(ctx context.Context, m *dlm.Manager, key string) <-chan lockResult {
+	ch := make(chan lockResult, 1)
+	go func() {
+		l, err := m.Lock(ctx, key)
+		ch <- lockResult{l, err, time.Now()}
+	}()
+	return ch
+}
+
+type lockResult struct {
+	l   *dlm.Lock
+	err error
+	at  time.Time
+}
+
+// An Unlock while a Lock call of the same Manager waits passes the lock to
+// it: one Handoff call, no release and no new attempt, and the server
+// holds the waiter's token with the next fence.
+func TestUnlockHandsOffToWaiter(t *testing.T) {
+	c := redistest.Start(t).Client(t)
+	s := &handoffCounting{Strategy: newSingle(t, goredis.New(c))}
+	m := newM(t, s, dlm.WithTTL(time.Minute), dlm.WithRetryDelay(5*time.Millisecond, 3*time.Second))
+	ctx := context.Background()
+	held, err := m.TryLock(ctx, "h")
+	require.NoError(t, err)
+	got := waitFor(ctx, m, "h")
+	time.Sleep(200 * time.Millisecond) // it tried once and parked
+	acquires := s.acquires.Load()
+	require.NoError(t, held.Unlock(ctx))
+	r := <-got
+	require.NoError(t, r.err)
+	assert.Equal(t, int64(1), s.handoffs.Load(), "Handoff calls")
+	assert.Equal(t, int64(0), s.releases.Load(), "Release calls")
+	assert.Equal(t, acquires, s.acquires.Load(), "Acquire calls after the Unlock")
+	assert.Equal(t, held.Fence()+1, r.l.Fence())
+	lock, _ := strategy.Keys("h")
+	assert.Equal(t, strategy.LockValue(r.l.Fence(), r.l.Token()), c.Get(ctx, lock).Val())
+	assert.ErrorIs(t, held.Unlock(ctx), dlm.ErrNotHeld, "second Unlock of the handed-off lock")
+	require.NoError(t, r.l.Extend(ctx, time.Minute))
+	require.NoError(t, r.l.Unlock(ctx))
+	assert.Equal(t, int64(0), c.Exists(ctx, lock).Val(), "the waiter's Unlock, with no one waiting, released the lock")
+}
+
+// A waiter that gives up while the lock is being handed to it does not
+// keep it: the Manager releases it long before its TTL.
+func TestHandoffToWaiterThatGaveUp(t *testing.T) {
+	c := redistest.Start(t).Client(t)
+	s := &handoffCounting{Strategy: newSingle(t, goredis.New(c)), gate: make(chan struct{})}
+	m := newM(t, s, dlm.WithTTL(time.Minute), dlm.WithRetryDelay(5*time.Millisecond, 3*time.Second))
+	ctx := context.Background()
+	held, err := m.TryLock(ctx, "gave-up")
+	require.NoError(t, err)
+	wctx, cancel := context.WithCancel(ctx)
+	got := waitFor(wctx, m, "gave-up")
+	time.Sleep(200 * time.Millisecond)
+	unlocked := make(chan error, 1)
+	go func() { unlocked <- held.Unlock(ctx) }()
+	time.Sleep(50 * time.Millisecond) // the Unlock waits at the gate
+	cancel()
+	r := <-got
+	require.ErrorIs(t, r.err, dlm.ErrNotAcquired)
+	close(s.gate)
+	require.NoError(t, <-unlocked)
+	assert.Equal(t, int64(1), s.handoffs.Load())
+	other := newM(t, newSingle(t, goredis.New(c)), dlm.WithTTL(time.Minute))
+	require.Eventually(t, func() bool {
+		l, err := other.TryLock(ctx, "gave-up")
+		return err == nil && l.Unlock(ctx) == nil
+	}, 2*time.Second, 10*time.Millisecond, "the lock handed to a waiter that gave up was released")
+}
+
+// When the holder's lock is gone (expired, or deleted here), the hand-off
+// is refused: Unlock says the lock was not held, and the waiter is woken
+// at once to try, rather than at its next poll.
+func TestHandoffRefusedWakesWaiter(t *testing.T) {
+	c := redistest.Start(t).Client(t)
+	s := &handoffCounting{Strategy: newSingle(t, goredis.New(c))}
+	m := newM(t, s, dlm.WithTTL(time.Minute), dlm.WithRetryDelay(5*time.Millisecond, 5*time.Second))
+	ctx := context.Background()
+	held, err := m.TryLock(ctx, "gone")
+	require.NoError(t, err)
+	got := waitFor(ctx, m, "gone")
+	time.Sleep(200 * time.Millisecond)
+	lock, _ := strategy.Keys("gone")
+	require.Equal(t, int64(1), c.Del(ctx, lock).Val()) // publishes nothing
+	start := time.Now()
+	assert.ErrorIs(t, held.Unlock(ctx), dlm.ErrNotHeld)
+	r := <-got
+	require.NoError(t, r.err)
+	assert.Less(t, r.at.Sub(start), 2*time.Second, "woken by the Unlock, not the 5s poll")
+	assert.Equal(t, int64(1), s.handoffs.Load())
+	assert.Greater(t, r.l.Fence(), held.Fence())
+	require.NoError(t, r.l.Unlock(ctx))
+}
+
+// Hand-offs between one Manager's goroutines do not shut out another
+// process (another Manager): a run of hand-offs ends with a release within
+// the maximum retry delay.
+func TestHandoffsLetOtherProcessesIn(t *testing.T) {
+	c := redistest.Start(t).Client(t)
+	s := &handoffCounting{Strategy: newSingle(t, goredis.New(c))}
+	opts := []dlm.Option{dlm.WithTTL(10 * time.Second), dlm.WithRetryDelay(time.Millisecond, 50*time.Millisecond)}
+	busy := newM(t, s, opts...)
+	other := newM(t, newSingle(t, goredis.New(c)), opts...)
+	ctx := context.Background()
+	const churn = 3 * time.Second
+	stop := time.Now().Add(churn)
+	done := make(chan error, 2)
+	for range 2 {
+		go func() {
+			for time.Now().Before(stop) {
+				l, err := busy.Lock(ctx, "busy")
+				if err != nil {
+					done <- err
+					return
+				}
+				time.Sleep(time.Millisecond)
+				if err := l.Unlock(ctx); err != nil {
+					done <- err
+					return
+				}
+			}
+			done <- nil
+		}()
+	}
+	time.Sleep(100 * time.Millisecond)
+	wctx, cancel := context.WithDeadline(ctx, stop)
+	defer cancel()
+	l, err := other.Lock(wctx, "busy")
+	require.NoError(t, err, "the other Manager got the lock while the busy one kept handing it off")
+	require.NoError(t, l.Unlock(ctx))
+	for range 2 {
+		require.NoError(t, <-done)
+	}
+	assert.Positive(t, s.handoffs.Load(), "hand-offs in the busy Manager")
+}
