@@ -17,16 +17,24 @@ import (
 	"github.com/dlmgo/dlm/internal/redistest"
 )
 
-// waitModes runs a benchmark with release notifications and with polling,
-// and reports the acquisition attempts per op (1 is perfect: no waiter woke
-// for nothing).
+// waitModes runs a benchmark with hand-offs (the strategy is a
+// dlm.Handoff, as every strategy of this module), with release
+// notifications only (a strategy that is not), and with polling only (nor
+// can its node notify), and reports the acquisition attempts per op, a
+// hand-off counted as one (1 is perfect: no waiter woke for nothing).
 func waitModes(b *testing.B, f func(b *testing.B, m *dlm.Manager)) {
-	for _, mode := range []string{"notify", "poll"} {
+	for _, mode := range []string{"handoff", "notify", "poll"} {
 		b.Run(mode, func(b *testing.B) {
 			srv := redistest.Start(b)
 			var n dlm.Node = goredis.New(ctxClient(b, srv.Addr))
 			if mode == "poll" {
 				n = plainNode{n}
+			}
+			if mode == "handoff" {
+				hs := &handoffCounting{Strategy: newSingle(b, n)}
+				f(b, newM(b, hs, dlm.WithTTL(10*time.Second)))
+				b.ReportMetric(float64(hs.acquires.Load()+hs.handoffs.Load())/float64(b.N), "attempts/op")
+				return
 			}
 			cs := &countingStrategy{Strategy: newSingle(b, n)}
 			f(b, newM(b, cs, dlm.WithTTL(10*time.Second)))

@@ -40,8 +40,9 @@ import (
 // the Unlock's round trip, with a fence of its own, instead of being
 // released and taken again. So that waiters of other processes are not
 // shut out, a run of such hand-offs lasts at most the maximum retry delay
-// and is followed by a release, and there are none while other processes
-// contend for the key (see below).
+// and is followed by a release after which this Manager's waiters wake
+// as on a contended key (below), and there are none while other processes
+// contend for the key.
 //
 // Notifications are only hints: the first waiter's wait is also bounded by
 // the holder's remaining TTL (as the strategy reports it, see RetryAfter),
@@ -173,9 +174,12 @@ type waitQueue struct {
 	expires time.Time     // when the holder's lease ends, as last reported
 
 	handoffs time.Time // when the current run of hand-offs began
+	heldHere bool      // this Manager took the key while the queue lived, and has not released it since
+	yielding bool      // a run of hand-offs ended: until this Manager takes the key again, its waiters wake as on a contended key
 
-	// Other processes contend for the key: a notified waiter lost the race,
-	// or this Manager's acquisitions skipped fences. Until then, each
+	// Other processes contend for the key: a notified waiter lost the race
+	// while this Manager did not hold the key, or this Manager's
+	// acquisitions skipped fences. Until then, each
 	// notification wakes the first waiter after a random delay, so that
 	// subscription order (Redis notifies subscribers in a fixed order) does
 	// not decide every race between processes.
@@ -297,6 +301,7 @@ func (w *waits) acquired(key string, fence uint64) {
 		q.contended = time.Now().Add(contendedFor)
 	}
 	q.lastFence = fence
+	q.heldHere, q.yielding = true, false
 }
 
 // released is called when the key of q may have been released.
@@ -306,14 +311,8 @@ func (w *waits) released(q *waitQueue) {
 	if w.q[q.key] != q {
 		return
 	}
-	if time.Now().Before(q.contended) {
-		time.AfterFunc(rand.N(max(contendJitter, min(q.tookLast, w.m.o.retryMax))), func() {
-			w.mu.Lock()
-			defer w.mu.Unlock()
-			if w.q[q.key] == q {
-				w.wakeLocked(q)
-			}
-		})
+	if q.yielding || time.Now().Before(q.contended) {
+		w.wakeLaterLocked(q)
 		return
 	}
 	w.wakeLocked(q)
@@ -322,13 +321,32 @@ func (w *waits) released(q *waitQueue) {
 // releasedHere is called when this Manager released key (or tried to):
 // its first waiter tries at once, without waiting for the server's
 // notification, which may not come (a strategy that cannot notify) or come
-// late.
+// late; after a run of hand-offs, with the delay of a contended key, so
+// that other processes' waiters have their chance.
 func (w *waits) releasedHere(key string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if q := w.q[key]; q != nil {
-		w.wakeLocked(q)
+		q.heldHere = false
+		if q.yielding {
+			w.wakeLaterLocked(q)
+		} else {
+			w.wakeLocked(q)
+		}
 	}
+}
+
+// wakeLaterLocked wakes q's first waiter after a random delay of up to
+// 300µs, or up to the time its last attempt took when that is longer (at
+// most the maximum retry delay).
+func (w *waits) wakeLaterLocked(q *waitQueue) {
+	time.AfterFunc(rand.N(max(contendJitter, min(q.tookLast, w.m.o.retryMax))), func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if w.q[q.key] == q {
+			w.wakeLocked(q)
+		}
+	})
 }
 
 // wakeLocked wakes the first waiter, unless one is already trying: that
@@ -396,8 +414,10 @@ func (w *waits) handOff(ctx context.Context, l *Lock) (err error, handed bool) {
 
 // handingTo picks the waiter of key that an Unlock hands the lock to: the
 // first, unless it is trying already, other processes contend for the key,
-// or the run of hand-offs has lasted the maximum retry delay (the next
-// Unlock then releases the lock, which lets other processes' waiters in).
+// or the run of hand-offs has lasted the maximum retry delay. The next
+// Unlock then releases the lock, and this Manager's waiters wake after the
+// delay of a contended key, so that other processes' waiters, woken by the
+// release's notification, race them on equal terms.
 func (w *waits) handingTo(key string) (*waitQueue, *waiter) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -412,7 +432,7 @@ func (w *waits) handingTo(key string) (*waitQueue, *waiter) {
 	case q.handoffs.IsZero():
 		q.handoffs = now
 	case now.Sub(q.handoffs) >= w.m.o.retryMax:
-		q.handoffs = time.Time{}
+		q.handoffs, q.yielding = time.Time{}, true
 		return nil, nil
 	}
 	me := q.waiters[0]
@@ -474,7 +494,7 @@ func (w *waits) tried(q *waitQueue, me *waiter, err error, took time.Duration) b
 	q.tookLast = took
 	if d, ok := RetryAfter(err); ok {
 		q.expires = time.Now().Add(d)
-		if me.notified {
+		if me.notified && !q.heldHere {
 			q.contended = time.Now().Add(contendedFor) // lost the race to another process
 		}
 	} else {

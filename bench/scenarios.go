@@ -1,14 +1,17 @@
 package main
 
 import (
+	"bufio"
 	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"net"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -162,11 +165,12 @@ var scenarios = []Scenario{
 		Metrics: []Metric{
 			{Key: "p50_ms", Label: "p50", Unit: "ms", Chart: true},
 			{Key: "p90_ms", Label: "p90", Unit: "ms"},
+			{Key: "rtt_p50_ms", Label: "PING p50", Unit: "ms"},
 			{Key: "failed", Label: "failed rounds", Unit: ""},
 		},
 		Applies: always, Run: runHandoff,
 		Est: func(cfg Config, c Contender) time.Duration {
-			return warmCost(cfg, c) + time.Duration(cfg.HandoffRounds)*((cfg.HandoffHoldMin+cfg.HandoffHoldMax)/2+5*time.Millisecond)
+			return warmCost(cfg, c) + time.Duration(cfg.HandoffRounds)*((cfg.HandoffHoldMin+cfg.HandoffHoldMax)+5*time.Millisecond)
 		},
 	},
 	{
@@ -446,10 +450,29 @@ func runHandoff(ctx context.Context, r *runner, c *entry, rep int) (map[string]f
 		at  time.Time
 		err error
 	}
-	var samples []time.Duration
+	var samples, pings []time.Duration
 	failedRounds := 0
 	var firstErr error
+	var ping *pinger
+	if len(c.env.Addrs) > 0 { // a test's contender may have none
+		var err error
+		if ping, err = dialPing(c.env.Addrs[0]); err != nil {
+			return nil, err
+		}
+		defer ping.Close()
+	}
 	for range r.cfg.HandoffRounds {
+		if ping != nil {
+			// The reference: one round trip to the contender's (first)
+			// server after as long an idle as the hand-off's, over the
+			// same path.
+			time.Sleep(r.cfg.HandoffHoldMin + rand.N(r.cfg.HandoffHoldMax-r.cfg.HandoffHoldMin+1))
+			d, err := ping.roundTrip()
+			if err != nil {
+				return nil, err
+			}
+			pings = append(pings, d)
+		}
 		holder, err := c.locker.TryLock(ctx, key)
 		if err != nil && !errors.Is(err, errBusy) {
 			failedRounds++ // a node call failed; try the next round
@@ -508,11 +531,47 @@ func runHandoff(ctx context.Context, r *runner, c *entry, rep int) (map[string]f
 	if len(samples) == 0 || failedRounds > r.cfg.HandoffRounds/2 {
 		return nil, fmt.Errorf("%d of %d rounds failed, first: %w", failedRounds, r.cfg.HandoffRounds, firstErr)
 	}
-	return map[string]float64{
+	m := map[string]float64{
 		"p50_ms": ms(pct(samples, 50)),
 		"p90_ms": ms(pct(samples, 90)),
 		"failed": float64(failedRounds),
-	}, nil
+	}
+	if len(pings) > 0 {
+		m["rtt_p50_ms"] = ms(pct(pings, 50))
+	}
+	return m, nil
+}
+
+// pinger sends PING on one connection of its own.
+type pinger struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func dialPing(addr string) (*pinger, error) {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return nil, err
+	}
+	return &pinger{c, bufio.NewReader(c)}, nil
+}
+
+// roundTrip times one PING.
+func (p *pinger) roundTrip() (time.Duration, error) {
+	_ = p.SetDeadline(time.Now().Add(5 * time.Second))
+	start := time.Now()
+	if _, err := p.Write([]byte("PING\r\n")); err != nil {
+		return 0, err
+	}
+	line, err := p.r.ReadString('\n')
+	d := time.Since(start)
+	if err != nil {
+		return 0, err
+	}
+	if !strings.HasPrefix(line, "+PONG") {
+		return 0, fmt.Errorf("PING: %q", line)
+	}
+	return d, nil
 }
 
 func runSilent(ctx context.Context, r *runner, c *entry, rep int) (map[string]float64, error) {
