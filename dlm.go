@@ -196,13 +196,13 @@ type Strategy interface {
 // the waiter holds the lock within the Unlock's round trip.
 type Handoff interface {
 	Strategy
-	// Handoff takes key for token to as Acquire does, except that a lock
-	// token from holds counts as free: a successful Handoff ends from's
-	// lock and starts to's in one step, on every node where it succeeds,
-	// with a fence above from's, and leaves from holding key nowhere. When
-	// another owner holds key the error matches ErrNotAcquired, as
-	// Acquire's does. After a failed Handoff, from may still hold key on
-	// some nodes: the caller releases it.
+	// Handoff takes key for token to as Acquire does, but only from token
+	// from: on every node where it succeeds it ends from's lock and starts
+	// to's in one step, with a fence above from's, and a successful
+	// Handoff leaves from holding key nowhere. Its error matches
+	// ErrNotAcquired, and also ErrNotHeld when from does not hold key
+	// (another owner does, or nobody). After a failed Handoff, from may
+	// still hold key on some nodes: the caller releases it.
 	Handoff(ctx context.Context, key, from, to string, ttl time.Duration) (Lease, error)
 }
 

@@ -70,6 +70,12 @@ type Topology struct {
 //     lock, refuses the others (dlm.ErrNotHeld) and bad input (dlm.ErrInvalid).
 //   - WatchRelease: a release calls notify within a second; a cancelled
 //     context fails.
+//   - Handoff (a strategy that is a dlm.Handoff): the holder's lock passes
+//     to a new token with a greater fence and a lease counted from before
+//     the call; the old token can neither extend nor release it; a
+//     hand-off from a token that does not hold the key (held by another,
+//     or free) fails with dlm.ErrNotHeld and changes nothing; empty or
+//     equal tokens are dlm.ErrInvalid.
 //
 // The lock family (packages semaphore, multilock and rwlock) is built on
 // dlm.Manager over any strategy, so its rules run over every strategy too:
@@ -95,8 +101,9 @@ type Topology struct {
 //
 // Rules that need more nodes than the topology can lose are skipped with the
 // reason (a single endpoint tolerates no failed node), and so are
-// WatchRelease when it reports errors.ErrUnsupported and InspectRevoke for
-// a strategy that is not a dlm.Inspector.
+// WatchRelease when it reports errors.ErrUnsupported, Handoff for a
+// strategy that is not a dlm.Handoff, and InspectRevoke for a strategy that
+// is not a dlm.Inspector.
 //
 // Each rule begins with the servers' script caches flushed, so its first
 // call of each script takes the NOSCRIPT path (EVALSHA, then EVAL): a
