@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -244,10 +245,11 @@ func (s *Redlock) acquire(ctx context.Context, key, token, from string, ttl time
 		if reason = s.writeBackFence(ctx, keys, token, t, counters); reason == "" {
 			var lease dlm.Lease
 			if lease, reason = s.lease(t.fence, start, ttl); reason == "" {
-				if r.left > 0 {
+				if uncertain := timedOutNodes(t.res); r.left > 0 || len(uncertain) > 0 {
 					// Late grants are ours; a Release that comes before them
-					// has them released as they arrive.
-					s.drain(r, key, token, false, start.Add(ttl), t.fence)
+					// has them released as they arrive, and has the nodes
+					// that timed out settled (see drain).
+					s.drain(r, key, token, false, start.Add(ttl), t.fence, uncertain...)
 				}
 				if from != "" {
 					s.releaseRest(ctx, key, from, t.res, start.Add(ttl))
@@ -277,7 +279,7 @@ func (s *Redlock) releaseRest(ctx context.Context, key, from string, res []NodeR
 	if len(rest) == 0 {
 		return
 	}
-	f := s.flights.add(key, from, true)
+	f := s.flights.add(key, from, true, nil)
 	go func() {
 		defer s.flights.done(f)
 		s.settle(context.WithoutCancel(ctx), key, from, rest, expires)
@@ -351,7 +353,7 @@ func (s *Redlock) undo(ctx context.Context, key, token string, res []NodeResult,
 		}
 	}
 	if len(later) > 0 {
-		f := s.flights.add(key, token, true)
+		f := s.flights.add(key, token, true, nil)
 		go func() {
 			defer s.flights.done(f)
 			s.settle(cctx, key, token, later, expires)
@@ -369,8 +371,16 @@ func (s *Redlock) undo(ctx context.Context, key, token string, res []NodeResult,
 // the thawed node may run the acquisition, sent on another connection,
 // after the release.
 func (s *Redlock) settle(ctx context.Context, key, token string, nodes []int, expires time.Time) {
+	s.settleUntil(ctx, key, token, nodes, expires, false)
+}
+
+// settleUntil is settle; with persist, a node that refuses is asked again,
+// with pauses growing to a second, until it releases a grant or until
+// expires: an acquisition that timed out may still be waiting to run
+// there, however late.
+func (s *Redlock) settleUntil(ctx context.Context, key, token string, nodes []int, expires time.Time, persist bool) {
 	refused := make([]bool, len(s.nodes))
-	for pause := 10 * time.Millisecond; ; pause = min(2*pause, time.Second) {
+	for pause := 10 * time.Millisecond; ctx.Err() == nil; pause = min(2*pause, time.Second) {
 		r := s.release(ctx, key, token, nodes)
 		r.collect(ctx, never)
 		again := nodes[:0:0]
@@ -378,7 +388,7 @@ func (s *Redlock) settle(ctx context.Context, key, token string, nodes []int, ex
 			switch r.t[0].res[i].Outcome {
 			case Granted:
 			case Refused:
-				if !refused[i] {
+				if persist || !refused[i] {
 					refused[i] = true
 					again = append(again, i)
 				}
@@ -553,9 +563,18 @@ func (s *Redlock) Release(ctx context.Context, key, token string) error {
 // acquisition of key by token waits until no such release is running.
 // Otherwise, when fence is not 0 (a granted acquisition), a late grant
 // whose lock got another fence is given fence, so that Extend returns the
-// acquisition's fence whichever nodes answer it.
-func (s *Redlock) drain(late *round, key, token string, releasing bool, expires time.Time, fence int64) {
-	f := s.flights.add(key, token, releasing)
+// acquisition's fence whichever nodes answer it; and the nodes whose
+// answer never came (uncertain: they timed out, or their reply was lost),
+// which may run the acquisition later, are settled once a Release begins,
+// until expires, so that a grant the acquisition leaves there late does not
+// hold the node for the lock's TTL.
+func (s *Redlock) drain(late *round, key, token string, releasing bool, expires time.Time, fence int64, uncertain ...int) {
+	var settling context.Context
+	var cancel context.CancelFunc // a new acquisition by token ends the settling: late grants are then its own
+	if fence != 0 {
+		settling, cancel = context.WithDeadline(context.Background(), expires)
+	}
+	f := s.flights.add(key, token, releasing, cancel)
 	go func() {
 		defer s.flights.done(f)
 		for range late.left {
@@ -564,14 +583,42 @@ func (s *Redlock) drain(late *round, key, token string, releasing bool, expires 
 			replied := c.Err == nil && len(c.Reply) == 2
 			switch {
 			case late.op == "release" || replied && c.Reply[0] == 0:
+			case fence != 0 && !replied:
+				if !slices.Contains(uncertain, rp.i) {
+					uncertain = append(uncertain, rp.i)
+				}
 			case s.flights.releasing(f):
 				s.settle(context.Background(), key, token, []int{rp.i}, expires)
-			case fence != 0 && replied && c.Reply[1] != fence:
+			case fence != 0 && c.Reply[1] != fence:
 				r := s.fenceRound(context.Background(), lockKeys(key), token, fence, []int{rp.i})
 				r.collect(context.Background(), never)
 			}
 		}
+		if fence == 0 {
+			return
+		}
+		defer cancel()
+		if len(uncertain) == 0 {
+			return
+		}
+		select {
+		case <-f.released:
+			s.settleUntil(settling, key, token, uncertain, expires, true)
+		case <-settling.Done():
+		}
 	}()
+}
+
+// timedOutNodes lists the nodes of res that failed by a timeout: they may
+// still run the call.
+func timedOutNodes(res []NodeResult) []int {
+	var out []int
+	for i, r := range res {
+		if r.Outcome == Failed && timedOut(r.Err) {
+			out = append(out, i)
+		}
+	}
+	return out
 }
 
 // flights tracks replies still to come after the call that asked for them
@@ -584,12 +631,18 @@ type flights struct {
 
 type flight struct {
 	k         string
-	releasing bool // guarded by flights.mu
+	releasing bool               // guarded by flights.mu
+	released  chan struct{}      // closed when releasing is set
+	cancel    context.CancelFunc // a granted acquisition's: ends its settling of uncertain nodes
 	done      chan struct{}
 }
 
-func (fs *flights) add(key, token string, releasing bool) *flight {
-	f := &flight{k: flightKey(key, token), releasing: releasing, done: make(chan struct{})}
+func (fs *flights) add(key, token string, releasing bool, cancel context.CancelFunc) *flight {
+	f := &flight{k: flightKey(key, token), releasing: releasing, released: make(chan struct{}),
+		cancel: cancel, done: make(chan struct{})}
+	if releasing {
+		close(f.released)
+	}
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	if fs.m == nil {
@@ -635,11 +688,16 @@ func (fs *flights) markReleasing(key, token string) {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	for _, f := range fs.m[flightKey(key, token)] {
-		f.releasing = true
+		if !f.releasing {
+			f.releasing = true
+			close(f.released)
+		}
 	}
 }
 
-// waitReleases returns when no flight of key by token is releasing, or ctx ended.
+// waitReleases returns when no flight of key by token is releasing, or ctx
+// ended. It first ends the settling of uncertain nodes of granted
+// acquisitions: late grants of token are the new acquisition's.
 func (fs *flights) waitReleases(ctx context.Context, key, token string) {
 	if fs.n.Load() == 0 {
 		return
@@ -647,6 +705,9 @@ func (fs *flights) waitReleases(ctx context.Context, key, token string) {
 	var wait []chan struct{}
 	fs.mu.Lock()
 	for _, f := range fs.m[flightKey(key, token)] {
+		if f.cancel != nil {
+			f.cancel()
+		}
 		if f.releasing {
 			wait = append(wait, f.done)
 		}
