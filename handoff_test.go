@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -57,18 +58,37 @@ type lockResult struct {
 	at  time.Time
 }
 
+// A parked case: a server, a Manager over a counted Handoff strategy, a
+// holder of key, and a Lock call of the same Manager waiting for key.
+type parked struct {
+	c    *redis.Client
+	s    *handoffCounting
+	m    *dlm.Manager
+	held *dlm.Lock
+	got  <-chan lockResult
+}
+
+// park sets up a parked case; the waiter's Lock runs with wctx, and the
+// strategy's Handoff calls wait for gate when it is not nil.
+func park(t *testing.T, wctx context.Context, key string, gate chan struct{}) *parked {
+	t.Helper()
+	c := redistest.Start(t).Client(t)
+	s := &handoffCounting{Strategy: newSingle(t, goredis.New(c)), gate: gate}
+	m := newM(t, s, dlm.WithTTL(time.Minute), dlm.WithRetryDelay(5*time.Millisecond, 5*time.Second))
+	held, err := m.TryLock(context.Background(), key)
+	require.NoError(t, err)
+	got := waitFor(wctx, m, key)
+	time.Sleep(200 * time.Millisecond) // it tried once and parked
+	return &parked{c, s, m, held, got}
+}
+
 // An Unlock while a Lock call of the same Manager waits passes the lock to
 // it: one Handoff call, no release and no new attempt, and the server
 // holds the waiter's token with the next fence.
 func TestUnlockHandsOffToWaiter(t *testing.T) {
-	c := redistest.Start(t).Client(t)
-	s := &handoffCounting{Strategy: newSingle(t, goredis.New(c))}
-	m := newM(t, s, dlm.WithTTL(time.Minute), dlm.WithRetryDelay(5*time.Millisecond, 3*time.Second))
 	ctx := context.Background()
-	held, err := m.TryLock(ctx, "h")
-	require.NoError(t, err)
-	got := waitFor(ctx, m, "h")
-	time.Sleep(200 * time.Millisecond) // it tried once and parked
+	p := park(t, ctx, "h", nil)
+	c, s, held, got := p.c, p.s, p.held, p.got
 	acquires := s.acquires.Load()
 	require.NoError(t, held.Unlock(ctx))
 	r := <-got
@@ -88,15 +108,10 @@ func TestUnlockHandsOffToWaiter(t *testing.T) {
 // A waiter that gives up while the lock is being handed to it does not
 // keep it: the Manager releases it long before its TTL.
 func TestHandoffToWaiterThatGaveUp(t *testing.T) {
-	c := redistest.Start(t).Client(t)
-	s := &handoffCounting{Strategy: newSingle(t, goredis.New(c)), gate: make(chan struct{})}
-	m := newM(t, s, dlm.WithTTL(time.Minute), dlm.WithRetryDelay(5*time.Millisecond, 3*time.Second))
 	ctx := context.Background()
-	held, err := m.TryLock(ctx, "gave-up")
-	require.NoError(t, err)
 	wctx, cancel := context.WithCancel(ctx)
-	got := waitFor(wctx, m, "gave-up")
-	time.Sleep(200 * time.Millisecond)
+	p := park(t, wctx, "gave-up", make(chan struct{}))
+	c, s, held, got := p.c, p.s, p.held, p.got
 	unlocked := make(chan error, 1)
 	go func() { unlocked <- held.Unlock(ctx) }()
 	time.Sleep(50 * time.Millisecond) // the Unlock waits at the gate
@@ -117,14 +132,9 @@ func TestHandoffToWaiterThatGaveUp(t *testing.T) {
 // is refused: Unlock says the lock was not held, and the waiter is woken
 // at once to try, rather than at its next poll.
 func TestHandoffRefusedWakesWaiter(t *testing.T) {
-	c := redistest.Start(t).Client(t)
-	s := &handoffCounting{Strategy: newSingle(t, goredis.New(c))}
-	m := newM(t, s, dlm.WithTTL(time.Minute), dlm.WithRetryDelay(5*time.Millisecond, 5*time.Second))
 	ctx := context.Background()
-	held, err := m.TryLock(ctx, "gone")
-	require.NoError(t, err)
-	got := waitFor(ctx, m, "gone")
-	time.Sleep(200 * time.Millisecond)
+	p := park(t, ctx, "gone", nil)
+	c, s, held, got := p.c, p.s, p.held, p.got
 	lock, _ := strategy.Keys("gone")
 	require.Equal(t, int64(1), c.Del(ctx, lock).Val()) // publishes nothing
 	start := time.Now()

@@ -554,3 +554,33 @@ func TestWaitersOfOneManagerTakeTurns(t *testing.T) {
 	assert.Less(t, time.Since(start), 900*time.Millisecond, "each Unlock woke the next waiter")
 	assert.Equal(t, int64(1), strat.most.Load(), "one attempt at a time after the waiters queued")
 }
+
+// A waiter that never made an attempt of its own (the first waiter of its
+// queue tries for all) still says why the lock was busy when it gives up:
+// the queue's last refusal.
+func TestWaiterGivesUpWithQueuesRefusal(t *testing.T) {
+	c := redistest.Start(t).Client(t)
+	holder := newM(t, newSingle(t, goredis.New(c)), dlm.WithTTL(time.Minute))
+	m := newM(t, newSingle(t, goredis.New(c)), dlm.WithTTL(time.Minute))
+	ctx := context.Background()
+	_, err := holder.TryLock(ctx, "busy")
+	require.NoError(t, err)
+	wctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	errs := make(chan error, 3)
+	for i := range 3 {
+		go func() {
+			_, err := m.Lock(wctx, "busy")
+			errs <- err
+		}()
+		if i == 0 {
+			time.Sleep(100 * time.Millisecond) // the queue exists: the others join it without trying
+		}
+	}
+	for range 3 {
+		err := <-errs
+		var held *dlm.HeldError
+		assert.ErrorAs(t, err, &held, "error %v", err)
+		assert.ErrorIs(t, err, context.DeadlineExceeded)
+	}
+}

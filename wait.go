@@ -16,7 +16,9 @@ import (
 // client, authentication, a key of another type, an endpoint without
 // scripting) ends the wait at once. When ctx ends first the error matches
 // ErrNotAcquired, ctx's error, and the most informative refusal seen: a
-// holder's or the servers' refusal rather than a timeout that followed it.
+// holder's or the servers' refusal rather than a timeout that followed it
+// (for a call that waited in the queue without an attempt of its own, the
+// last refusal of the attempts made for the queue).
 //
 // Every attempt uses a token of its own, so a failed attempt's clean-up,
 // however late it reaches a server, can never delete a later attempt's
@@ -80,7 +82,7 @@ func (m *Manager) lock(ctx context.Context, key string, st *lockStats) (*Lock, e
 	select {
 	case <-q.ready:
 	case <-ctx.Done():
-		return nil, m.giveUp(ctx, prev)
+		return nil, m.giveUp(ctx, w.refusal(q, prev))
 	}
 	delay := m.o.retryMin
 	try := creator // the creator tries once its subscription is active
@@ -111,7 +113,7 @@ func (m *Manager) lock(ctx context.Context, key string, st *lockStats) (*Lock, e
 			if won = w.handed(q, me, st); won != nil {
 				return won, nil // handed over before ctx ended
 			}
-			return nil, m.giveUp(ctx, prev)
+			return nil, m.giveUp(ctx, w.refusal(q, prev))
 		}
 	}
 }
@@ -185,6 +187,7 @@ type waitQueue struct {
 	// not decide every race between processes.
 	contended time.Time
 	tookLast  time.Duration // how long this queue's last failed attempt took
+	lastErr   error         // why this queue's last failed attempt failed
 	lastFence uint64        // of this Manager's last acquisition while the queue lived
 }
 
@@ -469,6 +472,18 @@ func (w *waits) giveBack(h *handedLock) {
 	w.releasedHere(h.key)
 }
 
+// refusal is the error a waiter of q gives up with: prev, its own most
+// informative refusal, or when it made no attempt (the first waiter of its
+// queue tries for all), the queue's last.
+func (w *waits) refusal(q *waitQueue, prev error) error {
+	if prev != nil {
+		return prev
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return q.lastErr
+}
+
 // timedOut is called when me's timer fires, and reports whether it is to
 // try now. Only the first waiter tries on a timer (the safety net against a
 // lost notification, how expiry is noticed, and the poll when there are no
@@ -492,6 +507,9 @@ func (w *waits) tried(q *waitQueue, me *waiter, err error, took time.Duration) b
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	q.tookLast = took
+	if !timedOut(err) || q.lastErr == nil {
+		q.lastErr = err
+	}
 	if d, ok := RetryAfter(err); ok {
 		q.expires = time.Now().Add(d)
 		if me.notified && !q.heldHere {

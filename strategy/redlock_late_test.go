@@ -80,30 +80,38 @@ func (s *stallNode) String() string {
 	return "stalled " + s.Node.(interface{ String() string }).String()
 }
 
-// An acquisition that a node runs after its caller gave up on it (the
-// node timed out, the lock was granted by the others and released since)
-// leaves no grant there for the lock's TTL: the Release settles that node
-// until the grant can no longer appear.
-func TestRedlockLateGrantSettledAfterRelease(t *testing.T) {
+// lateGrant starts three servers and a Redlock over them whose first node
+// holds its next call back, and acquires and releases "k" for token A
+// through it: the acquisition is then still to run on the first node, and
+// runs when the stallNode opens.
+func lateGrant(t *testing.T) (*cluster, *stallNode, *strategy.Redlock) {
+	t.Helper()
 	c := startCluster(t, 3)
 	stall := newStallNode(t, c.nodes[0])
 	r, err := strategy.NewRedlock([]dlm.Node{stall, c.nodes[1], c.nodes[2]}, strategy.WithTimeout(100*time.Millisecond))
 	require.NoError(t, err)
 	ctx := context.Background()
 	warm(t, r) // the late call goes by EVALSHA: the script must be cached
-
 	stall.arm()
 	_, err = r.Acquire(ctx, "k", "A", time.Minute)
 	require.NoError(t, err, "granted by the two other nodes")
 	require.NoError(t, r.Release(ctx, "k", "A"))
 	require.Equal(t, "", c.holder(t, 0, "k"), "the release reached the stalled node before the acquisition")
+	return c, stall, r
+}
 
+// An acquisition that a node runs after its caller gave up on it (the
+// node timed out, the lock was granted by the others and released since)
+// leaves no grant there for the lock's TTL: the Release settles that node
+// until the grant can no longer appear.
+func TestRedlockLateGrantSettledAfterRelease(t *testing.T) {
+	c, stall, r := lateGrant(t)
 	time.Sleep(300 * time.Millisecond) // past the acquisition's per-node timeout, and a recheck soon after
 	stall.open()
 	<-stall.ran
 	require.Eventually(t, func() bool { return c.holder(t, 0, "k") == "" }, 3*time.Second, 10*time.Millisecond,
 		"the late grant on the stalled node released, not left for the TTL")
-	_, err = r.Acquire(ctx, "k", "B", time.Minute)
+	_, err := r.Acquire(context.Background(), "k", "B", time.Minute)
 	require.NoError(t, err)
 	require.True(t, c.holdsAll(t, "k", "B"), "every node grants the next owner")
 }
@@ -111,20 +119,10 @@ func TestRedlockLateGrantSettledAfterRelease(t *testing.T) {
 // A new acquisition by the same token ends that settling: a late grant of
 // the token is then the new acquisition's, and it is kept.
 func TestRedlockLateGrantKeptByReacquisition(t *testing.T) {
-	c := startCluster(t, 3)
-	stall := newStallNode(t, c.nodes[0])
-	r, err := strategy.NewRedlock([]dlm.Node{stall, c.nodes[1], c.nodes[2]}, strategy.WithTimeout(100*time.Millisecond))
-	require.NoError(t, err)
-	ctx := context.Background()
-	warm(t, r) // the late call goes by EVALSHA: the script must be cached
-
-	stall.arm()
-	_, err = r.Acquire(ctx, "k", "A", time.Minute)
-	require.NoError(t, err)
-	require.NoError(t, r.Release(ctx, "k", "A"))
-	actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	c, stall, r := lateGrant(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	_, err = r.Acquire(actx, "k", "A", time.Minute)
+	_, err := r.Acquire(ctx, "k", "A", time.Minute)
 	require.NoError(t, err, "reacquired by the same token, without waiting for the settling to end")
 	stall.open()
 	<-stall.ran
