@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/conformance"
 	"github.com/dlmgo/dlm/driver/goredis"
 	"github.com/dlmgo/dlm/internal/redistest"
 	"github.com/dlmgo/dlm/strategy"
@@ -187,4 +188,32 @@ func TestHandoffsLetOtherProcessesIn(t *testing.T) {
 		require.NoError(t, <-done)
 	}
 	assert.Positive(t, s.handoffs.Load(), "hand-offs in the busy Manager")
+}
+
+// A hand-off whose reply is lost (applied, unseen) leaves nothing stuck:
+// the strategy gives the new token's lock back, Unlock reports the failure,
+// and the waiter gets the lock well before the TTL.
+func TestHandoffReplyLost(t *testing.T) {
+	c := redistest.Start(t).Client(t)
+	node := conformance.Wrap(goredis.New(c))
+	s := &handoffCounting{Strategy: newSingle(t, node)}
+	m := newM(t, s, dlm.WithTTL(time.Minute), dlm.WithRetryDelay(5*time.Millisecond, 200*time.Millisecond))
+	ctx := context.Background()
+	held, err := m.TryLock(ctx, "lost")
+	require.NoError(t, err)
+	got := waitFor(ctx, m, "lost")
+	time.Sleep(200 * time.Millisecond)
+
+	node.Set(conformance.Fault{LoseReply: true})
+	err = held.Unlock(ctx)
+	node.Heal()
+	require.Error(t, err, "Unlock saw no reply")
+	assert.ErrorIs(t, err, conformance.ErrReplyLost)
+	assert.Equal(t, int64(1), s.handoffs.Load())
+	r := <-got
+	require.NoError(t, r.err)
+	assert.Greater(t, r.l.Fence(), held.Fence()+1, "the lost hand-off's fence was used")
+	require.NoError(t, r.l.Unlock(ctx))
+	lock, _ := strategy.Keys("lost")
+	assert.Equal(t, int64(0), c.Exists(ctx, lock).Val())
 }
