@@ -41,12 +41,14 @@ func busPublishes(t *testing.T, cl *redistest.Cluster) int {
 // On a Cluster, a release announces itself on its shard only: at most one
 // cluster-bus message per release (the master's to its replica), with
 // nobody waiting and with a waiter on every key, against one per other node
-// with PUBLISH. A waiter is woken by the release, not by polling.
+// with PUBLISH. A waiter (of another Manager: its own Manager's would be
+// handed the lock) is woken by the release, not by polling.
 func TestClusterReleaseStaysInItsShard(t *testing.T) {
 	for _, tc := range clusterClients {
 		t.Run(tc.name, func(t *testing.T) {
 			cl := redistest.StartClusterReplicas(t, 1, 1, 1)
 			m := newM(t, newSingle(t, tc.node(t, cl.Masters[0].Addr)), dlm.WithTTL(10*time.Second))
+			other := newM(t, newSingle(t, tc.node(t, cl.Masters[0].Addr)), dlm.WithTTL(10*time.Second))
 			ctx := context.Background()
 			const n = 50
 
@@ -68,7 +70,7 @@ func TestClusterReleaseStaysInItsShard(t *testing.T) {
 				require.NoError(t, err)
 				got := make(chan time.Time, 1)
 				go func() {
-					w, err := m.Lock(ctx, key)
+					w, err := other.Lock(ctx, key)
 					if err == nil {
 						got <- time.Now()
 						_ = w.Unlock(ctx)
@@ -209,4 +211,32 @@ func handOff(t *testing.T, cl *redistest.Cluster, node func(testing.TB, string) 
 	at, ok := <-got
 	require.True(t, ok, "the waiter got the lock")
 	return at.Sub(released), resubscribed
+}
+
+// On a Cluster, an Unlock hands the lock to a waiter of its own Manager in
+// the slot of each key: one Handoff call, the next fence, no release.
+func TestClusterHandoff(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	for _, tc := range clusterClients {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &handoffCounting{Strategy: newSingle(t, tc.node(t, cl[0].Addr))}
+			m := newM(t, s, dlm.WithTTL(10*time.Second))
+			ctx := context.Background()
+			const n = 10
+			for i := range n {
+				key := fmt.Sprint("cluster-handoff-", tc.name, i)
+				held, err := m.TryLock(ctx, key)
+				require.NoError(t, err)
+				got := waitFor(ctx, m, key)
+				time.Sleep(200 * time.Millisecond) // it tried once and parked
+				require.NoError(t, held.Unlock(ctx))
+				r := <-got
+				require.NoError(t, r.err)
+				assert.Equal(t, held.Fence()+1, r.l.Fence(), key)
+				require.NoError(t, r.l.Unlock(ctx))
+			}
+			assert.Equal(t, int64(n), s.handoffs.Load(), "Handoff calls")
+			assert.Equal(t, int64(n), s.releases.Load(), "Release calls: the waiters' only")
+		})
+	}
 }
