@@ -257,40 +257,52 @@ func TestRedlockWatchRelease(t *testing.T) {
 	assert.Equal(t, before, woken.Load(), "no notification after stop")
 }
 
-// TestRedlockHandoff: a Lock call waiting on a Redlock key is woken by the
-// release, well within the poll interval.
+// TestRedlockHandoff: a Lock call waiting on a Redlock key gets the lock
+// well within the poll interval of its release: handed the lock by the
+// Unlock when it waits in the holder's Manager, woken by the release's
+// notification when it waits in another.
 func TestRedlockHandoff(t *testing.T) {
 	c := startClusterWith(t, 5, ctxClient)
 	const poll = 3 * time.Second
-	m, err := dlm.New(c.redlock(t, strategy.WithTimeout(time.Second)), dlm.WithTTL(time.Minute), dlm.WithRetryDelay(poll, poll))
-	require.NoError(t, err)
-	ctx := context.Background()
-	holder, err := m.TryLock(ctx, "h")
-	require.NoError(t, err)
+	newManager := func() *dlm.Manager {
+		m, err := dlm.New(c.redlock(t, strategy.WithTimeout(time.Second)), dlm.WithTTL(time.Minute), dlm.WithRetryDelay(poll, poll))
+		require.NoError(t, err)
+		return m
+	}
+	m := newManager()
+	for _, tc := range []struct {
+		name   string
+		waiter *dlm.Manager
+	}{{"same Manager", m}, {"other Manager", newManager()}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			holder, err := m.TryLock(ctx, "h")
+			require.NoError(t, err)
 
-	got := make(chan time.Time, 1)
-	go func() {
-		l, err := m.Lock(ctx, "h")
-		if err != nil {
-			t.Error(err)
-			close(got)
-			return
-		}
-		got <- time.Now()
-		_ = l.Unlock(ctx)
-	}()
-	time.Sleep(300 * time.Millisecond) // the waiter tried, was refused and subscribed
-	released := time.Now()
-	require.NoError(t, holder.Unlock(ctx))
-	unlocked := time.Since(released)
-	select {
-	case at, ok := <-got:
-		require.True(t, ok)
-		took := at.Sub(released)
-		t.Logf("hand-off took %v after Unlock began, %v after it returned (poll interval %v)", took, took-unlocked, poll)
-		assert.Less(t, took, poll/3, "woken by the release, not by polling")
-	case <-time.After(2 * poll):
-		t.Fatal("the waiter did not get the lock")
+			got := make(chan *dlm.Lock, 1)
+			go func() {
+				l, err := tc.waiter.Lock(ctx, "h")
+				if err != nil {
+					t.Error(err)
+				}
+				got <- l
+			}()
+			time.Sleep(300 * time.Millisecond) // the waiter tried, was refused and subscribed
+			released := time.Now()
+			require.NoError(t, holder.Unlock(ctx))
+			unlocked := time.Since(released)
+			select {
+			case l := <-got:
+				require.NotNil(t, l)
+				took := time.Since(released)
+				t.Logf("hand-off took %v after Unlock began, %v after it returned (poll interval %v)", took, took-unlocked, poll)
+				assert.Less(t, took, poll/3, "not by polling")
+				assert.Greater(t, l.Fence(), holder.Fence())
+				require.NoError(t, l.Unlock(ctx))
+			case <-time.After(2 * poll):
+				t.Fatal("the waiter did not get the lock")
+			}
+		})
 	}
 }
 
