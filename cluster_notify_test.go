@@ -227,8 +227,7 @@ func TestClusterHandoff(t *testing.T) {
 				key := fmt.Sprint("cluster-handoff-", tc.name, i)
 				held, err := m.TryLock(ctx, key)
 				require.NoError(t, err)
-				got := waitFor(ctx, m, key)
-				time.Sleep(200 * time.Millisecond) // it tried once and parked
+				got := parkWaiter(t, ctx, s, m, key)
 				require.NoError(t, held.Unlock(ctx))
 				r := <-got
 				require.NoError(t, r.err)

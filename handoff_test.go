@@ -78,9 +78,19 @@ func park(t *testing.T, wctx context.Context, key string, gate chan struct{}) *p
 	m := newM(t, s, dlm.WithTTL(time.Minute), dlm.WithRetryDelay(5*time.Millisecond, 5*time.Second))
 	held, err := m.TryLock(context.Background(), key)
 	require.NoError(t, err)
+	return &parked{c, s, m, held, parkWaiter(t, wctx, s, m, key)}
+}
+
+// parkWaiter starts a Lock call of m on key, which another call of m
+// holds, and returns once it waits: it has made its two attempts (one
+// before it queued, one once its subscription was set up) and was refused.
+func parkWaiter(t *testing.T, wctx context.Context, s *handoffCounting, m *dlm.Manager, key string) <-chan lockResult {
+	t.Helper()
+	before := s.acquires.Load()
 	got := waitFor(wctx, m, key)
-	time.Sleep(200 * time.Millisecond) // it tried once and parked
-	return &parked{c, s, m, held, got}
+	require.Eventually(t, func() bool { return s.acquires.Load() >= before+2 }, 10*time.Second, time.Millisecond, "the waiter's two attempts")
+	time.Sleep(20 * time.Millisecond) // the second refusal is taken in
+	return got
 }
 
 // An Unlock while a Lock call of the same Manager waits passes the lock to
@@ -201,8 +211,7 @@ func TestHandoffReplyLost(t *testing.T) {
 	ctx := context.Background()
 	held, err := m.TryLock(ctx, "lost")
 	require.NoError(t, err)
-	got := waitFor(ctx, m, "lost")
-	time.Sleep(200 * time.Millisecond)
+	got := parkWaiter(t, ctx, s, m, "lost")
 
 	node.Set(conformance.Fault{LoseReply: true})
 	err = held.Unlock(ctx)
