@@ -2,6 +2,8 @@ package dlm_test
 
 import (
 	"context"
+	"fmt"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -179,11 +181,14 @@ func TestHandoffsLetOtherProcessesIn(t *testing.T) {
 					done <- err
 					return
 				}
-				time.Sleep(time.Millisecond)
+				time.Sleep(5 * time.Millisecond)
 				if err := l.Unlock(ctx); err != nil {
 					done <- err
 					return
 				}
+				// Other work: the waiter handed the lock has left the
+				// queue before this goroutine waits again.
+				time.Sleep(time.Millisecond)
 			}
 			done <- nil
 		}()
@@ -225,4 +230,69 @@ func TestHandoffReplyLost(t *testing.T) {
 	require.NoError(t, r.l.Unlock(ctx))
 	lock, _ := strategy.Keys("lost")
 	assert.Equal(t, int64(0), c.Exists(ctx, lock).Val())
+}
+
+// Processes (Managers) whose goroutines hand the lock to each other still
+// share it: each run of hand-offs ends with a release that another process
+// can win, so that every Manager holds the key a fair part of the time.
+func TestHandoffsShareAmongProcesses(t *testing.T) {
+	c := redistest.Start(t).Client(t)
+	opts := []dlm.Option{dlm.WithTTL(10 * time.Second), dlm.WithRetryDelay(5*time.Millisecond, 50*time.Millisecond)}
+	const managers, workers = 4, 2
+	var grants [managers]atomic.Int64
+	ctx := context.Background()
+	stop := time.Now().Add(3 * time.Second)
+	done := make(chan error, managers*workers)
+	for i := range managers {
+		m := newM(t, newSingle(t, goredis.New(c)), opts...)
+		for range workers {
+			go func() {
+				for time.Now().Before(stop) {
+					lctx, cancel := context.WithTimeout(ctx, time.Second)
+					l, err := m.Lock(lctx, "shared")
+					cancel()
+					if err != nil {
+						done <- fmt.Errorf("manager %d: %w", i, err)
+						return
+					}
+					grants[i].Add(1)
+					time.Sleep(2 * time.Millisecond)
+					if err := l.Unlock(ctx); err != nil {
+						done <- err
+						return
+					}
+					time.Sleep(500 * time.Microsecond) // other work
+				}
+				done <- nil
+			}()
+		}
+	}
+	for range managers * workers {
+		assert.NoError(t, <-done)
+	}
+	var all int64
+	for i := range grants {
+		all += grants[i].Load()
+	}
+	for i := range grants {
+		t.Logf("manager %d: %d of %d grants", i, grants[i].Load(), all)
+		assert.Greater(t, grants[i].Load(), all/(4*managers), "manager %d's share", i)
+	}
+}
+
+// What a Manager remembers of ended queues (contention, the last fence) is
+// dropped once older than the contention memory (a second), so that a
+// Manager waiting on ever new keys keeps at most about twice the keys of
+// the last second.
+func TestQueueMemoryIsBounded(t *testing.T) {
+	m := newM(t, newSingle(t, goredis.New(redistest.Start(t).Client(t))))
+	for i := range 1000 {
+		require.Equal(t, i+1, dlm.RememberForTest(m, "old"+strconv.Itoa(i), 1), "all remembered within the second")
+	}
+	dlm.AgeMemoryForTest(m, 2*time.Second)
+	n := 0
+	for i := range 1100 {
+		n = dlm.RememberForTest(m, "new"+strconv.Itoa(i), 1)
+	}
+	assert.LessOrEqual(t, n, 1100, "the memories older than a second were dropped")
 }

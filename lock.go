@@ -16,6 +16,8 @@ type Lock struct {
 	token string
 	base  time.Time // acquisition start, carrying a monotonic clock reading
 
+	handoffRun time.Time // when the run of hand-offs that brought this lock began; zero when an attempt of its own took it
+
 	// untilNs is lease.Until-base, and over is set once the lease ended:
 	// both let Context().Err() check the clock without taking mu.
 	untilNs atomic.Int64

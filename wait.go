@@ -164,6 +164,19 @@ type waits struct {
 	m  *Manager
 	mu sync.Mutex
 	q  map[string]*waitQueue
+	// seen keeps, for contendedFor after a queue ended, what it knew of
+	// other processes (contended, lastFence), for the key's next queue: a
+	// queue ends whenever its last waiter leaves, which with two
+	// goroutines taking turns is at every hand-off.
+	seen    map[string]seenKey
+	pruneAt int // prune seen when it grows to this many keys
+}
+
+// seenKey is what an ended queue knew of other processes.
+type seenKey struct {
+	ended     time.Time
+	contended time.Time
+	lastFence uint64
 }
 
 type waitQueue struct {
@@ -175,9 +188,8 @@ type waitQueue struct {
 	pending bool          // a release was announced while a waiter was trying
 	expires time.Time     // when the holder's lease ends, as last reported
 
-	handoffs time.Time // when the current run of hand-offs began
-	heldHere bool      // this Manager took the key while the queue lived, and has not released it since
-	yielding bool      // a run of hand-offs ended: until this Manager takes the key again, its waiters wake as on a contended key
+	heldHere bool // this Manager took the key while the queue lived, and has not released it since
+	yielding bool // a run of hand-offs ended: until this Manager takes the key again, its waiters wake as on a contended key
 
 	// Other processes contend for the key: a notified waiter lost the race
 	// while this Manager did not hold the key, or this Manager's
@@ -204,6 +216,7 @@ type handedLock struct {
 	key   string
 	token string
 	start time.Time // of the Handoff call
+	run   time.Time // when the run of hand-offs that brought it began
 	lease Lease
 }
 
@@ -217,6 +230,7 @@ const (
 func (w *waits) init(m *Manager) {
 	w.m = m
 	w.q = map[string]*waitQueue{}
+	w.seen = map[string]seenKey{}
 }
 
 // queued reports whether calls wait for key.
@@ -235,6 +249,12 @@ func (w *waits) join(ctx context.Context, key string) (q *waitQueue, me *waiter,
 	if q == nil {
 		creator = true
 		q = &waitQueue{key: key, ready: make(chan struct{})}
+		if s, ok := w.seen[key]; ok {
+			delete(w.seen, key)
+			if time.Since(s.ended) < contendedFor {
+				q.contended, q.lastFence = s.contended, s.lastFence
+			}
+		}
 		w.q[key] = q
 	}
 	me = &waiter{wake: make(chan struct{}, 1), trying: creator}
@@ -283,11 +303,30 @@ func (w *waits) leave(q *waitQueue, me *waiter, won *Lock) {
 	if len(q.waiters) == 0 && w.q[q.key] == q {
 		delete(w.q, q.key)
 		stop = q.stop
+		w.rememberLocked(q)
 	}
 	w.mu.Unlock()
 	if stop != nil {
 		go stop()
 	}
+}
+
+// rememberLocked keeps what the ending queue q knew of other processes in
+// w.seen, dropping what is older than contendedFor once seen has grown.
+func (w *waits) rememberLocked(q *waitQueue) {
+	now := time.Now()
+	if q.lastFence == 0 && !now.Before(q.contended) {
+		return
+	}
+	if len(w.seen) >= w.pruneAt {
+		for k, s := range w.seen {
+			if now.Sub(s.ended) >= contendedFor {
+				delete(w.seen, k)
+			}
+		}
+		w.pruneAt = max(64, 2*len(w.seen))
+	}
+	w.seen[q.key] = seenKey{ended: now, contended: q.contended, lastFence: q.lastFence}
 }
 
 // acquired records an acquisition of key by this Manager (Lock or
@@ -298,6 +337,13 @@ func (w *waits) acquired(key string, fence uint64) {
 	defer w.mu.Unlock()
 	q := w.q[key]
 	if q == nil {
+		if s, ok := w.seen[key]; ok {
+			if s.lastFence != 0 && fence != s.lastFence+1 {
+				s.contended = time.Now().Add(contendedFor)
+			}
+			s.ended, s.lastFence = time.Now(), fence
+			w.seen[key] = s
+		}
 		return
 	}
 	if q.lastFence != 0 && fence != q.lastFence+1 {
@@ -380,7 +426,7 @@ func (w *waits) handOff(ctx context.Context, l *Lock) (err error, handed bool) {
 	if !ok {
 		return nil, false
 	}
-	q, me := w.handingTo(l.key)
+	q, me, run := w.handingTo(l.key, l.handoffRun)
 	if me == nil {
 		return nil, false
 	}
@@ -390,7 +436,7 @@ func (w *waits) handOff(ctx context.Context, l *Lock) (err error, handed bool) {
 	w.mu.Lock()
 	me.handing = false
 	if err == nil && slices.Contains(q.waiters, me) {
-		me.lock = &handedLock{key: l.key, token: token, start: start, lease: lease}
+		me.lock = &handedLock{key: l.key, token: token, start: start, run: run, lease: lease}
 		select {
 		case me.wake <- struct{}{}:
 		default:
@@ -415,35 +461,39 @@ func (w *waits) handOff(ctx context.Context, l *Lock) (err error, handed bool) {
 	return rerr, true
 }
 
-// handingTo picks the waiter of key that an Unlock hands the lock to: the
+// handingTo picks the waiter of key that an Unlock of a lock brought by a
+// run of hand-offs that began at run (zero: none) hands the lock to: the
 // first, unless it is trying already, other processes contend for the key,
-// or the run of hand-offs has lasted the maximum retry delay. The next
-// Unlock then releases the lock, and this Manager's waiters wake after the
-// delay of a contended key, so that other processes' waiters, woken by the
-// release's notification, race them on equal terms.
-func (w *waits) handingTo(key string) (*waitQueue, *waiter) {
+// or the run has lasted the maximum retry delay. The Unlock then releases
+// the lock, and this Manager's waiters wake after the delay of a contended
+// key, so that other processes' waiters, woken by the release's
+// notification, race them on equal terms. The run is carried from lock to
+// lock rather than kept in the queue, which ends whenever its last waiter
+// is handed the lock. It returns when the run the hand-off continues
+// began.
+func (w *waits) handingTo(key string, run time.Time) (*waitQueue, *waiter, time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	q := w.q[key]
 	if q == nil || len(q.waiters) == 0 {
-		return nil, nil
+		return nil, nil, run
 	}
 	now := time.Now()
 	switch {
 	case now.Before(q.contended):
-		return nil, nil
-	case q.handoffs.IsZero():
-		q.handoffs = now
-	case now.Sub(q.handoffs) >= w.m.o.retryMax:
-		q.handoffs, q.yielding = time.Time{}, true
-		return nil, nil
+		return nil, nil, run
+	case run.IsZero():
+		run = now
+	case now.Sub(run) >= w.m.o.retryMax:
+		q.yielding = true
+		return nil, nil, run
 	}
 	me := q.waiters[0]
 	if me.trying {
-		return nil, nil
+		return nil, nil, run
 	}
 	me.handing, me.trying = true, true
-	return q, me
+	return q, me, run
 }
 
 // handed returns the lock a hand-off gave me, if any, as a Lock.
@@ -459,7 +509,9 @@ func (w *waits) handed(q *waitQueue, me *waiter, st *lockStats) *Lock {
 		st.attempts++
 		st.last = h.start
 	}
-	return w.m.held(q.key, h.token, h.start, h.lease)
+	l := w.m.held(q.key, h.token, h.start, h.lease)
+	l.handoffRun = h.run
+	return l
 }
 
 // giveBack releases a lock a hand-off took for a waiter that gave up, and
