@@ -13,6 +13,9 @@ type Counts struct {
 	Attempts int `json:"attempts"` // Lock calls
 	Grants   int `json:"grants"`   // of which granted
 	Missed   int `json:"missed"`   // of which ended without a lock (deadline, error)
+	// Handoffs counts grants handed over by an Unlock of the client's
+	// process (Cell.Workers).
+	Handoffs int `json:"handoffs,omitempty"`
 	// LongestWaitMs is the longest a granted Lock call waited.
 	LongestWaitMs int64 `json:"longest_wait_ms"`
 
@@ -74,6 +77,9 @@ func Check(events []Event) Counts {
 			c.Missed++
 		case Granted:
 			c.Grants++
+			if e.Info == grantedHandedOff {
+				c.Handoffs++
+			}
 			g := &grant{client: e.Client, op: e.Op, acquire: acquires[k], at: e.T, end: e.Until, fence: e.Fence}
 			grants[k] = g
 			order = append(order, g)

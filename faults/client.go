@@ -33,16 +33,16 @@ const clientEnv = "DLM_FAULTS_CLIENT"
 // background, with a write every fifth of a TTL while the lease holds: the
 // holder the holder nemeses ask for.
 type clientConfig struct {
-	ID        int
-	URL       string
-	Key       string
-	TTL       time.Duration
-	Wait      time.Duration
-	Hold      time.Duration
-	Register  string
-	Stop      int64  // on the monotonic clock; SIGTERM stops the client sooner
-	Plant     string // a bug planted on purpose: "" or "stale-lease"
-	LongEvery int
+	ID       int
+	URL      string
+	Key      string
+	TTL      time.Duration
+	Wait     time.Duration
+	Hold     time.Duration
+	Register string
+	Stop     int64  // on the monotonic clock; SIGTERM stops the client sooner
+	Plant    string // a bug planted on purpose: "" or "stale-lease"
+	Workers  int    // goroutines locking Key through the process's Manager, each client ID (ID-1)*Workers+1 onwards
 }
 
 // MainIfClient runs a client process and exits when this process was
@@ -69,7 +69,6 @@ func runClient(c clientConfig, out *os.File) error {
 	w := bufio.NewWriter(out)
 	var mu sync.Mutex
 	emit := func(e Event) {
-		e.Client = c.ID
 		if e.T == 0 {
 			e.T = now()
 		}
@@ -81,18 +80,50 @@ func runClient(c clientConfig, out *os.File) error {
 	}
 	redis.SetLogger(quiet{}) // errors reach the events; go-redis' own log would drown the runner's
 	ctx := context.Background()
-	m, closer, err := open(ctx, c)
+	m, handed, closer, err := open(ctx, c)
 	if err != nil {
 		return err
 	}
 	defer closer.Close()
-	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: false, MaxIdleConnsPerHost: 1}}
+	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: false, MaxIdleConnsPerHost: max(c.Workers, 1)}}
+	var longNext, stop atomic.Bool
+	usr1 := make(chan os.Signal, 1)
+	signal.Notify(usr1, syscall.SIGUSR1)
+	go func() {
+		for range usr1 {
+			longNext.Store(true)
+		}
+	}()
+	term := make(chan os.Signal, 1)
+	signal.Notify(term, syscall.SIGTERM)
+	go func() {
+		<-term
+		stop.Store(true) // the runner ends the cell: finish this operation
+	}()
+	var workers sync.WaitGroup
+	for i := range max(c.Workers, 1) {
+		id := (c.ID-1)*max(c.Workers, 1) + i + 1
+		workers.Go(func() {
+			work(ctx, c, id, m, handed, hc, &longNext, &stop, func(e Event) {
+				e.Client = id
+				emit(e)
+			})
+		})
+	}
+	workers.Wait()
+	return nil
+}
+
+// work is one client (id) of the events: until Stop, it locks c.Key
+// through m, writes, holds and unlocks, as clientConfig says. handed
+// tells whether a lease came by a hand-off.
+func work(ctx context.Context, c clientConfig, id int, m *dlm.Manager, handed func(dlm.Lease) bool, hc *http.Client, longNext, stop *atomic.Bool, emit func(Event)) {
 	write := func(l *dlm.Lock, op, n int) {
 		if l.Context().Err() != nil {
 			return // the lease is over: the client must not write
 		}
 		emit(Event{Kind: Write, Op: op, N: n, Fence: l.Fence()})
-		url := "http://" + c.Register + "/write?c=" + strconv.Itoa(c.ID) + "&op=" + strconv.Itoa(op) + "&n=" + strconv.Itoa(n) +
+		url := "http://" + c.Register + "/write?c=" + strconv.Itoa(id) + "&op=" + strconv.Itoa(op) + "&n=" + strconv.Itoa(n) +
 			"&f=" + strconv.FormatUint(l.Fence(), 10)
 		req, _ := http.NewRequestWithContext(l.Context(), http.MethodPost, url, nil)
 		resp, err := hc.Do(req)
@@ -110,20 +141,6 @@ func runClient(c clientConfig, out *os.File) error {
 			_ = resp.Body.Close()
 		}
 	}
-	var longNext, stop atomic.Bool
-	usr1 := make(chan os.Signal, 1)
-	signal.Notify(usr1, syscall.SIGUSR1)
-	go func() {
-		for range usr1 {
-			longNext.Store(true)
-		}
-	}()
-	term := make(chan os.Signal, 1)
-	signal.Notify(term, syscall.SIGTERM)
-	go func() {
-		<-term
-		stop.Store(true) // the runner ends the cell: finish this operation
-	}()
 	for op := 1; now() < c.Stop && !stop.Load(); op++ {
 		emit(Event{Kind: Acquire, Op: op})
 		lctx, cancel := context.WithTimeout(ctx, c.Wait)
@@ -135,8 +152,11 @@ func runClient(c clientConfig, out *os.File) error {
 		}
 		long := longNext.Swap(false)
 		g := Event{Kind: Granted, Op: op, Fence: l.Fence(), Until: now() + int64(time.Until(l.Until()))}
-		if long {
-			g.Info = "long"
+		switch {
+		case long:
+			g.Info = grantedLong
+		case handed(dlm.Lease{Fence: l.Fence(), Until: l.Until()}):
+			g.Info = grantedHandedOff
 		}
 		emit(g)
 		done := make(chan struct{})
@@ -181,25 +201,22 @@ func runClient(c clientConfig, out *os.File) error {
 		emit(Event{Kind: Released, Op: op, Info: info})
 		<-done
 	}
-	return nil
 }
 
 // renew renews a lease every third of its TTL, for as long as a long hold
 // lasts.
 var renew = dlm.WithAutoRenew(1.0/3, time.Minute)
 
-// open opens c.URL, with c.Plant's bug planted in the strategy.
-func open(ctx context.Context, c clientConfig) (*dlm.Manager, io.Closer, error) {
-	switch c.Plant {
-	case "":
-		return config.Open(ctx, c.URL, goredis.Dial, dlm.WithTTL(c.TTL), renew)
-	case "stale-lease":
-	default:
-		return nil, nil, fmt.Errorf("unknown bug to plant %q", c.Plant)
+// open opens c.URL, with c.Plant's bug planted in the strategy. handed
+// reports whether a lease came from a hand-off by one of the Manager's
+// Unlocks.
+func open(ctx context.Context, c clientConfig) (m *dlm.Manager, handed func(dlm.Lease) bool, closer io.Closer, err error) {
+	if c.Plant != "" && c.Plant != "stale-lease" {
+		return nil, nil, nil, fmt.Errorf("unknown bug to plant %q", c.Plant)
 	}
 	cfg, err := config.ParseURL(c.URL)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	var nodes []dlm.Node
 	keep := func(ctx context.Context, ep config.Endpoint) (dlm.Node, io.Closer, error) {
@@ -207,16 +224,52 @@ func open(ctx context.Context, c clientConfig) (*dlm.Manager, io.Closer, error) 
 		nodes = append(nodes, n)
 		return n, cl, err
 	}
-	_, closer, err := cfg.Open(ctx, keep)
+	_, closer, err = cfg.Open(ctx, keep)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	s, err := cfg.NewStrategy(nodes...)
 	if err != nil {
-		return nil, nil, err
+		_ = closer.Close()
+		return nil, nil, nil, err
 	}
-	m, err := dlm.New(staleLease{s, 3 * c.TTL}, append(cfg.ManagerOptions(), dlm.WithTTL(c.TTL), renew)...)
-	return m, closer, err
+	rec := &handoffs{Strategy: s}
+	handed = func(dlm.Lease) bool { return false }
+	if h, ok := s.(dlm.Handoff); ok {
+		rec.h = h
+		s, handed = rec, rec.took
+	}
+	if c.Plant == "stale-lease" {
+		s = staleLease{s, 3 * c.TTL}
+	}
+	m, err = dlm.New(s, append(cfg.ManagerOptions(), dlm.WithTTL(c.TTL), renew)...)
+	if err != nil {
+		_ = closer.Close()
+		return nil, nil, nil, err
+	}
+	return m, handed, closer, nil
+}
+
+// handoffs passes a strategy's hand-offs through, keeping the fence of each
+// lease handed over, so that a client can tell how its Lock was served.
+type handoffs struct {
+	dlm.Strategy
+	h      dlm.Handoff
+	fences sync.Map // fence → struct{}
+}
+
+func (s *handoffs) Handoff(ctx context.Context, key, from, to string, ttl time.Duration) (dlm.Lease, error) {
+	l, err := s.h.Handoff(ctx, key, from, to, ttl)
+	if err == nil {
+		s.fences.Store(l.Fence, struct{}{})
+	}
+	return l, err
+}
+
+// took reports whether l was handed over (once for each hand-off).
+func (s *handoffs) took(l dlm.Lease) bool {
+	_, ok := s.fences.LoadAndDelete(l.Fence)
+	return ok
 }
 
 // staleLease is a strategy with a bug planted: it skips the validity

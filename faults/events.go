@@ -43,6 +43,12 @@ const (
 	Note  Kind = "note"  // the nemesis saw something worth keeping (Info)
 )
 
+// A Granted event's Info.
+const (
+	grantedLong      = "long"    // the holder nemeses' long hold, asked for by SIGUSR1
+	grantedHandedOff = "handoff" // handed over by an Unlock of the client's process
+)
+
 // now reads the monotonic clock.
 func now() int64 {
 	var ts unix.Timespec

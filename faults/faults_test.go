@@ -38,8 +38,10 @@ func needRoot(t *testing.T) {
 	t.Skip(why)
 }
 
+// shortCell is a cell of the short matrix: four client processes of two
+// goroutines each, so that Unlocks hand the lock over under every fault.
 func shortCell(strategy, nemesis string) Cell {
-	return Cell{Strategy: strategy, Nemesis: nemesis, Clients: 4, Duration: 8 * time.Second,
+	return Cell{Strategy: strategy, Nemesis: nemesis, Clients: 4, Workers: 2, Duration: 8 * time.Second,
 		TTL: time.Second, Hold: 10 * time.Millisecond, Wait: 2 * time.Second}
 }
 
@@ -87,6 +89,8 @@ func TestShortMatrix(t *testing.T) {
 			t.Errorf("%s × %s: the nemesis never struck", r.Cell.Strategy, r.Cell.Nemesis)
 		case r.Counts.Grants < minGrants(r.Cell):
 			t.Errorf("%s × %s: only %d grants", r.Cell.Strategy, r.Cell.Nemesis, r.Counts.Grants)
+		case r.Counts.Handoffs == 0:
+			t.Errorf("%s × %s: no Unlock handed the lock over", r.Cell.Strategy, r.Cell.Nemesis)
 		}
 	}
 }

@@ -168,8 +168,8 @@ func (r Result) summary() string {
 	case !r.Promise.Exclusion || !r.Promise.Fences:
 		verdict = "expected"
 	}
-	return fmt.Sprintf("%s: %d/%d granted, %d faults, overlaps %d, fence regressions %d, lost writes %d, saved %d, late %d (accepted %d), longest wait %dms, register %s",
-		verdict, c.Grants, c.Attempts, r.Faults, c.Overlaps, c.FenceRegressions, c.LostWrites, c.SavedWrites, c.LateWrites, c.LateAccepted, c.LongestWaitMs, c.Linearizable)
+	return fmt.Sprintf("%s: %d/%d granted (%d handed off), %d faults, overlaps %d, fence regressions %d, lost writes %d, saved %d, late %d (accepted %d), longest wait %dms, register %s",
+		verdict, c.Grants, c.Attempts, c.Handoffs, r.Faults, c.Overlaps, c.FenceRegressions, c.LostWrites, c.SavedWrites, c.LateWrites, c.LateAccepted, c.LongestWaitMs, c.Linearizable)
 }
 
 // Rejudge sets each result's promise and verdict anew from what the

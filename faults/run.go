@@ -19,9 +19,14 @@ import (
 // not yet made MinAttempts Lock calls, until they have (at most four times
 // Duration in all).
 type Cell struct {
-	Strategy    string
-	Nemesis     string
-	Clients     int
+	Strategy string
+	Nemesis  string
+	Clients  int
+	// Workers is how many goroutines of each client process lock the key
+	// through the process's one Manager (at least 1): with two or more, an
+	// Unlock hands the lock to a waiting goroutine of its process. Each
+	// goroutine is a client of its own in the events.
+	Workers     int
 	Duration    time.Duration
 	MinAttempts int
 	TTL         time.Duration // the leases'
@@ -29,6 +34,8 @@ type Cell struct {
 	Wait        time.Duration // how long a Lock call may wait
 	Plant       string        // a bug planted in the clients on purpose ("stale-lease"), to show that the suite finds it
 }
+
+func (c Cell) workers() int { return max(c.Workers, 1) }
 
 // clientKey is the key every client locks.
 const clientKey = "fenced"
@@ -161,7 +168,7 @@ func (r *run) startClient(self string, id int, stopAt int64) error {
 	if err != nil {
 		return err
 	}
-	spec, _ := json.Marshal(clientConfig{ID: id, URL: r.topo.URL, Key: clientKey, TTL: r.cell.TTL, Wait: r.cell.Wait,
+	spec, _ := json.Marshal(clientConfig{ID: id, Workers: r.cell.workers(), URL: r.topo.URL, Key: clientKey, TTL: r.cell.TTL, Wait: r.cell.Wait,
 		Hold: r.cell.Hold, Register: r.reg.Addr, Stop: stopAt, Plant: r.cell.Plant})
 	cmd := h.Command(self)
 	cmd.Env = append(os.Environ(), clientEnv+"="+string(spec))
@@ -196,7 +203,7 @@ func (r *run) record(e Event) {
 	if e.Kind == Acquire {
 		r.attempts++
 	}
-	if e.Kind == Granted && e.Info == "long" {
+	if e.Kind == Granted && e.Info == grantedLong {
 		select {
 		case r.granted <- e.Client:
 		default:
@@ -214,7 +221,7 @@ func (r *run) holder() *clientProc {
 	_ = r.clients[rand.IntN(len(r.clients))].cmd.Process.Signal(syscall.SIGUSR1)
 	select {
 	case id := <-r.granted:
-		return r.clients[id-1]
+		return r.clients[(id-1)/r.cell.workers()]
 	case <-time.After(3 * time.Second):
 		return nil
 	}

@@ -30,6 +30,7 @@ func main() {
 		strategies = flag.String("strategies", strings.Join(faults.Strategies(), ","), "strategies, comma-separated")
 		nemeses    = flag.String("nemeses", strings.Join(faults.Nemeses(), ","), "nemeses, comma-separated")
 		clients    = flag.Int("clients", 8, "client processes per cell")
+		workers    = flag.Int("workers", 1, "goroutines per client process, locking through its one Manager (2 or more: Unlocks hand the lock over)")
 		duration   = flag.Duration("duration", 20*time.Second, "length of each cell")
 		minCalls   = flag.Int("min-attempts", 0, "run each cell on past -duration until its clients made this many Lock calls (at most 4x -duration)")
 		ttl        = flag.Duration("ttl", time.Second, "lease TTL")
@@ -48,7 +49,7 @@ func main() {
 	for _, s := range strings.Split(*strategies, ",") {
 		for _, n := range strings.Split(*nemeses, ",") {
 			if faults.Applies(s, n) {
-				cells = append(cells, faults.Cell{Strategy: s, Nemesis: n, Clients: *clients, Duration: *duration, MinAttempts: *minCalls,
+				cells = append(cells, faults.Cell{Strategy: s, Nemesis: n, Clients: *clients, Workers: *workers, Duration: *duration, MinAttempts: *minCalls,
 					TTL: *ttl, Hold: *hold, Wait: *wait, Plant: *plant})
 			}
 		}
