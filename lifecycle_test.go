@@ -495,8 +495,12 @@ func TestRenewTenThousandLocks(t *testing.T) {
 	t.Logf("%d locks, TTL %v, renewal period %v: %.1f pipelined round trips and %.1f single calls per period, %.0f extensions per period; longest pipeline %v",
 		n, ttl, period, float64(batches)/periods, float64(calls)/periods, float64(batched)/periods, time.Duration(node.batchNs.Load()).Round(time.Millisecond))
 	assert.Zero(t, calls, "no per-lock round trips")
-	assert.LessOrEqual(t, float64(batches)/periods, float64(n/dlm.RenewBatchForTest+2), "one pipeline per batch of locks, and few batches, per period")
+	// Counted per round trip rather than per period: on a loaded machine
+	// a late renewal shifts its lock's phase, and a period of 10,000
+	// locks then saw 12,957 extensions in 13 pipelines.
+	assert.GreaterOrEqual(t, float64(batched)/float64(batches), float64(dlm.RenewBatchForTest)/2, "locks renewed in batches, one pipeline each")
 	assert.GreaterOrEqual(t, batched, int64(n*(periods-1)), "every lock renewed each period")
+	assert.LessOrEqual(t, batched, int64(2*n*periods), "no lock renewed much more than once a period")
 	for i, l := range locks {
 		if err := l.Context().Err(); err != nil {
 			t.Fatalf("lock %d lost: %v", i, context.Cause(l.Context()))

@@ -194,3 +194,32 @@ func TestRedlockLateGrantGetsTheFence(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, l.Fence, e.Fence)
 }
+
+// A lock is its token's alone: a token that is a part of the holder's (a
+// suffix, a prefix, the part after a ':' inside it) or has the holder's as
+// a part neither releases, extends nor hands off the lock. The scripts
+// compare the token with the lock's value "<fence>:<token>" without
+// cutting the value apart.
+func TestTokenMatchesWhole(t *testing.T) {
+	c := redistest.Start(t).Client(t)
+	s, err := strategy.NewSingle(goredis.New(c))
+	require.NoError(t, err)
+	ctx := context.Background()
+	for _, tc := range []struct{ holder, other string }{
+		{"abc", "bc"}, {"abc", "ab"}, {"abc", "xabc"}, {"abc", "abcx"},
+		{"a:b", "b"}, {"a:b", ":b"}, {"b", "a:b"}, {"1:a", "a"},
+	} {
+		key := "whole:" + tc.holder + "/" + tc.other
+		l, err := s.Acquire(ctx, key, tc.holder, time.Minute)
+		require.NoError(t, err)
+		assert.ErrorIs(t, s.Release(ctx, key, tc.other), dlm.ErrNotHeld, "%q released %q's lock", tc.other, tc.holder)
+		_, err = s.Extend(ctx, key, tc.other, time.Minute)
+		assert.ErrorIs(t, err, dlm.ErrNotHeld, "%q extended %q's lock", tc.other, tc.holder)
+		_, err = s.Handoff(ctx, key, tc.other, "thief", time.Minute)
+		assert.ErrorIs(t, err, dlm.ErrNotHeld, "%q handed off %q's lock", tc.other, tc.holder)
+		again, err := s.Acquire(ctx, key, tc.holder, time.Minute)
+		require.NoError(t, err, "the holder still holds it")
+		assert.Equal(t, l.Fence, again.Fence)
+		require.NoError(t, s.Release(ctx, key, tc.holder))
+	}
+}

@@ -14,7 +14,7 @@
 -- when the slot is quarantined for ms more.
 local v = redis.call('GET', KEYS[1])
 if ARGV[4] then
-  if not held(v, ARGV[4]) then
+  if not holds(v, ARGV[4]) then
     return {0, redis.call('PTTL', KEYS[1])}
   end
 else
@@ -27,9 +27,9 @@ else
     return {0, redis.call('PTTL', KEYS[1])}
   end
 end
-local maxttl = tonumber(ARGV[3] or '0')
-if maxttl > 0 then
-  local q = quarantine(KEYS[2], KEYS[3], KEYS[4], maxttl)
+local maxttl = ARGV[3] -- read only when set: tonumber costs a strtod
+if maxttl and maxttl ~= '0' then
+  local q = quarantine(KEYS[2], KEYS[3], KEYS[4], tonumber(maxttl))
   if q > 0 then
     return {2, q}
   end

@@ -3,7 +3,7 @@
 -- ARGV[2], when the caller knows how its client reaches the server, as
 -- announce's mode.
 -- Replies {1} when deleted, {0} when the token does not hold it.
-if held(redis.call('GET', KEYS[1]), ARGV[1]) then
+if holds(redis.call('GET', KEYS[1]), ARGV[1]) then
   redis.call('DEL', KEYS[1])
   announce(KEYS[1], ARGV[2])
   return {1}
