@@ -26,6 +26,15 @@ if ! command -v ip >/dev/null || ! command -v nsenter >/dev/null || ! command -v
 	fi
 fi
 
+# bench's -instructions counts a server's instructions under valgrind.
+if ! command -v valgrind >/dev/null; then
+	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+		echo "test.sh: installing valgrind from Debian's packages" >&2
+		apt-get update -qq
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind >/dev/null
+	fi
+fi
+
 unformatted=$(gofmt -l .)
 if [ -n "$unformatted" ]; then
 	echo "test.sh: gofmt would change:" >&2

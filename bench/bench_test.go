@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -297,6 +298,41 @@ func TestRegistry(t *testing.T) {
 			t.Errorf("%s: lib %q, %d nodes; want dlm, %d", name, c.Lib, c.Nodes, nodes)
 		case strings.HasSuffix(name, "+renew") != c.Renews:
 			t.Errorf("%s: Renews = %v", name, c.Renews)
+		}
+	}
+}
+
+// TestInstructions counts server instructions per pair under callgrind for
+// two contenders, and checks the table: a count for each, dlm's against
+// the peer's.
+func TestInstructions(t *testing.T) {
+	redistest.Binary(t, "redis-server")
+	redistest.Binary(t, "valgrind")
+	var stdout, stderr bytes.Buffer
+	err := mainErr([]string{"-instructions", "256", "-instructions-goroutines", "8",
+		"-only", `^(dlm single/goredis|redsync/goredis)$`}, &stdout, &stderr)
+	if err != nil {
+		t.Fatalf("%v\nstderr:\n%s", err, stderr.String())
+	}
+	rows := map[string]float64{}
+	for _, line := range strings.Split(stdout.String(), "\n") {
+		cells := strings.Split(line, "|")
+		if len(cells) != 4 || !strings.Contains(cells[2], "×") {
+			continue
+		}
+		n, _, _ := strings.Cut(strings.TrimSpace(cells[2]), " ")
+		v, err := strconv.ParseFloat(strings.ReplaceAll(n, ",", ""), 64)
+		if err != nil {
+			t.Fatalf("row %q: %v", line, err)
+		}
+		rows[strings.TrimSpace(cells[1])] = v
+	}
+	t.Logf("\n%s", stdout.String())
+	for _, name := range []string{"dlm single/goredis", "redsync/goredis"} {
+		// A lock+unlock pair takes the server thousands of instructions;
+		// a few hundred would mean the counts missed the pairs.
+		if rows[name] < 5000 {
+			t.Errorf("%s: %v instructions per pair", name, rows[name])
 		}
 	}
 }

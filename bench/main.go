@@ -53,6 +53,8 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 	note := fs.String("note", "", "a note written into the results (e.g. that the machine was busy)")
 	list := fs.Bool("list", false, "list the selected contenders and scenarios with an estimate of the run's duration, and exit")
 	rtt := fs.Duration("rtt", 0, "put every server behind a latency proxy (toxiproxy, in this process) adding this round trip, in whole milliseconds; the silent scenario is then skipped")
+	instructions := fs.Int("instructions", 0, "count the server's instructions per lock+unlock pair instead, under valgrind's callgrind: this many pairs per one-node contender (-only selects them), on a server of its own")
+	instrGoroutines := fs.Int("instructions-goroutines", 16, "goroutines making the pairs of -instructions")
 	render := fs.String("render", "", "write results.md and chart.svg again from this results.json (into -out, default its directory), without measuring")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -111,6 +113,9 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if *instructions > 0 {
+		return measureInstructions(ctx, o, *instructions, *instrGoroutines, stdout, stderr)
+	}
 
 	var top Topology
 	if *single != "" || *redlock != "" {
