@@ -252,15 +252,18 @@ func TestStats(t *testing.T) {
 
 func TestRatios(t *testing.T) {
 	s := ScenarioResult{
-		Metrics: []Metric{{Key: "lat"}, {Key: "ops", Higher: true}},
+		Metrics: []Metric{{Key: "lat"}, {Key: "ops", Higher: true}, {Key: "ping", Reference: true}},
 		Rows: []Row{
-			{Contender: "dlm", Lib: "dlm", Nodes: 1, Median: map[string]float64{"lat": 50, "ops": 300}},
+			{Contender: "dlm", Lib: "dlm", Nodes: 1, Median: map[string]float64{"lat": 50, "ops": 300, "ping": 1}},
 			{Contender: "a", Lib: "a", Nodes: 1, Median: map[string]float64{"lat": 100, "ops": 200}},
 			{Contender: "b", Lib: "b", Nodes: 1, Median: map[string]float64{"lat": 200, "ops": 100}},
 			{Contender: "c5", Lib: "c", Nodes: 5, Median: map[string]float64{"lat": 1000, "ops": 10}},
 		},
 	}
 	s.ratios()
+	if _, ok := s.Rows[0].Ratio["ping"]; ok {
+		t.Errorf("a reference figure got a ratio")
+	}
 	want := []map[string]float64{{"lat": 0.5, "ops": 1.5}, {"lat": 1, "ops": 1}, {"lat": 2, "ops": 0.5}, {"lat": 1, "ops": 1}}
 	for i, w := range want {
 		for k, v := range w {

@@ -219,6 +219,10 @@ func rerender(file, dir string, stdout io.Writer) error {
 				s.Metrics = def.Metrics
 			}
 		}
+		for j := range s.Rows {
+			s.Rows[j].Ratio = nil
+		}
+		s.ratios()
 	}
 	rep.WriteMarkdown(stdout)
 	return writeResults(dir, &rep)

@@ -71,6 +71,9 @@ type Row struct {
 // of another library than dlm) on the same number of nodes.
 func (s *ScenarioResult) ratios() {
 	for _, m := range s.Metrics {
+		if m.Reference {
+			continue
+		}
 		best := map[int]float64{}
 		for _, r := range s.Rows {
 			v, ok := r.Median[m.Key]
@@ -201,15 +204,18 @@ func (r *Report) WriteMarkdown(w io.Writer) {
 		fmt.Fprintf(w, "## %s\n\n%s\n\n", s.Title, scenarioDetail(s.Name, c))
 		fmt.Fprintf(w, "| Contender | nodes |")
 		for _, mt := range s.Metrics {
-			arrow := "↓"
-			if mt.Higher {
-				arrow = "↑"
+			arrow := " ↓"
+			switch {
+			case mt.Reference:
+				arrow = ""
+			case mt.Higher:
+				arrow = " ↑"
 			}
 			unit := ""
 			if mt.Unit != "" {
 				unit = " (" + mt.Unit + ")"
 			}
-			fmt.Fprintf(w, " %s%s %s |", mt.Label, unit, arrow)
+			fmt.Fprintf(w, " %s%s%s |", mt.Label, unit, arrow)
 		}
 		fmt.Fprintf(w, "\n| --- | ---: |%s\n", strings.Repeat(" ---: |", len(s.Metrics)))
 		var errs []string

@@ -86,6 +86,9 @@ type Metric struct {
 	Unit   string `json:"unit"`
 	Higher bool   `json:"higher_is_better"`
 	Chart  bool   `json:"-"` // drawn in the chart
+	// Reference marks a figure measured beside the contender rather than
+	// of it (a PING's round trip): shown without a ratio or an arrow.
+	Reference bool `json:"reference,omitempty"`
 }
 
 // A Scenario measures one Locker once (one repetition).
@@ -165,7 +168,7 @@ var scenarios = []Scenario{
 		Metrics: []Metric{
 			{Key: "p50_ms", Label: "p50", Unit: "ms", Chart: true},
 			{Key: "p90_ms", Label: "p90", Unit: "ms"},
-			{Key: "rtt_p50_ms", Label: "PING p50", Unit: "ms"},
+			{Key: "rtt_p50_ms", Label: "PING p50", Unit: "ms", Reference: true},
 			{Key: "failed", Label: "failed rounds", Unit: ""},
 		},
 		Applies: always, Run: runHandoff,
