@@ -117,7 +117,7 @@ func runClient(c clientConfig, out *os.File) error {
 // work is one client (id) of the events: until Stop, it locks c.Key
 // through m, writes, holds and unlocks, as clientConfig says. handed
 // tells whether a lease came by a hand-off.
-func work(ctx context.Context, c clientConfig, id int, m *dlm.Manager, handed func(dlm.Lease) bool, hc *http.Client, longNext, stop *atomic.Bool, emit func(Event)) {
+func work(ctx context.Context, c clientConfig, id int, m *dlm.Manager, handed func(fence uint64) bool, hc *http.Client, longNext, stop *atomic.Bool, emit func(Event)) {
 	write := func(l *dlm.Lock, op, n int) {
 		if l.Context().Err() != nil {
 			return // the lease is over: the client must not write
@@ -150,12 +150,12 @@ func work(ctx context.Context, c clientConfig, id int, m *dlm.Manager, handed fu
 			emit(Event{Kind: Failed, Op: op, Info: err.Error()})
 			continue
 		}
-		long := longNext.Swap(false)
+		long, wasHanded := longNext.Swap(false), handed(l.Fence())
 		g := Event{Kind: Granted, Op: op, Fence: l.Fence(), Until: now() + int64(time.Until(l.Until()))}
 		switch {
 		case long:
 			g.Info = grantedLong
-		case handed(dlm.Lease{Fence: l.Fence(), Until: l.Until()}):
+		case wasHanded:
 			g.Info = grantedHandedOff
 		}
 		emit(g)
@@ -208,9 +208,9 @@ func work(ctx context.Context, c clientConfig, id int, m *dlm.Manager, handed fu
 var renew = dlm.WithAutoRenew(1.0/3, time.Minute)
 
 // open opens c.URL, with c.Plant's bug planted in the strategy. handed
-// reports whether a lease came from a hand-off by one of the Manager's
-// Unlocks.
-func open(ctx context.Context, c clientConfig) (m *dlm.Manager, handed func(dlm.Lease) bool, closer io.Closer, err error) {
+// reports whether the lease of a fence came from a hand-off by one of the
+// Manager's Unlocks.
+func open(ctx context.Context, c clientConfig) (m *dlm.Manager, handed func(fence uint64) bool, closer io.Closer, err error) {
 	if c.Plant != "" && c.Plant != "stale-lease" {
 		return nil, nil, nil, fmt.Errorf("unknown bug to plant %q", c.Plant)
 	}
@@ -234,7 +234,7 @@ func open(ctx context.Context, c clientConfig) (m *dlm.Manager, handed func(dlm.
 		return nil, nil, nil, err
 	}
 	rec := &handoffs{Strategy: s}
-	handed = func(dlm.Lease) bool { return false }
+	handed = func(uint64) bool { return false }
 	if h, ok := s.(dlm.Handoff); ok {
 		rec.h = h
 		s, handed = rec, rec.took
@@ -266,9 +266,10 @@ func (s *handoffs) Handoff(ctx context.Context, key, from, to string, ttl time.D
 	return l, err
 }
 
-// took reports whether l was handed over (once for each hand-off).
-func (s *handoffs) took(l dlm.Lease) bool {
-	_, ok := s.fences.LoadAndDelete(l.Fence)
+// took reports whether the lease of fence was handed over (once for each
+// hand-off).
+func (s *handoffs) took(fence uint64) bool {
+	_, ok := s.fences.LoadAndDelete(fence)
 	return ok
 }
 
