@@ -1,6 +1,10 @@
 package faults
 
-import "testing"
+import (
+	"strings"
+	"testing"
+	"time"
+)
 
 // The checker counts what it claims to, on histories written by hand.
 func TestCheck(t *testing.T) {
@@ -38,5 +42,37 @@ func TestCheck(t *testing.T) {
 	}
 	if c := Check(nonlin); c.Linearizable != "Illegal" {
 		t.Errorf("a register that accepted fence 3 after 9: %q", c.Linearizable)
+	}
+}
+
+// Nemeses joined by '+' strike together: the holder's part first, for the
+// longest hold, where every part applies, promising what every part keeps.
+func TestCombinedNemesis(t *testing.T) {
+	n := findNemesis("stop-minority+pause-holder")
+	if n == nil {
+		t.Fatal("stop-minority+pause-holder unknown")
+	}
+	if !n.onHolder || !strings.HasPrefix(n.Doc, "at once: SIGSTOP the client") {
+		t.Errorf("the holder's part is not first: onHolder %v, %q", n.onHolder, n.Doc)
+	}
+	if got := n.hold(time.Second); got != 2500*time.Millisecond {
+		t.Errorf("hold %v, want the longest part's, 2.5s", got)
+	}
+	if n.applies("single") || !n.applies("redlock") {
+		t.Error("applies where a part does not, or not where all do")
+	}
+	if c := findNemesis("kill-fsync+partition-holder"); c == nil || !c.persist {
+		t.Error("a part's persistence is lost")
+	}
+	for _, bad := range []string{"none+pause-holder", "pause-holder+pause-holder", "pause-holder+nope"} {
+		if findNemesis(bad) != nil {
+			t.Errorf("%s accepted", bad)
+		}
+	}
+	if p := promise("failover-ack-none", "failover+pause-holder"); p.Exclusion || p.Fences || p.Why == "" {
+		t.Errorf("a part's documented limit is lost: %+v", p)
+	}
+	if p := promise("redlock", "stop-minority+pause-holder"); !p.Exclusion || !p.Fences {
+		t.Errorf("promise %+v, want all kept", p)
 	}
 }

@@ -75,6 +75,8 @@ func TestShortMatrix(t *testing.T) {
 		shortCell("single-guard", "kill-empty"),
 		shortCell("failover-ack-all", "failover-lagging"),
 		shortCell("cluster", "slot-migration"),
+		shortCell("redlock", "stop-minority+pause-holder"),
+		shortCell("redlock", "kill-fsync+partition-holder"),
 	}
 	var log strings.Builder
 	results := Matrix(cells, t.TempDir(), "", &log)

@@ -27,6 +27,20 @@ type Promise struct {
 // promise returns what the documentation promises for strategy under
 // nemesis.
 func promise(strategy, nemesis string) Promise {
+	if parts := strings.Split(nemesis, "+"); len(parts) > 1 {
+		// Several at once: what each of them keeps.
+		p := Promise{Exclusion: true, Fences: true}
+		var why []string
+		for _, n := range parts {
+			q := promise(strategy, n)
+			p.Exclusion, p.Fences = p.Exclusion && q.Exclusion, p.Fences && q.Fences
+			if q.Why != "" {
+				why = append(why, q.Why)
+			}
+		}
+		p.Why = strings.Join(why, "; ")
+		return p
+	}
 	all := Promise{Exclusion: true, Fences: true}
 	if strategy != unguarded(strategy) {
 		return all // README: Amnesia

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -211,6 +212,71 @@ var nemeses = []*nemesis{
 	{Name: "failover-lagging", Doc: "as failover, but the primary is first cut off from its replicas (not from clients or Sentinels) for 500ms, so the replica promoted lacks what the primary granted meanwhile: the failover race",
 		applies: func(s string) bool { return strings.HasPrefix(s, "failover") },
 		fault:   func(r *run) (string, func(), error) { return killPrimary(r, 500*time.Millisecond) }, hold: fixed(0)},
+}
+
+// combined returns the nemesis that strikes with several nemeses at once,
+// named "a+b": their faults start together (those that pick the holder
+// first, as they wait for one) and heal together after the longest hold.
+// Nil when a part is unknown, none, or repeated.
+func combined(name string) *nemesis {
+	var parts []*nemesis
+	for _, p := range strings.Split(name, "+") {
+		n := findNemesis(p)
+		if n == nil || n.Name == "none" || slices.Contains(parts, n) {
+			return nil
+		}
+		parts = append(parts, n)
+	}
+	slices.SortStableFunc(parts, func(a, b *nemesis) int {
+		switch {
+		case a.onHolder == b.onHolder:
+			return 0
+		case a.onHolder:
+			return -1
+		}
+		return 1
+	})
+	c := &nemesis{Name: name}
+	var docs []string
+	for _, p := range parts {
+		docs = append(docs, p.Doc)
+		c.persist, c.proxied, c.onHolder = c.persist || p.persist, c.proxied || p.proxied, c.onHolder || p.onHolder
+	}
+	c.Doc = "at once: " + strings.Join(docs, "; ")
+	c.applies = func(s string) bool {
+		for _, p := range parts {
+			if !p.applies(s) {
+				return false
+			}
+		}
+		return true
+	}
+	c.hold = func(ttl time.Duration) time.Duration {
+		var d time.Duration
+		for _, p := range parts {
+			d = max(d, p.hold(ttl))
+		}
+		return d
+	}
+	c.fault = func(r *run) (string, func(), error) {
+		var descs []string
+		var heals []func()
+		healAll := func() {
+			for i := len(heals) - 1; i >= 0; i-- {
+				heals[i]()
+			}
+		}
+		for _, p := range parts {
+			desc, heal, err := p.fault(r)
+			if err != nil || heal == nil {
+				healAll() // all or nothing
+				return "", nil, err
+			}
+			descs, heals = append(descs, desc), append(heals, heal)
+		}
+		return strings.Join(descs, " + "), healAll, nil
+	}
+	return c
 }
 
 // killPrimary kills the primary once the deployment settled; with lag, it

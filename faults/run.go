@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -154,7 +155,12 @@ func sortEvents(events []Event) {
 	sort.SliceStable(events, func(i, j int) bool { return events[i].T < events[j].T })
 }
 
+// findNemesis returns the nemesis of a name: one of nemeses, or several
+// of them joined by '+' (see combined).
 func findNemesis(name string) *nemesis {
+	if strings.Contains(name, "+") {
+		return combined(name)
+	}
 	for _, n := range nemeses {
 		if n.Name == name {
 			return n

@@ -28,7 +28,7 @@ func main() {
 	faults.MainIfClient()
 	var (
 		strategies = flag.String("strategies", strings.Join(faults.Strategies(), ","), "strategies, comma-separated")
-		nemeses    = flag.String("nemeses", strings.Join(faults.Nemeses(), ","), "nemeses, comma-separated")
+		nemeses    = flag.String("nemeses", strings.Join(faults.Nemeses(), ","), "nemeses, comma-separated; a+b strikes with a and b at once")
 		clients    = flag.Int("clients", 8, "client processes per cell")
 		workers    = flag.Int("workers", 1, "goroutines per client process, locking through its one Manager (2 or more: Unlocks hand the lock over)")
 		duration   = flag.Duration("duration", 20*time.Second, "length of each cell")
