@@ -20,6 +20,8 @@ import (
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/config"
 	"github.com/dlmgo/dlm/driver/goredis"
+	"github.com/dlmgo/dlm/election"
+	"github.com/dlmgo/dlm/fairlock"
 )
 
 // clientEnv names the environment variable that makes this program a
@@ -43,6 +45,10 @@ type clientConfig struct {
 	Stop     int64  // on the monotonic clock; SIGTERM stops the client sooner
 	Plant    string // a bug planted on purpose: "" or "stale-lease"
 	Workers  int    // goroutines locking Key through the process's Manager, each client ID (ID-1)*Workers+1 onwards
+	// Primitive is what the clients take: "" the plain lock
+	// (Manager.Lock and Unlock), "fairlock" (fairlock.Lock and Unlock) or
+	// "election" (Campaign and Resign, the term as the fence).
+	Primitive string
 }
 
 // MainIfClient runs a client process and exits when this process was
@@ -100,11 +106,15 @@ func runClient(c clientConfig, out *os.File) error {
 		<-term
 		stop.Store(true) // the runner ends the cell: finish this operation
 	}()
+	take, err := primitive(m, c)
+	if err != nil {
+		return err
+	}
 	var workers sync.WaitGroup
 	for i := range max(c.Workers, 1) {
 		id := (c.ID-1)*max(c.Workers, 1) + i + 1
 		workers.Go(func() {
-			work(ctx, c, id, m, handed, hc, &longNext, &stop, func(e Event) {
+			work(ctx, c, id, take, handed, hc, &longNext, &stop, func(e Event) {
 				e.Client = id
 				emit(e)
 			})
@@ -114,10 +124,53 @@ func runClient(c clientConfig, out *os.File) error {
 	return nil
 }
 
-// work is one client (id) of the events: until Stop, it locks c.Key
-// through m, writes, holds and unlocks, as clientConfig says. handed
+// A taker takes the primitive a client exercises: the lock it holds, and
+// how to give it up.
+type taker func(ctx context.Context) (*dlm.Lock, func(context.Context) error, error)
+
+// primitive returns the taker of c.Primitive on c.Key, through m.
+func primitive(m *dlm.Manager, c clientConfig) (taker, error) {
+	switch c.Primitive {
+	case "":
+		return func(ctx context.Context) (*dlm.Lock, func(context.Context) error, error) {
+			l, err := m.Lock(ctx, c.Key)
+			if err != nil {
+				return nil, nil, err
+			}
+			return l, l.Unlock, nil
+		}, nil
+	case "fairlock":
+		f, err := fairlock.New(m, c.Key)
+		if err != nil {
+			return nil, err
+		}
+		return func(ctx context.Context) (*dlm.Lock, func(context.Context) error, error) {
+			l, err := f.Lock(ctx)
+			if err != nil {
+				return nil, nil, err
+			}
+			return l, l.Unlock, nil
+		}, nil
+	case "election":
+		e, err := election.New(m, c.Key)
+		if err != nil {
+			return nil, err
+		}
+		return func(ctx context.Context) (*dlm.Lock, func(context.Context) error, error) {
+			ld, err := e.Campaign(ctx, "client "+strconv.Itoa(c.ID))
+			if err != nil {
+				return nil, nil, err
+			}
+			return ld.Lock(), ld.Resign, nil
+		}, nil
+	}
+	return nil, fmt.Errorf("unknown primitive %q", c.Primitive)
+}
+
+// work is one client (id) of the events: until Stop, it takes c.Key's
+// primitive, writes, holds and gives it up, as clientConfig says. handed
 // tells whether a lease came by a hand-off.
-func work(ctx context.Context, c clientConfig, id int, m *dlm.Manager, handed func(fence uint64) bool, hc *http.Client, longNext, stop *atomic.Bool, emit func(Event)) {
+func work(ctx context.Context, c clientConfig, id int, take taker, handed func(fence uint64) bool, hc *http.Client, longNext, stop *atomic.Bool, emit func(Event)) {
 	write := func(l *dlm.Lock, op, n int) {
 		if l.Context().Err() != nil {
 			return // the lease is over: the client must not write
@@ -144,7 +197,7 @@ func work(ctx context.Context, c clientConfig, id int, m *dlm.Manager, handed fu
 	for op := 1; now() < c.Stop && !stop.Load(); op++ {
 		emit(Event{Kind: Acquire, Op: op})
 		lctx, cancel := context.WithTimeout(ctx, c.Wait)
-		l, err := m.Lock(lctx, c.Key)
+		l, unlock, err := take(lctx)
 		cancel()
 		if err != nil {
 			emit(Event{Kind: Failed, Op: op, Info: err.Error()})
@@ -192,7 +245,7 @@ func work(ctx context.Context, c clientConfig, id int, m *dlm.Manager, handed fu
 		}
 		emit(Event{Kind: Release, Op: op})
 		uctx, cancel := context.WithTimeout(ctx, c.Wait)
-		err = l.Unlock(uctx)
+		err = unlock(uctx)
 		cancel()
 		info := ""
 		if err != nil {
@@ -235,7 +288,7 @@ func open(ctx context.Context, c clientConfig) (m *dlm.Manager, handed func(fenc
 	}
 	rec := &handoffs{Strategy: s}
 	handed = func(uint64) bool { return false }
-	if h, ok := s.(dlm.Handoff); ok {
+	if h, ok := s.(dlm.Handoff); ok && c.Primitive == "" {
 		rec.h = h
 		s, handed = rec, rec.took
 	}

@@ -45,6 +45,14 @@ func shortCell(strategy, nemesis string) Cell {
 		TTL: time.Second, Hold: 10 * time.Millisecond, Wait: 2 * time.Second}
 }
 
+// primitiveCell is a short cell whose clients take a primitive of the lock
+// family instead of the plain lock.
+func primitiveCell(primitive, strategy, nemesis string) Cell {
+	c := shortCell(strategy, nemesis)
+	c.Primitive = primitive
+	return c
+}
+
 // minGrants is the fewest grants a short cell must show for its verdict to
 // mean something. It is an availability floor, not a figure: cells grant
 // hundreds on an idle machine, but appendfsync always under the race
@@ -77,6 +85,8 @@ func TestShortMatrix(t *testing.T) {
 		shortCell("cluster", "slot-migration"),
 		shortCell("redlock", "stop-minority+pause-holder"),
 		shortCell("redlock", "kill-fsync+partition-holder"),
+		primitiveCell("fairlock", "single", "pause-holder"),
+		primitiveCell("election", "single", "partition-holder"),
 	}
 	var log strings.Builder
 	results := Matrix(cells, t.TempDir(), "", &log)
@@ -84,15 +94,15 @@ func TestShortMatrix(t *testing.T) {
 	for _, r := range results {
 		switch {
 		case r.Err != "":
-			t.Errorf("%s × %s: %s", r.Cell.Strategy, r.Cell.Nemesis, r.Err)
+			t.Errorf("%s × %s: %s", r.Cell.Taken(), r.Cell.Nemesis, r.Err)
 		case !r.Kept:
-			t.Errorf("%s × %s broke its promise: %s", r.Cell.Strategy, r.Cell.Nemesis, r.summary())
+			t.Errorf("%s × %s broke its promise: %s", r.Cell.Taken(), r.Cell.Nemesis, r.summary())
 		case r.Cell.Nemesis != "none" && r.Faults == 0:
-			t.Errorf("%s × %s: the nemesis never struck", r.Cell.Strategy, r.Cell.Nemesis)
+			t.Errorf("%s × %s: the nemesis never struck", r.Cell.Taken(), r.Cell.Nemesis)
 		case r.Counts.Grants < minGrants(r.Cell):
-			t.Errorf("%s × %s: only %d grants", r.Cell.Strategy, r.Cell.Nemesis, r.Counts.Grants)
-		case r.Counts.Handoffs == 0:
-			t.Errorf("%s × %s: no Unlock handed the lock over", r.Cell.Strategy, r.Cell.Nemesis)
+			t.Errorf("%s × %s: only %d grants", r.Cell.Taken(), r.Cell.Nemesis, r.Counts.Grants)
+		case r.Counts.Handoffs == 0 && r.Cell.Primitive == "":
+			t.Errorf("%s × %s: no Unlock handed the lock over", r.Cell.Taken(), r.Cell.Nemesis)
 		}
 	}
 }

@@ -94,6 +94,17 @@ func Applies(strategy, nemesis string) bool {
 	return n != nil && n.applies(strategy)
 }
 
+// Primitives are what clients can take besides the plain lock (""):
+// Cell.Primitive.
+func Primitives() []string { return []string{"fairlock", "election"} }
+
+// PrimitiveApplies reports whether primitive ("" the plain lock) runs over
+// strategy: the fair lock and the election need a strategy of one
+// deployment, not Redlock.
+func PrimitiveApplies(strategy, primitive string) bool {
+	return primitive == "" || unguarded(strategy) != "redlock"
+}
+
 // Strategies and Nemeses list what the matrix covers.
 func Strategies() []string { return append([]string(nil), strategies...) }
 
@@ -127,7 +138,7 @@ func Matrix(cells []Cell, dir, histories string, progress io.Writer) []Result {
 			}
 			r.Kept = keeps(r.Promise, r.Counts)
 			if !r.Kept && histories != "" {
-				name := filepath.Join(histories, fmt.Sprintf("broken-%s-%s", c.Strategy, c.Nemesis))
+				name := filepath.Join(histories, fmt.Sprintf("broken-%s-%s", strings.ReplaceAll(c.Taken(), "/", "-"), c.Nemesis))
 				if err := writeHistory(name+".jsonl", events); err != nil {
 					fmt.Fprintf(progress, "faults: the broken cell's history: %v\n", err)
 				}
@@ -137,7 +148,7 @@ func Matrix(cells []Cell, dir, histories string, progress io.Writer) []Result {
 			}
 		}
 		out = append(out, r)
-		fmt.Fprintf(progress, "%-18s %-18s %s (%v)\n", c.Strategy, c.Nemesis, r.summary(), time.Since(start).Round(time.Second))
+		fmt.Fprintf(progress, "%-18s %-18s %s (%v)\n", c.Taken(), c.Nemesis, r.summary(), time.Since(start).Round(time.Second))
 		for _, e := range events {
 			if e.Kind == Note {
 				fmt.Fprintf(progress, "    %s\n", e.Info)
@@ -232,7 +243,7 @@ func WriteResults(dir string, results []Result, header string) error {
 			verdict = "expected"
 		}
 		fmt.Fprintf(&md, "| %s | %s | %d / %d | %d | %d | %d | %d | %d | %d (%d) | %dms | %s | %s | %s |\n",
-			r.Cell.Strategy, r.Cell.Nemesis, c.Grants, c.Attempts, r.Faults, c.Overlaps, c.FenceRegressions, c.LostWrites,
+			r.Cell.Taken(), r.Cell.Nemesis, c.Grants, c.Attempts, r.Faults, c.Overlaps, c.FenceRegressions, c.LostWrites,
 			c.SavedWrites, c.LateWrites, c.LateAccepted, c.LongestWaitMs, c.Linearizable, p, verdict)
 	}
 	return os.WriteFile(filepath.Join(dir, "results.md"), []byte(md.String()), 0o644)

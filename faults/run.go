@@ -27,7 +27,10 @@ type Cell struct {
 	// through the process's one Manager (at least 1): with two or more, an
 	// Unlock hands the lock to a waiting goroutine of its process. Each
 	// goroutine is a client of its own in the events.
-	Workers     int
+	Workers int
+	// Primitive is what the clients take: "" the plain lock, "fairlock" or
+	// "election" (strategies of one deployment only).
+	Primitive   string
 	Duration    time.Duration
 	MinAttempts int
 	TTL         time.Duration // the leases'
@@ -37,6 +40,15 @@ type Cell struct {
 }
 
 func (c Cell) workers() int { return max(c.Workers, 1) }
+
+// Taken names what the cell's clients take: the strategy, and the
+// primitive over it when not the plain lock ("single/fairlock").
+func (c Cell) Taken() string {
+	if c.Primitive == "" {
+		return c.Strategy
+	}
+	return c.Strategy + "/" + c.Primitive
+}
 
 // clientKey is the key every client locks.
 const clientKey = "fenced"
@@ -174,7 +186,7 @@ func (r *run) startClient(self string, id int, stopAt int64) error {
 	if err != nil {
 		return err
 	}
-	spec, _ := json.Marshal(clientConfig{ID: id, Workers: r.cell.workers(), URL: r.topo.URL, Key: clientKey, TTL: r.cell.TTL, Wait: r.cell.Wait,
+	spec, _ := json.Marshal(clientConfig{ID: id, Workers: r.cell.workers(), Primitive: r.cell.Primitive, URL: r.topo.URL, Key: clientKey, TTL: r.cell.TTL, Wait: r.cell.Wait,
 		Hold: r.cell.Hold, Register: r.reg.Addr, Stop: stopAt, Plant: r.cell.Plant})
 	cmd := h.Command(self)
 	cmd.Env = append(os.Environ(), clientEnv+"="+string(spec))

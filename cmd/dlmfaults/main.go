@@ -18,6 +18,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -30,6 +31,7 @@ func main() {
 		strategies = flag.String("strategies", strings.Join(faults.Strategies(), ","), "strategies, comma-separated")
 		nemeses    = flag.String("nemeses", strings.Join(faults.Nemeses(), ","), "nemeses, comma-separated; a+b strikes with a and b at once")
 		clients    = flag.Int("clients", 8, "client processes per cell")
+		primitive  = flag.String("primitive", "", `what the clients take: "" the plain lock, or one of `+strings.Join(faults.Primitives(), ", ")+` (strategies of one deployment only)`)
 		workers    = flag.Int("workers", 1, "goroutines per client process, locking through its one Manager (2 or more: Unlocks hand the lock over)")
 		duration   = flag.Duration("duration", 20*time.Second, "length of each cell")
 		minCalls   = flag.Int("min-attempts", 0, "run each cell on past -duration until its clients made this many Lock calls (at most 4x -duration)")
@@ -45,11 +47,15 @@ func main() {
 	if *rejudge {
 		os.Exit(rejudgeResults(*out))
 	}
+	if *primitive != "" && !slices.Contains(faults.Primitives(), *primitive) {
+		fmt.Fprintf(os.Stderr, "dlmfaults: -primitive %q: want one of %s\n", *primitive, strings.Join(faults.Primitives(), ", "))
+		os.Exit(2)
+	}
 	var cells []faults.Cell
 	for _, s := range strings.Split(*strategies, ",") {
 		for _, n := range strings.Split(*nemeses, ",") {
-			if faults.Applies(s, n) {
-				cells = append(cells, faults.Cell{Strategy: s, Nemesis: n, Clients: *clients, Workers: *workers, Duration: *duration, MinAttempts: *minCalls,
+			if faults.Applies(s, n) && faults.PrimitiveApplies(s, *primitive) {
+				cells = append(cells, faults.Cell{Strategy: s, Nemesis: n, Clients: *clients, Workers: *workers, Primitive: *primitive, Duration: *duration, MinAttempts: *minCalls,
 					TTL: *ttl, Hold: *hold, Wait: *wait, Plant: *plant})
 			}
 		}
