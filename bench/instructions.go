@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -167,16 +166,13 @@ func startCallgrind() (*callgrindServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, args, err := serverArgs(dir)
 	if err != nil {
+		os.RemoveAll(dir)
 		return nil, err
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	s := &callgrindServer{dir: dir, addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
-	s.cmd = exec.Command("valgrind", "--tool=callgrind", "--callgrind-out-file="+filepath.Join(dir, "callgrind.out"),
-		"redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir,
-		"--save", "", "--appendonly", "no", "--daemonize", "no")
+	s := &callgrindServer{dir: dir, addr: addr}
+	s.cmd = exec.Command("valgrind", append([]string{"--tool=callgrind", "--callgrind-out-file=" + filepath.Join(dir, "callgrind.out"), "redis-server"}, args...)...)
 	s.cmd.Stdout, s.cmd.Stderr = io.Discard, io.Discard
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := s.cmd.Start(); err != nil {

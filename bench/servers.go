@@ -61,19 +61,28 @@ func startServers(n int) (*servers, []string, error) {
 	return s, addrs, nil
 }
 
+// serverArgs returns a free loopback address and the arguments of a
+// redis-server serving it from dir, without persistence.
+func serverArgs(dir string) (addr string, args []string, err error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+	l.Close()
+	return net.JoinHostPort("127.0.0.1", port), []string{"--port", port, "--bind", "127.0.0.1",
+		"--dir", dir, "--logfile", "redis.log", "--save", "", "--appendonly", "no", "--daemonize", "no"}, nil
+}
+
 func (s *servers) start(dir string) (string, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", err
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, args, err := serverArgs(dir)
 	if err != nil {
 		return "", err
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	cmd := exec.Command("redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-		"--dir", dir, "--logfile", "redis.log", "--save", "", "--appendonly", "no", "--daemonize", "no")
+	cmd := exec.Command("redis-server", args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return "", fmt.Errorf("start redis-server (is it installed?): %w", err)
