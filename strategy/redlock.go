@@ -242,7 +242,14 @@ func (s *Redlock) acquire(ctx context.Context, key, token, from string, ttl time
 			// tracking and count for the fence.
 			r.linger(time.Since(start))
 		}
-		if reason = s.writeBackFence(ctx, keys, token, t, counters); reason == "" {
+		n, err := s.grantedDistinct(ctx, t.res)
+		if err != nil {
+			s.undo(ctx, key, token, t.res, r, start.Add(ttl))
+			return dlm.Lease{}, err
+		}
+		if n < s.quorum {
+			reason = fmt.Sprintf("%d of the nodes that granted reach servers not known yet to be distinct", t.n(Granted)-n)
+		} else if reason = s.writeBackFence(ctx, keys, token, t, counters); reason == "" {
 			var lease dlm.Lease
 			if lease, reason = s.lease(t.fence, start, ttl); reason == "" {
 				if uncertain := timedOutNodes(t.res); r.left > 0 || len(uncertain) > 0 {

@@ -3,6 +3,7 @@ package strategy
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -54,9 +55,9 @@ func (s *Redlock) checkDistinct(ctx context.Context) error {
 	d.mu.Unlock()
 	switch {
 	case first:
-		s.probe(ctx)
+		s.probe(ctx, nil)
 	case due:
-		go s.probe(context.WithoutCancel(ctx))
+		go s.probe(context.WithoutCancel(ctx), nil)
 	}
 	if p := d.refused.Load(); p != nil {
 		return *p
@@ -64,8 +65,45 @@ func (s *Redlock) checkDistinct(ctx context.Context) error {
 	return nil
 }
 
-// probe asks the nodes whose server is not known yet for its run_id.
-func (s *Redlock) probe(ctx context.Context) {
+// grantedDistinct returns how many of the nodes that granted in res are
+// known to reach servers of their own. Until every node's server is known,
+// a grant counts only once its node's server is: the nodes that granted
+// and are not known yet (the probe at first use timed out on them, say on
+// a loaded machine) are asked now, within the per-node timeout, so that
+// one server reached under two names never makes a quorum. The error
+// matches dlm.ErrInvalid when two nodes reach one server.
+func (s *Redlock) grantedDistinct(ctx context.Context, res []NodeResult) (int, error) {
+	d := &s.distinct
+	if !d.settled.Load() {
+		var ask []int
+		d.mu.Lock()
+		for i, r := range res {
+			if r.Outcome == Granted && !d.known[i] {
+				ask = append(ask, i)
+			}
+		}
+		d.mu.Unlock()
+		if len(ask) > 0 {
+			s.probe(ctx, ask)
+		}
+	}
+	if p := d.refused.Load(); p != nil {
+		return 0, *p
+	}
+	n := 0
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for i, r := range res {
+		if r.Outcome == Granted && (d.known == nil || d.known[i]) {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// probe asks the nodes whose server is not known yet for its run_id: of
+// only, when not nil, those.
+func (s *Redlock) probe(ctx context.Context, only []int) {
 	d := &s.distinct
 	d.mu.Lock()
 	if d.known == nil {
@@ -73,7 +111,7 @@ func (s *Redlock) probe(ctx context.Context) {
 	}
 	var ask []int
 	for i, k := range d.known {
-		if !k {
+		if !k && (only == nil || slices.Contains(only, i)) {
 			ask = append(ask, i)
 		}
 	}
@@ -94,14 +132,15 @@ func (s *Redlock) probe(ctx context.Context) {
 	r.collect(ctx, never)
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	left := 0
 	for _, i := range ask {
+		if d.known[i] {
+			continue // a probe running beside this one told
+		}
 		switch res := r.t[0].res[i]; {
 		case res.Outcome == Failed && dlm.Permanent(res.Err):
 			d.known[i] = true // it never will (no EVALSHA for this user): do not ask again
 			continue
 		case res.Outcome != Granted:
-			left++
 			continue
 		}
 		d.known[i] = true
@@ -115,7 +154,7 @@ func (s *Redlock) probe(ctx context.Context) {
 		}
 		d.ids[ids[i]] = i
 	}
-	if left == 0 {
+	if !slices.Contains(d.known, false) {
 		d.settled.Store(true)
 	}
 }

@@ -2,7 +2,9 @@ package strategy_test
 
 import (
 	"context"
+	"errors"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -87,4 +89,47 @@ func TestRedlockRefusesOneServerTwice(t *testing.T) {
 		_, err = r.Acquire(context.Background(), "distinct", "tok", time.Second)
 		assert.NoError(t, err)
 	})
+}
+
+// failFirst is a node whose first call (the server-identity probe at first
+// use) fails as a reset connection does.
+type failFirst struct {
+	dlm.Node
+	first atomic.Bool
+}
+
+func (n *failFirst) Run(ctx context.Context, calls []dlm.Call) {
+	if n.first.CompareAndSwap(false, true) {
+		for i := range calls {
+			calls[i].Err = errors.New("connection reset by peer (failFirst)")
+		}
+		return
+	}
+	n.Node.Run(ctx, calls)
+}
+
+// One server reached under two names makes no quorum even before Redlock
+// knows it: when the probe at first use timed out on a node, its grant
+// counts only once its server is known, and it is asked again then (the
+// probe at first use failed on it: a reset connection, or a timeout on a
+// loaded machine, as in CI once). Here
+// the two names of one server grant and the third node refuses: the
+// acquisition must fail (the server was counted twice before).
+func TestRedlockCountsNoServerTwiceBeforeItKnows(t *testing.T) {
+	srvs := redistest.StartN(t, 2)
+	ctx := context.Background()
+	third := goredis.New(ctxClient(t, srvs[1].Addr))
+	other, err := strategy.NewSingle(third)
+	require.NoError(t, err)
+	_, err = other.Acquire(ctx, "window", "other", time.Minute)
+	require.NoError(t, err)
+	a := goredis.New(ctxClient(t, srvs[0].Addr))
+	b := &failFirst{Node: goredis.New(ctxClient(t, "localhost:"+strconv.Itoa(srvs[0].Port)))}
+	r, err := strategy.NewRedlock([]dlm.Node{a, b, third})
+	require.NoError(t, err)
+	_, err = r.Acquire(ctx, "window", "tok", time.Minute)
+	require.Error(t, err, "one server, granting under two names, made a quorum")
+	assert.ErrorIs(t, err, dlm.ErrInvalid, "the node that granted was asked again, and found out")
+	lock, _ := strategy.Keys("window")
+	assert.Equal(t, int64(0), srvs[0].Client(t).Exists(ctx, lock).Val(), "the grants were undone")
 }
