@@ -78,7 +78,7 @@ func (s *Redlock) grantedDistinct(ctx context.Context, res []NodeResult) (int, e
 		var ask []int
 		d.mu.Lock()
 		for i, r := range res {
-			if r.Outcome == Granted && !d.known[i] {
+			if r.Outcome == Granted && (d.known == nil || !d.known[i]) {
 				ask = append(ask, i)
 			}
 		}
@@ -94,7 +94,7 @@ func (s *Redlock) grantedDistinct(ctx context.Context, res []NodeResult) (int, e
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for i, r := range res {
-		if r.Outcome == Granted && (d.known == nil || d.known[i]) {
+		if r.Outcome == Granted && d.known != nil && d.known[i] {
 			n++
 		}
 	}
