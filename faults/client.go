@@ -132,25 +132,13 @@ type taker func(ctx context.Context) (*dlm.Lock, func(context.Context) error, er
 func primitive(m *dlm.Manager, c clientConfig) (taker, error) {
 	switch c.Primitive {
 	case "":
-		return func(ctx context.Context) (*dlm.Lock, func(context.Context) error, error) {
-			l, err := m.Lock(ctx, c.Key)
-			if err != nil {
-				return nil, nil, err
-			}
-			return l, l.Unlock, nil
-		}, nil
+		return unlocked(func(ctx context.Context) (*dlm.Lock, error) { return m.Lock(ctx, c.Key) }), nil
 	case "fairlock":
 		f, err := fairlock.New(m, c.Key)
 		if err != nil {
 			return nil, err
 		}
-		return func(ctx context.Context) (*dlm.Lock, func(context.Context) error, error) {
-			l, err := f.Lock(ctx)
-			if err != nil {
-				return nil, nil, err
-			}
-			return l, l.Unlock, nil
-		}, nil
+		return unlocked(f.Lock), nil
 	case "election":
 		e, err := election.New(m, c.Key)
 		if err != nil {
@@ -165,6 +153,17 @@ func primitive(m *dlm.Manager, c clientConfig) (taker, error) {
 		}, nil
 	}
 	return nil, fmt.Errorf("unknown primitive %q", c.Primitive)
+}
+
+// unlocked is the taker of locks that lock takes and Unlock gives up.
+func unlocked(lock func(context.Context) (*dlm.Lock, error)) taker {
+	return func(ctx context.Context) (*dlm.Lock, func(context.Context) error, error) {
+		l, err := lock(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		return l, l.Unlock, nil
+	}
 }
 
 // work is one client (id) of the events: until Stop, it takes c.Key's
