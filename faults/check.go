@@ -1,7 +1,10 @@
 package faults
 
 import (
+	"cmp"
+	"maps"
 	"math"
+	"slices"
 	"sort"
 	"time"
 
@@ -19,15 +22,19 @@ type Counts struct {
 	// LongestWaitMs is the longest a granted Lock call waited.
 	LongestWaitMs int64 `json:"longest_wait_ms"`
 
-	// Overlaps counts grants made while another client's lease was still
-	// valid (before its Until, its Unlock, or its Context's end).
+	// Overlaps counts grants made while another client's lease of the
+	// same key was still valid (before its Until, its Unlock, or its
+	// Context's end).
 	Overlaps int `json:"overlaps"`
+	// MostHolders is the most leases, of any keys, valid at once.
+	MostHolders int `json:"most_holders"`
 	// FenceRegressions counts grants whose fence was not above that of
-	// every grant completed before they began.
+	// every grant of the same key completed before they began.
 	FenceRegressions int `json:"fence_regressions"`
 	// LostWrites counts writes the register accepted from a holder after
-	// another client had been granted a larger fence: data the fence did
-	// not save, since the newer holder had not written yet.
+	// another client had been granted a larger fence for the same key:
+	// data the fence did not save, since the newer holder had not written
+	// yet.
 	LostWrites int `json:"lost_writes"`
 	// SavedWrites counts writes the register refused (a smaller fence than
 	// one it had accepted): data the fence saved.
@@ -36,8 +43,9 @@ type Counts struct {
 	// LateAccepted those of them the register accepted.
 	LateWrites   int `json:"late_writes"`
 	LateAccepted int `json:"late_accepted"`
-	// Linearizable is porcupine's verdict on the register's history:
-	// "Ok", "Illegal" or "Unknown" (the check timed out).
+	// Linearizable is porcupine's verdict on the register's history, one
+	// register per key: "Ok", "Illegal" (some key's is not) or "Unknown"
+	// (the check of some key timed out).
 	Linearizable string `json:"linearizable"`
 }
 
@@ -55,6 +63,7 @@ func (c Counts) Violations() int {
 
 type grant struct {
 	client, op  int
+	key         string
 	acquire, at int64 // Lock called, Lock returned
 	end         int64 // the lease's end: its last Until, Unlock called, or the Context ended
 	fence       uint64
@@ -80,7 +89,7 @@ func Check(events []Event) Counts {
 			if e.Info == grantedHandedOff {
 				c.Handoffs++
 			}
-			g := &grant{client: e.Client, op: e.Op, acquire: acquires[k], at: e.T, end: e.Until, fence: e.Fence}
+			g := &grant{client: e.Client, op: e.Op, key: e.Key, acquire: acquires[k], at: e.T, end: e.Until, fence: e.Fence}
 			grants[k] = g
 			order = append(order, g)
 			c.LongestWaitMs = max(c.LongestWaitMs, (e.T-g.acquire)/int64(time.Millisecond))
@@ -94,24 +103,25 @@ func Check(events []Event) Counts {
 			}
 		}
 	}
-	// Two leases of different clients overlap when one was granted before
-	// the other ended.
+	// Two leases of one key held by different clients overlap when one was
+	// granted before the other ended.
 	for i, g := range order {
 		for _, h := range order[:i] {
-			if h.client != g.client && g.at < h.end && h.at < g.end {
+			if h.key == g.key && h.client != g.client && g.at < h.end && h.at < g.end {
 				c.Overlaps++
 				break
 			}
 		}
 		for _, h := range order[:i] {
-			if h.at < g.acquire && h.fence >= g.fence {
+			if h.key == g.key && h.at < g.acquire && h.fence >= g.fence {
 				c.FenceRegressions++
 				break
 			}
 		}
 	}
+	c.MostHolders = mostAtOnce(order)
 	// The register's decisions against the grants and the clients' writes.
-	var ops []porcupine.Operation
+	ops := map[string][]porcupine.Operation{} // by key
 	calls := map[[3]int]int64{}
 	for _, e := range events {
 		w := [3]int{e.Client, e.Op, e.N}
@@ -129,7 +139,7 @@ func Check(events []Event) Counts {
 				continue
 			}
 			for _, h := range order {
-				if h.fence > g.fence && h.at < e.T {
+				if h.key == g.key && h.fence > g.fence && h.at < e.T {
 					c.LostWrites++
 					break
 				}
@@ -142,12 +152,50 @@ func Check(events []Event) Counts {
 			if e.Kind == Unknown {
 				op.Return = math.MaxInt64
 			}
-			ops = append(ops, op)
+			var key string
+			if g != nil {
+				key = g.key
+			}
+			ops[key] = append(ops[key], op)
 		}
 	}
-	sort.Slice(ops, func(i, j int) bool { return ops[i].Call < ops[j].Call })
-	c.Linearizable = string(porcupine.CheckOperationsTimeout(registerModel.ToModel(), ops, 10*time.Second))
+	c.Linearizable = string(porcupine.Ok)
+	for _, key := range slices.Sorted(maps.Keys(ops)) {
+		o := ops[key]
+		sort.Slice(o, func(i, j int) bool { return o[i].Call < o[j].Call })
+		switch r := porcupine.CheckOperationsTimeout(registerModel.ToModel(), o, 10*time.Second); r {
+		case porcupine.Illegal:
+			c.Linearizable = string(r)
+		case porcupine.Unknown:
+			if c.Linearizable == string(porcupine.Ok) {
+				c.Linearizable = string(r)
+			}
+		}
+	}
 	return c
+}
+
+// mostAtOnce returns the most grants valid at one moment.
+func mostAtOnce(grants []*grant) int {
+	type edge struct {
+		t     int64
+		delta int
+	}
+	var edges []edge
+	for _, g := range grants {
+		if g.at < g.end {
+			edges = append(edges, edge{g.at, 1}, edge{g.end, -1})
+		}
+	}
+	// At equal times an end comes first: a lease ending as another begins
+	// is not held with it.
+	slices.SortFunc(edges, func(a, b edge) int { return cmp.Or(cmp.Compare(a.t, b.t), cmp.Compare(a.delta, b.delta)) })
+	most, n := 0, 0
+	for _, e := range edges {
+		n += e.delta
+		most = max(most, n)
+	}
+	return most
 }
 
 // registerModel is the fenced register as a sequential object: its state is

@@ -45,6 +45,44 @@ func TestCheck(t *testing.T) {
 	}
 }
 
+// A semaphore's permits are locks of their own: holders of different
+// permits may overlap, and their fences, writes and registers are compared
+// per permit; the most holders at once is what the promise bounds.
+func TestCheckPermits(t *testing.T) {
+	ev := func(tm int64, c int, k Kind, op int, f uint64, until int64, key string) Event {
+		return Event{T: tm, Client: c, Kind: k, Op: op, Fence: f, Until: until, N: 1, Key: key}
+	}
+	// Clients 1 and 2 hold permits a and b at once, with fences of their
+	// own counters; client 3 takes a after 1 released it.
+	two := []Event{
+		ev(0, 1, Acquire, 1, 0, 0, ""), ev(1, 1, Granted, 1, 7, 100, "a"), ev(2, 1, Write, 1, 7, 0, ""), ev(3, 1, RegAccept, 1, 7, 0, ""), ev(4, 1, Accepted, 1, 7, 0, ""),
+		ev(0, 2, Acquire, 1, 0, 0, ""), ev(2, 2, Granted, 1, 3, 100, "b"), ev(5, 2, Write, 1, 3, 0, ""), ev(6, 2, RegAccept, 1, 3, 0, ""), ev(7, 2, Accepted, 1, 3, 0, ""),
+		ev(8, 1, Release, 1, 0, 0, ""),
+		ev(6, 3, Acquire, 1, 0, 0, ""), ev(9, 3, Granted, 1, 8, 100, "a"), ev(10, 3, Release, 1, 0, 0, ""),
+		ev(11, 2, Release, 1, 0, 0, ""),
+	}
+	sortEvents(two)
+	c := Check(two)
+	if c.Violations() != 0 || c.MostHolders != 2 || c.Linearizable != "Ok" {
+		t.Errorf("two permits: %+v, want no violation and 2 holders at most", c)
+	}
+	p := Cell{Strategy: "single", Nemesis: "none", Primitive: "semaphore"}.promise()
+	if p.Holders != semaphorePermits || !keeps(p, c) {
+		t.Errorf("promise %+v not kept by %+v", p, c)
+	}
+	if plain := (Cell{Strategy: "single", Nemesis: "none"}).promise(); keeps(plain, c) {
+		t.Errorf("two holders at once kept the plain lock's promise %+v", plain)
+	}
+	// A third holder while both permits are held, on permit a again with a
+	// smaller fence.
+	three := append(two[:len(two):len(two)],
+		ev(2, 4, Acquire, 1, 0, 0, ""), ev(3, 4, Granted, 1, 2, 100, "a"), ev(4, 4, Release, 1, 0, 0, ""))
+	sortEvents(three)
+	if c := Check(three); c.MostHolders != 3 || c.Overlaps != 1 || c.FenceRegressions != 1 || keeps(p, c) {
+		t.Errorf("three holders of two permits: %+v, want 3 at most, 1 overlap, 1 fence regression, broken", c)
+	}
+}
+
 // Nemeses joined by '+' strike together: the holder's part first, for the
 // longest hold, where every part applies, promising what every part keeps.
 func TestCombinedNemesis(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"strconv"
@@ -22,6 +23,7 @@ import (
 	"github.com/dlmgo/dlm/driver/goredis"
 	"github.com/dlmgo/dlm/election"
 	"github.com/dlmgo/dlm/fairlock"
+	"github.com/dlmgo/dlm/semaphore"
 )
 
 // clientEnv names the environment variable that makes this program a
@@ -46,8 +48,10 @@ type clientConfig struct {
 	Plant    string // a bug planted on purpose: "" or "stale-lease"
 	Workers  int    // goroutines locking Key through the process's Manager, each client ID (ID-1)*Workers+1 onwards
 	// Primitive is what the clients take: "" the plain lock
-	// (Manager.Lock and Unlock), "fairlock" (fairlock.Lock and Unlock) or
-	// "election" (Campaign and Resign, the term as the fence).
+	// (Manager.Lock and Unlock), "fairlock" (fairlock.Lock and Unlock),
+	// "election" (Campaign and Resign, the term as the fence) or
+	// "semaphore" (a permit of a semaphore of semaphorePermits named
+	// {Key}: Acquire and Unlock, the permit's fence).
 	Primitive string
 }
 
@@ -139,6 +143,14 @@ func primitive(m *dlm.Manager, c clientConfig) (taker, error) {
 			return nil, err
 		}
 		return unlocked(f.Lock), nil
+	case "semaphore":
+		// The hash tag puts every permit in Key's slot, which the Cluster's
+		// slot migration moves.
+		s, err := semaphore.New(m, "{"+c.Key+"}", semaphorePermits)
+		if err != nil {
+			return nil, err
+		}
+		return unlocked(s.Acquire), nil
 	case "election":
 		e, err := election.New(m, c.Key)
 		if err != nil {
@@ -154,6 +166,11 @@ func primitive(m *dlm.Manager, c clientConfig) (taker, error) {
 	}
 	return nil, fmt.Errorf("unknown primitive %q", c.Primitive)
 }
+
+// semaphorePermits is the size of the "semaphore" primitive: fewer permits
+// than clients, so that they contend, and more than one, so that a
+// history shows whether it lets that many hold at once and no more.
+const semaphorePermits = 2
 
 // unlocked is the taker of locks that lock takes and Unlock gives up.
 func unlocked(lock func(context.Context) (*dlm.Lock, error)) taker {
@@ -175,9 +192,9 @@ func work(ctx context.Context, c clientConfig, id int, take taker, handed func(f
 			return // the lease is over: the client must not write
 		}
 		emit(Event{Kind: Write, Op: op, N: n, Fence: l.Fence()})
-		url := "http://" + c.Register + "/write?c=" + strconv.Itoa(id) + "&op=" + strconv.Itoa(op) + "&n=" + strconv.Itoa(n) +
-			"&f=" + strconv.FormatUint(l.Fence(), 10)
-		req, _ := http.NewRequestWithContext(l.Context(), http.MethodPost, url, nil)
+		u := "http://" + c.Register + "/write?c=" + strconv.Itoa(id) + "&op=" + strconv.Itoa(op) + "&n=" + strconv.Itoa(n) +
+			"&f=" + strconv.FormatUint(l.Fence(), 10) + "&k=" + url.QueryEscape(l.Key())
+		req, _ := http.NewRequestWithContext(l.Context(), http.MethodPost, u, nil)
 		resp, err := hc.Do(req)
 		switch {
 		case err != nil:
@@ -203,7 +220,7 @@ func work(ctx context.Context, c clientConfig, id int, take taker, handed func(f
 			continue
 		}
 		long, wasHanded := longNext.Swap(false), handed(l.Fence())
-		g := Event{Kind: Granted, Op: op, Fence: l.Fence(), Until: now() + int64(time.Until(l.Until()))}
+		g := Event{Kind: Granted, Op: op, Fence: l.Fence(), Key: l.Key(), Until: now() + int64(time.Until(l.Until()))}
 		switch {
 		case long:
 			g.Info = grantedLong

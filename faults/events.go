@@ -14,8 +14,9 @@ type Event struct {
 	Op     int    `json:"op,omitempty"` // the client's attempt number
 	N      int    `json:"n,omitempty"`  // a write's number within the attempt (1 or 2)
 	Fence  uint64 `json:"f,omitempty"`
-	Until  int64  `json:"u,omitempty"` // Granted, Renewed: the lease's end on the monotonic clock
-	Info   string `json:"i,omitempty"` // an error, or what the nemesis did
+	Key    string `json:"key,omitempty"` // Granted: the lock's key (a semaphore's permit)
+	Until  int64  `json:"u,omitempty"`   // Granted, Renewed: the lease's end on the monotonic clock
+	Info   string `json:"i,omitempty"`   // an error, or what the nemesis did
 }
 
 // A Kind says what an Event records.

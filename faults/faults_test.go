@@ -87,11 +87,19 @@ func TestShortMatrix(t *testing.T) {
 		shortCell("redlock", "kill-fsync+partition-holder"),
 		primitiveCell("fairlock", "single", "pause-holder"),
 		primitiveCell("election", "single", "partition-holder"),
+		primitiveCell("semaphore", "redlock", "pause-holder"),
 	}
 	var log strings.Builder
 	results := Matrix(cells, t.TempDir(), "", &log)
 	t.Log("\n" + log.String())
+	var plain, handedOff int // plain-lock cells, and those that saw a hand-off
 	for _, r := range results {
+		if r.Cell.Primitive == "" {
+			plain++
+			if r.Counts.Handoffs > 0 {
+				handedOff++
+			}
+		}
 		switch {
 		case r.Err != "":
 			t.Errorf("%s × %s: %s", r.Cell.Taken(), r.Cell.Nemesis, r.Err)
@@ -101,28 +109,43 @@ func TestShortMatrix(t *testing.T) {
 			t.Errorf("%s × %s: the nemesis never struck", r.Cell.Taken(), r.Cell.Nemesis)
 		case r.Counts.Grants < minGrants(r.Cell):
 			t.Errorf("%s × %s: only %d grants", r.Cell.Taken(), r.Cell.Nemesis, r.Counts.Grants)
-		case r.Counts.Handoffs == 0 && r.Cell.Primitive == "":
-			t.Errorf("%s × %s: no Unlock handed the lock over", r.Cell.Taken(), r.Cell.Nemesis)
+		case r.Cell.Primitive == "semaphore" && r.Counts.MostHolders < semaphorePermits:
+			t.Errorf("%s × %s: never more than %d holders at once", r.Cell.Taken(), r.Cell.Nemesis, r.Counts.MostHolders)
 		}
+	}
+	// A Manager hands a lock over only while no other process is seen to
+	// contend for the key (see dlm.Manager.Lock), so whether a given cell
+	// sees hand-offs depends on timing: a slow machine's cells can be
+	// contended throughout (CI saw 2 of 12 with none). The matrix as a
+	// whole must still exercise them.
+	if handedOff*4 < plain {
+		t.Errorf("only %d of %d plain-lock cells saw an Unlock hand the lock over", handedOff, plain)
 	}
 }
 
 // The suite finds a bug planted on purpose: leases that outlive the
 // servers' keys (a strategy that skips the validity check) give two
-// holders at once when a holder pauses.
+// holders of a lock at once, and more holders than a semaphore has
+// permits, when a holder pauses.
 func TestFindsPlantedBug(t *testing.T) {
 	needRoot(t)
-	for _, nem := range []string{"pause-holder", "partition-holder"} {
-		cell := shortCell("redlock", nem)
+	for _, cell := range []Cell{
+		shortCell("redlock", "pause-holder"),
+		shortCell("redlock", "partition-holder"),
+		primitiveCell("semaphore", "redlock", "pause-holder"),
+	} {
 		cell.Plant = "stale-lease"
 		events, err := RunCell(cell, t.TempDir())
 		if err != nil {
 			t.Fatal(err)
 		}
 		c := Check(events)
-		if keeps(promise(cell.Strategy, cell.Nemesis), c) {
-			t.Errorf("%s: the planted bug went unnoticed: %+v", nem, c)
+		if keeps(cell.promise(), c) {
+			t.Errorf("%s × %s: the planted bug went unnoticed: %+v", cell.Taken(), cell.Nemesis, c)
 		}
-		t.Logf("%s with stale leases: %+v", nem, c)
+		if cell.Primitive == "semaphore" && c.MostHolders <= semaphorePermits {
+			t.Errorf("%s × %s: never more holders than permits: %+v", cell.Taken(), cell.Nemesis, c)
+		}
+		t.Logf("%s × %s with stale leases: %+v", cell.Taken(), cell.Nemesis, c)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -20,8 +21,12 @@ type Promise struct {
 	// Fences: every grant's fence is above those of the grants completed
 	// before it began, so the register never accepts a stale holder's
 	// write.
-	Fences bool   `json:"fences"`
-	Why    string `json:"why,omitempty"` // where the documentation says a guarantee does not hold
+	Fences bool `json:"fences"`
+	// Holders is, with Exclusion, the most leases that may be valid at
+	// once: a semaphore's permits; 1 for the other primitives; 0 (results
+	// of earlier versions) not checked.
+	Holders int    `json:"holders,omitempty"`
+	Why     string `json:"why,omitempty"` // where the documentation says a guarantee does not hold
 }
 
 // promise returns what the documentation promises for strategy under
@@ -63,6 +68,18 @@ func promise(strategy, nemesis string) Promise {
 	return all
 }
 
+// promise returns what the documentation promises for the cell.
+func (c Cell) promise() Promise {
+	p := promise(c.Strategy, c.Nemesis)
+	if p.Exclusion {
+		p.Holders = 1
+		if c.Primitive == "semaphore" {
+			p.Holders = semaphorePermits
+		}
+	}
+	return p
+}
+
 // A Result is one cell of the matrix.
 type Result struct {
 	Cell    Cell    `json:"cell"`
@@ -79,7 +96,7 @@ func keeps(p Promise, c Counts) bool {
 	if c.Linearizable != "Ok" && c.Linearizable != "Unknown" {
 		return false
 	}
-	if p.Exclusion && (c.Overlaps > 0 || c.LateAccepted > 0) {
+	if p.Exclusion && (c.Overlaps > 0 || c.LateAccepted > 0 || p.Holders > 0 && c.MostHolders > p.Holders) {
 		return false
 	}
 	if p.Fences && (c.FenceRegressions > 0 || c.LostWrites > 0) {
@@ -96,13 +113,14 @@ func Applies(strategy, nemesis string) bool {
 
 // Primitives are what clients can take besides the plain lock (""):
 // Cell.Primitive.
-func Primitives() []string { return []string{"fairlock", "election"} }
+func Primitives() []string { return []string{"fairlock", "election", "semaphore"} }
 
 // PrimitiveApplies reports whether primitive ("" the plain lock) runs over
 // strategy: the fair lock and the election need a strategy of one
-// deployment, not Redlock.
+// deployment, not Redlock; the semaphore, made of plain locks, runs over
+// every strategy.
 func PrimitiveApplies(strategy, primitive string) bool {
-	return primitive == "" || unguarded(strategy) != "redlock"
+	return primitive == "" || primitive == "semaphore" || unguarded(strategy) != "redlock"
 }
 
 // Strategies and Nemeses list what the matrix covers.
@@ -125,7 +143,7 @@ func Matrix(cells []Cell, dir, histories string, progress io.Writer) []Result {
 	var out []Result
 	for i, c := range cells {
 		start := time.Now()
-		r := Result{Cell: c, Promise: promise(c.Strategy, c.Nemesis)}
+		r := Result{Cell: c, Promise: c.promise()}
 		events, err := RunCell(c, filepath.Join(dir, fmt.Sprintf("cell%d", i)))
 		if err != nil {
 			r.Err = err.Error()
@@ -193,8 +211,8 @@ func (r Result) summary() string {
 	case !r.Promise.Exclusion || !r.Promise.Fences:
 		verdict = "expected"
 	}
-	return fmt.Sprintf("%s: %d/%d granted (%d handed off), %d faults, overlaps %d, fence regressions %d, lost writes %d, saved %d, late %d (accepted %d), longest wait %dms, register %s",
-		verdict, c.Grants, c.Attempts, c.Handoffs, r.Faults, c.Overlaps, c.FenceRegressions, c.LostWrites, c.SavedWrites, c.LateWrites, c.LateAccepted, c.LongestWaitMs, c.Linearizable)
+	return fmt.Sprintf("%s: %d/%d granted (%d handed off), %d faults, overlaps %d (most holders at once %d), fence regressions %d, lost writes %d, saved %d, late %d (accepted %d), longest wait %dms, register %s",
+		verdict, c.Grants, c.Attempts, c.Handoffs, r.Faults, c.Overlaps, c.MostHolders, c.FenceRegressions, c.LostWrites, c.SavedWrites, c.LateWrites, c.LateAccepted, c.LongestWaitMs, c.Linearizable)
 }
 
 // Rejudge sets each result's promise and verdict anew from what the
@@ -203,7 +221,7 @@ func (r Result) summary() string {
 func Rejudge(results []Result) {
 	for i := range results {
 		r := &results[i]
-		r.Promise = promise(r.Cell.Strategy, r.Cell.Nemesis)
+		r.Promise = r.Cell.promise()
 		r.Kept = r.Err == "" && keeps(r.Promise, r.Counts)
 	}
 }
@@ -242,8 +260,12 @@ func WriteResults(dir string, results []Result, header string) error {
 		case !r.Promise.Exclusion || !r.Promise.Fences:
 			verdict = "expected"
 		}
-		fmt.Fprintf(&md, "| %s | %s | %d / %d | %d | %d | %d | %d | %d | %d (%d) | %dms | %s | %s | %s |\n",
-			r.Cell.Taken(), r.Cell.Nemesis, c.Grants, c.Attempts, r.Faults, c.Overlaps, c.FenceRegressions, c.LostWrites,
+		overlaps := strconv.Itoa(c.Overlaps)
+		if r.Promise.Holders > 1 {
+			overlaps += fmt.Sprintf(" (%d of %d holders at most)", c.MostHolders, r.Promise.Holders)
+		}
+		fmt.Fprintf(&md, "| %s | %s | %d / %d | %d | %s | %d | %d | %d | %d (%d) | %dms | %s | %s | %s |\n",
+			r.Cell.Taken(), r.Cell.Nemesis, c.Grants, c.Attempts, r.Faults, overlaps, c.FenceRegressions, c.LostWrites,
 			c.SavedWrites, c.LateWrites, c.LateAccepted, c.LongestWaitMs, c.Linearizable, p, verdict)
 	}
 	return os.WriteFile(filepath.Join(dir, "results.md"), []byte(md.String()), 0o644)

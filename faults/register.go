@@ -8,13 +8,16 @@ import (
 	"sync"
 )
 
-// A register is the storage the locks protect: it keeps the largest fence
-// it has accepted and refuses a write with a smaller one. It serves
-// POST /write?c=<client>&op=<attempt>&n=<write>&f=<fence> over HTTP (200 accepted, 409
-// refused) and records every decision.
+// A register is the storage the locks protect: it keeps, for each lock key,
+// the largest fence it has accepted and refuses a write with a smaller
+// one. It serves
+// POST /write?c=<client>&op=<attempt>&n=<write>&f=<fence>&k=<key> over
+// HTTP (200 accepted, 409 refused) and records every decision. A fence is
+// only compared with those of its own key: a semaphore's permits are locks
+// of their own, each with its own fences.
 type register struct {
 	mu     sync.Mutex
-	max    uint64
+	max    map[string]uint64
 	events []Event
 	srv    *http.Server
 	Addr   string
@@ -25,7 +28,7 @@ func startRegister(ip string) (*register, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &register{Addr: l.Addr().String()}
+	r := &register{Addr: l.Addr().String(), max: map[string]uint64{}}
 	r.srv = &http.Server{Handler: http.HandlerFunc(r.write)}
 	go func() { _ = r.srv.Serve(l) }()
 	return r, nil
@@ -43,11 +46,12 @@ func (r *register) write(w http.ResponseWriter, req *http.Request) {
 	}
 	r.mu.Lock()
 	e := Event{T: now(), Client: c, Op: op, N: n, Fence: f, Kind: RegAccept}
-	max := r.max
+	k := q.Get("k")
+	max := r.max[k]
 	if f < max {
 		e.Kind = RegRefuse
 	} else {
-		r.max = f
+		r.max[k] = f
 	}
 	r.events = append(r.events, e)
 	r.mu.Unlock()

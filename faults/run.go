@@ -28,8 +28,9 @@ type Cell struct {
 	// Unlock hands the lock to a waiting goroutine of its process. Each
 	// goroutine is a client of its own in the events.
 	Workers int
-	// Primitive is what the clients take: "" the plain lock, "fairlock" or
-	// "election" (strategies of one deployment only).
+	// Primitive is what the clients take: "" the plain lock, "fairlock",
+	// "election" (strategies of one deployment only) or "semaphore" (a
+	// permit of a semaphore of 2).
 	Primitive   string
 	Duration    time.Duration
 	MinAttempts int
