@@ -19,6 +19,9 @@ type Counts struct {
 	// Handoffs counts grants handed over by an Unlock of the client's
 	// process (Cell.Workers).
 	Handoffs int `json:"handoffs,omitempty"`
+	// SeveralKeys counts grants of holds made of several locks: a
+	// read-write lock's writers, multi-key locks.
+	SeveralKeys int `json:"several_keys,omitempty"`
 	// LongestWaitMs is the longest a granted Lock call waited.
 	LongestWaitMs int64 `json:"longest_wait_ms"`
 
@@ -70,11 +73,25 @@ type grant struct {
 	over        bool // released or ended: end is final
 }
 
+// A lockOf names one lock of a client's attempt: a hold made of several
+// (the read-write lock's writer, the multi-key lock) has one per key.
+type lockOf struct {
+	client, op int
+	key        string
+}
+
+// A writeOf names one write of a lock.
+type writeOf struct {
+	lockOf
+	n int
+}
+
 // Check counts what the history shows.
 func Check(events []Event) Counts {
 	var c Counts
 	acquires := map[[2]int]int64{}
-	grants := map[[2]int]*grant{}
+	holds := map[[2]int][]*grant{} // an attempt's grants, one per key
+	grants := map[lockOf]*grant{}
 	var order []*grant
 	for _, e := range events {
 		k := [2]int{e.Client, e.Op}
@@ -85,21 +102,33 @@ func Check(events []Event) Counts {
 		case Failed:
 			c.Missed++
 		case Granted:
-			c.Grants++
-			if e.Info == grantedHandedOff {
-				c.Handoffs++
-			}
 			g := &grant{client: e.Client, op: e.Op, key: e.Key, acquire: acquires[k], at: e.T, end: e.Until, fence: e.Fence}
-			grants[k] = g
+			if len(holds[k]) == 0 {
+				c.Grants++
+				if e.Info == grantedHandedOff {
+					c.Handoffs++
+				}
+				c.LongestWaitMs = max(c.LongestWaitMs, (e.T-g.acquire)/int64(time.Millisecond))
+			}
+			if len(holds[k]) == 1 {
+				c.SeveralKeys++
+			}
+			holds[k] = append(holds[k], g)
+			grants[lockOf{e.Client, e.Op, e.Key}] = g
 			order = append(order, g)
-			c.LongestWaitMs = max(c.LongestWaitMs, (e.T-g.acquire)/int64(time.Millisecond))
 		case Renewed:
-			if g := grants[k]; g != nil && !g.over {
+			if g := grants[lockOf{e.Client, e.Op, e.Key}]; g != nil && !g.over {
 				g.end = max(g.end, e.Until)
 			}
-		case Release, Ended:
-			if g := grants[k]; g != nil && !g.over {
+		case Ended:
+			if g := grants[lockOf{e.Client, e.Op, e.Key}]; g != nil && !g.over {
 				g.end, g.over = min(g.end, e.T), true
+			}
+		case Release:
+			for _, g := range holds[k] {
+				if !g.over {
+					g.end, g.over = min(g.end, e.T), true
+				}
 			}
 		}
 	}
@@ -119,13 +148,13 @@ func Check(events []Event) Counts {
 			}
 		}
 	}
-	c.MostHolders = mostAtOnce(order)
+	c.MostHolders = mostAtOnce(holds)
 	// The register's decisions against the grants and the clients' writes.
 	ops := map[string][]porcupine.Operation{} // by key
-	calls := map[[3]int]int64{}
+	calls := map[writeOf]int64{}
 	for _, e := range events {
-		w := [3]int{e.Client, e.Op, e.N}
-		g := grants[[2]int{e.Client, e.Op}]
+		w := writeOf{lockOf{e.Client, e.Op, e.Key}, e.N}
+		g := grants[w.lockOf]
 		switch e.Kind {
 		case Write:
 			calls[w] = e.T
@@ -152,11 +181,7 @@ func Check(events []Event) Counts {
 			if e.Kind == Unknown {
 				op.Return = math.MaxInt64
 			}
-			var key string
-			if g != nil {
-				key = g.key
-			}
-			ops[key] = append(ops[key], op)
+			ops[e.Key] = append(ops[e.Key], op)
 		}
 	}
 	c.Linearizable = string(porcupine.Ok)
@@ -175,16 +200,21 @@ func Check(events []Event) Counts {
 	return c
 }
 
-// mostAtOnce returns the most grants valid at one moment.
-func mostAtOnce(grants []*grant) int {
+// mostAtOnce returns the most holds valid at one moment: a hold of several
+// locks is valid from its last grant to the first end of one of them.
+func mostAtOnce(holds map[[2]int][]*grant) int {
 	type edge struct {
 		t     int64
 		delta int
 	}
 	var edges []edge
-	for _, g := range grants {
-		if g.at < g.end {
-			edges = append(edges, edge{g.at, 1}, edge{g.end, -1})
+	for _, gs := range holds {
+		at, end := gs[0].at, gs[0].end
+		for _, g := range gs[1:] {
+			at, end = max(at, g.at), min(end, g.end)
+		}
+		if at < end {
+			edges = append(edges, edge{at, 1}, edge{end, -1})
 		}
 	}
 	// At equal times an end comes first: a lease ending as another begins

@@ -55,8 +55,8 @@ func TestCheckPermits(t *testing.T) {
 	// Clients 1 and 2 hold permits a and b at once, with fences of their
 	// own counters; client 3 takes a after 1 released it.
 	two := []Event{
-		ev(0, 1, Acquire, 1, 0, 0, ""), ev(1, 1, Granted, 1, 7, 100, "a"), ev(2, 1, Write, 1, 7, 0, ""), ev(3, 1, RegAccept, 1, 7, 0, ""), ev(4, 1, Accepted, 1, 7, 0, ""),
-		ev(0, 2, Acquire, 1, 0, 0, ""), ev(2, 2, Granted, 1, 3, 100, "b"), ev(5, 2, Write, 1, 3, 0, ""), ev(6, 2, RegAccept, 1, 3, 0, ""), ev(7, 2, Accepted, 1, 3, 0, ""),
+		ev(0, 1, Acquire, 1, 0, 0, ""), ev(1, 1, Granted, 1, 7, 100, "a"), ev(2, 1, Write, 1, 7, 0, "a"), ev(3, 1, RegAccept, 1, 7, 0, "a"), ev(4, 1, Accepted, 1, 7, 0, "a"),
+		ev(0, 2, Acquire, 1, 0, 0, ""), ev(2, 2, Granted, 1, 3, 100, "b"), ev(5, 2, Write, 1, 3, 0, "b"), ev(6, 2, RegAccept, 1, 3, 0, "b"), ev(7, 2, Accepted, 1, 3, 0, "b"),
 		ev(8, 1, Release, 1, 0, 0, ""),
 		ev(6, 3, Acquire, 1, 0, 0, ""), ev(9, 3, Granted, 1, 8, 100, "a"), ev(10, 3, Release, 1, 0, 0, ""),
 		ev(11, 2, Release, 1, 0, 0, ""),
@@ -112,5 +112,42 @@ func TestCombinedNemesis(t *testing.T) {
 	}
 	if p := promise("redlock", "stop-minority+pause-holder"); !p.Exclusion || !p.Fences {
 		t.Errorf("promise %+v, want all kept", p)
+	}
+}
+
+// A hold of several locks (a writer's, a multi-key lock's) is one grant of
+// the attempt, one lease per key: Release ends them all, Ended its own key's
+// only, and two holds overlap where they share a key.
+func TestCheckHoldsOfSeveralKeys(t *testing.T) {
+	ev := func(tm int64, c int, k Kind, f uint64, until int64, key string) Event {
+		return Event{T: tm, Client: c, Kind: k, Op: 1, Fence: f, Until: until, N: 1, Key: key}
+	}
+	hold := func(c int, at, release int64, keys ...string) []Event {
+		out := []Event{ev(at-1, c, Acquire, 0, 0, "")}
+		for i, k := range keys {
+			out = append(out, ev(at, c, Granted, uint64(at)*10+uint64(i), at+1000, k))
+		}
+		return append(out, ev(release, c, Release, 0, 0, ""))
+	}
+	// {a,b} released at 10, then {b,c}: one at a time.
+	apart := append(hold(1, 1, 10, "a", "b"), hold(2, 11, 20, "b", "c")...)
+	sortEvents(apart)
+	if c := Check(apart); c.Grants != 2 || c.SeveralKeys != 2 || c.Overlaps != 0 || c.MostHolders != 1 || c.FenceRegressions != 0 {
+		t.Errorf("holds one after the other: %+v, want 2 grants of several keys, no overlap, 1 holder at most", c)
+	}
+	// {b,c} granted while {a,b} is held: they share b.
+	shared := append(hold(1, 1, 10, "a", "b"), hold(2, 5, 20, "b", "c")...)
+	sortEvents(shared)
+	if c := Check(shared); c.Overlaps != 1 || c.MostHolders != 2 {
+		t.Errorf("holds sharing b: %+v, want 1 overlap, 2 holders at once", c)
+	}
+	// b's lease of client 1 ended at 4 (its Context), before client 2 took
+	// b: no overlap, though client 1 still held a until 10; and the hold
+	// was valid only until b ended.
+	ended := append(hold(1, 1, 10, "a", "b"), ev(4, 1, Ended, 0, 0, "b"))
+	ended = append(ended, hold(2, 5, 20, "b", "c")...)
+	sortEvents(ended)
+	if c := Check(ended); c.Overlaps != 0 || c.MostHolders != 1 {
+		t.Errorf("b ended before it was taken again: %+v, want no overlap, 1 holder at most", c)
 	}
 }

@@ -23,6 +23,8 @@ import (
 	"github.com/dlmgo/dlm/driver/goredis"
 	"github.com/dlmgo/dlm/election"
 	"github.com/dlmgo/dlm/fairlock"
+	"github.com/dlmgo/dlm/multilock"
+	"github.com/dlmgo/dlm/rwlock"
 	"github.com/dlmgo/dlm/semaphore"
 )
 
@@ -49,9 +51,11 @@ type clientConfig struct {
 	Workers  int    // goroutines locking Key through the process's Manager, each client ID (ID-1)*Workers+1 onwards
 	// Primitive is what the clients take: "" the plain lock
 	// (Manager.Lock and Unlock), "fairlock" (fairlock.Lock and Unlock),
-	// "election" (Campaign and Resign, the term as the fence) or
-	// "semaphore" (a permit of a semaphore of semaphorePermits named
-	// {Key}: Acquire and Unlock, the permit's fence).
+	// "election" (Campaign and Resign, the term as the fence),
+	// "semaphore" (a permit of a semaphore of semaphorePermits: Acquire
+	// and Unlock), "rwlock" (a read-write lock of semaphorePermits
+	// readers: every third hold a writer's) or "multilock" (two of three
+	// keys, by client).
 	Primitive string
 }
 
@@ -128,12 +132,25 @@ func runClient(c clientConfig, out *os.File) error {
 	return nil
 }
 
-// A taker takes the primitive a client exercises: the lock it holds, and
-// how to give it up.
-type taker func(ctx context.Context) (*dlm.Lock, func(context.Context) error, error)
+// A hold is what a client holds: the locks it is made of (one for every
+// primitive but the read-write lock's writer and the multi-key lock), the
+// context that ends when any of them can no longer be trusted, and how to
+// give it up.
+type hold struct {
+	locks  []*dlm.Lock
+	ctx    context.Context
+	unlock func(context.Context) error
+}
 
-// primitive returns the taker of c.Primitive on c.Key, through m.
+// A taker takes the primitive a client exercises, for the client's op-th
+// attempt.
+type taker func(ctx context.Context, client, op int) (hold, error)
+
+// primitive returns the taker of c.Primitive on c.Key, through m. The
+// primitives made of several keys name them with Key as the hash tag,
+// which puts them in Key's slot, which the Cluster's slot migration moves.
 func primitive(m *dlm.Manager, c clientConfig) (taker, error) {
+	tag := "{" + c.Key + "}"
 	switch c.Primitive {
 	case "":
 		return unlocked(func(ctx context.Context) (*dlm.Lock, error) { return m.Lock(ctx, c.Key) }), nil
@@ -144,131 +161,160 @@ func primitive(m *dlm.Manager, c clientConfig) (taker, error) {
 		}
 		return unlocked(f.Lock), nil
 	case "semaphore":
-		// The hash tag puts every permit in Key's slot, which the Cluster's
-		// slot migration moves.
-		s, err := semaphore.New(m, "{"+c.Key+"}", semaphorePermits)
+		s, err := semaphore.New(m, tag, semaphorePermits)
 		if err != nil {
 			return nil, err
 		}
 		return unlocked(s.Acquire), nil
+	case "rwlock":
+		rw, err := rwlock.New(m, tag, semaphorePermits)
+		if err != nil {
+			return nil, err
+		}
+		return func(ctx context.Context, _, op int) (hold, error) {
+			lock := rw.RLock
+			if op%3 == 0 {
+				lock = rw.Lock
+			}
+			h, err := lock(ctx)
+			if err != nil {
+				return hold{}, err
+			}
+			return hold{h.Locks(), h.Context(), h.Unlock}, nil
+		}, nil
+	case "multilock":
+		return func(ctx context.Context, client, _ int) (hold, error) {
+			// Each client takes two of three keys: any two such sets share
+			// a key, so at most one client holds at a time.
+			set, err := multilock.Lock(ctx, m, tag+strconv.Itoa(client%3), tag+strconv.Itoa((client+1)%3))
+			if err != nil {
+				return hold{}, err
+			}
+			return hold{set.Locks(), set.Context(), set.Unlock}, nil
+		}, nil
 	case "election":
 		e, err := election.New(m, c.Key)
 		if err != nil {
 			return nil, err
 		}
-		return func(ctx context.Context) (*dlm.Lock, func(context.Context) error, error) {
-			ld, err := e.Campaign(ctx, "client "+strconv.Itoa(c.ID))
+		return func(ctx context.Context, client, _ int) (hold, error) {
+			ld, err := e.Campaign(ctx, "client "+strconv.Itoa(client))
 			if err != nil {
-				return nil, nil, err
+				return hold{}, err
 			}
-			return ld.Lock(), ld.Resign, nil
+			return hold{[]*dlm.Lock{ld.Lock()}, ld.Lock().Context(), ld.Resign}, nil
 		}, nil
 	}
 	return nil, fmt.Errorf("unknown primitive %q", c.Primitive)
 }
 
-// semaphorePermits is the size of the "semaphore" primitive: fewer permits
-// than clients, so that they contend, and more than one, so that a
-// history shows whether it lets that many hold at once and no more.
+// semaphorePermits is the size of the "semaphore" primitive, and the most
+// readers of the "rwlock": fewer than the clients, so that they contend,
+// and more than one, so that a history shows whether that many hold at
+// once, and no more.
 const semaphorePermits = 2
 
 // unlocked is the taker of locks that lock takes and Unlock gives up.
 func unlocked(lock func(context.Context) (*dlm.Lock, error)) taker {
-	return func(ctx context.Context) (*dlm.Lock, func(context.Context) error, error) {
+	return func(ctx context.Context, _, _ int) (hold, error) {
 		l, err := lock(ctx)
 		if err != nil {
-			return nil, nil, err
+			return hold{}, err
 		}
-		return l, l.Unlock, nil
+		return hold{[]*dlm.Lock{l}, l.Context(), l.Unlock}, nil
 	}
 }
 
 // work is one client (id) of the events: until Stop, it takes c.Key's
-// primitive, writes, holds and gives it up, as clientConfig says. handed
-// tells whether a lease came by a hand-off.
+// primitive, writes with each of the hold's locks, holds and gives it up,
+// as clientConfig says. handed tells whether a lease came by a hand-off.
 func work(ctx context.Context, c clientConfig, id int, take taker, handed func(fence uint64) bool, hc *http.Client, longNext, stop *atomic.Bool, emit func(Event)) {
-	write := func(l *dlm.Lock, op, n int) {
-		if l.Context().Err() != nil {
-			return // the lease is over: the client must not write
-		}
-		emit(Event{Kind: Write, Op: op, N: n, Fence: l.Fence()})
-		u := "http://" + c.Register + "/write?c=" + strconv.Itoa(id) + "&op=" + strconv.Itoa(op) + "&n=" + strconv.Itoa(n) +
-			"&f=" + strconv.FormatUint(l.Fence(), 10) + "&k=" + url.QueryEscape(l.Key())
-		req, _ := http.NewRequestWithContext(l.Context(), http.MethodPost, u, nil)
-		resp, err := hc.Do(req)
-		switch {
-		case err != nil:
-			emit(Event{Kind: Unknown, Op: op, N: n, Fence: l.Fence(), Info: err.Error()})
-		case resp.StatusCode == http.StatusOK:
-			emit(Event{Kind: Accepted, Op: op, N: n, Fence: l.Fence()})
-		case resp.StatusCode == http.StatusConflict:
-			emit(Event{Kind: Refused, Op: op, N: n, Fence: l.Fence()})
-		default:
-			emit(Event{Kind: Unknown, Op: op, N: n, Fence: l.Fence(), Info: resp.Status})
-		}
-		if resp != nil {
-			_ = resp.Body.Close()
+	write := func(h hold, op, n int) {
+		for _, l := range h.locks {
+			if h.ctx.Err() != nil {
+				return // the lease is over: the client must not write
+			}
+			key := l.Key()
+			emit(Event{Kind: Write, Op: op, N: n, Fence: l.Fence(), Key: key})
+			u := "http://" + c.Register + "/write?c=" + strconv.Itoa(id) + "&op=" + strconv.Itoa(op) + "&n=" + strconv.Itoa(n) +
+				"&f=" + strconv.FormatUint(l.Fence(), 10) + "&k=" + url.QueryEscape(key)
+			req, _ := http.NewRequestWithContext(h.ctx, http.MethodPost, u, nil)
+			resp, err := hc.Do(req)
+			switch {
+			case err != nil:
+				emit(Event{Kind: Unknown, Op: op, N: n, Fence: l.Fence(), Key: key, Info: err.Error()})
+			case resp.StatusCode == http.StatusOK:
+				emit(Event{Kind: Accepted, Op: op, N: n, Fence: l.Fence(), Key: key})
+			case resp.StatusCode == http.StatusConflict:
+				emit(Event{Kind: Refused, Op: op, N: n, Fence: l.Fence(), Key: key})
+			default:
+				emit(Event{Kind: Unknown, Op: op, N: n, Fence: l.Fence(), Key: key, Info: resp.Status})
+			}
+			if resp != nil {
+				_ = resp.Body.Close()
+			}
 		}
 	}
 	for op := 1; now() < c.Stop && !stop.Load(); op++ {
 		emit(Event{Kind: Acquire, Op: op})
 		lctx, cancel := context.WithTimeout(ctx, c.Wait)
-		l, unlock, err := take(lctx)
+		h, err := take(lctx, id, op)
 		cancel()
 		if err != nil {
 			emit(Event{Kind: Failed, Op: op, Info: err.Error()})
 			continue
 		}
-		long, wasHanded := longNext.Swap(false), handed(l.Fence())
-		g := Event{Kind: Granted, Op: op, Fence: l.Fence(), Key: l.Key(), Until: now() + int64(time.Until(l.Until()))}
-		switch {
-		case long:
-			g.Info = grantedLong
-		case wasHanded:
-			g.Info = grantedHandedOff
-		}
-		emit(g)
-		done := make(chan struct{})
-		go func() {
-			// Report every renewal (within 2ms) and the lease's end.
-			t := time.NewTicker(2 * time.Millisecond)
-			defer t.Stop()
-			last := l.Until()
-			for {
-				select {
-				case <-l.Context().Done():
-					emit(Event{Kind: Ended, Op: op, Info: context.Cause(l.Context()).Error()})
-					close(done)
-					return
-				case <-t.C:
-					if u := l.Until(); !u.Equal(last) {
-						last = u
-						emit(Event{Kind: Renewed, Op: op, Until: now() + int64(time.Until(u))})
+		long, wasHanded := longNext.Swap(false), handed(h.locks[0].Fence())
+		var watching sync.WaitGroup
+		for _, l := range h.locks {
+			g := Event{Kind: Granted, Op: op, Fence: l.Fence(), Key: l.Key(), Until: now() + int64(time.Until(l.Until()))}
+			switch {
+			case long:
+				g.Info = grantedLong
+			case wasHanded:
+				g.Info = grantedHandedOff
+			}
+			emit(g)
+			watching.Go(func() {
+				// Report every renewal (within 2ms) and the lease's end.
+				t := time.NewTicker(2 * time.Millisecond)
+				defer t.Stop()
+				last := l.Until()
+				for {
+					select {
+					case <-l.Context().Done():
+						emit(Event{Kind: Ended, Op: op, Key: l.Key(), Info: context.Cause(l.Context()).Error()})
+						return
+					case <-t.C:
+						if u := l.Until(); !u.Equal(last) {
+							last = u
+							emit(Event{Kind: Renewed, Op: op, Key: l.Key(), Until: now() + int64(time.Until(u))})
+						}
 					}
 				}
-			}
-		}()
-		write(l, op, 1)
+			})
+		}
+		write(h, op, 1)
 		if long {
 			n := 2
-			for end := time.Now().Add(3 * c.TTL); time.Now().Before(end) && l.Context().Err() == nil; n++ {
+			for end := time.Now().Add(3 * c.TTL); time.Now().Before(end) && h.ctx.Err() == nil; n++ {
 				time.Sleep(c.TTL / 5)
-				write(l, op, n)
+				write(h, op, n)
 			}
 		} else {
 			time.Sleep(c.Hold)
-			write(l, op, 2)
+			write(h, op, 2)
 		}
 		emit(Event{Kind: Release, Op: op})
 		uctx, cancel := context.WithTimeout(ctx, c.Wait)
-		err = unlock(uctx)
+		err = h.unlock(uctx)
 		cancel()
 		info := ""
 		if err != nil {
 			info = err.Error()
 		}
 		emit(Event{Kind: Released, Op: op, Info: info})
-		<-done
+		watching.Wait()
 	}
 }
 

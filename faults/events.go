@@ -14,7 +14,7 @@ type Event struct {
 	Op     int    `json:"op,omitempty"` // the client's attempt number
 	N      int    `json:"n,omitempty"`  // a write's number within the attempt (1 or 2)
 	Fence  uint64 `json:"f,omitempty"`
-	Key    string `json:"key,omitempty"` // Granted: the lock's key (a semaphore's permit)
+	Key    string `json:"key,omitempty"` // the lock's key (a semaphore's permit, one of a multi-key lock's), on a lock's events but Release and Released, which are the attempt's
 	Until  int64  `json:"u,omitempty"`   // Granted, Renewed: the lease's end on the monotonic clock
 	Info   string `json:"i,omitempty"`   // an error, or what the nemesis did
 }

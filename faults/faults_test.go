@@ -88,6 +88,8 @@ func TestShortMatrix(t *testing.T) {
 		primitiveCell("fairlock", "single", "pause-holder"),
 		primitiveCell("election", "single", "partition-holder"),
 		primitiveCell("semaphore", "redlock", "pause-holder"),
+		primitiveCell("rwlock", "single", "partition-holder"),
+		primitiveCell("multilock", "cluster", "slot-migration"),
 	}
 	var log strings.Builder
 	results := Matrix(cells, t.TempDir(), "", &log)
@@ -109,8 +111,10 @@ func TestShortMatrix(t *testing.T) {
 			t.Errorf("%s × %s: the nemesis never struck", r.Cell.Taken(), r.Cell.Nemesis)
 		case r.Counts.Grants < minGrants(r.Cell):
 			t.Errorf("%s × %s: only %d grants", r.Cell.Taken(), r.Cell.Nemesis, r.Counts.Grants)
-		case r.Cell.Primitive == "semaphore" && r.Counts.MostHolders < semaphorePermits:
+		case r.Cell.promise().Holders > 1 && r.Counts.MostHolders < semaphorePermits:
 			t.Errorf("%s × %s: never more than %d holders at once", r.Cell.Taken(), r.Cell.Nemesis, r.Counts.MostHolders)
+		case (r.Cell.Primitive == "rwlock" || r.Cell.Primitive == "multilock") && r.Counts.SeveralKeys == 0:
+			t.Errorf("%s × %s: no hold of several keys (writer, multi-key lock) granted", r.Cell.Taken(), r.Cell.Nemesis)
 		}
 	}
 	// A Manager hands a lock over only while no other process is seen to

@@ -22,9 +22,11 @@ type Promise struct {
 	// before it began, so the register never accepts a stale holder's
 	// write.
 	Fences bool `json:"fences"`
-	// Holders is, with Exclusion, the most leases that may be valid at
-	// once: a semaphore's permits; 1 for the other primitives; 0 (results
-	// of earlier versions) not checked.
+	// Holders is, with Exclusion, the most holds that may be valid at
+	// once: a semaphore's permits, a read-write lock's readers; 1 for the
+	// other primitives (a multi-key lock's clients take two of three keys,
+	// so any two holds share one); 0 (results of earlier versions) not
+	// checked.
 	Holders int    `json:"holders,omitempty"`
 	Why     string `json:"why,omitempty"` // where the documentation says a guarantee does not hold
 }
@@ -73,7 +75,7 @@ func (c Cell) promise() Promise {
 	p := promise(c.Strategy, c.Nemesis)
 	if p.Exclusion {
 		p.Holders = 1
-		if c.Primitive == "semaphore" {
+		if c.Primitive == "semaphore" || c.Primitive == "rwlock" {
 			p.Holders = semaphorePermits
 		}
 	}
@@ -113,14 +115,16 @@ func Applies(strategy, nemesis string) bool {
 
 // Primitives are what clients can take besides the plain lock (""):
 // Cell.Primitive.
-func Primitives() []string { return []string{"fairlock", "election", "semaphore"} }
+func Primitives() []string {
+	return []string{"fairlock", "election", "semaphore", "rwlock", "multilock"}
+}
 
 // PrimitiveApplies reports whether primitive ("" the plain lock) runs over
 // strategy: the fair lock and the election need a strategy of one
-// deployment, not Redlock; the semaphore, made of plain locks, runs over
+// deployment, not Redlock; the others, made of plain locks, run over
 // every strategy.
 func PrimitiveApplies(strategy, primitive string) bool {
-	return primitive == "" || primitive == "semaphore" || unguarded(strategy) != "redlock"
+	return primitive != "fairlock" && primitive != "election" || unguarded(strategy) != "redlock"
 }
 
 // Strategies and Nemeses list what the matrix covers.
@@ -211,8 +215,12 @@ func (r Result) summary() string {
 	case !r.Promise.Exclusion || !r.Promise.Fences:
 		verdict = "expected"
 	}
-	return fmt.Sprintf("%s: %d/%d granted (%d handed off), %d faults, overlaps %d (most holders at once %d), fence regressions %d, lost writes %d, saved %d, late %d (accepted %d), longest wait %dms, register %s",
-		verdict, c.Grants, c.Attempts, c.Handoffs, r.Faults, c.Overlaps, c.MostHolders, c.FenceRegressions, c.LostWrites, c.SavedWrites, c.LateWrites, c.LateAccepted, c.LongestWaitMs, c.Linearizable)
+	several := ""
+	if c.SeveralKeys > 0 {
+		several = fmt.Sprintf(", %d of several keys", c.SeveralKeys)
+	}
+	return fmt.Sprintf("%s: %d/%d granted (%d handed off%s), %d faults, overlaps %d (most holders at once %d), fence regressions %d, lost writes %d, saved %d, late %d (accepted %d), longest wait %dms, register %s",
+		verdict, c.Grants, c.Attempts, c.Handoffs, several, r.Faults, c.Overlaps, c.MostHolders, c.FenceRegressions, c.LostWrites, c.SavedWrites, c.LateWrites, c.LateAccepted, c.LongestWaitMs, c.Linearizable)
 }
 
 // Rejudge sets each result's promise and verdict anew from what the

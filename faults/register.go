@@ -45,8 +45,8 @@ func (r *register) write(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	r.mu.Lock()
-	e := Event{T: now(), Client: c, Op: op, N: n, Fence: f, Kind: RegAccept}
 	k := q.Get("k")
+	e := Event{T: now(), Client: c, Op: op, N: n, Fence: f, Key: k, Kind: RegAccept}
 	max := r.max[k]
 	if f < max {
 		e.Kind = RegRefuse

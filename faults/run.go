@@ -29,8 +29,10 @@ type Cell struct {
 	// goroutine is a client of its own in the events.
 	Workers int
 	// Primitive is what the clients take: "" the plain lock, "fairlock",
-	// "election" (strategies of one deployment only) or "semaphore" (a
-	// permit of a semaphore of 2).
+	// "election" (strategies of one deployment only), "semaphore" (a
+	// permit of a semaphore of 2), "rwlock" (a read-write lock of 2
+	// readers, every third hold a writer's) or "multilock" (two of three
+	// keys).
 	Primitive   string
 	Duration    time.Duration
 	MinAttempts int
