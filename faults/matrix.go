@@ -74,12 +74,18 @@ func promise(strategy, nemesis string) Promise {
 func (c Cell) promise() Promise {
 	p := promise(c.Strategy, c.Nemesis)
 	if p.Exclusion {
-		p.Holders = 1
-		if c.Primitive == "semaphore" || c.Primitive == "rwlock" {
-			p.Holders = semaphorePermits
-		}
+		p.Holders = c.holders()
 	}
 	return p
+}
+
+// holders returns the most holds of the cell's primitive that may be valid
+// at once (Promise.Holders).
+func (c Cell) holders() int {
+	if c.Primitive == "semaphore" || c.Primitive == "rwlock" {
+		return semaphorePermits
+	}
+	return 1
 }
 
 // A Result is one cell of the matrix.
@@ -269,8 +275,8 @@ func WriteResults(dir string, results []Result, header string) error {
 			verdict = "expected"
 		}
 		overlaps := strconv.Itoa(c.Overlaps)
-		if r.Promise.Holders > 1 {
-			overlaps += fmt.Sprintf(" (%d of %d holders at most)", c.MostHolders, r.Promise.Holders)
+		if h := r.Cell.holders(); r.Cell.Primitive != "" {
+			overlaps += fmt.Sprintf(" (holders at once: %d, allowed %d)", c.MostHolders, h)
 		}
 		fmt.Fprintf(&md, "| %s | %s | %d / %d | %d | %s | %d | %d | %d | %d (%d) | %dms | %s | %s | %s |\n",
 			r.Cell.Taken(), r.Cell.Nemesis, c.Grants, c.Attempts, r.Faults, overlaps, c.FenceRegressions, c.LostWrites,
