@@ -29,7 +29,8 @@ type Counts struct {
 	// same key was still valid (before its Until, its Unlock, or its
 	// Context's end).
 	Overlaps int `json:"overlaps"`
-	// MostHolders is the most leases, of any keys, valid at once.
+	// MostHolders is the most holds valid at once (a hold of several
+	// locks counts once, valid while all of them are).
 	MostHolders int `json:"most_holders"`
 	// FenceRegressions counts grants whose fence was not above that of
 	// every grant of the same key completed before they began.

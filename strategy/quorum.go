@@ -213,14 +213,26 @@ func (s *Redlock) nodeErr(ctx context.Context, i int, op string, timeout time.Du
 // caller of the key refused (with exactly a quorum of live nodes, one such
 // round after another costs the timeout each). Giving up is always safe: a
 // late grant is released like any other.
+//
+// It never gives up while a majority of the nodes timed out last time:
+// every round would then give up before any slow node could answer, and
+// the slow marks are cleared only by answers in time, so no lock would be
+// granted again. (A client too loaded to read its replies in time marks
+// every node slow; the rounds it gave up on at once kept their calls
+// running, which loaded it further: 0 grants in 20s.)
 func (s *Redlock) lost(t *tally) bool {
-	live := 0
+	live, slow := 0, 0
 	for i, r := range t.res {
-		if r.Outcome == Pending && !s.slow[i].Load() {
-			live++
+		switch {
+		case !s.slow[i].Load():
+			if r.Outcome == Pending {
+				live++
+			}
+		default:
+			slow++
 		}
 	}
-	return t.n(Granted)+live < s.quorum
+	return slow <= len(s.nodes)-s.quorum && t.n(Granted)+live < s.quorum
 }
 
 func (s *Redlock) anySlow(res []NodeResult) bool {

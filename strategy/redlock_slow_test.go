@@ -165,3 +165,27 @@ func TestRedlockGivesUpOnStoppedNodes(t *testing.T) {
 	t.Logf("refused by one of the three live nodes: gave up after %v (per-node timeout %v): %v", took.Round(time.Millisecond), timeout, err)
 	assert.Less(t, took, timeout/2, "gave up without waiting for the stopped nodes")
 }
+
+// When a majority's last calls timed out, an acquisition waits for them:
+// giving up at once would leave them no call that could answer in time and
+// clear their marks, so that no lock would be granted again (a client too
+// loaded to read its replies in time saw 0 grants in 20s). Three of five
+// nodes frozen until their calls time out (clients that end a call at its
+// deadline), then resumed: the next acquisition is granted.
+func TestRedlockWaitsForSlowMajority(t *testing.T) {
+	c := startClusterWith(t, 5, ctxClient)
+	const timeout = 300 * time.Millisecond
+	r := c.redlock(t, strategy.WithTimeout(timeout))
+	ctx := context.Background()
+	for _, i := range []int{0, 1, 2} {
+		c.freeze(t, i)
+	}
+	_, err := r.Acquire(ctx, "first", "A", 10*time.Second)
+	require.ErrorIs(t, err, dlm.ErrNotAcquired, "three of five frozen")
+	for _, i := range []int{0, 1, 2} {
+		c.thaw(t, i)
+	}
+	start := time.Now()
+	_, err = r.Acquire(ctx, "second", "B", 10*time.Second)
+	require.NoError(t, err, "the majority answers again, after %v", time.Since(start).Round(time.Millisecond))
+}

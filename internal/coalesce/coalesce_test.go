@@ -55,7 +55,7 @@ func TestSerialGoesAlone(t *testing.T) {
 }
 
 // While the node's slots are busy (the server is stopped), calls wait; once
-// it answers they go out together, in one Run, each with its own reply.
+// it answers they go out together, each with its own reply.
 func TestWaitingCallsGoTogether(t *testing.T) {
 	srv := redistest.Start(t)
 	n := newNode(t, srv.Addr, 2)
@@ -92,7 +92,12 @@ func TestWaitingCallsGoTogether(t *testing.T) {
 	}
 	assert.Len(t, counts, busy+waiting, "every call ran once")
 	runs, carried := n.Stats()
-	assert.Equal(t, int64(busy+1), runs-runs0, "the waiting calls went out in one Run")
+	// Calls that wait spill after 10ms: all in one Run when they all
+	// queued within 10ms of the first (an idle machine: always), in a few
+	// when a loaded machine started their goroutines later (CI once saw
+	// two); one Run each without coalescing.
+	together := runs - runs0 - busy
+	assert.True(t, together >= 1 && together <= waiting/3, "the %d waiting calls went out in %d Runs", waiting, together)
 	assert.Equal(t, int64(busy+waiting), carried-carried0)
 }
 
