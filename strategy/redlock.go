@@ -233,7 +233,14 @@ func (s *Redlock) acquire(ctx context.Context, key, token, from string, ttl time
 	t := &r.t[0]
 	// lost gives up early, before the per-node timeout; once it has passed,
 	// collect fails every node still pending with ErrNodeTimeout.
-	r.collect(ctx, func() bool { return t.decided(len(s.nodes), s.quorum) || r.ctx.Err() == nil && s.lost(t) })
+	gaveUp := false
+	r.collect(ctx, func() bool {
+		if t.decided(len(s.nodes), s.quorum) {
+			return true
+		}
+		gaveUp = r.ctx.Err() == nil && s.lost(t)
+		return gaveUp
+	})
 	reason := ""
 	if t.n(Granted) >= s.quorum {
 		if r.left > 0 && !s.anySlow(t.res) {
@@ -266,6 +273,9 @@ func (s *Redlock) acquire(ctx context.Context, key, token, from string, ttl time
 		}
 	}
 	s.undo(ctx, key, token, t.res, r, start.Add(ttl))
+	if reason == "" && gaveUp {
+		reason = "gave up without waiting for the pending nodes: the quorum needed one whose last call timed out"
+	}
 	err := s.fail(ctx, op, key, t.res, dlm.ErrNotAcquired, reason)
 	if from != "" && t.n(Refused) > len(s.nodes)-s.quorum {
 		return dlm.Lease{}, fmt.Errorf("%w: the token handing %q off does not hold it on a majority: %w", dlm.ErrNotHeld, key, err)

@@ -73,7 +73,10 @@ type QuorumError struct {
 	Quorum int          // the number of nodes that must agree
 	Nodes  []NodeResult // one per node, in the strategy's order
 	// Reason says why, when the node counts alone do not: the validity was
-	// used up, or the fence could not be written back to a majority.
+	// used up, the fence could not be written back to a majority, granting
+	// nodes were not known yet to reach distinct servers, or the round
+	// gave up on pending nodes (the quorum needed one whose last call timed
+	// out).
 	Reason string
 
 	sentinel   error // dlm.ErrNotAcquired, dlm.ErrNotHeld or nil

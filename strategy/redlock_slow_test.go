@@ -164,6 +164,9 @@ func TestRedlockGivesUpOnStoppedNodes(t *testing.T) {
 	require.ErrorIs(t, err, dlm.ErrNotAcquired)
 	t.Logf("refused by one of the three live nodes: gave up after %v (per-node timeout %v): %v", took.Round(time.Millisecond), timeout, err)
 	assert.Less(t, took, timeout/2, "gave up without waiting for the stopped nodes")
+	var qe *strategy.QuorumError
+	require.ErrorAs(t, err, &qe)
+	assert.Contains(t, qe.Reason, "last call timed out", "the error says why it did not wait")
 }
 
 // When a majority's last calls timed out, an acquisition waits for them:
