@@ -232,20 +232,25 @@ func (r *run) record(e Event) {
 	}
 }
 
-// holder asks a client for a long hold (SIGUSR1), waits (up to 3s) until
-// one holds the lock so, and returns it; nil if none did.
+// holder asks a client for a long hold (SIGUSR1), waits until one holds the
+// lock so, and returns it; nil if none did while the run could still take a
+// strike. A client asked may get no grant for a while (on a loaded machine,
+// under contention): every 3s another is asked as well.
 func (r *run) holder() *clientProc {
 	select {
 	case <-r.granted: // an older grant
 	default:
 	}
-	_ = r.clients[rand.IntN(len(r.clients))].cmd.Process.Signal(syscall.SIGUSR1)
-	select {
-	case id := <-r.granted:
-		return r.clients[(id-1)/r.cell.workers()]
-	case <-time.After(3 * time.Second):
-		return nil
+	last := r.stopAt.Load() - int64(r.cell.TTL) - int64(time.Second) // time for a strike
+	for now() < last {
+		_ = r.clients[rand.IntN(len(r.clients))].cmd.Process.Signal(syscall.SIGUSR1)
+		select {
+		case id := <-r.granted:
+			return r.clients[(id-1)/r.cell.workers()]
+		case <-time.After(min(3*time.Second, time.Duration(max(last-now(), 0)))):
+		}
 	}
+	return nil
 }
 
 func (r *run) clientIPs() []string {
