@@ -58,7 +58,9 @@ func TestSlogEvents(t *testing.T) {
 	s, err := strategy.NewSingle(goredis.New(c))
 	require.NoError(t, err)
 	h := &capture{}
-	m, err := dlm.New(s, dlm.WithObserver(dlmslog.New(slog.New(h))), dlm.WithTTL(600*time.Millisecond), dlm.WithAutoRenew(0.3, time.Minute))
+	// A TTL long enough that no renewal runs in the background while "k"
+	// is held: the only renewal logged for it is the Extend.
+	m, err := dlm.New(s, dlm.WithObserver(dlmslog.New(slog.New(h))), dlm.WithTTL(time.Minute))
 	require.NoError(t, err)
 	ctx := context.Background()
 
@@ -69,8 +71,11 @@ func TestSlogEvents(t *testing.T) {
 	require.NoError(t, l.Extend(ctx, time.Second))
 	require.NoError(t, l.Unlock(ctx))
 
-	// A loss: the key is deleted behind the holder's back.
-	l, err = m.Lock(ctx, "gone")
+	// A loss: the key is deleted behind the holder's back, and the next
+	// renewal (every 180ms) finds it gone.
+	short, err := dlm.New(s, dlm.WithObserver(dlmslog.New(slog.New(h))), dlm.WithTTL(600*time.Millisecond), dlm.WithAutoRenew(0.3, time.Minute))
+	require.NoError(t, err)
+	l, err = short.Lock(ctx, "gone")
 	require.NoError(t, err)
 	lockKey, _ := strategy.Keys("gone")
 	require.EqualValues(t, 1, c.Del(ctx, lockKey).Val())
@@ -91,7 +96,7 @@ func TestSlogEvents(t *testing.T) {
 	for _, e := range es {
 		msgs = append(msgs, e.level.String()+" "+e.msg+" "+e.attrs["key"].(string))
 	}
-	assert.Equal(t, []string{
+	require.Equal(t, []string{
 		"DEBUG dlm: lock acquired k",
 		"DEBUG dlm: lock not acquired k",
 		"DEBUG dlm: lock renewed k",
