@@ -1,6 +1,9 @@
 package faults
 
 import (
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -149,5 +152,44 @@ func TestCheckHoldsOfSeveralKeys(t *testing.T) {
 	sortEvents(ended)
 	if c := Check(ended); c.Overlaps != 0 || c.MostHolders != 1 {
 		t.Errorf("b ended before it was taken again: %+v, want no overlap, 1 holder at most", c)
+	}
+}
+
+// The results table says how many grants came by hand-off, and, for the
+// lock family, how many holders were seen at once against how many the
+// primitive allows; results.json reads back as written.
+func TestResultsTable(t *testing.T) {
+	dir := t.TempDir()
+	plain := Cell{Strategy: "single", Nemesis: "pause-holder", Workers: 2}
+	sem := Cell{Strategy: "redlock", Nemesis: "none", Primitive: "semaphore"}
+	results := []Result{
+		{Cell: plain, Promise: plain.promise(), Kept: true, Faults: 3, Counts: Counts{Attempts: 120, Grants: 100, Handoffs: 40}},
+		{Cell: sem, Promise: sem.promise(), Kept: true, Counts: Counts{Attempts: 50, Grants: 50, MostHolders: 2}},
+	}
+	if err := WriteResults(dir, results, "header"); err != nil {
+		t.Fatal(err)
+	}
+	md, err := os.ReadFile(filepath.Join(dir, "results.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"| single | pause-holder | 100 / 120 (40 handed over) | 3 | 0 |",
+		"| redlock/semaphore | none | 50 / 50 | 0 | 0 (holders at once: 2, allowed 2) |",
+	} {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("results.md lacks %q:\n%s", want, md)
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back []Result
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	if len(back) != 2 || back[0].Counts.Handoffs != 40 || back[1].Cell.Primitive != "semaphore" {
+		t.Errorf("results.json read back as %+v", back)
 	}
 }

@@ -274,12 +274,16 @@ func WriteResults(dir string, results []Result, header string) error {
 		case !r.Promise.Exclusion || !r.Promise.Fences:
 			verdict = "expected"
 		}
+		granted := fmt.Sprintf("%d / %d", c.Grants, c.Attempts)
+		if c.Handoffs > 0 {
+			granted += fmt.Sprintf(" (%d handed over)", c.Handoffs)
+		}
 		overlaps := strconv.Itoa(c.Overlaps)
 		if h := r.Cell.holders(); r.Cell.Primitive != "" {
 			overlaps += fmt.Sprintf(" (holders at once: %d, allowed %d)", c.MostHolders, h)
 		}
-		fmt.Fprintf(&md, "| %s | %s | %d / %d | %d | %s | %d | %d | %d | %d (%d) | %dms | %s | %s | %s |\n",
-			r.Cell.Taken(), r.Cell.Nemesis, c.Grants, c.Attempts, r.Faults, overlaps, c.FenceRegressions, c.LostWrites,
+		fmt.Fprintf(&md, "| %s | %s | %s | %d | %s | %d | %d | %d | %d (%d) | %dms | %s | %s | %s |\n",
+			r.Cell.Taken(), r.Cell.Nemesis, granted, r.Faults, overlaps, c.FenceRegressions, c.LostWrites,
 			c.SavedWrites, c.LateWrites, c.LateAccepted, c.LongestWaitMs, c.Linearizable, p, verdict)
 	}
 	return os.WriteFile(filepath.Join(dir, "results.md"), []byte(md.String()), 0o644)
