@@ -235,7 +235,7 @@ func (r *run) record(e Event) {
 // holder asks a client for a long hold (SIGUSR1), waits until one holds the
 // lock so, and returns it; nil if none did while the run could still take a
 // strike. A client asked may get no grant for a while (on a loaded machine,
-// under contention): every 3s another is asked as well.
+// under contention): every 3s one more, picked at random, is asked.
 func (r *run) holder() *clientProc {
 	select {
 	case <-r.granted: // an older grant
