@@ -94,7 +94,8 @@ import (
 //   - DialDeadline: while connects to the server hang (SYNs unanswered) and
 //     every open connection was closed, calls return near their deadline
 //     (the dial honours the context), and the node answers again once the
-//     server is reachable.
+//     server is reachable (within a few seconds: calls that meet a
+//     connection the fault broke may fail first, once each).
 //
 // The RunWait and Watch rules are skipped, saying so, when the first
 // RunWait or Watch returns an error matching errors.ErrUnsupported.
