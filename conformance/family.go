@@ -305,7 +305,16 @@ func testRWLock(t *testing.T, c *strategyCase) {
 			}
 		})
 	}
-	time.Sleep(50 * time.Millisecond)
+	// The writers come once the stream has had two readers inside at once
+	// (on a loaded machine that may take longer than a few reads).
+	for shared := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		readers.mu.Lock()
+		peak := readers.peak
+		readers.mu.Unlock()
+		if peak >= 2 || time.Now().After(shared) {
+			break
+		}
+	}
 	for range 3 {
 		start := time.Now()
 		h, err := rw.Lock(cx)
