@@ -223,13 +223,10 @@ func (s *Redlock) nodeErr(ctx context.Context, i int, op string, timeout time.Du
 func (s *Redlock) lost(t *tally) bool {
 	live, slow := 0, 0
 	for i, r := range t.res {
-		switch {
-		case !s.slow[i].Load():
-			if r.Outcome == Pending {
-				live++
-			}
-		default:
+		if s.slow[i].Load() {
 			slow++
+		} else if r.Outcome == Pending {
+			live++
 		}
 	}
 	return slow <= len(s.nodes)-s.quorum && t.n(Granted)+live < s.quorum
