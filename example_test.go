@@ -29,6 +29,9 @@ func Example() {
 	client, done := exampleClient()
 	defer done()
 
+	// README: begin
+	// client is your go-redis client, e.g.
+	// redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
 	single, err := strategy.NewSingle(goredis.New(client))
 	if err != nil {
 		panic(err)
@@ -39,9 +42,9 @@ func Example() {
 	}
 
 	ctx := context.Background()
-	lock, err := m.Lock(ctx, "orders:42") // waits while someone else holds it
+	lock, err := m.Lock(ctx, "orders:42") // waits while someone else holds it, until ctx ends
 	if err != nil {
-		panic(err)
+		panic(err) // errors.Is(err, dlm.ErrNotAcquired); errors.Is(err, context.DeadlineExceeded) when ctx ran out
 	}
 	defer lock.Unlock(context.WithoutCancel(ctx))
 
@@ -49,6 +52,8 @@ func Example() {
 	// pass the fence with every write so storage can refuse stale holders.
 	work := lock.Context()
 	fmt.Println("holding", lock.Key(), "with fence", lock.Fence(), "live:", work.Err() == nil)
+	// README: end
+
 	// Output: holding orders:42 with fence 1 live: true
 }
 
