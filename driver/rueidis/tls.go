@@ -1,0 +1,16 @@
+package rueidis
+
+import (
+	"context"
+	"crypto/tls"
+	"net"
+
+	"github.com/dlmgo/dlm/nodekit"
+)
+
+// dialCtx is rueidis's DialCtxFn over nodekit.Dialer: TLS with the
+// configuration rueidis passes (the servers' or the Sentinels'), plain when
+// it is nil, with TLS problems reported as permanent errors.
+func dialCtx(ctx context.Context, addr string, d *net.Dialer, cfg *tls.Config) (net.Conn, error) {
+	return nodekit.Dialer(cfg, d.Timeout)(ctx, "tcp", addr)
+}
