@@ -46,11 +46,11 @@ type Server struct {
 	Addr string // 127.0.0.1:port
 	Port int
 
-	bin  string
-	dir  string
-	args []string // after the port and defaults; a config file comes first
-	conf string   // config file written before each start, if any
-	certs *Certs  // the certificates of a server that speaks TLS only; nil for plain
+	bin   string
+	dir   string
+	args  []string // after the port and defaults; a config file comes first
+	conf  string   // config file written before each start, if any
+	certs *Certs   // the certificates of a server that speaks TLS only; nil for plain
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
