@@ -124,10 +124,8 @@ func (c Config) endpoints() ([]Endpoint, error) {
 	if c.Master != "" {
 		ep.Master, ep.Sentinels = c.Master, slices.Clone(c.Addrs)
 		ep.SentinelUsername, ep.SentinelPassword = c.SentinelUsername, c.SentinelPassword
-		if c.SentinelTLS {
-			if ep.SentinelTLS, err = c.buildTLS(); err != nil {
-				return nil, err
-			}
+		if ep.SentinelTLS, err = c.SentinelTLSConfig(); err != nil {
+			return nil, err
 		}
 		return []Endpoint{ep}, nil
 	}

@@ -70,6 +70,15 @@ func (c Config) TLSConfig() (*tls.Config, error) {
 	return c.buildTLS()
 }
 
+// SentinelTLSConfig is TLSConfig for the connections to the Sentinels: nil
+// unless c.SentinelTLS is set.
+func (c Config) SentinelTLSConfig() (*tls.Config, error) {
+	if !c.SentinelTLS {
+		return nil, nil
+	}
+	return c.buildTLS()
+}
+
 // buildTLS builds the configuration of the tls_* fields, whether TLS is on
 // or not (the Sentinels may use it alone).
 func (c Config) buildTLS() (*tls.Config, error) {

@@ -131,6 +131,12 @@ func (c *tlsConn) Read(b []byte) (int, error) {
 	return n, err
 }
 
+// ConnectionState returns the TLS connection's state (its version, the
+// certificates the server presented).
+func (c *tlsConn) ConnectionState() tls.ConnectionState {
+	return c.Conn.(*tls.Conn).ConnectionState()
+}
+
 // plainConn is a plain connection that checks its first read for a server
 // that speaks TLS; once found, every read fails with that error (a client
 // library may ignore the failure of its handshake's first command).
