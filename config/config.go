@@ -52,6 +52,9 @@ import (
 // failover strategy with strategy=failover (each lock then waits for the
 // replicas of the master that holds its slot); it takes no path, and its
 // strategy parameter is the only one the URL form takes for that field.
+// rediss://host:port and redis://host:port are single:// with tls=true and
+// without, their path the database number. TLS, ACL users and db are
+// described in docs/tls.md.
 type Config struct {
 	// Strategy is "single", "redlock" or "failover".
 	Strategy string `json:"strategy"`
