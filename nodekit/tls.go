@@ -34,43 +34,51 @@ func (e *TLSError) Permanent() bool { return true }
 // errPlainToTLS is what a plain client is told when the server speaks TLS.
 var errPlainToTLS = errors.New("the server speaks TLS and this client does not: set tls=true (and tls_ca)")
 
-// Dialer returns a dial function for a client library: a TCP connection
-// within ctx (and timeout, unless it is 0), then, when cfg is not nil, a TLS
-// handshake with cfg (ServerName set to the host of addr when cfg's is
-// empty). A handshake that fails for a reason of TLS returns a *TLSError. A
-// plain connection (cfg nil) whose first read finds the server speaking TLS
-// (a TLS record, or the connection closed by a server that answers a TLS
-// handshake) fails that read with a *TLSError too.
+// Dialer returns a dial function for a client library that calls Dial
+// with a net.Dialer whose Timeout is timeout (0: ctx alone).
 func Dialer(cfg *tls.Config, timeout time.Duration) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	d := &net.Dialer{Timeout: timeout}
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		conn, err := d.DialContext(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		if cfg == nil {
-			return &plainConn{Conn: conn, addr: addr}, nil
-		}
-		c := cfg
-		if c.ServerName == "" {
-			c = cfg.Clone()
-			c.ServerName, _, _ = net.SplitHostPort(addr)
-		}
-		tc := tls.Client(conn, c)
-		if timeout > 0 {
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeout(ctx, timeout)
-			defer cancel()
-		}
-		if err := tc.HandshakeContext(ctx); err != nil {
-			_ = conn.Close()
-			if tlsProblem(err) {
-				return nil, &TLSError{Addr: addr, Err: err}
-			}
-			return nil, err
-		}
-		return &tlsConn{Conn: tc, addr: addr}, nil
+		return Dial(ctx, d, cfg, network, addr)
 	}
+}
+
+// Dial connects to addr with d within ctx, then, when cfg is not nil, makes
+// a TLS handshake with cfg (ServerName set to the host of addr when cfg's
+// is empty) within ctx and d.Timeout. A handshake that fails for a reason
+// of TLS returns a *TLSError. A plain connection (cfg nil) whose first read
+// finds the server speaking TLS (a TLS record, or the connection closed by
+// a server that answers a TLS handshake) fails that read and every later
+// one with a *TLSError too, and so does a TLS connection whose first read
+// gets an alert (a server refusing the client's certificate says so only
+// after the handshake, in TLS 1.3).
+func Dial(ctx context.Context, d *net.Dialer, cfg *tls.Config, network, addr string) (net.Conn, error) {
+	conn, err := d.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	if cfg == nil {
+		return &plainConn{Conn: conn, addr: addr}, nil
+	}
+	c := cfg
+	if c.ServerName == "" {
+		c = cfg.Clone()
+		c.ServerName, _, _ = net.SplitHostPort(addr)
+	}
+	tc := tls.Client(conn, c)
+	if d.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, d.Timeout)
+		defer cancel()
+	}
+	if err := tc.HandshakeContext(ctx); err != nil {
+		_ = conn.Close()
+		if tlsProblem(err) {
+			return nil, &TLSError{Addr: addr, Err: err}
+		}
+		return nil, err
+	}
+	return &tlsConn{Conn: tc, addr: addr}, nil
 }
 
 // tlsProblem reports whether a handshake error is about TLS itself, not

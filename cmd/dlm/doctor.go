@@ -160,6 +160,9 @@ func serverClient(cfg config.Config, addr string) *redis.Client {
 func checkSentinels(ctx context.Context, cfg config.Config, timeout time.Duration, r *report) string {
 	primary := ""
 	for _, addr := range cfg.Addrs {
+		if !checkSentinelTransport(ctx, cfg, addr, r) {
+			continue
+		}
 		stc, _ := cfg.SentinelTLSConfig()
 		sc := redis.NewSentinelClient(&redis.Options{
 			Addr: addr, Username: cfg.SentinelUsername, Password: cfg.SentinelPassword,

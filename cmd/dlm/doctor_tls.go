@@ -17,26 +17,41 @@ import (
 // server's certificate.
 const certWarning = 30 * 24 * time.Hour
 
-// checkTransport reports how the doctor reaches addr: over TLS, with the
-// expiry of the certificate the server presents (a warning within 30
-// days, a failure once expired or when it does not verify), or in plain
-// text, which is a warning unless addr is a loopback address. It returns
-// false when the TLS handshake failed, so that nothing more is asked of
-// the server.
+// checkTransport reports how the doctor reaches addr, a server of cfg:
+// over TLS, with the expiry of the certificate the server presents (a
+// warning within 30 days, a failure once expired or when it does not
+// verify), or in plain text, which is a warning unless addr is a loopback
+// address. It returns false when the TLS handshake failed, so that nothing
+// more is asked of the server.
 func checkTransport(ctx context.Context, cfg config.Config, addr string, r *report) bool {
 	tc, err := cfg.TLSConfig()
 	if err != nil {
 		r.addf("fail", "TLS: %v", err)
 		return false
 	}
+	return transport(ctx, tc, addr, "", r)
+}
+
+// checkSentinelTransport is checkTransport for a Sentinel of cfg, its
+// findings prefixed with its address.
+func checkSentinelTransport(ctx context.Context, cfg config.Config, addr string, r *report) bool {
+	tc, err := cfg.SentinelTLSConfig()
+	if err != nil {
+		r.addf("fail", "%s: TLS: %v", addr, err)
+		return false
+	}
+	return transport(ctx, tc, addr, addr+": ", r)
+}
+
+func transport(ctx context.Context, tc *tls.Config, addr, prefix string, r *report) bool {
 	if tc == nil {
 		if !loopback(ctx, addr) {
-			r.addf("warn", "plain text to a non-loopback address: the password and every lock cross the network unencrypted; use tls=true (docs/tls.md)")
+			r.addf("warn", "%splain text to a non-loopback address: the password and every lock cross the network unencrypted; use tls=true (docs/tls.md)", prefix)
 		}
 		return true
 	}
-	if cfg.TLSInsecure {
-		r.addf("warn", "tls_insecure: the server's certificate is not verified, so anyone in the path can pose as the server; for tests only, give tls_ca instead")
+	if tc.InsecureSkipVerify {
+		r.addf("warn", "%stls_insecure: the server's certificate is not verified, so anyone in the path can pose as the server; for tests only, give tls_ca instead", prefix)
 	}
 	state, err := handshake(ctx, tc, addr)
 	if err != nil {
@@ -44,14 +59,14 @@ func checkTransport(ctx context.Context, cfg config.Config, addr string, r *repo
 		insecure := tc.Clone()
 		insecure.InsecureSkipVerify = true
 		if st, ierr := handshake(ctx, insecure, addr); ierr == nil && time.Now().After(st.PeerCertificates[0].NotAfter) {
-			r.addf("fail", "TLS: the server's certificate expired on %s: every client refuses it; renew it", st.PeerCertificates[0].NotAfter.UTC().Format(time.DateTime))
+			r.addf("fail", "%sTLS: the server's certificate expired on %s UTC: every client refuses it; renew it", prefix, st.PeerCertificates[0].NotAfter.UTC().Format(time.DateTime))
 			return false
 		}
 		var ua x509.UnknownAuthorityError
 		if errors.As(err, &ua) {
-			r.addf("fail", "TLS: %v: give the CA that signed the server's certificate as tls_ca", err)
+			r.addf("fail", "%sTLS: %v: give the CA that signed the server's certificate as tls_ca", prefix, err)
 		} else {
-			r.addf("fail", "TLS: %v", err)
+			r.addf("fail", "%sTLS: %v", prefix, err)
 		}
 		return false
 	}
@@ -59,9 +74,9 @@ func checkTransport(ctx context.Context, cfg config.Config, addr string, r *repo
 	left := time.Until(leaf.NotAfter)
 	when := leaf.NotAfter.UTC().Format(time.DateTime)
 	if left < certWarning {
-		r.addf("warn", "TLS %s: the server's certificate expires in %s (%s UTC): renew it; clients refuse it from then on", tls.VersionName(state.Version), days(left), when)
+		r.addf("warn", "%s%s: the server's certificate expires in %s (%s UTC): renew it; clients refuse it from then on", prefix, tls.VersionName(state.Version), days(left), when)
 	} else {
-		r.addf("ok", "TLS %s, the server's certificate valid until %s UTC (%s)", tls.VersionName(state.Version), when, days(left))
+		r.addf("ok", "%s%s, the server's certificate valid until %s UTC (%s)", prefix, tls.VersionName(state.Version), when, days(left))
 	}
 	return true
 }
