@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -150,9 +151,28 @@ func (c *tlsConn) ConnectionState() tls.ConnectionState {
 // library may ignore the failure of its handshake's first command).
 type plainConn struct {
 	net.Conn
-	addr    string
-	checked bool  // only the first read is checked; reads are not concurrent
-	err     error // the *TLSError every read returns once found
+	addr     string
+	checked  bool      // only the first read is checked; reads are not concurrent
+	err      error     // the *TLSError every read returns once found
+	deadline atomic.Int64 // the read deadline in Unix nanoseconds (0: none), which bounds the probe too
+}
+
+func (c *plainConn) SetDeadline(t time.Time) error {
+	c.setDeadline(t)
+	return c.Conn.SetDeadline(t)
+}
+
+func (c *plainConn) SetReadDeadline(t time.Time) error {
+	c.setDeadline(t)
+	return c.Conn.SetReadDeadline(t)
+}
+
+func (c *plainConn) setDeadline(t time.Time) {
+	if t.IsZero() {
+		c.deadline.Store(0)
+	} else {
+		c.deadline.Store(t.UnixNano())
+	}
 }
 
 func (c *plainConn) Read(b []byte) (int, error) {
@@ -167,7 +187,7 @@ func (c *plainConn) Read(b []byte) (int, error) {
 	switch {
 	case n >= 2 && (b[0] == 0x15 || b[0] == 0x16) && b[1] == 0x03: // a TLS alert or handshake record
 		c.err = outer{&TLSError{Addr: c.addr, Err: errPlainToTLS}}
-	case n == 0 && err != nil && (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)) && speaksTLS(c.addr):
+	case n == 0 && err != nil && (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)) && speaksTLS(c.addr, c.deadline.Load()):
 		c.err = outer{&TLSError{Addr: c.addr, Err: fmt.Errorf("%w (%v)", errPlainToTLS, err)}}
 	default:
 		return n, err
@@ -183,16 +203,21 @@ func (c *plainConn) SyscallConn() (syscall.RawConn, error) {
 	return nil, errors.New("nodekit: not a syscall.Conn")
 }
 
-// speaksTLS reports whether the server at addr answers a TLS handshake: it
-// explains a plain connection the server closed at the first command.
-func speaksTLS(addr string) bool {
-	d := &net.Dialer{Timeout: time.Second}
+// speaksTLS reports whether the server at addr answers a TLS handshake
+// within a second and before deadlineNano (unless it is 0): it explains a
+// plain connection the server closed at the first command.
+func speaksTLS(addr string, deadlineNano int64) bool {
+	deadline := time.Now().Add(time.Second)
+	if d := time.Unix(0, deadlineNano); deadlineNano != 0 && d.Before(deadline) {
+		deadline = d
+	}
+	d := &net.Dialer{Deadline: deadline}
 	conn, err := d.Dial("tcp", addr)
 	if err != nil {
 		return false
 	}
 	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(time.Second))
+	_ = conn.SetDeadline(deadline)
 	host, _, _ := net.SplitHostPort(addr)
 	// Only asks whether the port speaks TLS: nothing is sent over it.
 	err = tls.Client(conn, &tls.Config{InsecureSkipVerify: true, ServerName: host}).Handshake()
