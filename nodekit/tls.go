@@ -152,8 +152,8 @@ func (c *tlsConn) ConnectionState() tls.ConnectionState {
 type plainConn struct {
 	net.Conn
 	addr     string
-	checked  bool      // only the first read is checked; reads are not concurrent
-	err      error     // the *TLSError every read returns once found
+	checked  bool         // only the first read is checked; reads are not concurrent
+	err      error        // the *TLSError every read returns once found
 	deadline atomic.Int64 // the read deadline in Unix nanoseconds (0: none), which bounds the probe too
 }
 
