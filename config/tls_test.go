@@ -181,6 +181,13 @@ func TestTLSMatrix(t *testing.T) {
 			for _, tc := range cases {
 				run(tc)
 			}
+			if dep.name == "server" {
+				clientCert := "&tls_cert=" + certs.ClientCert + "&tls_key=" + certs.ClientKey
+				run(tlsCase{name: "server-name", ok: true, query: func(*redistest.Certs) string { return mutual(certs) + "&tls_server_name=localhost" }})
+				run(tlsCase{name: "other-name", says: "not redis.example", query: func(*redistest.Certs) string { return mutual(certs) + "&tls_server_name=redis.example" }})
+				run(tlsCase{name: "insecure", ok: true, query: func(*redistest.Certs) string { return "tls=true&tls_insecure=true" + clientCert }})
+				run(tlsCase{name: "no-client-cert", says: "certificate required", query: func(*redistest.Certs) string { return "tls=true&tls_ca=" + certs.CA }})
+			}
 			if dep.name == "sentinel" {
 				// The Sentinels' TLS is their own: right for them, missing
 				// for the primary.

@@ -122,19 +122,25 @@ func (o outer) Unwrap() error { return o.err }
 
 // tlsConn is a TLS connection whose first read reports an alert (a server
 // that refuses the client's certificate says so only after the handshake,
-// in TLS 1.3) as a *TLSError.
+// in TLS 1.3) as a *TLSError, and so does every later read (a client
+// library may ignore the failure of its handshake's first command).
 type tlsConn struct {
 	net.Conn
 	addr    string
-	checked bool // only the first read is checked; reads are not concurrent
+	checked bool  // only the first read is checked; reads are not concurrent
+	err     error // the *TLSError every read returns once found
 }
 
 func (c *tlsConn) Read(b []byte) (int, error) {
+	if c.err != nil {
+		return 0, c.err
+	}
 	n, err := c.Conn.Read(b)
 	if !c.checked {
 		c.checked = true
 		if n == 0 && err != nil && remoteAlert(err) {
-			return 0, outer{&TLSError{Addr: c.addr, Err: err}}
+			c.err = outer{&TLSError{Addr: c.addr, Err: err}}
+			return 0, c.err
 		}
 	}
 	return n, err
