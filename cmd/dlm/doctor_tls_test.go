@@ -90,3 +90,17 @@ func TestDoctorSentinelTLS(t *testing.T) {
 	assert.Contains(t, out, "the server speaks TLS and this client does not")
 	assert.Contains(t, out, "check sentinel_tls")
 }
+
+// Doctor on a Cluster over TLS finds the nodes (their TLS ports) and checks
+// each one's certificate.
+func TestDoctorClusterTLS(t *testing.T) {
+	certs := redistest.NewCerts(t)
+	cl := redistest.StartClusterTLS(t, certs, 0, 0, 0)
+	u := "cluster://" + cl.Masters[0].Addr + "?tls=true&tls_ca=" + certs.CA + "&tls_cert=" + certs.ClientCert + "&tls_key=" + certs.ClientKey
+	code, out := runDLM(t, "doctor", "--url", u)
+	assert.Equal(t, 1, code, out) // certificates valid for a day, AOF off
+	assert.Contains(t, out, "ok   "+cl.Masters[0].Addr+": 3 node(s) known")
+	assert.Equal(t, 3, strings.Count(out, "TLS 1.3: the server's certificate expires in"), out)
+	assert.Equal(t, 3, strings.Count(out, "ok   cluster_state ok"), out)
+	assert.NotContains(t, out, "\n  fail ")
+}
