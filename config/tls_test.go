@@ -101,8 +101,8 @@ type tlsCase struct {
 	says  string // in the error when !ok
 }
 
-// TestTLSMatrix locks over TLS on a plain server, a Sentinel set-up and a
-// Cluster, each speaking TLS only and requiring client certificates, with
+// TestTLSMatrix locks over TLS on a plain server, Redlock masters, a
+// Sentinel set-up and a Cluster, each speaking TLS only and requiring client certificates, with
 // every driver: with the right certificates a lock is taken and released;
 // with a CA that did not sign the servers' certificates, with a plain
 // client, and with the servers' certificates expired, Open or Lock fails at
@@ -140,6 +140,14 @@ func TestTLSMatrix(t *testing.T) {
 	deployments = append(deployments, deployment{name: "server", servers: []*redistest.Server{single}, drivers: []int{0, 1, 2},
 		url: func(q string) string {
 			return "single://locker:" + url.PathEscape("p#@%w") + "@" + single.Addr + "?db=3&" + q
+		}})
+
+	// Redlock over three independent TLS masters: a permanent failure on
+	// every master makes the quorum's error permanent.
+	masters := []*redistest.Server{redistest.StartTLS(t, certs), redistest.StartTLS(t, certs), redistest.StartTLS(t, certs)}
+	deployments = append(deployments, deployment{name: "redlock", servers: masters, drivers: []int{0, 1, 2},
+		url: func(q string) string {
+			return "redlock://" + masters[0].Addr + "," + masters[1].Addr + "," + masters[2].Addr + "?" + q
 		}})
 
 	topo := redistest.StartReplicated(t, redistest.ReplicatedOptions{Replicas: 1, Sentinels: 1, TLS: certs})
