@@ -52,6 +52,9 @@ import (
 // failover strategy with strategy=failover (each lock then waits for the
 // replicas of the master that holds its slot); it takes no path, and its
 // strategy parameter is the only one the URL form takes for that field.
+// rediss://host:port and redis://host:port are single:// with tls=true and
+// without, their path the database number. TLS, ACL users and db are
+// described in docs/tls.md.
 type Config struct {
 	// Strategy is "single", "redlock" or "failover".
 	Strategy string `json:"strategy"`
@@ -73,6 +76,29 @@ type Config struct {
 	// parameters.
 	SentinelUsername string `json:"sentinel_username,omitempty"`
 	SentinelPassword string `json:"sentinel_password,omitempty"`
+	// DB is the database number the locks live in (SELECT; 0: the default).
+	// A Redis Cluster has only database 0.
+	DB int `json:"db,omitempty"`
+
+	// TLS makes the clients connect to the Redis servers over TLS, verifying
+	// their certificates against TLSCA (or the system's roots when it is
+	// empty). See docs/tls.md.
+	TLS bool `json:"tls,omitempty"`
+	// TLSCA is a PEM file of the certificate authorities to trust.
+	TLSCA string `json:"tls_ca,omitempty"`
+	// TLSCert and TLSKey are PEM files of the client's certificate and key,
+	// for servers that require one (tls-auth-clients); both or neither.
+	TLSCert string `json:"tls_cert,omitempty"`
+	TLSKey  string `json:"tls_key,omitempty"`
+	// TLSServerName is the name to verify the servers' certificates for
+	// (default: the host of the address dialled).
+	TLSServerName string `json:"tls_server_name,omitempty"`
+	// TLSInsecure skips the verification of the servers' certificates: for
+	// tests only, it lets anyone in the path read and change the traffic.
+	TLSInsecure bool `json:"tls_insecure,omitempty"`
+	// SentinelTLS makes the clients connect to the Sentinels over TLS too,
+	// with the same tls_* settings (failover through Sentinel only).
+	SentinelTLS bool `json:"sentinel_tls,omitempty"`
 
 	// TTL is the lease length (dlm.WithTTL; at most dlm.MaxTTL; 0:
 	// dlm.DefaultTTL).
@@ -157,7 +183,7 @@ func oneNode[S dlm.Strategy](c Config, nodes []dlm.Node, build func(dlm.Node, ..
 func strategyNames() string { return strings.Join(slices.Sorted(maps.Keys(builders)), ", ") }
 
 // failoverOnly are the fields that apply to the failover strategy only.
-var failoverOnly = []string{"master", "sentinel_username", "sentinel_password", "ack", "wait_timeout", "replicas", "wait_aof"}
+var failoverOnly = []string{"master", "sentinel_username", "sentinel_password", "sentinel_tls", "ack", "wait_timeout", "replicas", "wait_aof"}
 
 // urlParts are the fields the URL form carries outside its query.
 var urlParts = []string{"strategy", "addrs", "master", "cluster", "username", "password"}
@@ -290,6 +316,8 @@ func ParseURL(s string) (Config, error) {
 
 	c := Config{Strategy: scheme}
 	switch scheme {
+	case "redis", "rediss": // the form managed services hand out: one server
+		c.Strategy, c.TLS = "single", scheme == "rediss"
 	case "sentinel":
 		c.Strategy = "failover"
 	case "cluster":
@@ -326,6 +354,12 @@ func ParseURL(s string) (Config, error) {
 		return Config{}, badField("master", "a '%%' that starts no escape (write it as %%25)")
 	}
 	c.Master = strings.Trim(master, "/")
+	if scheme == "redis" || scheme == "rediss" {
+		if c.DB, err = pathDB(c.Master, q); err != nil {
+			return Config{}, err
+		}
+		c.Master = ""
+	}
 	switch {
 	case scheme == "sentinel" && c.Master == "":
 		return Config{}, badField("master", "sentinel:// needs the master name as the path, e.g. sentinel://s1:26379,s2:26379/mymaster")
@@ -362,7 +396,13 @@ func (c *Config) setParam(name string, vals []string) error {
 	// Numbers go to JSON as they are, everything else as a string, so that
 	// both forms accept exactly the same values.
 	raw := strconv.Quote(vals[0])
-	if describe(f.Type) != "a string" {
+	if f.Type.Kind() == reflect.Bool {
+		b, err := strconv.ParseBool(vals[0])
+		if err != nil {
+			return badField(name, "%q is not true or false", vals[0])
+		}
+		raw = strconv.FormatBool(b)
+	} else if describe(f.Type) != "a string" {
 		if _, err := strconv.ParseFloat(vals[0], 64); err != nil {
 			return badField(name, "%q is not a number", vals[0])
 		}
@@ -470,6 +510,9 @@ func (c Config) Validate() error {
 		return badField("sentinel_username", "applies only through Sentinel (set master)")
 	case c.Master == "" && c.SentinelPassword != "":
 		return badField("sentinel_password", "applies only through Sentinel (set master)")
+	}
+	if err := c.validateTLS(); err != nil {
+		return err
 	}
 	for _, d := range []struct {
 		name string

@@ -2,6 +2,7 @@ package config
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -27,6 +28,13 @@ type Endpoint struct {
 	Username, Password string
 	// SentinelUsername and SentinelPassword authenticate to the Sentinels.
 	SentinelUsername, SentinelPassword string
+	// DB is the database number to SELECT on the server (0 for a Cluster).
+	DB int
+	// TLS, when not nil, makes the connections to the servers TLS ones
+	// (the Dialer sets ServerName to the host dialled when it is empty);
+	// SentinelTLS does the same for the connections to the Sentinels.
+	// Config.Open builds them with Config.TLSConfig.
+	TLS, SentinelTLS *tls.Config
 }
 
 // String names the endpoint without its credentials.
@@ -74,9 +82,13 @@ func (c Config) Open(ctx context.Context, dial Dialer, opts ...dlm.Option) (*dlm
 	if len(c.Addrs) == 0 {
 		return nil, nil, badField("addrs", "no address")
 	}
+	eps, err := c.endpoints()
+	if err != nil {
+		return nil, nil, err
+	}
 	var nodes []dlm.Node
 	var cl closers
-	for _, ep := range c.endpoints() {
+	for _, ep := range eps {
 		n, closer, err := dial(ctx, ep)
 		if err != nil {
 			_ = cl.Close()
@@ -98,23 +110,31 @@ func (c Config) Open(ctx context.Context, dial Dialer, opts ...dlm.Option) (*dlm
 
 // endpoints lists what to dial: one endpoint per address, the primary
 // through the Sentinels, or the Cluster.
-func (c Config) endpoints() []Endpoint {
-	ep := Endpoint{Username: c.Username, Password: c.Password}
+// It reads the TLS files.
+func (c Config) endpoints() ([]Endpoint, error) {
+	ep := Endpoint{Username: c.Username, Password: c.Password, DB: c.DB}
+	var err error
+	if ep.TLS, err = c.TLSConfig(); err != nil {
+		return nil, err
+	}
 	if c.Cluster {
 		ep.Cluster = slices.Clone(c.Addrs)
-		return []Endpoint{ep}
+		return []Endpoint{ep}, nil
 	}
 	if c.Master != "" {
 		ep.Master, ep.Sentinels = c.Master, slices.Clone(c.Addrs)
 		ep.SentinelUsername, ep.SentinelPassword = c.SentinelUsername, c.SentinelPassword
-		return []Endpoint{ep}
+		if ep.SentinelTLS, err = c.SentinelTLSConfig(); err != nil {
+			return nil, err
+		}
+		return []Endpoint{ep}, nil
 	}
 	eps := make([]Endpoint, len(c.Addrs))
 	for i, a := range c.Addrs {
 		ep.Addr = a
 		eps[i] = ep
 	}
-	return eps
+	return eps, nil
 }
 
 // closers closes each of its Closers.

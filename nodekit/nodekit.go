@@ -1,7 +1,8 @@
 // Package nodekit holds what drivers and strategies share and users of dlm
 // do not call: Lua scripts run on a dlm.Node (with the NOSCRIPT fallback),
-// the text of WAIT commands, and the Hub that gives a driver Node.Watch over
-// a minimal pub/sub connection.
+// the text of WAIT commands, the Hub that gives a driver Node.Watch over
+// a minimal pub/sub connection, and Dial, which connects a client over TLS
+// or plain text and reports TLS problems as permanent errors.
 package nodekit
 
 import (

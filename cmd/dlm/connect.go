@@ -28,6 +28,7 @@ DLM_URL environment variable, else ` + fallback + `. One URL form per deployment
                                                   (?strategy=failover&ack=all to wait for replicas)
 Credentials go in the URL, percent-encoded (user:password@ before the hosts;
 the Sentinels' in the sentinel_username and sentinel_password parameters).
+TLS: tls=true (tls_ca=FILE, tls_cert=FILE, tls_key=FILE); see docs/tls.md.
 See docs/configuration.md for every field.
 `
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/config"
+	"github.com/dlmgo/dlm/nodekit"
 	"github.com/dlmgo/dlm/strategy"
 )
 
@@ -147,9 +148,10 @@ func doctor(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 // serverClient returns a client for the checks on one server of cfg.
 func serverClient(cfg config.Config, addr string) *redis.Client {
+	tc, _ := cfg.TLSConfig() // Open has read the files already
 	return redis.NewClient(&redis.Options{
-		Addr: addr, Username: cfg.Username, Password: cfg.Password,
-		ContextTimeoutEnabled: true, MaxRetries: -1, DialTimeout: time.Second,
+		Addr: addr, Username: cfg.Username, Password: cfg.Password, DB: cfg.DB,
+		ContextTimeoutEnabled: true, MaxRetries: -1, Dialer: nodekit.Dialer(tc, time.Second),
 	})
 }
 
@@ -158,15 +160,21 @@ func serverClient(cfg config.Config, addr string) *redis.Client {
 func checkSentinels(ctx context.Context, cfg config.Config, timeout time.Duration, r *report) string {
 	primary := ""
 	for _, addr := range cfg.Addrs {
+		if !checkSentinelTransport(ctx, cfg, addr, r) {
+			continue
+		}
+		stc, _ := cfg.SentinelTLSConfig()
 		sc := redis.NewSentinelClient(&redis.Options{
 			Addr: addr, Username: cfg.SentinelUsername, Password: cfg.SentinelPassword,
-			DialTimeout: time.Second, MaxRetries: -1, ContextTimeoutEnabled: true,
+			Dialer: nodekit.Dialer(stc, time.Second), MaxRetries: -1, ContextTimeoutEnabled: true,
 		})
 		cctx, cancel := context.WithTimeout(ctx, timeout)
 		hp, err := sc.GetMasterAddrByName(cctx, cfg.Master).Result()
 		switch {
 		case errors.Is(err, redis.Nil):
 			r.addf("fail", "%s knows no master named %q: check the name (SENTINEL MASTERS lists the ones it monitors)", addr, cfg.Master)
+		case errors.As(err, new(*nodekit.TLSError)):
+			r.addf("fail", "%s: %v: check sentinel_tls and the tls_* fields (docs/tls.md)", addr, err)
 		case err != nil && dlm.Permanent(err):
 			r.addf("fail", "%s: %v: check sentinel_username and sentinel_password", addr, err)
 		case err != nil:
@@ -265,6 +273,9 @@ func replicaAddrs(info map[string]string) []string {
 
 // checkReplica inspects a replica of the failover primary.
 func checkReplica(ctx context.Context, c *redis.Client, cfg config.Config, r *report) map[string]string {
+	if !checkTransport(ctx, cfg, c.Options().Addr, r) {
+		return nil
+	}
 	info := ping(ctx, c, r)
 	if info == nil {
 		return nil
@@ -296,7 +307,9 @@ func checkReplica(ctx context.Context, c *redis.Client, cfg config.Config, r *re
 func ping(ctx context.Context, c *redis.Client, r *report) map[string]string {
 	start := time.Now()
 	if err := c.Ping(ctx).Err(); err != nil {
-		if dlm.Permanent(err) {
+		if errors.As(err, new(*nodekit.TLSError)) {
+			r.addf("fail", "%v: check tls and the tls_* fields (docs/tls.md)", err)
+		} else if dlm.Permanent(err) {
 			r.addf("fail", "authentication failed: %v: put the right user and password in the URL (single://user:password@host:port, percent-encoded)", err)
 		} else {
 			r.addf("fail", "unreachable: %v", err)
@@ -319,6 +332,9 @@ func ping(ctx context.Context, c *redis.Client, r *report) map[string]string {
 // checkServer inspects a server locks are taken on and returns its INFO, or
 // nil when it could not be read.
 func checkServer(ctx context.Context, c *redis.Client, cfg config.Config, r *report) map[string]string {
+	if !checkTransport(ctx, cfg, c.Options().Addr, r) {
+		return nil
+	}
 	info := ping(ctx, c, r)
 	if info == nil {
 		return nil

@@ -20,7 +20,7 @@ import (
 func Dial(_ context.Context, ep config.Endpoint) (dlm.Node, io.Closer, error) {
 	if ep.Cluster != nil {
 		c := redis.NewClusterClient(&redis.ClusterOptions{
-			Addrs: ep.Cluster, Username: ep.Username, Password: ep.Password,
+			Addrs: ep.Cluster, Username: ep.Username, Password: ep.Password, Dialer: dialer(ep),
 			ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1,
 		})
 		return New(c), c, nil
@@ -28,7 +28,7 @@ func Dial(_ context.Context, ep config.Endpoint) (dlm.Node, io.Closer, error) {
 	if ep.Master != "" {
 		c := redis.NewFailoverClient(&redis.FailoverOptions{
 			MasterName: ep.Master, SentinelAddrs: ep.Sentinels,
-			Username: ep.Username, Password: ep.Password,
+			Username: ep.Username, Password: ep.Password, DB: ep.DB, Dialer: dialer(ep),
 			SentinelUsername: ep.SentinelUsername, SentinelPassword: ep.SentinelPassword,
 			ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1,
 		})
@@ -37,7 +37,7 @@ func Dial(_ context.Context, ep config.Endpoint) (dlm.Node, io.Closer, error) {
 		return n, c, nil
 	}
 	c := redis.NewClient(&redis.Options{
-		Addr: ep.Addr, Username: ep.Username, Password: ep.Password,
+		Addr: ep.Addr, Username: ep.Username, Password: ep.Password, DB: ep.DB, Dialer: dialer(ep),
 		ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1,
 	})
 	return New(c), c, nil

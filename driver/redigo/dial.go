@@ -20,11 +20,13 @@ func Dial(_ context.Context, ep config.Endpoint) (dlm.Node, io.Closer, error) {
 	if ep.Cluster != nil {
 		return nil, nil, fmt.Errorf("%w: redigo has no Redis Cluster client; dial %s with goredis.Dial or rueidis.Dial", dlm.ErrInvalid, ep)
 	}
-	auth := []redis.DialOption{redis.DialUsername(ep.Username), redis.DialPassword(ep.Password)}
+	auth := []redis.DialOption{redis.DialUsername(ep.Username), redis.DialPassword(ep.Password),
+		redis.DialDatabase(ep.DB), dialTLS(ep.TLS, 0)}
 	dial := func(ctx context.Context) (redis.Conn, error) { return redis.DialContext(ctx, "tcp", ep.Addr, auth...) }
 	if ep.Master != "" {
 		dial = Sentinels{Addrs: ep.Sentinels, Master: ep.Master, DialOptions: []redis.DialOption{
-			redis.DialUsername(ep.SentinelUsername), redis.DialPassword(ep.SentinelPassword)}}.Dial(auth...)
+			redis.DialUsername(ep.SentinelUsername), redis.DialPassword(ep.SentinelPassword),
+			dialTLS(ep.SentinelTLS, time.Second)}}.Dial(auth...)
 	}
 	p := &redis.Pool{DialContext: dial, MaxIdle: 16, IdleTimeout: time.Minute}
 	return New(p).WithName(ep.String()), p, nil

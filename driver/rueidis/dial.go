@@ -22,14 +22,15 @@ import (
 // Cluster nodes none of which answers, or which are not in cluster mode.
 func Dial(_ context.Context, ep config.Endpoint) (dlm.Node, io.Closer, error) {
 	o := rueidis.ClientOption{InitAddress: []string{ep.Addr}, ForceSingleClient: true,
-		Username: ep.Username, Password: ep.Password, DisableCache: true}
+		Username: ep.Username, Password: ep.Password, DisableCache: true,
+		SelectDB: ep.DB, TLSConfig: ep.TLS, DialCtxFn: dialCtx}
 	switch {
 	case ep.Cluster != nil:
 		o.InitAddress, o.ForceSingleClient = ep.Cluster, false
 	case ep.Master != "":
 		o.InitAddress, o.ForceSingleClient = ep.Sentinels, false
 		o.Sentinel = rueidis.SentinelOption{MasterSet: ep.Master, Username: ep.SentinelUsername,
-			Password: ep.SentinelPassword, TopologyRefreshInterval: 5 * time.Second}
+			Password: ep.SentinelPassword, TLSConfig: ep.SentinelTLS, TopologyRefreshInterval: 5 * time.Second}
 	}
 	c, err := rueidis.NewClient(o) // a single-server client comes back, with the error, when the server is down
 	if c == nil {

@@ -7,6 +7,7 @@ package redistest
 
 import (
 	"bufio"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"os"
@@ -45,10 +46,11 @@ type Server struct {
 	Addr string // 127.0.0.1:port
 	Port int
 
-	bin  string
-	dir  string
-	args []string // after the port and defaults; a config file comes first
-	conf string   // config file written before each start, if any
+	bin   string
+	dir   string
+	args  []string // after the port and defaults; a config file comes first
+	conf  string   // config file written before each start, if any
+	certs *Certs   // the certificates of a server that speaks TLS only; nil for plain
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -118,8 +120,12 @@ func (s *Server) start() error {
 		}
 		args = append(args, f)
 	}
-	args = append(args,
-		"--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1",
+	if s.certs != nil {
+		args = append(args, s.certs.serverArgs(strconv.Itoa(s.Port))...)
+	} else {
+		args = append(args, "--port", strconv.Itoa(s.Port))
+	}
+	args = append(args, "--bind", "127.0.0.1",
 		"--dir", s.dir, "--logfile", "redis.log",
 		"--save", "", "--appendonly", "no", "--daemonize", "no")
 	args = append(args, s.args...)
@@ -143,7 +149,7 @@ func (s *Server) start() error {
 			return fmt.Errorf("redis-server on port %d exited: %s", s.Port, s.logTail())
 		default:
 		}
-		if ping(s.Addr) == nil {
+		if pingTLS(s.Addr, s.TLS()) == nil {
 			return nil
 		}
 		time.Sleep(10 * time.Millisecond)
@@ -154,12 +160,19 @@ func (s *Server) start() error {
 
 // ping sends PING and expects +PONG, or NOAUTH from a server that requires
 // a password (it is up).
-func ping(addr string) error {
+func ping(addr string) error { return pingTLS(addr, nil) }
+
+// pingTLS is ping over TLS with cfg, or plain when cfg is nil.
+func pingTLS(addr string, cfg *tls.Config) error {
 	c, err := net.DialTimeout("tcp", addr, time.Second)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
+	if cfg != nil {
+		cfg.ServerName = "127.0.0.1"
+		c = tls.Client(c, cfg)
+	}
 	_ = c.SetDeadline(time.Now().Add(time.Second))
 	if _, err := c.Write([]byte("PING\r\n")); err != nil {
 		return err

@@ -33,6 +33,9 @@ type ReplicatedOptions struct {
 	// SentinelPassword, when set, is the Sentinels' requirepass: clients
 	// must authenticate to them (the Sentinels use it among themselves).
 	SentinelPassword string
+	// TLS, when set, makes every server and Sentinel speak TLS only, with
+	// these certificates, and replicate and monitor over TLS.
+	TLS *Certs
 }
 
 // StartReplicated starts a primary, its replicas (each replicating before it
@@ -60,9 +63,15 @@ func StartReplicated(t testing.TB, o ReplicatedOptions) *Replicated {
 	// Without the delay a primary waits 5s for more replicas before a
 	// diskless full sync; any server may become the primary.
 	args := []string{"--repl-diskless-sync-delay", "0"}
-	r := &Replicated{Master: o.Master, Primary: Start(t, args...)}
+	start := func() *Server {
+		if o.TLS != nil {
+			return StartTLS(t, o.TLS, args...)
+		}
+		return Start(t, args...)
+	}
+	r := &Replicated{Master: o.Master, Primary: start()}
 	for range o.Replicas {
-		s := Start(t, args...)
+		s := start()
 		s.ReplicaOf(t, r.Primary)
 		r.Replicas = append(r.Replicas, s)
 	}
@@ -82,7 +91,7 @@ func StartReplicated(t testing.TB, o ReplicatedOptions) *Replicated {
 		conf += fmt.Sprintf("requirepass %q\n", o.SentinelPassword)
 	}
 	for range o.Sentinels {
-		s := &Server{bin: Binary(t, "redis-sentinel"), dir: t.TempDir(), conf: conf}
+		s := &Server{bin: Binary(t, "redis-sentinel"), dir: t.TempDir(), conf: conf, certs: o.TLS}
 		r.Sentinels = append(r.Sentinels, &Sentinel{Server: launch(t, s), password: o.SentinelPassword})
 	}
 	if len(r.Sentinels) > 0 {
@@ -146,7 +155,7 @@ func (r *Replicated) WaitFailover(t testing.TB, old *Server, timeout time.Durati
 
 // masterAddr asks the Sentinel for the current address of the named primary.
 func (s *Sentinel) masterAddr(master string) (string, error) {
-	c := redis.NewSentinelClient(&redis.Options{Addr: s.Addr, Password: s.password, DialTimeout: time.Second, ReadTimeout: time.Second})
+	c := redis.NewSentinelClient(&redis.Options{Addr: s.Addr, Password: s.password, TLSConfig: s.TLS(), DialTimeout: time.Second, ReadTimeout: time.Second})
 	defer c.Close()
 	a, err := c.GetMasterAddrByName(context.Background(), master).Result()
 	if err != nil {
@@ -160,7 +169,7 @@ func (s *Sentinel) masterAddr(master string) (string, error) {
 
 // masterState returns the Sentinel's view of the named primary.
 func (s *Sentinel) masterState(master string) (map[string]string, error) {
-	c := redis.NewSentinelClient(&redis.Options{Addr: s.Addr, Password: s.password, DialTimeout: time.Second, ReadTimeout: time.Second})
+	c := redis.NewSentinelClient(&redis.Options{Addr: s.Addr, Password: s.password, TLSConfig: s.TLS(), DialTimeout: time.Second, ReadTimeout: time.Second})
 	defer c.Close()
 	return c.Master(context.Background(), master).Result()
 }
@@ -168,7 +177,7 @@ func (s *Sentinel) masterState(master string) (map[string]string, error) {
 // acked writes a scratch key and reports whether n replicas acknowledged it
 // within 100ms.
 func (s *Server) acked(n int) bool {
-	c := redis.NewClient(&redis.Options{Addr: s.Addr, DialTimeout: time.Second, ReadTimeout: time.Second, MaxRetries: -1, PoolSize: 1})
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, TLSConfig: s.TLS(), DialTimeout: time.Second, ReadTimeout: time.Second, MaxRetries: -1, PoolSize: 1})
 	defer c.Close()
 	ctx := context.Background()
 	var wait *redis.IntCmd
@@ -183,7 +192,7 @@ func (s *Server) acked(n int) bool {
 // role returns the server's role from INFO replication ("master", "slave"),
 // or "" when it does not answer.
 func (s *Server) role() string {
-	c := redis.NewClient(&redis.Options{Addr: s.Addr, DialTimeout: time.Second, ReadTimeout: time.Second, MaxRetries: -1})
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, TLSConfig: s.TLS(), DialTimeout: time.Second, ReadTimeout: time.Second, MaxRetries: -1})
 	defer c.Close()
 	info, err := c.Info(context.Background(), "replication").Result()
 	if err != nil {

@@ -12,9 +12,15 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// options are the go-redis options for s: its address, and its TLS
+// configuration when it speaks TLS.
+func (s *Server) options() *redis.Options {
+	return &redis.Options{Addr: s.Addr, TLSConfig: s.TLS()}
+}
+
 // Client returns a go-redis client for s, closed when the test ends.
 func (s *Server) Client(t testing.TB) *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: s.Addr})
+	c := redis.NewClient(s.options())
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
@@ -40,12 +46,35 @@ type Cluster struct {
 // StartCluster does, and until WAIT on every master counts its replicas.
 func StartClusterReplicas(t testing.TB, replicas ...int) *Cluster {
 	t.Helper()
+	return startCluster(t, nil, replicas)
+}
+
+// StartClusterTLS is StartClusterReplicas for nodes that speak TLS only,
+// to clients and to each other (tls-cluster), with the certificates of
+// certs.
+func StartClusterTLS(t testing.TB, certs *Certs, replicas ...int) *Cluster {
+	t.Helper()
+	return startCluster(t, certs, replicas)
+}
+
+func startCluster(t testing.TB, certs *Certs, replicas []int) *Cluster {
+	t.Helper()
 	n := len(replicas)
 	args := []string{"--cluster-enabled", "yes", "--cluster-node-timeout", "2000"}
-	cl := &Cluster{Masters: StartN(t, n, args...), Replicas: make([][]*Server, n)}
+	start := func(k int) []*Server {
+		if certs == nil {
+			return StartN(t, k, args...)
+		}
+		s := make([]*Server, k)
+		for i := range s {
+			s[i] = StartTLS(t, certs, append(args, "--tls-cluster", "yes")...)
+		}
+		return s
+	}
+	cl := &Cluster{Masters: start(n), Replicas: make([][]*Server, n)}
 	nodes := slices.Clone(cl.Masters)
 	for i, r := range replicas {
-		cl.Replicas[i] = StartN(t, r, args...)
+		cl.Replicas[i] = start(r)
 		nodes = append(nodes, cl.Replicas[i]...)
 	}
 	ctx := context.Background()
@@ -78,7 +107,7 @@ func StartClusterReplicas(t testing.TB, replicas ...int) *Cluster {
 	}
 	waitFor(t, 30*time.Second, "cluster_state:ok on every node", func() bool {
 		for _, s := range nodes {
-			c := redis.NewClient(&redis.Options{Addr: s.Addr})
+			c := redis.NewClient(s.options())
 			info, err := c.ClusterInfo(ctx).Result()
 			_ = c.Close()
 			if err != nil || !strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, "cluster_known_nodes:"+strconv.Itoa(len(nodes))) {
@@ -89,7 +118,7 @@ func StartClusterReplicas(t testing.TB, replicas ...int) *Cluster {
 	})
 	waitFor(t, 30*time.Second, "every cluster bus link connected", func() bool {
 		for _, s := range nodes {
-			if !linksConnected(s.Addr, len(nodes)) {
+			if !linksConnected(s, len(nodes)) {
 				return false
 			}
 		}
@@ -106,10 +135,10 @@ func StartClusterReplicas(t testing.TB, replicas ...int) *Cluster {
 	return cl
 }
 
-// linksConnected reports whether the node at addr lists n nodes in CLUSTER
+// linksConnected reports whether the node s lists n nodes in CLUSTER
 // NODES, none still in handshake, each with its link connected.
-func linksConnected(addr string, n int) bool {
-	c := redis.NewClient(&redis.Options{Addr: addr})
+func linksConnected(s *Server, n int) bool {
+	c := redis.NewClient(s.options())
 	defer c.Close()
 	out, err := c.ClusterNodes(context.Background()).Result()
 	if err != nil {
@@ -151,7 +180,7 @@ func StartSentinel(t testing.TB, master string, primary *Server, quorum int, dow
 func (s *Server) ReplicaOf(t testing.TB, primary *Server) {
 	t.Helper()
 	ctx := context.Background()
-	c := redis.NewClient(&redis.Options{Addr: s.Addr})
+	c := redis.NewClient(s.options())
 	defer c.Close()
 	if err := c.SlaveOf(ctx, "127.0.0.1", strconv.Itoa(primary.Port)).Err(); err != nil {
 		t.Fatalf("redistest: REPLICAOF: %v", err)
@@ -169,7 +198,7 @@ func (s *Server) ReplicaOf(t testing.TB, primary *Server) {
 func waitAcked(t testing.TB, primary *Server) {
 	t.Helper()
 	ctx := context.Background()
-	c := redis.NewClient(&redis.Options{Addr: primary.Addr})
+	c := redis.NewClient(primary.options())
 	defer c.Close()
 	waitFor(t, 10*time.Second, "replicas of "+primary.Addr+" acknowledging writes", func() bool {
 		info, err := c.Info(ctx, "replication").Result()
