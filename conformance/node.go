@@ -181,6 +181,8 @@ var nodeRules = []nodeRule{
 	{name: "BatchOrder", run: testBatchOrder},
 	{name: "BatchNoScript", run: testBatchNoScript},
 	{name: "BatchContext", run: testBatchContext, both: true},
+	{name: "PartReadBatch", run: testPartReadBatch},
+	{name: "BatchRunsOnce", run: testBatchRunsOnce},
 	{name: "RunWaitReplies", run: testRunWaitReplies},
 	{name: "RunWaitNoScript", run: testRunWaitNoScript},
 	{name: "RunWaitDeadline", run: testRunWaitDeadline},

@@ -160,8 +160,13 @@ func (n *RESPNode) roundTrip(ctx context.Context, cmds [][]string) ([]any, error
 		if v, err = n.value(); err == nil {
 			replies = append(replies, v)
 		}
+		if n.bug == "DeadlineOnlyUntilFirstReply" && len(replies) == 1 {
+			stop()
+			_ = conn.SetDeadline(time.Time{})
+		}
 	}
-	if err != nil && n.bug != "ReusesConnection" { // the connection may be out of step: drop it
+	keep := n.bug == "ReusesConnection" || n.bug == "KeepsPartReadConnection" && len(replies) > 0
+	if err != nil && !keep { // the connection may be out of step: drop it
 		_ = conn.Close()
 		n.conn = nil
 		if ctx.Err() != nil {

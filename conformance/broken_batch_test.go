@@ -1,0 +1,99 @@
+package conformance_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/conformance/harness"
+	"github.com/dlmgo/dlm/driver/goredis"
+	"github.com/dlmgo/dlm/nodekit"
+)
+
+// Drivers broken on purpose in how they handle batches (issue 34), each
+// caught by the batch rules: a RESPNode for the breakages of a
+// connection's handling, a wrapper of the go-redis driver for the others.
+
+// A batchBroken wraps the go-redis driver and breaks one batch rule.
+type batchBroken struct {
+	dlm.Node
+	breakage string
+}
+
+func newBatchBroken(t *testing.T, addr, breakage string) dlm.Node {
+	switch breakage {
+	case "KeepsPartReadConnection", "DeadlineOnlyUntilFirstReply":
+		n := NewRESPNode(addr)
+		n.bug = breakage
+		t.Cleanup(n.Close)
+		return n
+	}
+	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	return &batchBroken{Node: goredis.New(c), breakage: breakage}
+}
+
+func (b *batchBroken) Run(ctx context.Context, calls []dlm.Call) {
+	switch b.breakage {
+	case "WritesAfterReturn": // returns when ctx ends; its worker sets the calls when the server answers
+		if ctx.Err() != nil || ctx.Done() == nil {
+			break
+		}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			b.Node.Run(context.WithoutCancel(ctx), calls)
+		}()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			nodekit.Fail(calls, ctx.Err())
+		}
+		return
+	case "RerunsBatchOnNoScript": // once the batch's EVALs loaded the scripts, it runs the batch again
+		b.Node.Run(ctx, calls)
+		for _, c := range calls {
+			if errors.Is(c.Err, dlm.ErrNoScript) {
+				b.Node.Run(ctx, calls)
+				break
+			}
+		}
+		return
+	}
+	b.Node.Run(ctx, calls)
+}
+
+// TestBrokenBatchDriver runs the suite, through harness.Run, over the
+// broken driver named by DLM_CONFORMANCE_BROKEN; TestBrokenBatchDriversFail
+// runs it in a subprocess.
+func TestBrokenBatchDriver(t *testing.T) {
+	breakage := os.Getenv(brokenEnv)
+	if breakage == "" {
+		t.Skip(brokenEnv + " is not set; TestBrokenBatchDriversFail runs this test in a subprocess")
+	}
+	harness.Run(t, func(t *testing.T, addr string) dlm.Node { return newBatchBroken(t, addr, breakage) })
+}
+
+// Each driver broken on purpose in a batch rule makes the suite fail,
+// naming the rule, and no rule outside the family that catches it.
+func TestBrokenBatchDriversFail(t *testing.T) {
+	checkBroken(t, "TestBrokenBatchDriver", []breakage{
+		// The stale grant of the cut batch reaches the next Acquire. A
+		// RunWait cut while WAIT blocks leaves the wait's reply unread too.
+		{name: "KeepsPartReadConnection", rules: []string{"PartReadBatch"}, within: []string{"PartReadBatch", "RunWaitDeadline"},
+			output: "an Acquire of a key another client holds was granted"},
+		// radix's way: the read deadline holds only until the first bytes.
+		{name: "DeadlineOnlyUntilFirstReply", rules: []string{"PartReadBatch"}, within: []string{"PartReadBatch", "RunWaitDeadline"},
+			output: "the deadline must bound the whole batch"},
+		// Under -race the late writes are also reported as data races, in
+		// any rule that ends a batch by its context.
+		{name: "WritesAfterReturn", rules: []string{"PartReadBatch"},
+			output: "was written after Run returned"},
+		{name: "RerunsBatchOnNoScript", rules: []string{"BatchRunsOnce"}, within: []string{"BatchRunsOnce"},
+			output: "ran [2] times, want 1"},
+	})
+}
