@@ -87,6 +87,10 @@ import (
 //
 // Two rules need the suite to own the path to the server, and run only
 // under package conformance/harness (skipped, saying so, otherwise):
+// harness.Run runs every rule on one server it starts; harness.Own, called
+// before RunNode, runs these two on a server it starts and the others on
+// the nodes given to RunNode (a Cluster, say). Both take the ports to use
+// from an option or DLM_CONFORMANCE_PORTS (see package harness).
 //
 //   - NoRetry: a call, single or batched, whose connection breaks after the
 //     server ran its script, and one whose reply is held 500ms (within its
@@ -114,21 +118,32 @@ func RunNode(t *testing.T, newNode func(t *testing.T) dlm.Node) {
 	t.Helper()
 	run := runID()
 	tr := transport.Lookup(t)
+	top := t
 	shared := newNode(t)
 	if shared == nil {
 		t.Fatal("newNode returned nil")
 	}
+	var ownedShared dlm.Node // the shared node of the owned rules under harness.Own
 	for _, rule := range nodeRules {
 		ok := subtest(t, rule.name, func(t *testing.T) {
 			if rule.owned && tr == nil {
-				t.Skip("this rule needs the suite to own the server and the path to it: run the suite with conformance/harness.Run")
+				t.Skip("this rule needs the suite to own the server and the path to it: run the suite with conformance/harness.Run, or call harness.Own before RunNode")
 			}
-			fresh := newNode(t)
-			if fresh == nil {
+			serverAlive(t, tr, false)
+			t.Cleanup(func() { serverAlive(t, tr, true) })
+			factory, sh := newNode, shared
+			if rule.owned && tr.NewNode != nil {
+				if ownedShared == nil {
+					ownedShared = tr.NewNode(top)
+				}
+				factory, sh = tr.NewNode, ownedShared
+			}
+			fresh := factory(t)
+			if fresh == nil || sh == nil {
 				t.Fatal("newNode returned nil")
 			}
-			c := &nodeCase{Node: fresh, keyspace: newKeyspace(run), run: run, which: "fresh", tr: tr, newNode: newNode}
-			c.other = c.on(shared, "shared")
+			c := &nodeCase{Node: fresh, keyspace: newKeyspace(run), run: run, which: "fresh", tr: tr, newNode: factory}
+			c.other = c.on(sh, "shared")
 			if rule.both {
 				c.other.keyspace = c.keyspace // one server (Cluster master) for both
 				rule.run(t, c)
@@ -142,10 +157,29 @@ func RunNode(t *testing.T, newNode func(t *testing.T) dlm.Node) {
 			// A rule that failed may have left the shared node broken (a
 			// connection out of step): later rules get a new one, so that
 			// one bug does not fail them all.
-			if shared = newNode(t); shared == nil {
+			if rule.owned && tr.NewNode != nil {
+				ownedShared = nil
+			} else if shared = newNode(t); shared == nil {
 				t.Fatal("newNode returned nil")
 			}
 		}
+	}
+}
+
+// serverAlive fails t when the server the suite owns (tr) has exited, so
+// that a rule says the server crashed rather than fail on what followed.
+// after says the rule has run.
+func serverAlive(t *testing.T, tr *transport.Transport, after bool) {
+	t.Helper()
+	if tr == nil || tr.Crashed == nil {
+		return
+	}
+	if err := tr.Crashed(); err != nil {
+		if after {
+			t.Errorf("the suite's server crashed during this rule (its other failures follow from that): %v", err)
+			return
+		}
+		t.Fatalf("the suite's server crashed before this rule: %v", err)
 	}
 }
 
