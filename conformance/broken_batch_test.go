@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"os"
+	"sync/atomic"
+	"syscall"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -23,6 +25,10 @@ type batchBroken struct {
 	dlm.Node
 	breakage string
 }
+
+// crashRuns counts the calls of CrashesServer's nodes, which share one
+// server.
+var crashRuns atomic.Int64
 
 func newBatchBroken(t *testing.T, addr, breakage string) dlm.Node {
 	switch breakage {
@@ -65,6 +71,15 @@ func (b *batchBroken) Run(ctx context.Context, calls []dlm.Call) {
 		return
 	}
 	b.Node.Run(ctx, calls)
+	if b.breakage == "CrashesServer" && crashRuns.Add(1) == 300 {
+		// Not a driver's bug: the server crashes mid-suite (SIGSEGV, as a
+		// segfault would), which every later rule must name.
+		pid := []dlm.Call{{Source: "return {tonumber(string.match(redis.call('INFO', 'server'), 'process_id:(%d+)'))}"}}
+		b.Node.Run(context.Background(), pid)
+		if pid[0].Err == nil {
+			_ = syscall.Kill(int(pid[0].Reply[0]), syscall.SIGSEGV)
+		}
+	}
 }
 
 // TestBrokenBatchDriver runs the suite, through harness.Run, over the
@@ -93,6 +108,8 @@ func TestBrokenBatchDriversFail(t *testing.T) {
 		// any rule that ends a batch by its context.
 		{name: "WritesAfterReturn", rules: []string{"PartReadBatch"},
 			output: "was written after Run returned"},
+		// A server that crashes mid-suite is named as the cause.
+		{name: "CrashesServer", output: "the suite's server crashed", watchdog: "20s"},
 		{name: "RerunsBatchOnNoScript", rules: []string{"BatchRunsOnce"}, within: []string{"BatchRunsOnce"},
 			output: "ran [2] times, want 1"},
 	})

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -179,7 +180,8 @@ func serverAlive(t *testing.T, tr *transport.Transport, after bool) {
 			t.Errorf("the suite's server crashed during this rule (its other failures follow from that): %v", err)
 			return
 		}
-		t.Fatalf("the suite's server crashed before this rule: %v", err)
+		first, _, _ := strings.Cut(err.Error(), "\n")
+		t.Fatalf("the suite's server crashed before this rule (its crash report is in the rule that was running): %s", first)
 	}
 }
 
