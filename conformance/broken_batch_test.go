@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -11,9 +13,11 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/conformance"
 	"github.com/dlmgo/dlm/conformance/harness"
 	"github.com/dlmgo/dlm/driver/goredis"
 	"github.com/dlmgo/dlm/nodekit"
+	"github.com/dlmgo/dlm/strategy"
 )
 
 // Drivers broken on purpose in how they handle batches (issue 34), each
@@ -113,4 +117,27 @@ func TestBrokenBatchDriversFail(t *testing.T) {
 		{name: "RerunsBatchOnNoScript", rules: []string{"BatchRunsOnce"}, within: []string{"BatchRunsOnce"},
 			output: "ran [2] times, want 1"},
 	})
+}
+
+// RunStrategy checks Topology.Servers at its start: a server that does not
+// answer fails it there, saying which, before any rule.
+func TestStrategyServersChecked(t *testing.T) {
+	if os.Getenv(brokenEnv) == "BadServers" {
+		addr := harness.StartServer(t)
+		node := NewRESPNode(addr)
+		t.Cleanup(node.Close)
+		conformance.RunStrategy(t,
+			conformance.Topology{Nodes: func(*testing.T) []dlm.Node { return []dlm.Node{node} }, Servers: []string{addr, "127.0.0.1:1"}},
+			func(nodes []dlm.Node) (dlm.Strategy, error) { return strategy.NewSingle(nodes[0]) })
+		return
+	}
+	if os.Getenv(brokenEnv) != "" {
+		t.Skip("in the subprocess")
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestStrategyServersChecked$", "-test.v", "-test.count=1", "-test.timeout=1m")
+	cmd.Env = append(os.Environ(), brokenEnv+"=BadServers")
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "Topology.Servers[1] (127.0.0.1:1) does not answer PING") || strings.Contains(string(out), "=== RUN   TestStrategyServersChecked/") {
+		t.Fatalf("RunStrategy with a server that does not answer: %v; want it to fail at its start, naming the server\n%s", err, out)
+	}
 }
