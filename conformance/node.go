@@ -17,7 +17,8 @@ import (
 )
 
 // RunNode checks that the Nodes newNode returns keep every rule of the
-// dlm.Node contract, each in a subtest named after the rule. Every Run must
+// dlm.Node contract (docs/drivers.md has them all in one place), each in a
+// subtest named after the rule. Every Run must
 // set exactly one of each call's Reply (non-nil, empty for an empty array)
 // and Err; a call that runs one script is "Eval" below when it sends the
 // source and "EvalSHA" when it sends the digest.
@@ -70,6 +71,17 @@ import (
 //   - BatchContext: an ended context fails every call of a batch; while the
 //     server is blocked, a batch returns near its context's deadline, every
 //     call failing with context.DeadlineExceeded.
+//   - PartReadBatch: a batch of 2000 fast calls, one that holds the
+//     server, then 1000 more, with a deadline that falls while the server
+//     holds: it returns near its deadline, also after its first replies
+//     arrived; it sets only the calls' own replies; it writes nothing into
+//     the calls after returning; and once the server answers, the node's
+//     next Acquire of a key another client holds is refused (a stale grant
+//     of the cut batch would make two holders) and its next calls get
+//     their own replies.
+//   - BatchRunsOnce: in a batch mixing cached scripts (EVAL, EVALSHA) with
+//     one the server lacks, each call of the cached ones runs once and the
+//     others fail with dlm.ErrNoScript without running.
 //   - RunWaitReplies: RunWait with EVAL, with EVALSHA, of several calls and
 //     through nodekit.Script.RunWait returns the calls' exact replies, and
 //     WAIT for 0 replicas answers at once; a zero Wait.Timeout is refused
