@@ -225,6 +225,36 @@ func testPartReadBatch(t *testing.T, c *nodeCase) {
 			break
 		}
 	}
+	cutWait(t, c)
+}
+
+// cutWait is PartReadBatch through RunWait: a grant, then WAIT for a
+// replica the server does not have, cut by the deadline after the grant's
+// reply arrived; once WAIT has timed out and replied, the node's next calls
+// must get their own replies. Skipped when RunWait is unsupported or the
+// server has a replica.
+func cutWait(t *testing.T, c *nodeCase) {
+	t.Helper()
+	const waitFor = 400 * time.Millisecond
+	cx, cancel := context.WithTimeout(context.Background(), callLimit)
+	calls := []dlm.Call{{Source: c.script(grantScript), Keys: []string{c.key("waited")}, Args: []string{"997"}}}
+	start := time.Now()
+	acks, err := c.RunWait(cx, calls, dlm.Wait{Replicas: 1, Timeout: waitFor})
+	cancel()
+	switch {
+	case errors.Is(err, errors.ErrUnsupported):
+		t.Logf("RunWait reports errors.ErrUnsupported: the cut RunWait is not checked")
+		return
+	case err == nil && acks.Replicas >= 1:
+		t.Logf("the server has a replica (WAIT 1 answered %+v): the cut RunWait is not checked", acks)
+		return
+	}
+	settled(t, "RunWait", calls)
+	// WAIT replies once its timeout passed: a connection kept with it
+	// unread would hand that reply to the next call.
+	time.Sleep(time.Until(start.Add(waitFor + 100*time.Millisecond)))
+	waitAnswering(t, c)
+	ownReplies(t, c)
 }
 
 // testBatchRunsOnce runs a batch of scripts the server has (sent by EVAL,

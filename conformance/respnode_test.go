@@ -152,7 +152,8 @@ func (n *RESPNode) roundTrip(ctx context.Context, cmds [][]string) ([]any, error
 			_ = conn.SetDeadline(time.Time{})
 		}
 	}
-	keep := n.bug == "ReusesConnection" || n.bug == "KeepsPartReadConnection" && len(replies) > 0
+	keep := n.bug == "ReusesConnection" || n.bug == "KeepsPartReadConnection" && len(replies) > 0 ||
+		n.bug == "KeepsWaitConnection" && len(replies) > 0 && cmds[len(cmds)-1][0] == "WAIT"
 	if err != nil && !keep { // the connection may be out of step: drop it
 		_ = conn.Close()
 		n.conn = nil
