@@ -171,7 +171,11 @@ type server struct {
 }
 
 // crashed returns nil while the server runs, and after it exited an error
-// saying how, with the tail of its log (a crash report among it).
+// saying how, with its crash report or the tail of its log. The report is
+// the evidence: redis-server installs its crash handler with SA_RESETHAND,
+// so a kernel log line "segfault … in libgcc_s" most likely shows a second
+// fault, in the handler unwinding the stack for that report, and says
+// nothing of the first (the log itself goes with t's temporary directory).
 func (s *server) crashed() error {
 	select {
 	case <-s.exited:
