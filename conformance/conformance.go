@@ -31,9 +31,9 @@
 // reports errors.ErrUnsupported.
 //
 // RunNode briefly blocks the server it talks to (a Lua script that
-// busy-waits about 1.5 seconds) to check that deadlines and cancellation are
-// enforced while the server does not answer, so point it at a server used
-// only by tests.
+// busy-waits 1.5 seconds, up to about 4 on a slow machine) to check that
+// deadlines and cancellation are enforced while the server does not answer,
+// so point it at a server used only by tests.
 //
 // The fault wrappers ([FaultyNode], [Down], [Slow], [ReplyLost]) work around
 // any Node, in this suite and in a user's own tests. Every method of a Node
