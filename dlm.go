@@ -78,7 +78,8 @@ var (
 // reason.
 //
 // A Node may also implement fmt.Stringer to name itself in errors; drivers
-// name a node by its address or master name.
+// name a node by its address or master name. Every rule a driver keeps, and
+// the helpers of package nodekit, are in docs/driver-contract.md.
 type Node interface {
 	// Run runs each call's script, pipelined: in one round trip per server
 	// the calls' keys live on, in order on each. It sets every call's Reply

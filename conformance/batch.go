@@ -3,9 +3,11 @@ package conformance
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/nodekit"
@@ -105,4 +107,188 @@ func testBatchContext(t *testing.T, c *nodeCase) {
 		}
 	}
 	blockedRun(t, c, byDeadline, 2)
+}
+
+// Sizes of the batch PartReadBatch cuts: fast calls before the slow one,
+// and after it.
+const (
+	cutBefore = 2000
+	cutAfter  = 1000
+)
+
+// grantScript records a grant of KEYS[1] and replies {1, ARGV[1]}: granted,
+// with ARGV[1] as its fence, the shape of a lock's grant.
+const grantScript = `redis.call('SET', KEYS[1], ARGV[1], 'PX', 60000)
+return {1, tonumber(ARGV[1])}`
+
+// acquireScript grants KEYS[1] to ARGV[1] only when nobody holds it:
+// {1, ARGV[2]} (granted, fence ARGV[2]) or {0, 0}.
+const acquireScript = `if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', 60000) then
+  return {1, tonumber(ARGV[2])}
+end
+return {0, 0}`
+
+// poisonErr is what PartReadBatch writes into the calls once Run returned:
+// a Node that writes into them later overwrites it.
+var poisonErr = errors.New("conformance: written by the caller after Run returned")
+
+// testPartReadBatch runs a batch of thousands of fast grant calls with one
+// slow call (a busy script) in the middle, under a deadline that falls
+// while the server runs the slow call: the replies of the calls before it
+// arrive, the rest are held. The batch must return near its deadline (also
+// once replies have begun to arrive), set only the calls' own replies, never
+// write into the calls after it returned, and leave nothing for the next
+// call on that node to read: the next Acquire of a key another client holds
+// is refused, not granted with a stale reply.
+func testPartReadBatch(t *testing.T, c *nodeCase) {
+	grant := nodekit.NewScript(c.script(grantScript))
+	busy := nodekit.NewScript(c.script(busyScript))
+	c.eval(t, grant.Source(), []string{c.key("load")}, "0")
+	c.eval(t, busy.Source(), []string{c.key("load")}, "0")
+	batch := func(slow time.Duration) []dlm.Call {
+		calls := make([]dlm.Call, 0, cutBefore+1+cutAfter)
+		for i := range cutBefore + cutAfter {
+			if i == cutBefore && slow > 0 {
+				calls = append(calls, dlm.Call{SHA1: busy.SHA1(), Keys: []string{c.key("grant")}, Args: []string{strconv.FormatInt(slow.Microseconds(), 10)}})
+			}
+			calls = append(calls, dlm.Call{SHA1: grant.SHA1(), Keys: []string{c.key("grant")}, Args: []string{strconv.Itoa(i + 1)}})
+		}
+		return calls
+	}
+	// The batch without its slow call, to see how long this machine takes.
+	calls := batch(0)
+	start := time.Now()
+	c.Run(ctx(t), calls)
+	plain := time.Since(start)
+	settled(t, "Run", calls)
+	for i, cl := range calls {
+		if want := []int64{1, int64(i + 1)}; cl.Err != nil || !slices.Equal(cl.Reply, want) {
+			t.Fatalf("Run of %d calls, call %d: reply %s, error %v; want %s", len(calls), i+1, ints(cl.Reply), cl.Err, ints(want))
+		}
+	}
+	deadline := min(max(250*time.Millisecond, 4*plain), 3*time.Second)
+	slow := deadline + returnBy + 300*time.Millisecond
+
+	// Another client holds the key the node acquires after the cut batch.
+	holder := c.on(c.newNode(t), "holder")
+	if holder.Node == nil {
+		t.Fatal("newNode returned nil")
+	}
+	acquire := c.script(acquireScript)
+	held := []string{c.key("held")}
+	expect(t, "the holder's Acquire of a free key", holder.eval(t, acquire, held, "holder", "2"), []int64{1, 2})
+
+	calls = batch(slow)
+	cx, cancel := context.WithTimeout(context.Background(), deadline)
+	start = time.Now()
+	c.Run(cx, calls)
+	took := time.Since(start)
+	cancel()
+	answers := start.Add(slow) // the server answers nobody before this
+	what := fmt.Sprintf("on the %s node, a batch of %d fast calls, one that holds the server %v, then %d more, with a %v deadline,",
+		c.which, cutBefore, slow.Round(time.Millisecond), cutAfter, deadline.Round(time.Millisecond))
+	if took > deadline+returnBy {
+		t.Errorf("%s returned after %v: the deadline must bound the whole batch, also once its first replies arrived (a read deadline dropped after the first bytes?)", what, took.Round(time.Millisecond))
+	}
+	settled(t, "Run", calls)
+	kept := 0
+	for i, cl := range calls {
+		switch {
+		case cl.Err != nil:
+		case i < cutBefore && slices.Equal(cl.Reply, []int64{1, int64(i + 1)}):
+			kept++
+		case time.Now().Before(answers):
+			t.Errorf("%s: call %d has reply %s, error %v; want [1 %d] or an error (replies mixed up between calls?)", what, i+1, ints(cl.Reply), cl.Err, i+1)
+		}
+	}
+	// Keeping the replies that arrived is not required: go-redis and
+	// rueidis set the error that cut a pipeline on all its commands.
+	t.Logf("%s returned after %v with %d replies kept (the batch without its slow call took %v)", what, took.Round(time.Millisecond), kept, plain.Round(time.Millisecond))
+	// The caller owns the calls again: what it writes stays.
+	for i := range calls {
+		calls[i].Reply, calls[i].Err = nil, poisonErr
+	}
+
+	// Once the server answers again, the node's next call is its own.
+	waitAnswering(t, holder)
+	r, err := c.evalCtx(t, ctx(t), acquire, held, "intruder", "3")
+	switch {
+	case err == nil && len(r) == 2 && r[0] == 1:
+		t.Errorf("on the %s node, after the batch cut by its deadline, an Acquire of a key another client holds was granted (reply %s): two holders. The reply is a stale one of the cut batch: a connection with replies still on the way must be closed, not reused", c.which, ints(r))
+	case err == nil && !slices.Equal(r, []int64{0, 0}):
+		t.Errorf("on the %s node, after the batch cut by its deadline, an Acquire of a key another client holds replied %s, want [0 0]%s", c.which, ints(r), lateHint(nil))
+	}
+	ownReplies(t, c)
+	for i, cl := range calls {
+		if cl.Reply != nil || cl.Err != poisonErr {
+			t.Errorf("%s: call %d was written after Run returned (reply %s, error %v): a Node keeps no reference to the calls once Run returns", what, i+1, ints(cl.Reply), cl.Err)
+			break
+		}
+	}
+	cutWait(t, c)
+}
+
+// cutWait is PartReadBatch through RunWait: a grant, then WAIT for a
+// replica the server does not have, cut by the deadline after the grant's
+// reply arrived; once WAIT has timed out and replied, the node's next calls
+// must get their own replies. Skipped when RunWait is unsupported or the
+// server has a replica.
+func cutWait(t *testing.T, c *nodeCase) {
+	t.Helper()
+	const waitFor = 400 * time.Millisecond
+	cx, cancel := context.WithTimeout(context.Background(), callLimit)
+	calls := []dlm.Call{{Source: c.script(grantScript), Keys: []string{c.key("waited")}, Args: []string{"997"}}}
+	start := time.Now()
+	acks, err := c.RunWait(cx, calls, dlm.Wait{Replicas: 1, Timeout: waitFor})
+	cancel()
+	switch {
+	case errors.Is(err, errors.ErrUnsupported):
+		t.Logf("RunWait reports errors.ErrUnsupported: the cut RunWait is not checked")
+		return
+	case err == nil && acks.Replicas >= 1:
+		t.Logf("the server has a replica (WAIT 1 answered %+v): the cut RunWait is not checked", acks)
+		return
+	}
+	settled(t, "RunWait", calls)
+	// WAIT replies once its timeout passed: a connection kept with it
+	// unread would hand that reply to the next call.
+	time.Sleep(time.Until(start.Add(waitFor + 100*time.Millisecond)))
+	waitAnswering(t, c)
+	ownReplies(t, c)
+}
+
+// testBatchRunsOnce runs a batch of scripts the server has (sent by EVAL,
+// and by EVALSHA after) mixed with one it lacks: each call of the known
+// scripts runs exactly once, the others fail with dlm.ErrNoScript and do
+// not run (a driver's own NOSCRIPT fallback must not run the batch again).
+func testBatchRunsOnce(t *testing.T, c *nodeCase) {
+	known := nodekit.NewScript(c.script("return {redis.call('INCR', KEYS[1]), redis.call('PEXPIRE', KEYS[1], 60000)}"))
+	lacking := nodekit.NewScript(c.script("return {redis.call('INCR', KEYS[1]) + 1000, redis.call('PEXPIRE', KEYS[1], 60000)}"))
+	calls := make([]dlm.Call, 30)
+	for i := range calls {
+		keys := []string{c.key("n" + strconv.Itoa(i))}
+		switch i % 3 {
+		case 0:
+			calls[i] = dlm.Call{Source: known.Source(), Keys: keys}
+		case 1:
+			calls[i] = dlm.Call{SHA1: known.SHA1(), Keys: keys}
+		default:
+			calls[i] = dlm.Call{SHA1: lacking.SHA1(), Keys: keys}
+		}
+	}
+	c.Run(ctx(t), calls)
+	settled(t, "Run", calls)
+	count := c.script("return {tonumber(redis.call('GET', KEYS[1]) or '0')}")
+	for i, cl := range calls {
+		runs := c.eval(t, count, cl.Keys)
+		switch {
+		case i%3 != 2 && (cl.Err != nil || !slices.Equal(cl.Reply, []int64{1, 1})):
+			t.Errorf("call %d of a batch mixing cached scripts with one the server lacks: reply %s, error %v; want [1 1]", i+1, ints(cl.Reply), cl.Err)
+		case i%3 == 2 && !errors.Is(cl.Err, dlm.ErrNoScript):
+			t.Errorf("call %d of a batch, whose script the server lacks: reply %s, error %v; want an error matching dlm.ErrNoScript", i+1, ints(cl.Reply), cl.Err)
+		}
+		if want := int64(1 - i%3/2); !slices.Equal(runs, []int64{want}) {
+			t.Errorf("call %d of a batch mixing cached scripts with one the server lacks ran %s times, want %d: a Node runs every call at most once, and a NOSCRIPT fallback of its own must not run the calls that already ran", i+1, ints(runs), want)
+		}
+	}
 }

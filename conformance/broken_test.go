@@ -224,10 +224,10 @@ var ownedRules = []string{"NoRetry", "DialDeadline"}
 
 // scriptRules are the rules that run new scripts through EVALSHA and a
 // fallback: one family.
-var scriptRules = []string{"NoScript", "ScriptRunFallsBack", "FallbackSource", "ConcurrentUse", "BatchNoScript", "RunWaitNoScript"}
+var scriptRules = []string{"NoScript", "ScriptRunFallsBack", "FallbackSource", "ConcurrentUse", "BatchNoScript", "BatchRunsOnce", "RunWaitNoScript"}
 
 // stallRules are the rules that stall the server: one family.
-var stallRules = []string{"Deadline", "Cancel", "BatchContext", "DeadlineThroughoutStall", "LateReply", "RunWaitDeadline", "DialDeadline"}
+var stallRules = []string{"Deadline", "Cancel", "BatchContext", "PartReadBatch", "DeadlineThroughoutStall", "LateReply", "RunWaitDeadline", "DialDeadline"}
 
 type breakage struct {
 	name     string

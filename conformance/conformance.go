@@ -15,8 +15,10 @@
 //
 // RunNode itself serves deployments the harness cannot start (a Cluster,
 // Sentinel); the rules that need the suite to own the path to the server
-// (NoRetry, DialDeadline) then skip. RunStrategy checks a locking algorithm
-// over nodes of any deployment.
+// (NoRetry, DialDeadline) then skip, or run on a server of the harness's
+// when harness.Own was called first. RunStrategy checks a locking algorithm
+// over nodes of any deployment. docs/driver-contract.md states the driver contract
+// these rules check, in one place.
 //
 // Every rule is a subtest named after it, so a failure names the rule that
 // broke ("TestConformance/SetNX", and "TestConformance/SetNX/fresh" for the
@@ -29,9 +31,9 @@
 // reports errors.ErrUnsupported.
 //
 // RunNode briefly blocks the server it talks to (a Lua script that
-// busy-waits about 1.5 seconds) to check that deadlines and cancellation are
-// enforced while the server does not answer, so point it at a server used
-// only by tests.
+// busy-waits 1.5 seconds, up to about 4 on a slow machine) to check that
+// deadlines and cancellation are enforced while the server does not answer,
+// so point it at a server used only by tests.
 //
 // The fault wrappers ([FaultyNode], [Down], [Slow], [ReplyLost]) work around
 // any Node, in this suite and in a user's own tests. Every method of a Node

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -16,7 +17,8 @@ import (
 )
 
 // RunNode checks that the Nodes newNode returns keep every rule of the
-// dlm.Node contract, each in a subtest named after the rule. Every Run must
+// dlm.Node contract (docs/driver-contract.md has them all in one place), each in a
+// subtest named after the rule. Every Run must
 // set exactly one of each call's Reply (non-nil, empty for an empty array)
 // and Err; a call that runs one script is "Eval" below when it sends the
 // source and "EvalSHA" when it sends the digest.
@@ -69,6 +71,17 @@ import (
 //   - BatchContext: an ended context fails every call of a batch; while the
 //     server is blocked, a batch returns near its context's deadline, every
 //     call failing with context.DeadlineExceeded.
+//   - PartReadBatch: a batch of 2000 fast calls, one that holds the
+//     server, then 1000 more, with a deadline that falls while the server
+//     holds: it returns near its deadline, also after its first replies
+//     arrived; it sets only the calls' own replies; it writes nothing into
+//     the calls after returning; and once the server answers, the node's
+//     next Acquire of a key another client holds is refused (a stale grant
+//     of the cut batch would make two holders) and its next calls get
+//     their own replies.
+//   - BatchRunsOnce: in a batch mixing cached scripts (EVAL, EVALSHA) with
+//     one the server lacks, each call of the cached ones runs once and the
+//     others fail with dlm.ErrNoScript without running.
 //   - RunWaitReplies: RunWait with EVAL, with EVALSHA, of several calls and
 //     through nodekit.Script.RunWait returns the calls' exact replies, and
 //     WAIT for 0 replicas answers at once; a zero Wait.Timeout is refused
@@ -87,6 +100,10 @@ import (
 //
 // Two rules need the suite to own the path to the server, and run only
 // under package conformance/harness (skipped, saying so, otherwise):
+// harness.Run runs every rule on one server it starts; harness.Own, called
+// before RunNode, runs these two on a server it starts and the others on
+// the nodes given to RunNode (a Cluster, say). Both take the ports to use
+// from an option or DLM_CONFORMANCE_PORTS (see package harness).
 //
 //   - NoRetry: a call, single or batched, whose connection breaks after the
 //     server ran its script, and one whose reply is held 500ms (within its
@@ -114,21 +131,32 @@ func RunNode(t *testing.T, newNode func(t *testing.T) dlm.Node) {
 	t.Helper()
 	run := runID()
 	tr := transport.Lookup(t)
+	top := t
 	shared := newNode(t)
 	if shared == nil {
 		t.Fatal("newNode returned nil")
 	}
+	var ownedShared dlm.Node // the shared node of the owned rules under harness.Own
 	for _, rule := range nodeRules {
 		ok := subtest(t, rule.name, func(t *testing.T) {
 			if rule.owned && tr == nil {
-				t.Skip("this rule needs the suite to own the server and the path to it: run the suite with conformance/harness.Run")
+				t.Skip("this rule needs the suite to own the server and the path to it: run the suite with conformance/harness.Run, or call harness.Own before RunNode")
 			}
-			fresh := newNode(t)
-			if fresh == nil {
+			serverAlive(t, tr, false)
+			t.Cleanup(func() { serverAlive(t, tr, true) })
+			factory, sh := newNode, shared
+			if rule.owned && tr.NewNode != nil {
+				if ownedShared == nil {
+					ownedShared = tr.NewNode(top)
+				}
+				factory, sh = tr.NewNode, ownedShared
+			}
+			fresh := factory(t)
+			if fresh == nil || sh == nil {
 				t.Fatal("newNode returned nil")
 			}
-			c := &nodeCase{Node: fresh, keyspace: newKeyspace(run), run: run, which: "fresh", tr: tr, newNode: newNode}
-			c.other = c.on(shared, "shared")
+			c := &nodeCase{Node: fresh, keyspace: newKeyspace(run), run: run, which: "fresh", tr: tr, newNode: factory}
+			c.other = c.on(sh, "shared")
 			if rule.both {
 				c.other.keyspace = c.keyspace // one server (Cluster master) for both
 				rule.run(t, c)
@@ -142,10 +170,30 @@ func RunNode(t *testing.T, newNode func(t *testing.T) dlm.Node) {
 			// A rule that failed may have left the shared node broken (a
 			// connection out of step): later rules get a new one, so that
 			// one bug does not fail them all.
-			if shared = newNode(t); shared == nil {
+			if rule.owned && tr.NewNode != nil {
+				ownedShared = nil
+			} else if shared = newNode(t); shared == nil {
 				t.Fatal("newNode returned nil")
 			}
 		}
+	}
+}
+
+// serverAlive fails t when the server the suite owns (tr) has exited, so
+// that a rule says the server crashed rather than fail on what followed.
+// after says the rule has run.
+func serverAlive(t *testing.T, tr *transport.Transport, after bool) {
+	t.Helper()
+	if tr == nil || tr.Crashed == nil {
+		return
+	}
+	if err := tr.Crashed(); err != nil {
+		if after {
+			t.Errorf("the suite's server crashed during this rule (its other failures follow from that): %v", err)
+			return
+		}
+		first, _, _ := strings.Cut(err.Error(), "\n")
+		t.Fatalf("the suite's server crashed before this rule (its crash report is in the rule that was running): %s", first)
 	}
 }
 
@@ -181,6 +229,8 @@ var nodeRules = []nodeRule{
 	{name: "BatchOrder", run: testBatchOrder},
 	{name: "BatchNoScript", run: testBatchNoScript},
 	{name: "BatchContext", run: testBatchContext, both: true},
+	{name: "PartReadBatch", run: testPartReadBatch},
+	{name: "BatchRunsOnce", run: testBatchRunsOnce},
 	{name: "RunWaitReplies", run: testRunWaitReplies},
 	{name: "RunWaitNoScript", run: testRunWaitNoScript},
 	{name: "RunWaitDeadline", run: testRunWaitDeadline},

@@ -115,6 +115,7 @@ func evalAnswered(t *testing.T, c *nodeCase, src string, keys []string) []int64 
 			return r
 		}
 		if time.Now().After(deadline) {
+			serverAlive(t, c.tr, false)
 			t.Fatalf("on the %s node, after the fault was healed: Eval(%s): %v", c.which, quote(src), err)
 		}
 		time.Sleep(50 * time.Millisecond)

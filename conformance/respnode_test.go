@@ -5,11 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"slices"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -71,7 +69,7 @@ func (n *RESPNode) RunWait(ctx context.Context, calls []dlm.Call, w dlm.Wait) (d
 	if err != nil {
 		return dlm.Acks{}, err
 	}
-	if e, ok := replies[len(calls)].(errorReply); ok {
+	if e, ok := replies[len(calls)].(nodekit.ErrorReply); ok {
 		return dlm.Acks{}, e
 	}
 	return nodekit.ParseAcks(w, replies[len(calls)])
@@ -98,23 +96,15 @@ func commands(calls []dlm.Call) [][]string {
 // did not arrive get err.
 func settle(calls []dlm.Call, replies []any, err error) {
 	for i := range calls {
-		switch {
-		case i >= len(replies):
+		if i >= len(replies) {
 			calls[i].Reply, calls[i].Err = nil, err
-		case isErrorReply(replies[i]):
-			calls[i].Reply, calls[i].Err = nil, nodekit.ReplyError(replies[i].(errorReply))
-		default:
+		} else if e, ok := replies[i].(nodekit.ErrorReply); ok {
+			calls[i].Reply, calls[i].Err = nil, nodekit.ReplyError(e)
+		} else {
 			calls[i].Reply, calls[i].Err = nodekit.Ints(replies[i])
 		}
 	}
 }
-
-// An errorReply is an error the server sent; the connection stays in step.
-type errorReply string
-
-func (e errorReply) Error() string { return string(e) }
-
-func isErrorReply(v any) bool { _, ok := v.(errorReply); return ok }
 
 // roundTrip sends cmds, pipelined, and reads their replies: all of them, or
 // those that arrived before the error that stopped it.
@@ -146,22 +136,25 @@ func (n *RESPNode) roundTrip(ctx context.Context, cmds [][]string) ([]any, error
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) }) // wakes a blocked read
 	defer stop()
 
-	var b strings.Builder
+	var b []byte
 	for _, argv := range cmds {
-		fmt.Fprintf(&b, "*%d\r\n", len(argv))
-		for _, a := range argv {
-			fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
-		}
+		b = nodekit.AppendCommand(b, argv...)
 	}
 	var replies []any
-	_, err := io.WriteString(conn, b.String())
+	_, err := conn.Write(b)
 	for err == nil && len(replies) < len(cmds) {
 		var v any
-		if v, err = n.value(); err == nil {
+		if v, err = nodekit.ReadReply(n.r); err == nil {
 			replies = append(replies, v)
 		}
+		if n.bug == "DeadlineOnlyUntilFirstReply" && len(replies) == 1 {
+			stop()
+			_ = conn.SetDeadline(time.Time{})
+		}
 	}
-	if err != nil && n.bug != "ReusesConnection" { // the connection may be out of step: drop it
+	keep := n.bug == "ReusesConnection" || n.bug == "KeepsPartReadConnection" && len(replies) > 0 ||
+		n.bug == "KeepsWaitConnection" && len(replies) > 0 && cmds[len(cmds)-1][0] == "WAIT"
+	if err != nil && !keep { // the connection may be out of step: drop it
 		_ = conn.Close()
 		n.conn = nil
 		if ctx.Err() != nil {
@@ -169,45 +162,6 @@ func (n *RESPNode) roundTrip(ctx context.Context, cmds [][]string) ([]any, error
 		}
 	}
 	return replies, err
-}
-
-// value reads one RESP2 value: string, errorReply, int64, []any or nil.
-func (n *RESPNode) value() (any, error) {
-	s, err := n.r.ReadString('\n')
-	if err != nil {
-		return nil, err
-	}
-	s = strings.TrimSuffix(s, "\r\n")
-	if s == "" {
-		return nil, errors.New("empty RESP line")
-	}
-	kind, line := s[0], s[1:]
-	switch kind {
-	case '+':
-		return line, nil
-	case '-':
-		return errorReply(line), nil
-	case ':':
-		return strconv.ParseInt(line, 10, 64)
-	}
-	size, err := strconv.Atoi(line)
-	switch {
-	case err != nil || kind != '$' && kind != '*':
-		return nil, fmt.Errorf("bad RESP line %q", s)
-	case size < 0:
-		return nil, nil
-	case kind == '$':
-		buf := make([]byte, size+2)
-		_, err := io.ReadFull(n.r, buf)
-		return string(buf[:size]), err
-	}
-	arr := make([]any, size)
-	for i := range arr {
-		if arr[i], err = n.value(); err != nil {
-			return nil, err
-		}
-	}
-	return arr, nil
 }
 
 // The lines that run the suite on a driver, against a server the suite

@@ -119,6 +119,11 @@ func RunStrategy(t *testing.T, topology Topology, newStrategy func(nodes []dlm.N
 	if len(topology.Servers) == 0 {
 		t.Fatal("conformance.RunStrategy: Topology.Servers is empty; list the servers, so that the suite can flush their script caches and the NOSCRIPT path runs")
 	}
+	for i, addr := range topology.Servers {
+		if reply, err := transport.Do(addr, callTimeout, "PING"); err != nil || reply != "PONG" {
+			t.Fatalf("conformance.RunStrategy: Topology.Servers[%d] (%s) does not answer PING on a connection of the suite's own, without authentication (reply %q, error %v): list the address of every server the nodes send scripts to", i, addr, reply, err)
+		}
+	}
 	run := runID()
 	for _, rule := range strategyRules {
 		subtest(t, rule.name, func(t *testing.T) {

@@ -306,6 +306,7 @@ func whileBlocked(t *testing.T, c *nodeCase, f func(probe string, keys []string)
 		select {
 		case err := <-done:
 			if err != nil {
+				serverAlive(t, c.tr, false)
 				t.Logf("the busy script failed: %v", err)
 			}
 		case <-time.After(callTimeout + time.Second):
@@ -345,6 +346,7 @@ func waitAnswering(t *testing.T, c *nodeCase) {
 			return
 		}
 		if time.Now().After(deadline) {
+			serverAlive(t, c.tr, false)
 			t.Fatalf("the %s node does not answer after the server stalled: %v", c.which, err)
 		}
 		time.Sleep(50 * time.Millisecond)

@@ -16,6 +16,18 @@
 // honours the context (connects that hang). The server dies with the test
 // process however it ends (a parent-death signal, and t.Cleanup).
 //
+// A driver whose other rules run against a deployment of the author's own
+// (a Cluster, Sentinel) calls Own before conformance.RunNode: the rules
+// that need the suite to own the server then run on a server Own starts,
+// the others on RunNode's nodes. The server and the fault point listen on
+// free loopback ports, or on the ports of the Ports option or of
+// DLM_CONFORMANCE_PORTS ("7100-7199") where only some may be used.
+//
+// When the server exits while the suite runs (it crashed), the rule running
+// says so with the tail of the server's log (a crash report among it), and
+// every later rule fails at once saying the same, rather than fail on what
+// followed.
+//
 // When redis-server is not on PATH the test is skipped, saying so, unless
 // DLM_REQUIRE_REDIS=1 is set: then it fails.
 //
@@ -31,6 +43,7 @@ package harness
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -55,37 +68,135 @@ import (
 // redis-server from a skip into a failure.
 const RequireEnv = "DLM_REQUIRE_REDIS"
 
+// PortsEnv names the environment variable that gives the loopback ports
+// the harness may listen on, as "first-last" (for example 7100-7199), when
+// no Ports option does: for a machine or container where only some ports
+// may be used. Without either, the ports are free ones the kernel picks.
+const PortsEnv = "DLM_CONFORMANCE_PORTS"
+
+// An Option changes how the harness starts its server and fault point.
+type Option func(*config)
+
+type config struct {
+	first, last int // ports to use; 0: any free port
+}
+
+// Ports makes the harness listen only on loopback ports first to last
+// (the server and the fault point take one each, the first free ones).
+func Ports(first, last int) Option {
+	return func(c *config) { c.first, c.last = first, last }
+}
+
+func newConfig(t testing.TB, opts []Option) config {
+	t.Helper()
+	var c config
+	if v := os.Getenv(PortsEnv); v != "" {
+		a, b, ok := strings.Cut(v, "-")
+		first, err1 := strconv.Atoi(a)
+		last, err2 := strconv.Atoi(b)
+		if !ok || err1 != nil || err2 != nil || first <= 0 || last < first || last > 65535 {
+			t.Fatalf("conformance/harness: %s=%q: want first-last, two ports", PortsEnv, v)
+		}
+		c.first, c.last = first, last
+	}
+	for _, o := range opts {
+		o(&c)
+	}
+	return c
+}
+
+// ports returns the ports to try, in order.
+func (c config) ports() []int {
+	if c.first == 0 {
+		return []int{0, 0, 0, 0, 0}
+	}
+	var ps []int
+	for p := c.first; p <= c.last; p++ {
+		ps = append(ps, p)
+	}
+	return ps
+}
+
 // Run checks the driver behind dial with every rule of conformance.RunNode,
 // those that need the suite to own the server included. dial returns a new
 // Node over a new client of addr (host:port); it is called once for a node
 // shared by all rules and once per rule, and should close its client with
 // t.Cleanup.
-func Run(t *testing.T, dial func(t *testing.T, addr string) dlm.Node) {
+func Run(t *testing.T, dial func(t *testing.T, addr string) dlm.Node, opts ...Option) {
 	t.Helper()
-	srv := startServer(t)
-	tr := newFaultPoint(t, srv)
-	transport.Register(t, tr)
+	tr := own(t, newConfig(t, opts))
 	conformance.RunNode(t, func(t *testing.T) dlm.Node { return dial(t, tr.Addr) })
 }
 
-// StartServer starts a throwaway redis-server on a free loopback port, with
-// persistence off, and returns its address; it is killed when t ends, or
-// when the test process dies. Use it for conformance.RunStrategy's
-// Topology (Nodes and Servers).
-func StartServer(t testing.TB) string {
+// Own starts a server and a fault point in front of it for the rules of
+// conformance.RunNode that need the suite to own them (NoRetry,
+// DialDeadline): the next RunNode(t, …) with the same t runs those rules on
+// nodes dial returns for the fault point's address, and every other rule on
+// its own nodes (of a Cluster, a Sentinel deployment, a server of the
+// caller's):
+//
+//	harness.Own(t, func(t *testing.T, addr string) dlm.Node { return mydriver.New(addr) })
+//	conformance.RunNode(t, func(t *testing.T) dlm.Node { return mydriver.NewCluster(addrs) })
+func Own(t *testing.T, dial func(t *testing.T, addr string) dlm.Node, opts ...Option) {
 	t.Helper()
-	return startServer(t).addr
+	tr := own(t, newConfig(t, opts))
+	tr.NewNode = func(t *testing.T) dlm.Node { return dial(t, tr.Addr) }
+}
+
+func own(t *testing.T, cfg config) *transport.Transport {
+	t.Helper()
+	srv := startServer(t, cfg)
+	tr := newFaultPoint(t, srv, cfg)
+	transport.Register(t, tr)
+	return tr
+}
+
+// StartServer starts a throwaway redis-server on a free loopback port (one
+// of the Ports given, or of DLM_CONFORMANCE_PORTS), with persistence off,
+// and returns its address; it is killed when t ends, or when the test
+// process dies. Use it for conformance.RunStrategy's Topology (Nodes and
+// Servers).
+func StartServer(t testing.TB, opts ...Option) string {
+	t.Helper()
+	return startServer(t, newConfig(t, opts)).addr
 }
 
 // A server is a redis-server process the harness started.
 type server struct {
-	addr string
-	proc *os.Process
+	addr   string
+	dir    string
+	proc   *os.Process
+	exited chan struct{} // closed once the process has exited
+	state  *os.ProcessState
+}
+
+// crashed returns nil while the server runs, and after it exited an error
+// saying how, with its crash report or the tail of its log. The report is
+// the evidence: redis-server installs its crash handler with SA_RESETHAND,
+// so a kernel log line "segfault … in libgcc_s" most likely shows a second
+// fault, in the handler unwinding the stack for that report, and says
+// nothing of the first (the log itself goes with t's temporary directory).
+func (s *server) crashed() error {
+	select {
+	case <-s.exited:
+	default:
+		return nil
+	}
+	log, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
+	text := string(log)
+	if i := strings.Index(text, "=== REDIS BUG REPORT START"); i >= 0 {
+		head, _, _ := strings.Cut(text[i:], "------ INFO OUTPUT")
+		return fmt.Errorf("redis-server %s (pid %d) exited (%v); its crash report:\n%s", s.addr, s.proc.Pid, s.state, firstLines(head, 30))
+	}
+	return fmt.Errorf("redis-server %s (pid %d) exited (%v); the tail of its log:\n%s", s.addr, s.proc.Pid, s.state, lastLines(text, 20))
 }
 
 // stall stops the server's process (SIGSTOP) for d: it answers nobody, its
 // connections stay open, and it burns no CPU meanwhile.
 func (s *server) stall(d time.Duration) error {
+	if err := s.crashed(); err != nil {
+		return err
+	}
 	if err := s.proc.Signal(syscall.SIGSTOP); err != nil {
 		return err
 	}
@@ -93,7 +204,7 @@ func (s *server) stall(d time.Duration) error {
 	return s.proc.Signal(syscall.SIGCONT)
 }
 
-func startServer(t testing.TB) *server {
+func startServer(t testing.TB, cfg config) *server {
 	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
@@ -104,23 +215,25 @@ func startServer(t testing.TB) *server {
 		t.Skip(msg)
 	}
 	dir := t.TempDir()
-	for attempt := 1; ; attempt++ {
-		srv, err := launch(t, bin, dir)
+	var errs []error
+	for _, port := range cfg.ports() {
+		srv, err := launch(t, bin, dir, port)
 		if err == nil {
 			return srv
 		}
-		if attempt == 5 {
-			t.Fatalf("conformance/harness: %v", err)
-		}
+		errs = append(errs, err)
 	}
+	t.Fatalf("conformance/harness: no redis-server started: %v", errors.Join(errs...))
+	return nil
 }
 
-func launch(t testing.TB, bin, dir string) (*server, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+// launch starts redis-server on port, or on a free port when port is 0.
+func launch(t testing.TB, bin, dir string, port int) (*server, error) {
+	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 	if err != nil {
 		return nil, err
 	}
-	port := l.Addr().(*net.TCPAddr).Port
+	port = l.Addr().(*net.TCPAddr).Port
 	_ = l.Close()
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
@@ -132,28 +245,30 @@ func launch(t testing.TB, bin, dir string) (*server, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	stop := func() { _ = cmd.Process.Kill(); <-exited }
+	srv := &server{addr: addr, dir: dir, proc: cmd.Process, exited: make(chan struct{})}
+	go func() { _ = cmd.Wait(); srv.state = cmd.ProcessState; close(srv.exited) }()
+	stop := func() { _ = cmd.Process.Kill(); <-srv.exited }
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		select {
-		case <-exited:
-			log, _ := os.ReadFile(filepath.Join(dir, "redis.log"))
-			return nil, fmt.Errorf("redis-server on port %d exited: %s", port, lastLines(string(log)))
-		default:
+		if err := srv.crashed(); err != nil {
+			return nil, err
 		}
 		if reply, err := transport.Do(addr, time.Second, "PING"); err == nil && reply == "PONG" {
 			t.Cleanup(stop)
-			return &server{addr: addr, proc: cmd.Process}, nil
+			return srv, nil
 		}
 	}
 	stop()
 	return nil, fmt.Errorf("redis-server on port %d not answering after 10s", port)
 }
 
-func lastLines(s string) string {
+func firstLines(s string, n int) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
-	return strings.Join(lines[max(0, len(lines)-5):], "\n")
+	return strings.Join(lines[:min(n, len(lines))], "\n")
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 // A faultPoint is a toxiproxy proxy in front of the server, and the
@@ -165,12 +280,25 @@ type faultPoint struct {
 	hang *hangingListener // while connects hang
 }
 
-func newFaultPoint(t *testing.T, srv *server) *transport.Transport {
+func newFaultPoint(t *testing.T, srv *server, cfg config) *transport.Transport {
 	t.Helper()
 	api := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop())
-	p := toxiproxy.NewProxy(api, "dlm-conformance", "127.0.0.1:0", srv.addr)
-	if err := p.Start(); err != nil {
-		t.Fatalf("conformance/harness: starting the fault proxy: %v", err)
+	var p *toxiproxy.Proxy
+	var errs []error
+	for _, port := range cfg.ports() {
+		listen := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		if listen == srv.addr {
+			continue
+		}
+		p = toxiproxy.NewProxy(api, "dlm-conformance", listen, srv.addr)
+		err := p.Start()
+		if err == nil {
+			break
+		}
+		errs, p = append(errs, err), nil
+	}
+	if p == nil {
+		t.Fatalf("conformance/harness: starting the fault proxy: %v", errors.Join(errs...))
 	}
 	f := &faultPoint{proxy: p}
 	t.Cleanup(func() {
@@ -188,6 +316,7 @@ func newFaultPoint(t *testing.T, srv *server) *transport.Transport {
 		CutReplies:   f.cutReplies,
 		DelayReplies: f.delayReplies,
 		Hang:         f.setHang,
+		Crashed:      srv.crashed,
 	}
 }
 

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/dlmgo/dlm"
 )
 
 // A Transport is a redis-server owned by the suite, reached through a fault
@@ -31,6 +33,14 @@ type Transport struct {
 	// Hang, while on, closes every connection through Addr and makes new
 	// TCP connects to Addr hang: the SYNs are never answered.
 	Hang func(on bool) error
+	// Crashed returns nil while the server runs, and once it has exited
+	// an error that says how, with the tail of its log.
+	Crashed func() error
+	// NewNode, when set, returns the nodes the rules that need this
+	// transport run on (nodes of Addr), the other rules running on the
+	// nodes given to RunNode (harness.Own); when nil, every rule runs on
+	// RunNode's nodes (harness.Run).
+	NewNode func(t *testing.T) dlm.Node
 }
 
 var (

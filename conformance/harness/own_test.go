@@ -1,0 +1,55 @@
+package harness_test
+
+import (
+	"os"
+	"os/exec"
+	"regexp"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/conformance"
+	"github.com/dlmgo/dlm/conformance/harness"
+	"github.com/dlmgo/dlm/driver/goredis"
+)
+
+const ownEnv = "DLM_HARNESS_OWN_SUBPROCESS"
+
+func goredisNode(t *testing.T, addr string) dlm.Node {
+	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	return goredis.New(c)
+}
+
+// TestOwnSubprocess is RunNode on a server of the caller's, with Own
+// called first; TestOwn runs a few of its rules in a subprocess.
+func TestOwnSubprocess(t *testing.T) {
+	if os.Getenv(ownEnv) == "" {
+		t.Skip(ownEnv + " is not set; TestOwn runs this test in a subprocess")
+	}
+	harness.Own(t, goredisNode)
+	other := harness.StartServer(t) // stands for a deployment of the caller's, without a fault proxy
+	conformance.RunNode(t, func(t *testing.T) dlm.Node { return goredisNode(t, other) })
+}
+
+// The rules that need the suite to own the server run from RunNode's entry
+// point once Own was called, on Own's nodes (NoRetry cuts replies on the
+// fault proxy: on the other server's nodes it would fail), on the ports of
+// DLM_CONFORMANCE_PORTS.
+func TestOwn(t *testing.T) {
+	if os.Getenv(ownEnv) != "" {
+		t.Skip("in the subprocess")
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestOwnSubprocess$/^(NoRetry|DialDeadline|SetNX)$", "-test.v", "-test.count=1", "-test.timeout=2m")
+	cmd.Env = append(os.Environ(), ownEnv+"=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("RunNode after Own: %v\n%s", err, out)
+	}
+	for _, rule := range []string{"NoRetry", "DialDeadline", "SetNX"} {
+		if !regexp.MustCompile(`(?m)^\s*--- PASS: TestOwnSubprocess/` + rule + `\b`).Match(out) {
+			t.Errorf("rule %s did not pass (or was skipped) after Own:\n%s", rule, out)
+		}
+	}
+}
