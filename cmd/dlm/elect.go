@@ -41,7 +41,7 @@ func electCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	ttl := fs.Duration("ttl", 0, "leadership TTL; renewed every second, or every TTL/3 below 3s; how long a dead leader keeps others waiting (default: the config's ttl, else 30s)")
 	wait := fs.Duration("wait", 0, "how long to campaign; 0 campaigns until elected")
 	onLost := fs.String("on-lost", "term", "what to do with COMMAND when leadership is lost: term, kill or ignore")
-	grace := fs.Duration("grace", 5*time.Second, "time between SIGTERM and SIGKILL when leadership is lost")
+	grace := fs.Duration("grace", defaultGrace, "time between SIGTERM and SIGKILL when leadership is lost")
 	maxHold := fs.Duration("max-hold", 0, "stop renewing after this long (default: the config's max_hold, else no bound)")
 	if err := fs.Parse(args); err != nil {
 		return parseExit(err)

@@ -37,6 +37,9 @@ func renewRetry(period time.Duration) time.Duration {
 	return min(period/4, 250*time.Millisecond)
 }
 
+// defaultGrace is the default of dlm run's and dlm elect's --grace.
+const defaultGrace = 5 * time.Second
+
 // runGrace is the grace period dlm run applies: --grace, capped at TTL/3.
 func runGrace(ttl, grace time.Duration) time.Duration { return min(grace, ttl/3) }
 

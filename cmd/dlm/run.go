@@ -85,7 +85,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	ttl := fs.Duration("ttl", 0, "lock TTL; renewed every second, or every TTL/3 below 3s (default: the config's ttl, else 30s)")
 	wait := fs.Duration("wait", 0, "how long to wait for the lock; 0 makes one attempt")
 	onLost := fs.String("on-lost", "term", "what to do with COMMAND when the lock is lost: term (SIGTERM, then SIGKILL after --grace), kill, or ignore")
-	grace := fs.Duration("grace", 5*time.Second, "time between SIGTERM and SIGKILL when the lock is lost")
+	grace := fs.Duration("grace", defaultGrace, "time between SIGTERM and SIGKILL when the lock is lost")
 	maxHold := fs.Duration("max-hold", 0, "stop renewing after this long: the lease then runs out within one TTL and COMMAND is treated as having lost the lock (default: the config's max_hold, else no bound)")
 	permits := fs.Int("permits", 0, "KEY is a semaphore of this many permits: take one")
 	readers := fs.Int("readers", 0, "KEY is a read-write lock admitting this many readers: take its write side, or with --shared a read side")
