@@ -26,7 +26,7 @@ import (
 // validity runs out. A lock therefore rides through an outage of its node
 // (a failover, until the client reaches the new primary) of up to
 // TTL·(1−fraction) minus the drift margin and renewRetry, whenever in the
-// renewal period it starts; see docs/failover.md. Auto-renewal is off by
+// renewal period it starts; see docs/failover-time.md. Auto-renewal is off by
 // default.
 func WithAutoRenew(fraction float64, maxHold time.Duration) Option {
 	return Option{func(o *options) error {

@@ -13,7 +13,7 @@ import (
 )
 
 // Estimates of how long a failover keeps a lock's node away, from the
-// moment it dies until a client renews on its replacement (docs/failover.md;
+// moment it dies until a client renews on its replacement (docs/failover-time.md;
 // measured here on Redis 7.0.15: Cluster 3.6–3.8s at a node timeout of 2s
 // and 19.1s at 15s; Sentinel 2.7s at down-after-milliseconds 1s and 31.6s
 // at 30s).

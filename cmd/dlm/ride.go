@@ -2,7 +2,7 @@ package main
 
 import "time"
 
-// How dlm run and dlm elect keep a lock through a failover (docs/failover.md):
+// How dlm run and dlm elect keep a lock through a failover (docs/failover-time.md):
 // while the node that holds the lock is down, renewals fail and are retried,
 // and the lease's validity (TTL minus the drift margin after the last
 // confirmed renewal) keeps running. COMMAND gets SIGTERM once less than the

@@ -65,7 +65,7 @@ until the client reaches the new primary) of up to about
 TTL − 1s − grace − TTL/100: 23s with the defaults, enough for a Redis
 Cluster at its default cluster-node-timeout (15s); a Sentinel at its
 default down-after-milliseconds (30s) needs --ttl 45s. dlm doctor compares
-the deployment's settings with the TTL (docs/failover.md).
+the deployment's settings with the TTL (docs/failover-time.md).
 
 Exit status:
   COMMAND's own (128+N when signal N ended it)
