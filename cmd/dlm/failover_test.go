@@ -141,3 +141,42 @@ func TestRunRidesThroughSentinelFailover(t *testing.T) {
 		return topo.WaitFailover(t, old, 30*time.Second)
 	})
 }
+
+// dlm run keeps its lock through a partition from its server that heals
+// well within the lease: the renewal sent into the partition hangs (nothing
+// refuses it, unlike a killed server) and is given up after a renewal
+// period, so that a later one goes through once the link heals. (It passed
+// before that bound too: go-redis ended the hung call after 5s of its own.)
+func TestRunRidesThroughPartition(t *testing.T) {
+	srv := redistest.Start(t)
+	proxy := redistest.StartProxy(t, srv.Addr)
+	runKey, _ := strategy.Keys("partitioned")
+	sc := srv.Client(t)
+	ctx := context.Background()
+
+	done := filepath.Join(t.TempDir(), "done")
+	b := startDLM(t, "run", "--url", "single://"+proxy.Addr, "--key", "partitioned", "--", "sh", "-c",
+		`echo "fence=$DLM_FENCE"; while [ ! -e "$0" ]; do sleep 0.05; done; echo finished`, done)
+	require.Eventually(t, func() bool { return strings.Contains(b.out.String(), "fence=") }, 10*time.Second, 20*time.Millisecond, b.out.String())
+
+	proxy.Blackhole(true)
+	before := sc.PTTL(ctx, runKey).Val()
+	// Until the server has missed a few renewals: its PTTL fell by 3s.
+	require.Eventually(t, func() bool { return sc.PTTL(ctx, runKey).Val() < before-3*time.Second }, 20*time.Second, 20*time.Millisecond)
+	proxy.Blackhole(false)
+	healed := sc.PTTL(ctx, runKey).Val()
+	require.Eventually(t, func() bool {
+		select {
+		case <-b.done:
+			return true
+		default:
+			return sc.PTTL(ctx, runKey).Val() > healed+500*time.Millisecond
+		}
+	}, 30*time.Second, 20*time.Millisecond)
+	require.Greater(t, sc.PTTL(ctx, runKey).Val(), healed+500*time.Millisecond, "renewed after the heal; dlm run says:\n%s", b.out)
+
+	require.NoError(t, os.WriteFile(done, nil, 0o600))
+	require.NoError(t, b.wait(t, 20*time.Second), b.out.String())
+	assert.Contains(t, b.out.String(), "finished")
+	assert.NotContains(t, b.out.String(), "lost the lock")
+}
