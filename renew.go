@@ -22,7 +22,7 @@ import (
 // thousand locks). A renewal that the servers refuse (ErrNotHeld) ends the
 // lock's context at once with ErrLost; one that fails otherwise (a node
 // down, a failover under way) is retried every renewRetry at most, each
-// attempt bounded by a renewal period (at least a second), until the
+// attempt bounded by a renewal period (at least 2s), until the
 // validity runs out. A lock therefore rides through an outage of its node
 // (a failover, until the client reaches the new primary) of up to
 // TTL·(1−fraction) minus the drift margin and renewRetry, whenever in the
@@ -54,7 +54,7 @@ const renewRetry = 250 * time.Millisecond
 // also ends after a renewal period, so that a node that stopped answering
 // (a dead machine's connections hang, they are not refused) cannot use up
 // the whole lease in one call while its replica takes over.
-const attemptBound = time.Second
+const attemptBound = 2 * time.Second
 
 // A renewer renews the locks of one Manager from one goroutine.
 type renewer struct {

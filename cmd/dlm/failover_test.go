@@ -144,8 +144,8 @@ func TestRunRidesThroughSentinelFailover(t *testing.T) {
 
 // dlm run keeps its lock through a partition from its server that heals
 // well within the lease: the renewal sent into the partition hangs (nothing
-// refuses it, unlike a killed server) and is given up after a renewal
-// period, so that a later one goes through once the link heals. (It passed
+// refuses it, unlike a killed server) and is given up after 2s, so that a
+// later one goes through once the link heals. (It passed
 // before that bound too: go-redis ended the hung call after 5s of its own.)
 func TestRunRidesThroughPartition(t *testing.T) {
 	srv := redistest.Start(t)
