@@ -33,8 +33,8 @@ const runUsage = `usage: dlm run --key KEY [flags] -- COMMAND [ARGS...]
 
 Takes the lock on KEY (waiting up to --wait), runs COMMAND while the lock is
 renewed every second (every TTL/3 for a TTL below 3s), and releases it when
-COMMAND exits. COMMAND's
-environment gets:
+COMMAND exits. The TTL is 30s unless --ttl or the configuration says
+otherwise. COMMAND's environment gets:
   DLM_KEY    the lock's key
   DLM_FENCE  the fencing token, a number larger than that of any earlier
              holder of KEY: pass it to the storage COMMAND writes to, so it
