@@ -21,13 +21,13 @@ import (
 // the strategy's ExtendMany (one pipelined round trip per node for every
 // thousand locks). A renewal that the servers refuse (ErrNotHeld) ends the
 // lock's context at once with ErrLost; one that fails otherwise (a node
-// down, a failover under way) is retried every renewRetry at most, each
-// attempt bounded by a renewal period (at least 2s), until the
-// validity runs out. A lock therefore rides through an outage of its node
-// (a failover, until the client reaches the new primary) of up to
-// TTL·(1−fraction) minus the drift margin and renewRetry, whenever in the
-// renewal period it starts; see docs/failover-time.md. Auto-renewal is off by
-// default.
+// down, a failover under way) is retried a quarter period later (at most
+// 250ms), each attempt bounded by a renewal period (at least 2s), until
+// the validity runs out. A lock therefore rides through an outage of its
+// node (a failover, until the client reaches the new primary) of up to
+// TTL·(1−fraction) minus the drift margin and the retry spacing, whenever
+// in the renewal period it starts; see docs/failover-time.md. Auto-renewal
+// is off by default.
 func WithAutoRenew(fraction float64, maxHold time.Duration) Option {
 	return Option{func(o *options) error {
 		if !(fraction > 0 && fraction < 1) {

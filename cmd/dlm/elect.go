@@ -17,9 +17,10 @@ const electUsage = `usage: dlm elect --name NAME [flags] -- COMMAND [ARGS...]
 
 Campaigns in the election NAME, waiting until this process leads (or up to
 --wait), runs COMMAND while it leads, and resigns when COMMAND exits, so
-that another campaigner takes over at once. Leadership is renewed as dlm
-run renews its lock and rides through a failover as it does; COMMAND is stopped before another leader can be elected, as dlm run
-stops it (see dlm run -h: --on-lost, --grace, --max-hold, exit status).
+that another campaigner takes over at once. Leadership is renewed, and
+rides through a failover, as dlm run's lock does (TTL 30s, renewed every
+second); COMMAND is stopped before another leader can be elected, as dlm
+run stops it (see dlm run -h: --on-lost, --grace, --max-hold, exit status).
 COMMAND's environment gets:
   DLM_ELECTION  the election's name
   DLM_TERM      the leader's term, larger than every earlier leader's: pass
