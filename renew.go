@@ -20,8 +20,14 @@ import (
 // within half a renewal period of each other are renewed together, through
 // the strategy's ExtendMany (one pipelined round trip per node for every
 // thousand locks). A renewal that the servers refuse (ErrNotHeld) ends the
-// lock's context at once with ErrLost; one that fails otherwise is retried
-// until the validity runs out. Auto-renewal is off by default.
+// lock's context at once with ErrLost; one that fails otherwise (a node
+// down, a failover under way) is retried a quarter period later (at most
+// 250ms), each attempt bounded by a renewal period (at least 2s), until
+// the validity runs out. A lock therefore rides through an outage of its
+// node (a failover, until the client reaches the new primary) of up to
+// TTL·(1−fraction) minus the drift margin and the retry spacing, whenever
+// in the renewal period it starts; see docs/failover-time.md. Auto-renewal
+// is off by default.
 func WithAutoRenew(fraction float64, maxHold time.Duration) Option {
 	return Option{func(o *options) error {
 		if !(fraction > 0 && fraction < 1) {
@@ -39,6 +45,16 @@ func WithAutoRenew(fraction float64, maxHold time.Duration) Option {
 // each call by its per-node timeout, and a pipeline of this many extensions
 // stays well inside it even on a loaded machine.
 const renewBatch = 1000
+
+// renewRetry is the longest wait before a failed renewal is tried again:
+// the new primary of a failover is used at most this long after it serves.
+const renewRetry = 250 * time.Millisecond
+
+// attemptBound is the shortest bound on one renewal attempt: an attempt
+// also ends after a renewal period, so that a node that stopped answering
+// (a dead machine's connections hang, they are not refused) cannot use up
+// the whole lease in one call while its replica takes over.
+const attemptBound = 2 * time.Second
 
 // A renewer renews the locks of one Manager from one goroutine.
 type renewer struct {
@@ -169,6 +185,9 @@ func (r *renewer) renew(batch []*Lock) {
 		// node that stalls fails its own locks' renewals, while replies
 		// that came from the others are applied in time to keep theirs.
 		deadline := first.Add(-r.period / 4)
+		if bound := start.Add(max(r.period, attemptBound)); bound.Before(deadline) {
+			deadline = bound
+		}
 		if floor := start.Add(r.period / 4); deadline.Before(floor) {
 			deadline = floor
 		}
@@ -183,7 +202,7 @@ func (r *renewer) renew(batch []*Lock) {
 		}
 		cancel()
 	}
-	retry := max(r.period/4, 5*time.Millisecond)
+	retry := min(max(r.period/4, 5*time.Millisecond), renewRetry)
 	now := time.Now()
 	ended := make([]bool, len(live))
 	o := r.observer

@@ -138,6 +138,7 @@ func doctor(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			}
 		}
 	}
+	checkFailoverTime(ctx, cfg, *timeout, r)
 	if r.problems > 0 {
 		fmt.Fprintf(stdout, "\n%d thing(s) to change\n", r.problems)
 		return 1

@@ -17,9 +17,10 @@ const electUsage = `usage: dlm elect --name NAME [flags] -- COMMAND [ARGS...]
 
 Campaigns in the election NAME, waiting until this process leads (or up to
 --wait), runs COMMAND while it leads, and resigns when COMMAND exits, so
-that another campaigner takes over at once. Leadership is renewed every
-TTL/3; COMMAND is stopped before another leader can be elected, as dlm run
-stops it (see dlm run -h: --on-lost, --grace, --max-hold, exit status).
+that another campaigner takes over at once. Leadership is renewed, and
+rides through a failover, as dlm run's lock does (TTL 30s, renewed every
+second); COMMAND is stopped before another leader can be elected, as dlm
+run stops it (see dlm run -h: --on-lost, --grace, --max-hold, exit status).
 COMMAND's environment gets:
   DLM_ELECTION  the election's name
   DLM_TERM      the leader's term, larger than every earlier leader's: pass
@@ -38,10 +39,10 @@ func electCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	name := fs.String("name", "", "the election's name (required)")
 	host, _ := os.Hostname()
 	value := fs.String("value", host+":"+strconv.Itoa(os.Getpid()), "what this leader announces to observers (at most 256 bytes)")
-	ttl := fs.Duration("ttl", 0, "leadership TTL; renewed every TTL/3, and how long a dead leader keeps others waiting (default: the config's ttl, else 10s)")
+	ttl := fs.Duration("ttl", 0, "leadership TTL; renewed every second, or every TTL/3 below 3s; how long a dead leader keeps others waiting (default: the config's ttl, else 30s)")
 	wait := fs.Duration("wait", 0, "how long to campaign; 0 campaigns until elected")
 	onLost := fs.String("on-lost", "term", "what to do with COMMAND when leadership is lost: term, kill or ignore")
-	grace := fs.Duration("grace", 5*time.Second, "time between SIGTERM and SIGKILL when leadership is lost")
+	grace := fs.Duration("grace", defaultGrace, "time between SIGTERM and SIGKILL when leadership is lost")
 	maxHold := fs.Duration("max-hold", 0, "stop renewing after this long (default: the config's max_hold, else no bound)")
 	if err := fs.Parse(args); err != nil {
 		return parseExit(err)

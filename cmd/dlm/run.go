@@ -32,8 +32,9 @@ const unlockTimeout = 5 * time.Second
 const runUsage = `usage: dlm run --key KEY [flags] -- COMMAND [ARGS...]
 
 Takes the lock on KEY (waiting up to --wait), runs COMMAND while the lock is
-renewed every TTL/3, and releases it when COMMAND exits. COMMAND's
-environment gets:
+renewed every second (every TTL/3 for a TTL below 3s), and releases it when
+COMMAND exits. The TTL is 30s unless --ttl or the configuration says
+otherwise. COMMAND's environment gets:
   DLM_KEY    the lock's key
   DLM_FENCE  the fencing token, a number larger than that of any earlier
              holder of KEY: pass it to the storage COMMAND writes to, so it
@@ -58,6 +59,14 @@ killed before the lock is released. Signals dlm receives (INT, TERM, HUP,
 QUIT, USR1, USR2) are forwarded to the group. --on-lost ignore lets the
 group run on after a loss (and past the lease): the rule no longer holds.
 
+Failover: while the lock's node is down renewals are retried, and COMMAND
+runs on as long as the lease allows. It survives an outage (a failover,
+until the client reaches the new primary) of up to about
+TTL − 1s − grace − TTL/100: 23s with the defaults, enough for a Redis
+Cluster at its default cluster-node-timeout (15s); a Sentinel at its
+default down-after-milliseconds (30s) needs --ttl 45s. dlm doctor compares
+the deployment's settings with the TTL (docs/failover-time.md).
+
 Exit status:
   COMMAND's own (128+N when signal N ended it)
   75  the lock could not be taken (held by another, or unreachable servers)
@@ -73,10 +82,10 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.Usage = func() { fmt.Fprint(stderr, runUsage+targetUsage(defaultURL)+"\nflags:\n"); fs.PrintDefaults() }
 	tf := addTargetFlags(fs, defaultURL)
 	key := fs.String("key", "", "lock key (required)")
-	ttl := fs.Duration("ttl", 0, "lock TTL; renewed every TTL/3 (default: the config's ttl, else 10s)")
+	ttl := fs.Duration("ttl", 0, "lock TTL; renewed every second, or every TTL/3 below 3s (default: the config's ttl, else 30s)")
 	wait := fs.Duration("wait", 0, "how long to wait for the lock; 0 makes one attempt")
 	onLost := fs.String("on-lost", "term", "what to do with COMMAND when the lock is lost: term (SIGTERM, then SIGKILL after --grace), kill, or ignore")
-	grace := fs.Duration("grace", 5*time.Second, "time between SIGTERM and SIGKILL when the lock is lost")
+	grace := fs.Duration("grace", defaultGrace, "time between SIGTERM and SIGKILL when the lock is lost")
 	maxHold := fs.Duration("max-hold", 0, "stop renewing after this long: the lease then runs out within one TTL and COMMAND is treated as having lost the lock (default: the config's max_hold, else no bound)")
 	permits := fs.Int("permits", 0, "KEY is a semaphore of this many permits: take one")
 	readers := fs.Int("readers", 0, "KEY is a read-write lock admitting this many readers: take its write side, or with --shared a read side")
@@ -178,14 +187,14 @@ func runWhileHeld(ctx context.Context, tf targetFlags, o holdOptions, cmdArgs []
 		*ttl = time.Duration(cfg.TTL)
 	}
 	if *ttl == 0 {
-		*ttl = dlm.DefaultTTL
+		*ttl = runDefaultTTL
 	}
 	if *ttl < minRunTTL {
 		fmt.Fprintf(stderr, "%s: TTL %v is too short: COMMAND must be stopped within the lease; use at least %v\n", o.name, *ttl, minRunTTL)
 		return 2
 	}
 	// SIGTERM comes at the latest when a third of the lease is left.
-	*grace = min(*grace, *ttl/3)
+	*grace = runGrace(*ttl, *grace)
 	if *maxHold == 0 {
 		*maxHold = time.Duration(cfg.MaxHold)
 	}
@@ -193,7 +202,7 @@ func runWhileHeld(ctx context.Context, tf targetFlags, o holdOptions, cmdArgs []
 	if *maxHold == 0 {
 		*maxHold = math.MaxInt64
 	}
-	m, closer, err := open(ctx, cfg, dlm.WithTTL(*ttl), dlm.WithAutoRenew(1.0/3, *maxHold), dlm.WithOwner(runOwner(o.name, cmdArgs[0])))
+	m, closer, err := open(ctx, cfg, dlm.WithTTL(*ttl), dlm.WithAutoRenew(renewFraction(*ttl), *maxHold), dlm.WithOwner(runOwner(o.name, cmdArgs[0])))
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", o.name, err)
 		return 2
@@ -245,7 +254,7 @@ func runWhileHeld(ctx context.Context, tf targetFlags, o holdOptions, cmdArgs []
 	})
 }
 
-// minRunTTL is the shortest TTL dlm run takes: renewal comes every TTL/3,
+// minRunTTL is the shortest TTL dlm run takes: renewal comes every TTL/3 there,
 // and the group must be stoppable within what is left of a lease.
 const minRunTTL = 300 * time.Millisecond
 
