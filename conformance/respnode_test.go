@@ -102,7 +102,7 @@ func settle(calls []dlm.Call, replies []any, err error) {
 		case i >= len(replies):
 			calls[i].Reply, calls[i].Err = nil, err
 		case isErrorReply(replies[i]):
-			calls[i].Reply, calls[i].Err = nil, nodekit.ReplyError(replies[i].(errorReply))
+			calls[i].Reply, calls[i].Err = nil, nodekit.Reply(string(replies[i].(errorReply)), replies[i].(errorReply))
 		default:
 			calls[i].Reply, calls[i].Err = nodekit.Ints(replies[i])
 		}
