@@ -91,6 +91,7 @@ import (
 //   - NoRetry: a call, single or batched, whose connection breaks after the
 //     server ran its script, and one whose reply is held 500ms (within its
 //     context), ran the script exactly once: a Node never retries.
+//
 //   - DialDeadline: while connects to the server hang (SYNs unanswered) and
 //     every open connection was closed, calls return near their deadline
 //     (the dial honours the context), and the node answers again once the
