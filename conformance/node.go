@@ -91,13 +91,11 @@ import (
 //   - NoRetry: a call, single or batched, whose connection breaks after the
 //     server ran its script, and one whose reply is held 500ms (within its
 //     context), ran the script exactly once: a Node never retries.
-//
 //   - DialDeadline: while connects to the server hang (SYNs unanswered) and
 //     every open connection was closed, calls return near their deadline
 //     (the dial honours the context), and the node answers again once the
 //     server is reachable (within a few seconds: calls that meet a
 //     connection the fault broke may fail first, once each).
-//
 //   - PermanentErrors: on servers the suite starts, Run of EVAL, of EVALSHA
 //     and of a batch gets every error reply as a *dlm.ReplyError with the
 //     server's code and message, whatever the client's wording: "ERR
