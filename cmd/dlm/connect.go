@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/config"
@@ -73,6 +74,12 @@ func (f targetFlags) load() (config.Config, error) {
 		u = defaultURL
 	}
 	return config.ParseURL(u)
+}
+
+// attemptBound is how long --wait 0 gives its one attempt: 1s, or three
+// node timeouts (the config's timeout) when that is longer.
+func attemptBound(cfg config.Config) time.Duration {
+	return max(oneAttempt, 3*time.Duration(cfg.Timeout))
 }
 
 // open returns a Manager over the deployment cfg describes, on go-redis

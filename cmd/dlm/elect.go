@@ -15,8 +15,8 @@ import (
 
 const electUsage = `usage: dlm elect --name NAME [flags] -- COMMAND [ARGS...]
 
-Campaigns in the election NAME, waiting until this process leads (or up to
---wait), runs COMMAND while it leads, and resigns when COMMAND exits, so
+Campaigns in the election NAME, waiting up to --wait until this process
+leads (--wait 0: one attempt), runs COMMAND while it leads, and resigns when COMMAND exits, so
 that another campaigner takes over at once. Leadership is renewed every
 TTL/3; COMMAND is stopped before another leader can be elected, as dlm run
 stops it (see dlm run -h: --on-lost, --grace, --max-hold, exit status).
@@ -39,7 +39,7 @@ func electCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	host, _ := os.Hostname()
 	value := fs.String("value", host+":"+strconv.Itoa(os.Getpid()), "what this leader announces to observers (at most 256 bytes)")
 	ttl := fs.Duration("ttl", 0, "leadership TTL; renewed every TTL/3, and how long a dead leader keeps others waiting (default: the config's ttl, else 10s)")
-	wait := fs.Duration("wait", 0, "how long to campaign; 0 campaigns until elected")
+	wait := fs.Duration("wait", 0, "how long to campaign; 0 makes one attempt (bounded as dlm run's, see dlm run -h)")
 	onLost := fs.String("on-lost", "term", "what to do with COMMAND when leadership is lost: term, kill or ignore")
 	grace := fs.Duration("grace", 5*time.Second, "time between SIGTERM and SIGKILL when leadership is lost")
 	maxHold := fs.Duration("max-hold", 0, "stop renewing after this long (default: the config's max_hold, else no bound)")
@@ -56,7 +56,11 @@ func electCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		if err != nil {
 			return nil, err
 		}
-		l, err := e.Campaign(ctx, *value)
+		campaign := e.Campaign
+		if *wait == 0 {
+			campaign = e.TryCampaign
+		}
+		l, err := campaign(ctx, *value)
 		if err != nil {
 			return nil, err
 		}
