@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/dlmgo/dlm"
@@ -80,6 +82,16 @@ func (f targetFlags) load() (config.Config, error) {
 // node timeouts (the config's timeout) when that is longer.
 func attemptBound(cfg config.Config) time.Duration {
 	return max(oneAttempt, 3*time.Duration(cfg.Timeout))
+}
+
+// clusterHint returns advice for an error that shows a Cluster node given
+// as a single server or a Redlock master (a MOVED or ASK reply), else "".
+func clusterHint(cfg config.Config, err error) string {
+	var re *dlm.ReplyError
+	if cfg.Cluster || !errors.As(err, &re) || re.Code != "MOVED" && re.Code != "ASK" {
+		return ""
+	}
+	return fmt.Sprintf("\n  hint: %s is a Redis Cluster node: give the Cluster as cluster://%s", strings.Join(cfg.Addrs, ","), strings.Join(cfg.Addrs, ","))
 }
 
 // open returns a Manager over the deployment cfg describes, on go-redis

@@ -283,8 +283,10 @@ func checkReplica(ctx context.Context, c *redis.Client, cfg config.Config, r *re
 		r.addf("ok", "AOF on: acknowledged locks survive this replica's restart")
 	case cfg.WaitAOF != "":
 		r.addf("fail", "AOF off: wait_aof waits for this replica's fsync, which never comes; set appendonly yes")
-	default:
+	case hasWaitAOF(info):
 		r.addf("warn", "AOF off: a restart forgets the locks it acknowledged, and a promotion after that loses them; set appendonly yes (and wait_aof=replicas)")
+	default:
+		r.addf("warn", "AOF off: a restart forgets the locks it acknowledged, and a promotion after that loses them; set appendonly yes (wait_aof, which waits for the replicas' fsync, needs Redis 7.2; this is %s)", orUnknown(info["redis_version"]))
 	}
 	if p := configGet(ctx, c, "replica-priority"); p == "0" {
 		r.addf("ok", "replica-priority 0: Sentinel never promotes it")
@@ -397,12 +399,18 @@ func checkServer(ctx context.Context, c *redis.Client, cfg config.Config, r *rep
 	}
 
 	for _, cmd := range []string{"wait", "waitaof", "client"} {
+		if cmd == "waitaof" && !hasWaitAOF(info) || cmd == "client" && major < 6 {
+			continue // the version's finding above says so
+		}
 		if !hasCommand(ctx, c, cmd) {
 			level := "ok"
 			if cmd == "wait" && strat == "failover" || cmd == "waitaof" && cfg.WaitAOF != "" {
 				level = "fail"
 			}
-			r.addf(level, "command %s not available", strings.ToUpper(cmd))
+			if level == "ok" {
+				level = "warn"
+			}
+			r.addf(level, "command %s not available on Redis %s (renamed, or refused by an ACL)", strings.ToUpper(cmd), version)
 		}
 	}
 	return info
@@ -440,6 +448,13 @@ func orUnknown(s string) string {
 		return "(unknown: CONFIG GET refused)"
 	}
 	return s
+}
+
+// hasWaitAOF reports whether the server's version, from its INFO, has
+// WAITAOF (7.2 and later).
+func hasWaitAOF(info map[string]string) bool {
+	major, minor := versionParts(info["redis_version"])
+	return major > 7 || major == 7 && minor >= 2
 }
 
 func hasCommand(ctx context.Context, c *redis.Client, name string) bool {

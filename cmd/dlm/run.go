@@ -223,7 +223,7 @@ func runWhileHeld(ctx context.Context, tf targetFlags, o holdOptions, cmdArgs []
 		fmt.Fprintf(stderr, "%s: interrupted by %s while waiting for %s: nothing was taken\n", o.name, sig, o.what)
 		return code
 	default:
-		fmt.Fprintf(stderr, "%s: could not lock %s: %v\n", o.name, o.what, err)
+		fmt.Fprintf(stderr, "%s: could not lock %s: %v%s\n", o.name, o.what, err, clusterHint(cfg, err))
 		return exitNotLocked
 	}
 	defer func() {
