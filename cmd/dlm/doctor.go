@@ -15,6 +15,7 @@ import (
 
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/config"
+	"github.com/dlmgo/dlm/nodekit"
 	"github.com/dlmgo/dlm/strategy"
 )
 
@@ -167,7 +168,7 @@ func checkSentinels(ctx context.Context, cfg config.Config, timeout time.Duratio
 		switch {
 		case errors.Is(err, redis.Nil):
 			r.addf("fail", "%s knows no master named %q: check the name (SENTINEL MASTERS lists the ones it monitors)", addr, cfg.Master)
-		case err != nil && dlm.Permanent(err):
+		case err != nil && permanent(err):
 			r.addf("fail", "%s: %v: check sentinel_username and sentinel_password", addr, err)
 		case err != nil:
 			r.addf("fail", "%s: %v", addr, err)
@@ -298,7 +299,7 @@ func checkReplica(ctx context.Context, c *redis.Client, cfg config.Config, r *re
 func ping(ctx context.Context, c *redis.Client, r *report) map[string]string {
 	start := time.Now()
 	if err := c.Ping(ctx).Err(); err != nil {
-		if dlm.Permanent(err) {
+		if permanent(err) {
 			r.addf("fail", "authentication failed: %v: put the right user and password in the URL (single://user:password@host:port, percent-encoded)", err)
 		} else {
 			r.addf("fail", "unreachable: %v", err)
@@ -448,6 +449,16 @@ func orUnknown(s string) string {
 		return "(unknown: CONFIG GET refused)"
 	}
 	return s
+}
+
+// permanent is dlm.Permanent for an error of doctor's own go-redis
+// clients, whose error replies are mapped as a driver maps them.
+func permanent(err error) bool {
+	var re redis.Error
+	if errors.As(err, &re) {
+		err = nodekit.Reply(re.Error(), err)
+	}
+	return dlm.Permanent(err)
 }
 
 // hasWaitAOF reports whether the server's version, from its INFO, has

@@ -15,8 +15,8 @@ import (
 
 const electUsage = `usage: dlm elect --name NAME [flags] -- COMMAND [ARGS...]
 
-Campaigns in the election NAME, waiting up to --wait until this process
-leads (--wait 0: one attempt), runs COMMAND while it leads, and resigns when COMMAND exits, so
+Campaigns in the election NAME until this process leads (up to --wait when
+given; --wait 0: one attempt), runs COMMAND while it leads, and resigns when COMMAND exits, so
 that another campaigner takes over at once. Leadership is renewed every
 TTL/3; COMMAND is stopped before another leader can be elected, as dlm run
 stops it (see dlm run -h: --on-lost, --grace, --max-hold, exit status).
@@ -39,12 +39,17 @@ func electCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	host, _ := os.Hostname()
 	value := fs.String("value", host+":"+strconv.Itoa(os.Getpid()), "what this leader announces to observers (at most 256 bytes)")
 	ttl := fs.Duration("ttl", 0, "leadership TTL; renewed every TTL/3, and how long a dead leader keeps others waiting (default: the config's ttl, else 10s)")
-	wait := fs.Duration("wait", 0, "how long to campaign; 0 makes one attempt (bounded as dlm run's, see dlm run -h)")
+	wait := fs.Duration("wait", 0, "how long to campaign (default: until elected); 0 makes one attempt, bounded as dlm run's (see dlm run -h)")
 	onLost := fs.String("on-lost", "term", "what to do with COMMAND when leadership is lost: term, kill or ignore")
 	grace := fs.Duration("grace", 5*time.Second, "time between SIGTERM and SIGKILL when leadership is lost")
 	maxHold := fs.Duration("max-hold", 0, "stop renewing after this long (default: the config's max_hold, else no bound)")
 	if err := fs.Parse(args); err != nil {
 		return parseExit(err)
+	}
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == "wait" })
+	if !given {
+		*wait = untilElected
 	}
 	if *name == "" {
 		fmt.Fprintln(stderr, "dlm elect: --name is required")
@@ -69,6 +74,9 @@ func electCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return []string{"DLM_ELECTION=" + *name, "DLM_TERM=" + strconv.FormatUint(h.Fence(), 10), "DLM_VALUE=" + *value}
 	})
 }
+
+// untilElected is dlm elect's wait when --wait is not given.
+const untilElected = 100 * 365 * 24 * time.Hour
 
 // leadership is an election.Leadership seen as a held.
 type leadership struct{ *election.Leadership }
