@@ -208,3 +208,12 @@ func TestReadmeListsEveryCommand(t *testing.T) {
 	}
 	assert.Contains(t, row, "`help`")
 }
+
+// A master name no Sentinel knows: dlm run says so at once, whatever
+// --wait allows.
+func TestRunUnknownMasterName(t *testing.T) {
+	sentinel := redistest.StartSentinel(t, "mymaster", redistest.Start(t), 1, 5*time.Second)
+	code, out := runDLM(t, "run", "--url", "sentinel://"+sentinel.Addr+"/nosuchmaster", "--key", "k", "--wait", "10m", "--", "true")
+	assert.Equal(t, exitNotLocked, code, out)
+	assert.Contains(t, out, `no Sentinel knows the master name "nosuchmaster"`)
+}
