@@ -13,8 +13,11 @@
 // returns for the proxy's address. Owning the path to the server lets the
 // suite check what no wrapper of a Node can reach: that a driver never
 // retries a script (a reply cut or held on the wire) and that its dial
-// honours the context (connects that hang). The server dies with the test
-// process however it ends (a parent-death signal, and t.Cleanup).
+// honours the context (connects that hang). For the PermanentErrors rule it
+// also starts, for that rule only, servers that refuse scripts (EVAL
+// renamed away, a password, an ACL, a busy script) and a Sentinel, and
+// dials them with the driver. The servers die with the test process
+// however it ends (a parent-death signal, and t.Cleanup).
 //
 // When redis-server is not on PATH the test is skipped, saying so, unless
 // DLM_REQUIRE_REDIS=1 is set: then it fails.
