@@ -75,7 +75,7 @@ type interruption struct{ sig syscall.Signal }
 func (i interruption) Error() string { return "interrupted by " + signalName(i.sig) }
 
 // notifyContext returns a context that the first of the signals cancels
-// with an interruption as its cause. The signals stay caught until stop.
+// with an interruption as its cause.
 func notifyContext(parent context.Context, stopSignals ...os.Signal) (context.Context, func()) {
 	ctx, cancel := context.WithCancelCause(parent)
 	sigs := make(chan os.Signal, 1)
@@ -83,6 +83,9 @@ func notifyContext(parent context.Context, stopSignals ...os.Signal) (context.Co
 	go func() {
 		select {
 		case s := <-sigs:
+			// A second signal takes its default action, unless a command
+			// catches it itself (dlm run forwards it while COMMAND runs).
+			signal.Stop(sigs)
 			cancel(interruption{s.(syscall.Signal)})
 		case <-ctx.Done():
 		}
