@@ -31,7 +31,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 )
 
@@ -59,6 +58,10 @@ var (
 	// was closed, where the driver can tell (go-redis and redigo can; rueidis
 	// reports a closed client and an unreachable server with one error).
 	ErrClosed = errors.New("dlm: client closed")
+	// ErrUnknownMaster reports that the Sentinels asked for a primary do not
+	// know its master name: a deployment's configuration names another.
+	// Drivers wrap it with the name, and Permanent reports it permanent.
+	ErrUnknownMaster = errors.New("dlm: no Sentinel knows the master name")
 )
 
 // A Node is one Redis deployment seen through a client library: a single
@@ -85,7 +88,8 @@ type Node interface {
 	// the calls' keys live on, in order on each. It sets every call's Reply
 	// or Err: a call whose reply did not arrive (the connection broke, ctx
 	// ended) gets the error that stopped it, while replies that arrived are
-	// kept. Run keeps no reference to calls once it returns (a
+	// kept. An error reply of the server is a *ReplyError (see
+	// nodekit.Reply), whatever the client's wording. Run keeps no reference to calls once it returns (a
 	// goroutine that outlives it works on a copy).
 	Run(ctx context.Context, calls []Call)
 	// RunWait runs calls as Run does and then w's command (WAIT or WAITAOF)
@@ -243,7 +247,7 @@ func (e *NodeError) Unwrap() error { return e.Err }
 // running it because its keys' Cluster hash slot is being moved between
 // masters (a TRYAGAIN reply): 10ms, for the move may end at any moment.
 func (e *NodeError) RetryAfter() (time.Duration, bool) {
-	if anyLeaf(e.Err, func(err error) bool { return strings.HasPrefix(err.Error(), "TRYAGAIN") }) {
+	if anyReply(e.Err, func(r *ReplyError) bool { return r.Code == "TRYAGAIN" }) {
 		return slotMovingRetry, true
 	}
 	return 0, false

@@ -119,13 +119,18 @@ func nodeErrors(nodes []NodeState) []error {
 	return errs
 }
 
+// ErrStateUnknown reports that too few nodes answered to tell a lock's
+// state.
+var ErrStateUnknown = errors.New("dlm: lock state unknown")
+
 // Revoke takes key's lock away from whoever holds it: see
 // Inspector.Revoke. by and reason (who asks, and why) are recorded beside
 // the key for the holder and for Inspect; each is at most
 // MaxRevokeReasonLen bytes, one line each. It returns what was held
-// before; when nothing was held on a majority of the nodes the error
-// matches ErrNotHeld, joined with the errors of the nodes that did not
-// answer.
+// before; when a majority of the nodes answered and nothing was held on a
+// majority the error matches ErrNotHeld; when fewer answered, whether a
+// lock was held is unknown and the error (ErrStateUnknown) says so. Either
+// is joined with the errors of the nodes that did not answer.
 func (m *Manager) Revoke(ctx context.Context, key, by, reason string) (Info, error) {
 	in, err := m.inspector(key)
 	if err != nil {
@@ -140,8 +145,12 @@ func (m *Manager) Revoke(ctx context.Context, key, by, reason string) (Info, err
 	}
 	info := Summarize(key, nodes)
 	if !info.Held {
+		errs := nodeErrors(nodes)
 		err := fmt.Errorf("%w: %q: no lock held on a majority of the nodes to revoke", ErrNotHeld, key)
-		return info, errors.Join(append([]error{err}, nodeErrors(nodes)...)...)
+		if answered := len(nodes) - len(errs); answered < len(nodes)/2+1 {
+			err = fmt.Errorf("%w: revoke %q: %d of %d nodes answered, fewer than a majority: whether a lock was held, and whether it was revoked, is unknown", ErrStateUnknown, key, answered, len(nodes))
+		}
+		return info, errors.Join(append([]error{err}, errs...)...)
 	}
 	return info, nil
 }

@@ -2,6 +2,9 @@ package dlm_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +15,7 @@ import (
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/driver/goredis"
 	"github.com/dlmgo/dlm/internal/redistest"
+	"github.com/dlmgo/dlm/nodekit"
 )
 
 // lockOn waits up to wait for key on a single-instance Manager over c, and
@@ -106,4 +110,49 @@ func TestTransientErrorsKeepWaiting(t *testing.T) {
 		assert.GreaterOrEqual(t, took, 300*time.Millisecond, "it was busy when Lock began")
 		assert.NoError(t, <-busy)
 	})
+}
+
+// Replies are classified by their code and message, the same whatever the
+// client's wording (rueidis strips "ERR "), and only as *dlm.ReplyError.
+func TestPermanentByMeaning(t *testing.T) {
+	for _, tc := range []struct {
+		text      string
+		permanent bool
+	}{
+		{"ERR unknown command 'EVALSHA', with args beginning with: ", true},
+		{"unknown command 'EVALSHA', with args beginning with: ", true}, // rueidis
+		{"NOAUTH Authentication required.", true},
+		{"WRONGPASS invalid username-password pair or user is disabled.", true},
+		{"NOPERM this user has no permissions to run the 'eval' command", true},
+		{"WRONGTYPE Operation against a key holding the wrong kind of value", true},
+		{"DENIED Redis is running in protected mode", true},
+		{"ERR AUTH <password> called without any password configured for the default user.", true},
+		{"AUTH <password> called without any password configured for the default user.", true}, // rueidis
+		{"ERR No such master with that name", true},
+		{"No such master with that name", true}, // rueidis
+		{"ERR the script refuses", false},
+		{"the script refuses", false},
+		{"BUSY Redis is busy running a script.", false},
+		{"LOADING Redis is loading the dataset in memory", false},
+		{"READONLY You can't write against a read only replica.", false},
+		{"TRYAGAIN Multiple keys request during rehashing of slot", false},
+		{"CLUSTERDOWN The cluster is down", false},
+		{"NOSCRIPT No matching script.", false},
+	} {
+		r := nodekit.Reply(tc.text, errors.New(tc.text))
+		assert.Equal(t, tc.permanent, dlm.Permanent(r), "%q as %q", tc.text, r)
+		assert.Equal(t, tc.permanent, dlm.Permanent(fmt.Errorf("wrapped: %w", errors.Join(errors.New("other"), r))), "%q wrapped", tc.text)
+		assert.False(t, dlm.Permanent(errors.New(tc.text)), "%q not mapped to a ReplyError", tc.text)
+		assert.Equal(t, strings.HasPrefix(tc.text, "NOSCRIPT"), errors.Is(r, dlm.ErrNoScript), "%q matches ErrNoScript", tc.text)
+	}
+	assert.True(t, dlm.Permanent(fmt.Errorf("%w %q", dlm.ErrUnknownMaster, "m")))
+}
+
+// A TRYAGAIN reply asks for a quick retry, whatever the driver.
+func TestRetryAfterTryAgain(t *testing.T) {
+	e := &dlm.NodeError{Node: "n", Op: "acquire", Err: nodekit.Reply("TRYAGAIN Multiple keys request during rehashing of slot", nil)}
+	_, ok := e.RetryAfter()
+	assert.True(t, ok)
+	_, ok = (&dlm.NodeError{Node: "n", Op: "acquire", Err: nodekit.Reply("BUSY", nil)}).RetryAfter()
+	assert.False(t, ok)
 }

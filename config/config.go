@@ -182,6 +182,18 @@ func oneNode[S dlm.Strategy](c Config, nodes []dlm.Node, build func(dlm.Node, ..
 // strategyNames lists the strategies a Config can name, sorted.
 func strategyNames() string { return strings.Join(slices.Sorted(maps.Keys(builders)), ", ") }
 
+// urlSchemes lists the schemes of ParseURL: one per strategy, and
+// sentinel:// and cluster://.
+func urlSchemes() string {
+	var s []string
+	for _, name := range append([]string{"single", "redlock", "sentinel", "failover", "cluster"}, slices.Sorted(maps.Keys(builders))...) {
+		if !slices.Contains(s, name+"://") {
+			s = append(s, name+"://")
+		}
+	}
+	return strings.Join(s, ", ")
+}
+
 // failoverOnly are the fields that apply to the failover strategy only.
 var failoverOnly = []string{"master", "sentinel_username", "sentinel_password", "sentinel_tls", "ack", "wait_timeout", "replicas", "wait_aof"}
 
@@ -275,7 +287,10 @@ func jsonName(f reflect.StructField) string { return strings.Split(f.Tag.Get("js
 func ParseURL(s string) (Config, error) {
 	scheme, rest, ok := strings.Cut(s, "://")
 	if !ok || scheme == "" {
-		return Config{}, badField("strategy", "missing; the URL must begin with one of single://, redlock://, sentinel://, failover://, cluster://")
+		return Config{}, badField("strategy", "missing; the URL must begin with one of %s", urlSchemes())
+	}
+	if !slices.Contains(strings.Split(urlSchemes(), ", "), scheme+"://") {
+		return Config{}, badField("strategy", "unknown URL scheme %q; one of %s", scheme+"://", urlSchemes())
 	}
 	if strings.Contains(rest, "#") {
 		return Config{}, invalid("URL: a '#' (a URL takes no fragment); %s", encodeCredentials)

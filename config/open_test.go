@@ -223,3 +223,28 @@ func fenceOf(key string) string {
 	_, f := strategy.Keys(key)
 	return f
 }
+
+// Issue 33: a master name no Sentinel knows ends Lock at once, on every
+// driver, with a permanent error that names it (before: "script replied
+// nil, want an array of integers", retried for the whole wait).
+func TestUnknownMasterName(t *testing.T) {
+	sentinel := redistest.StartSentinel(t, "mymaster", redistest.Start(t), 1, 5*time.Second)
+	cfg, err := config.ParseURL("sentinel://" + sentinel.Addr + "/nosuchmaster")
+	require.NoError(t, err)
+	for _, d := range dialers {
+		t.Run(d.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			m, closer, err := cfg.Open(ctx, d.dial)
+			if err == nil {
+				defer closer.Close()
+				_, err = m.Lock(ctx, "k")
+			}
+			require.Error(t, err)
+			assert.ErrorIs(t, err, dlm.ErrUnknownMaster)
+			assert.True(t, dlm.Permanent(err), "%v", err)
+			assert.ErrorContains(t, err, `"nosuchmaster"`)
+			assert.NoError(t, ctx.Err(), "ended before the wait did: %v", err)
+		})
+	}
+}

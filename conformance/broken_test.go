@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/config"
 	"github.com/dlmgo/dlm/conformance"
 	"github.com/dlmgo/dlm/conformance/harness"
 	"github.com/dlmgo/dlm/driver/goredis"
@@ -141,6 +142,13 @@ func (b *brokenNode) Run(ctx context.Context, calls []dlm.Call) {
 			calls[0].Reply, calls[1].Reply = calls[1].Reply, calls[0].Reply
 			calls[0].Err, calls[1].Err = calls[1].Err, calls[0].Err
 		}
+	case "RewordsReplies": // returns error replies in its client's words, "ERR " stripped, as rueidis words them
+		for i, c := range calls {
+			var re *dlm.ReplyError
+			if errors.As(c.Err, &re) && !errors.Is(c.Err, dlm.ErrNoScript) {
+				calls[i].Err = errors.New(strings.TrimPrefix(re.Error(), "ERR "))
+			}
+		}
 	case "FailsWholeBatch": // one failed call fails them all
 		for _, c := range calls {
 			if c.Err != nil {
@@ -185,7 +193,15 @@ func TestBrokenDriver(t *testing.T) {
 	if breakage == "" {
 		t.Skip(brokenEnv + " is not set; TestBrokenDriversFail runs this test in a subprocess")
 	}
-	harness.Run(t, func(t *testing.T, addr string) dlm.Node { return newBrokenNode(t, addr, breakage) })
+	harness.Run(t, func(t *testing.T, addr string) dlm.Node { return newBrokenNode(t, addr, breakage) },
+		harness.WithSentinel(func(t *testing.T, addrs []string, master string) (dlm.Node, error) {
+			n, c, err := goredis.Dial(context.Background(), config.Endpoint{Sentinels: addrs, Master: master})
+			if err != nil {
+				return nil, err
+			}
+			t.Cleanup(func() { _ = c.Close() })
+			return &brokenNode{Node: n, breakage: breakage}, nil
+		}))
 }
 
 // Each driver broken on purpose makes the suite fail, naming the broken
@@ -200,6 +216,7 @@ func TestBrokenDriversFail(t *testing.T) {
 		{name: "DropsReply", rules: []string{"IntegerReplies", "SetNX", "ConcurrentUse"}},
 		{name: "PipelinesOutOfOrder", rules: []string{"BatchOrder", "BatchNoScript"}},
 		{name: "FailsWholeBatch", rules: []string{"BatchNoScript"}},
+		{name: "RewordsReplies", rules: []string{"PermanentErrors"}, within: []string{"PermanentErrors"}},
 		{name: "WaitIgnoresDeadline", rules: []string{"RunWaitDeadline"}},
 		{name: "WatchNeverStops", rules: []string{"WatchDelivers"}},
 		// The watchdog ends the binary, naming the first rule, which hangs.
@@ -220,7 +237,7 @@ func TestBrokenDriversFail(t *testing.T) {
 var abilityRules = []string{"BatchOrder", "BatchNoScript", "BatchContext", "RunWaitReplies", "RunWaitNoScript", "RunWaitDeadline", "WatchDelivers"}
 
 // ownedRules need harness.Run.
-var ownedRules = []string{"NoRetry", "DialDeadline"}
+var ownedRules = []string{"NoRetry", "DialDeadline", "PermanentErrors"}
 
 // scriptRules are the rules that run new scripts through EVALSHA and a
 // fallback: one family.

@@ -98,7 +98,7 @@ import (
 //     returned; a second stop does nothing; Watch with an ended context
 //     fails.
 //
-// Two rules need the suite to own the path to the server, and run only
+// Three rules need the suite to own the path to the server, and run only
 // under package conformance/harness (skipped, saying so, otherwise):
 // harness.Run runs every rule on one server it starts; harness.Own, called
 // before RunNode, runs these two on a server it starts and the others on
@@ -113,6 +113,18 @@ import (
 //     (the dial honours the context), and the node answers again once the
 //     server is reachable (within a few seconds: calls that meet a
 //     connection the fault broke may fail first, once each).
+//   - PermanentErrors: on servers the suite starts, Run of EVAL, of EVALSHA
+//     and of a batch gets every error reply as a *dlm.ReplyError with the
+//     server's code and message, whatever the client's wording: "ERR
+//     unknown command" where EVAL and EVALSHA were renamed away and on a
+//     Sentinel's port, NOAUTH without the password a server requires,
+//     NOPERM for a user without script rights, WRONGTYPE for a key holding
+//     a list; dlm.Permanent reports each true, and false for BUSY, a
+//     script's own error reply and a refused connection. With
+//     harness.WithSentinel, a master name no Sentinel knows fails (dial
+//     or first call) with an error that names it and matches
+//     dlm.ErrUnknownMaster, a Sentinel refusing connections with a
+//     transient one, and the known name reaches the server.
 //
 // The RunWait and Watch rules are skipped, saying so, when the first
 // RunWait or Watch returns an error matching errors.ErrUnsupported.
@@ -237,6 +249,7 @@ var nodeRules = []nodeRule{
 	{name: "WatchDelivers", run: testWatchDelivers},
 	{name: "NoRetry", run: testNoRetry, both: true, owned: true},
 	{name: "DialDeadline", run: testDialDeadline, both: true, owned: true},
+	{name: "PermanentErrors", run: testPermanentErrors, both: true, owned: true},
 }
 
 // A nodeCase is one node under test, with keys of its own.

@@ -99,7 +99,7 @@ func settle(calls []dlm.Call, replies []any, err error) {
 		if i >= len(replies) {
 			calls[i].Reply, calls[i].Err = nil, err
 		} else if e, ok := replies[i].(nodekit.ErrorReply); ok {
-			calls[i].Reply, calls[i].Err = nil, nodekit.ReplyError(e)
+			calls[i].Reply, calls[i].Err = nil, nodekit.Reply(string(e), e)
 		} else {
 			calls[i].Reply, calls[i].Err = nodekit.Ints(replies[i])
 		}

@@ -22,6 +22,7 @@
 package election
 
 import (
+	"cmp"
 	"context"
 	_ "embed"
 	"errors"
@@ -116,11 +117,26 @@ func (l *Leadership) Lock() *dlm.Lock { return l.lock }
 // matches dlm.ErrNotAcquired and ctx's error), then announces value to
 // observers. value must be at most MaxValueLen bytes.
 func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, error) {
+	return e.campaign(ctx, value, false)
+}
+
+// TryCampaign makes one attempt to become leader: when another leads, or
+// the lease ended before the announcement, the error matches
+// dlm.ErrNotAcquired.
+func (e *Election) TryCampaign(ctx context.Context, value string) (*Leadership, error) {
+	return e.campaign(ctx, value, true)
+}
+
+func (e *Election) campaign(ctx context.Context, value string, once bool) (*Leadership, error) {
 	if len(value) > MaxValueLen {
 		return nil, fmt.Errorf("%w: election %q: value of %d bytes, at most %d", dlm.ErrInvalid, e.name, len(value), MaxValueLen)
 	}
+	lockFn := e.m.Lock
+	if once {
+		lockFn = e.m.TryLock
+	}
 	for {
-		lock, err := e.m.Lock(ctx, e.name)
+		lock, err := lockFn(ctx, e.name)
 		if err != nil {
 			return nil, fmt.Errorf("election %q: %w", e.name, err)
 		}
@@ -132,6 +148,9 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, err
 		_ = lock.Unlock(context.WithoutCancel(ctx))
 		if err != nil && (dlm.Permanent(err) || ctx.Err() != nil) {
 			return nil, fmt.Errorf("election %q: announce: %w", e.name, err)
+		}
+		if once {
+			return nil, fmt.Errorf("%w: election %q: the lease ended before the announcement: %w", dlm.ErrNotAcquired, e.name, cmp.Or(err, errors.New("not announced")))
 		}
 		// The lease ended before the announcement (or the reply was lost):
 		// campaign again.

@@ -234,3 +234,24 @@ func TestBadInput(t *testing.T) {
 	require.ErrorIs(t, err, dlm.ErrInvalid)
 	require.ErrorIs(t, err, errors.ErrUnsupported)
 }
+
+// TryCampaign makes one attempt: refused while another leads, elected once
+// the leader resigned.
+func TestTryCampaign(t *testing.T) {
+	c := redistest.Start(t).Client(t)
+	e := newElection(t, c, "try", 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	a, err := e.TryCampaign(ctx, "a")
+	require.NoError(t, err)
+	_, err = e.TryCampaign(ctx, "b")
+	require.ErrorIs(t, err, dlm.ErrNotAcquired)
+	require.NoError(t, ctx.Err(), "one attempt, not a campaign")
+	require.NoError(t, a.Resign(ctx))
+	b, err := e.TryCampaign(ctx, "b")
+	require.NoError(t, err)
+	got, err := e.Leader(ctx)
+	require.NoError(t, err)
+	require.Equal(t, Leader{Term: b.Term(), Value: "b"}, got)
+	require.NoError(t, b.Resign(ctx))
+}

@@ -150,13 +150,28 @@ func RunGroups(calls []dlm.Call, groups [][]int, run func(part []dlm.Call)) {
 	wg.Wait()
 }
 
-// ReplyError converts an error reply of a script call: NOSCRIPT is wrapped
-// with dlm.ErrNoScript, anything else is returned as it is.
-func ReplyError(err error) error {
-	if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-		return fmt.Errorf("%w: %w", dlm.ErrNoScript, err)
+// Reply returns a client's error reply as a *dlm.ReplyError wrapping err,
+// the client's error: text is the reply as the client words it, code
+// first. A text whose first word is not a code in capitals (or is AUTH,
+// which begins an ERR reply's message) is taken as code ERR with text the
+// message: the form of a client that strips "ERR " (rueidis does).
+func Reply(text string, err error) *dlm.ReplyError {
+	code, msg, _ := strings.Cut(text, " ")
+	if !isCode(code) || code == "AUTH" {
+		return &dlm.ReplyError{Code: "ERR", Message: text, Err: err}
 	}
-	return err
+	return &dlm.ReplyError{Code: code, Message: msg, Err: err}
+}
+
+// isCode reports whether w is a word in capitals (digits and _ allowed
+// after the first letter).
+func isCode(w string) bool {
+	for i, r := range w {
+		if !('A' <= r && r <= 'Z' || i > 0 && (r == '_' || '0' <= r && r <= '9')) {
+			return false
+		}
+	}
+	return w != ""
 }
 
 // Ints converts a script's reply, as clients that decode RESP to Go values

@@ -20,7 +20,7 @@ func TestAppendCommand(t *testing.T) {
 	}
 }
 
-// Replies read with ReadReply feed Ints, ParseAcks and ReplyError.
+// Replies read with ReadReply feed Ints, ParseAcks and Reply.
 func TestReadReply(t *testing.T) {
 	read := func(wire string) (any, error) {
 		return nodekit.ReadReply(bufio.NewReader(strings.NewReader(wire)))
@@ -73,7 +73,7 @@ func TestReadReply(t *testing.T) {
 		t.Errorf("ParseAcks of WAITAOF's reply: %+v, %v", a, err)
 	}
 	v, _ = read("-NOSCRIPT No matching script.\r\n")
-	if e, ok := v.(nodekit.ErrorReply); !ok || !errors.Is(nodekit.ReplyError(e), dlm.ErrNoScript) {
-		t.Errorf("ReplyError of a NOSCRIPT reply read: %v does not match dlm.ErrNoScript", v)
+	if e, ok := v.(nodekit.ErrorReply); !ok || !errors.Is(nodekit.Reply(string(e), e), dlm.ErrNoScript) {
+		t.Errorf("Reply of a NOSCRIPT reply read: %v does not match dlm.ErrNoScript", v)
 	}
 }

@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"strings"
+	"time"
 
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/config"
@@ -74,6 +77,22 @@ func (f targetFlags) load() (config.Config, error) {
 		u = defaultURL
 	}
 	return config.ParseURL(u)
+}
+
+// attemptBound is how long --wait 0 gives its one attempt: 1s, or three
+// node timeouts (the config's timeout) when that is longer.
+func attemptBound(cfg config.Config) time.Duration {
+	return max(oneAttempt, 3*time.Duration(cfg.Timeout))
+}
+
+// clusterHint returns advice for an error that shows a Cluster node given
+// as a single server or a Redlock master (a MOVED or ASK reply), else "".
+func clusterHint(cfg config.Config, err error) string {
+	var re *dlm.ReplyError
+	if cfg.Cluster || !errors.As(err, &re) || re.Code != "MOVED" && re.Code != "ASK" {
+		return ""
+	}
+	return fmt.Sprintf("\n  hint: %s is a Redis Cluster node: give the Cluster as cluster://%s", strings.Join(cfg.Addrs, ","), strings.Join(cfg.Addrs, ","))
 }
 
 // open returns a Manager over the deployment cfg describes, on go-redis

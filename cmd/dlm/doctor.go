@@ -176,7 +176,7 @@ func checkSentinels(ctx context.Context, cfg config.Config, timeout time.Duratio
 			r.addf("fail", "%s knows no master named %q: check the name (SENTINEL MASTERS lists the ones it monitors)", addr, cfg.Master)
 		case errors.As(err, new(*nodekit.TLSError)):
 			r.addf("fail", "%s: %v: check sentinel_tls and the tls_* fields (docs/tls.md)", addr, err)
-		case err != nil && dlm.Permanent(err):
+		case err != nil && permanent(err):
 			r.addf("fail", "%s: %v: check sentinel_username and sentinel_password", addr, err)
 		case err != nil:
 			r.addf("fail", "%s: %v", addr, err)
@@ -295,8 +295,10 @@ func checkReplica(ctx context.Context, c *redis.Client, cfg config.Config, r *re
 		r.addf("ok", "AOF on: acknowledged locks survive this replica's restart")
 	case cfg.WaitAOF != "":
 		r.addf("fail", "AOF off: wait_aof waits for this replica's fsync, which never comes; set appendonly yes")
-	default:
+	case hasWaitAOF(info):
 		r.addf("warn", "AOF off: a restart forgets the locks it acknowledged, and a promotion after that loses them; set appendonly yes (and wait_aof=replicas)")
+	default:
+		r.addf("warn", "AOF off: a restart forgets the locks it acknowledged, and a promotion after that loses them; set appendonly yes (wait_aof, which waits for the replicas' fsync, needs Redis 7.2; this is %s)", orUnknown(info["redis_version"]))
 	}
 	if p := configGet(ctx, c, "replica-priority"); p == "0" {
 		r.addf("ok", "replica-priority 0: Sentinel never promotes it")
@@ -310,7 +312,7 @@ func ping(ctx context.Context, c *redis.Client, r *report) map[string]string {
 	if err := c.Ping(ctx).Err(); err != nil {
 		if errors.As(err, new(*nodekit.TLSError)) {
 			r.addf("fail", "%v: check tls and the tls_* fields (docs/tls.md)", err)
-		} else if dlm.Permanent(err) {
+		} else if permanent(err) {
 			r.addf("fail", "authentication failed: %v: put the right user and password in the URL (single://user:password@host:port, percent-encoded)", err)
 		} else {
 			r.addf("fail", "unreachable: %v", err)
@@ -414,12 +416,18 @@ func checkServer(ctx context.Context, c *redis.Client, cfg config.Config, r *rep
 	}
 
 	for _, cmd := range []string{"wait", "waitaof", "client"} {
+		if cmd == "waitaof" && !hasWaitAOF(info) || cmd == "client" && major < 6 {
+			continue // the version's finding above says so
+		}
 		if !hasCommand(ctx, c, cmd) {
 			level := "ok"
 			if cmd == "wait" && strat == "failover" || cmd == "waitaof" && cfg.WaitAOF != "" {
 				level = "fail"
 			}
-			r.addf(level, "command %s not available", strings.ToUpper(cmd))
+			if level == "ok" {
+				level = "warn"
+			}
+			r.addf(level, "command %s not available on Redis %s (renamed, or refused by an ACL)", strings.ToUpper(cmd), version)
 		}
 	}
 	return info
@@ -457,6 +465,23 @@ func orUnknown(s string) string {
 		return "(unknown: CONFIG GET refused)"
 	}
 	return s
+}
+
+// permanent is dlm.Permanent for an error of doctor's own go-redis
+// clients, whose error replies are mapped as a driver maps them.
+func permanent(err error) bool {
+	var re redis.Error
+	if errors.As(err, &re) {
+		err = nodekit.Reply(re.Error(), err)
+	}
+	return dlm.Permanent(err)
+}
+
+// hasWaitAOF reports whether the server's version, from its INFO, has
+// WAITAOF (7.2 and later).
+func hasWaitAOF(info map[string]string) bool {
+	major, minor := versionParts(info["redis_version"])
+	return major > 7 || major == 7 && minor >= 2
 }
 
 func hasCommand(ctx context.Context, c *redis.Client, name string) bool {

@@ -55,6 +55,7 @@ func parseClusterNodes(out string) []clusterNode {
 func checkCluster(ctx context.Context, cfg config.Config, timeout time.Duration, r *report) {
 	r.section("Cluster")
 	var nodes []clusterNode
+	var seedErrs []string // of the seeds that did not answer
 	for _, seed := range cfg.Addrs {
 		c := serverClient(cfg, seed)
 		cctx, cancel := context.WithTimeout(ctx, timeout)
@@ -62,7 +63,7 @@ func checkCluster(ctx context.Context, cfg config.Config, timeout time.Duration,
 		cancel()
 		_ = c.Close()
 		if err != nil {
-			r.addf("fail", "%s: CLUSTER NODES: %v", seed, err)
+			seedErrs = append(seedErrs, fmt.Sprintf("%s: CLUSTER NODES: %v", seed, err))
 			continue
 		}
 		nodes = parseClusterNodes(out)
@@ -70,8 +71,16 @@ func checkCluster(ctx context.Context, cfg config.Config, timeout time.Duration,
 		break
 	}
 	if len(nodes) == 0 {
+		for _, e := range seedErrs {
+			r.addf("fail", "%s", e)
+		}
 		r.addf("fail", "no listed node gave the Cluster's nodes: check the addresses, the password and that they are Cluster nodes")
 		return
+	}
+	for _, e := range seedErrs {
+		// Clients try the next seed: the Cluster's own view, below, says
+		// whether a node it counts is down.
+		r.addf("ok", "%s (another listed node answered; clients try the next)", e)
 	}
 	var masters, replicas []clusterNode
 	for _, n := range nodes {
@@ -83,8 +92,12 @@ func checkCluster(ctx context.Context, cfg config.Config, timeout time.Duration,
 		case n.has("master"):
 			r.addf("warn", "%s: a master without slots: it holds no locks", n.addr)
 		}
-		if n.has("fail") || n.has("fail?") {
-			r.addf("fail", "%s: flagged %s by the Cluster", n.addr, strings.Join(n.flags, ","))
+		if down(n) {
+			level := "warn" // a replica, or a master without slots: less redundancy
+			if n.has("master") && len(n.slots) > 0 {
+				level = "fail"
+			}
+			r.addf(level, "%s: flagged %s by the Cluster", n.addr, strings.Join(n.flags, ","))
 		}
 	}
 	r.addf("ok", "%d master(s) with slots, %d replica(s)", len(masters), len(replicas))
@@ -99,6 +112,10 @@ func checkCluster(ctx context.Context, cfg config.Config, timeout time.Duration,
 		for _, rep := range replicas {
 			if rep.master == m.id {
 				r.section(fmt.Sprintf("%s (replica of %s)", rep.addr, m.addr))
+				if down(rep) {
+					r.addf("warn", "down (flagged %s): %s has one successor fewer", strings.Join(rep.flags, ","), m.addr)
+					continue
+				}
 				checkClusterNode(ctx, cfg, rep.addr, "replica", timeout, r)
 			}
 		}
@@ -111,6 +128,9 @@ func checkCluster(ctx context.Context, cfg config.Config, timeout time.Duration,
 		}
 	}
 }
+
+// down reports whether the Cluster flags n as failing.
+func down(n clusterNode) bool { return n.has("fail") || n.has("fail?") }
 
 // checkClusterNode checks one node of a Cluster in the role the Cluster
 // gives it, and returns its INFO, or nil when it could not be read.

@@ -15,12 +15,13 @@ import (
 
 const electUsage = `usage: dlm elect --name NAME [flags] -- COMMAND [ARGS...]
 
-Campaigns in the election NAME, waiting until this process leads (or up to
---wait), runs COMMAND while it leads, and resigns when COMMAND exits, so
-that another campaigner takes over at once. Leadership is renewed, and
-rides through a failover, as dlm run's lock does (TTL 30s, renewed every
-second); COMMAND is stopped before another leader can be elected, as dlm
-run stops it (see dlm run -h: --on-lost, --grace, --max-hold, exit status).
+Campaigns in the election NAME until this process leads (up to --wait when
+given; --wait 0: one attempt), runs COMMAND while it leads, and resigns
+when COMMAND exits, so that another campaigner takes over at once.
+Leadership is renewed, and rides through a failover, as dlm run's lock does
+(TTL 30s, renewed every second); COMMAND is stopped before another leader
+can be elected, as dlm run stops it (see dlm run -h: --on-lost, --grace,
+--max-hold, exit status).
 COMMAND's environment gets:
   DLM_ELECTION  the election's name
   DLM_TERM      the leader's term, larger than every earlier leader's: pass
@@ -40,12 +41,17 @@ func electCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	host, _ := os.Hostname()
 	value := fs.String("value", host+":"+strconv.Itoa(os.Getpid()), "what this leader announces to observers (at most 256 bytes)")
 	ttl := fs.Duration("ttl", 0, "leadership TTL; renewed every second, or every TTL/3 below 3s; how long a dead leader keeps others waiting (default: the config's ttl, else 30s)")
-	wait := fs.Duration("wait", 0, "how long to campaign; 0 campaigns until elected")
+	wait := fs.Duration("wait", 0, "how long to campaign (default: until elected); 0 makes one attempt, bounded as dlm run's (see dlm run -h)")
 	onLost := fs.String("on-lost", "term", "what to do with COMMAND when leadership is lost: term, kill or ignore")
 	grace := fs.Duration("grace", defaultGrace, "time between SIGTERM and SIGKILL when leadership is lost")
 	maxHold := fs.Duration("max-hold", 0, "stop renewing after this long (default: the config's max_hold, else no bound)")
 	if err := fs.Parse(args); err != nil {
 		return parseExit(err)
+	}
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == "wait" })
+	if !given {
+		*wait = untilElected
 	}
 	if *name == "" {
 		fmt.Fprintln(stderr, "dlm elect: --name is required")
@@ -57,7 +63,11 @@ func electCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		if err != nil {
 			return nil, err
 		}
-		l, err := e.Campaign(ctx, *value)
+		campaign := e.Campaign
+		if *wait == 0 {
+			campaign = e.TryCampaign
+		}
+		l, err := campaign(ctx, *value)
 		if err != nil {
 			return nil, err
 		}
@@ -66,6 +76,9 @@ func electCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return []string{"DLM_ELECTION=" + *name, "DLM_TERM=" + strconv.FormatUint(h.Fence(), 10), "DLM_VALUE=" + *value}
 	})
 }
+
+// untilElected is dlm elect's wait when --wait is not given.
+const untilElected = 100 * 365 * 24 * time.Hour
 
 // leadership is an election.Leadership seen as a held.
 type leadership struct{ *election.Leadership }

@@ -9,6 +9,8 @@
 //	dlm ls [PATTERN]              list held locks: owner, since, fence, TTL, waiters
 //	dlm inspect KEY               show one lock, server by server
 //	dlm revoke --reason WHY KEY   take a lock away from its holder
+//	dlm version                   print the module version and VCS revision
+//	dlm help [COMMAND]            print the help of dlm or of a command
 package main
 
 import (
@@ -19,6 +21,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
+	"syscall"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -36,6 +40,8 @@ commands:
   ls      list held locks matching a pattern: owner, since, fence, TTL, waiters
   inspect show who holds one lock, since when, its renewals, what each server holds
   revoke  take a lock away from its holder: dlm revoke --reason WHY KEY
+  version print dlm's module version and VCS revision
+  help    print this help, or a command's: dlm help run
 
 Every command takes the deployment as --url URL, --config FILE (JSON) or
 DLM_URL, one URL form per deployment:
@@ -48,9 +54,113 @@ Run 'dlm <command> -h' for a command's flags and the URLs' options.
 `
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	sigs := stopSignals
+	if len(os.Args) > 1 && os.Args[1] == superviseArg {
+		sigs = []os.Signal{os.Interrupt} // the supervisor handles the others itself
+	}
+	ctx, stop := notifyContext(context.Background(), sigs...)
 	defer stop()
 	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// stopSignals end a command's wait: SIGINT, SIGTERM and SIGHUP cancel the
+// context of main, its cause an interruption that names the signal. While
+// dlm run or dlm elect holds its lock they are forwarded to COMMAND's
+// group instead (see runUsage).
+var stopSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP}
+
+// An interruption is the cause of main's context when a stop signal came.
+type interruption struct{ sig syscall.Signal }
+
+func (i interruption) Error() string { return "interrupted by " + signalName(i.sig) }
+
+// notifyContext returns a context that the first of the signals cancels
+// with an interruption as its cause.
+func notifyContext(parent context.Context, stopSignals ...os.Signal) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(parent)
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, stopSignals...)
+	go func() {
+		select {
+		case s := <-sigs:
+			// A second signal takes its default action, unless a command
+			// catches it itself (dlm run forwards it while COMMAND runs).
+			signal.Stop(sigs)
+			cancel(interruption{s.(syscall.Signal)})
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() { signal.Stop(sigs); cancel(context.Canceled) }
+}
+
+// interrupted returns the exit status after ctx was cancelled by a stop
+// signal, 128+N for signal N as a shell reports it (130 for SIGINT, 143 for
+// SIGTERM, 129 for SIGHUP), and how to name it; 130 when the cause is not
+// a signal.
+func interrupted(ctx context.Context) (int, string) {
+	var i interruption
+	if errors.As(context.Cause(ctx), &i) {
+		return 128 + int(i.sig), signalName(i.sig)
+	}
+	return 130, "an interrupt"
+}
+
+func signalName(s syscall.Signal) string {
+	switch s {
+	case syscall.SIGINT:
+		return "SIGINT"
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	case syscall.SIGHUP:
+		return "SIGHUP"
+	}
+	return s.String()
+}
+
+// commands are dlm's subcommands by name.
+var commands = map[string]func(ctx context.Context, args []string, stdout, stderr io.Writer) int{
+	"demo": demo, "run": runCmd, "elect": electCmd, "doctor": doctor,
+	"ls": lsCmd, "inspect": inspectCmd, "revoke": revokeCmd, "version": versionCmd,
+}
+
+// versionCmd prints the module's version and the VCS revision it was built
+// from, as the Go toolchain recorded them.
+func versionCmd(_ context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		fmt.Fprintln(stderr, "usage: dlm version")
+		if args[0] == "-h" || args[0] == "-help" || args[0] == "--help" {
+			return 0
+		}
+		return 2
+	}
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		fmt.Fprintln(stdout, "dlm: no build information in this binary")
+		return 0
+	}
+	fmt.Fprintf(stdout, "dlm %s\nmodule %s\n", bi.Main.Version, bi.Main.Path)
+	var rev, at, modified string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.time":
+			at = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				modified = " (modified)"
+			}
+		}
+	}
+	if rev == "" {
+		rev = "unknown (built without VCS information)"
+	}
+	fmt.Fprintf(stdout, "revision %s%s", rev, modified)
+	if at != "" {
+		fmt.Fprintf(stdout, " of %s", at)
+	}
+	fmt.Fprintf(stdout, "\n%s\n", bi.GoVersion)
+	return 0
 }
 
 // run executes the command line args and returns the process exit code.
@@ -62,24 +172,24 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, usage)
 		return 2
 	}
+	if cmd, ok := commands[args[0]]; ok {
+		return cmd(ctx, args[1:], stdout, stderr)
+	}
 	switch args[0] {
 	case superviseArg:
 		return supervise(args[2:]) // after "--"
-	case "demo":
-		return demo(ctx, args[1:], stdout, stderr)
-	case "run":
-		return runCmd(ctx, args[1:], stdout, stderr)
-	case "elect":
-		return electCmd(ctx, args[1:], stdout, stderr)
-	case "doctor":
-		return doctor(ctx, args[1:], stdout, stderr)
-	case "ls":
-		return lsCmd(ctx, args[1:], stdout, stderr)
-	case "inspect":
-		return inspectCmd(ctx, args[1:], stdout, stderr)
-	case "revoke":
-		return revokeCmd(ctx, args[1:], stdout, stderr)
-	case "-h", "-help", "--help", "help":
+	case "help":
+		if len(args) > 1 {
+			cmd, ok := commands[args[1]]
+			if !ok {
+				fmt.Fprintf(stderr, "dlm help: unknown command %q\n\n%s", args[1], usage)
+				return 2
+			}
+			return cmd(ctx, []string{"-h"}, stdout, stdout) // the help on stdout, as asked for
+		}
+		fmt.Fprint(stdout, usage)
+		return 0
+	case "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
 	default:

@@ -49,7 +49,8 @@ fenced storage refuses the revoked holder's writes once the next holder has
 written), and leaves a note that makes the holder's next renewal fail with
 "revoked" (its Context ends then). Waiters are woken. Who revoked it and why
 are logged on standard error and kept beside the key for dlm inspect.
-Exit status 1 when no lock was held.
+Exit status 1 when no lock was held, 75 when too few servers answered to
+tell (the state is unknown: the lock may still be held).
 `
 
 // operator holds what the three commands share: the Manager over the
@@ -199,6 +200,10 @@ func revokeCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	defer op.close.Close()
 	key := fs.Arg(0)
 	info, err := op.m.Revoke(ctx, key, *by, *reason)
+	if errors.Is(err, dlm.ErrStateUnknown) {
+		fmt.Fprintf(stderr, "dlm revoke: %q: state unknown: %v\n", key, err)
+		return exitNotLocked
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "dlm revoke: %v\n", err)
 		return exitFor(err)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -23,7 +24,7 @@ import (
 const (
 	exitNotLocked   = 75  // EX_TEMPFAIL: the lock could not be taken
 	exitLost        = 76  // the lock was lost while the command ran
-	exitInterrupted = 130 // interrupted (SIGINT) while waiting for the lock
+	exitInterrupted = 130 // interrupted (SIGINT) while waiting for the lock (see interrupted)
 )
 
 // unlockTimeout bounds the release after COMMAND exits.
@@ -33,8 +34,8 @@ const runUsage = `usage: dlm run --key KEY [flags] -- COMMAND [ARGS...]
 
 Takes the lock on KEY (waiting up to --wait), runs COMMAND while the lock is
 renewed every second (every TTL/3 for a TTL below 3s), and releases it when
-COMMAND exits. The TTL is 30s unless --ttl or the configuration says
-otherwise. COMMAND's environment gets:
+COMMAND exits (the release is given 5s). The TTL is 30s unless --ttl or the
+configuration says otherwise. COMMAND's environment gets:
   DLM_KEY    the lock's key
   DLM_FENCE  the fencing token, a number larger than that of any earlier
              holder of KEY: pass it to the storage COMMAND writes to, so it
@@ -55,9 +56,17 @@ SIGKILL after --grace; in any case SIGTERM comes once less than --grace of
 the lease is left (--grace is capped at a third of the TTL) and SIGKILL
 just before it ends. If dlm itself dies, even by SIGKILL, the group is
 killed at once. When COMMAND exits, what it left running in its group is
-killed before the lock is released. Signals dlm receives (INT, TERM, HUP,
-QUIT, USR1, USR2) are forwarded to the group. --on-lost ignore lets the
-group run on after a loss (and past the lease): the rule no longer holds.
+killed before the lock is released. --on-lost ignore lets the group run on
+after a loss (and past the lease): the rule no longer holds.
+
+Bounds: --wait 0 (the default) makes one attempt, given at most 1s, or
+three node timeouts (the config's timeout) when that is longer; --wait D
+waits up to D. dlm elect's --wait means the same.
+
+Signals: while waiting for the lock, SIGINT, SIGTERM and SIGHUP end the
+wait; dlm takes nothing and exits 128+N. While COMMAND runs, the signals
+dlm receives (INT, TERM, HUP, QUIT, USR1, USR2) are forwarded to its group;
+dlm releases the lock once COMMAND exits and exits with COMMAND's status.
 
 Failover: while the lock's node is down renewals are retried, and COMMAND
 runs on as long as the lease allows. It survives an outage (a failover,
@@ -71,7 +80,8 @@ Exit status:
   COMMAND's own (128+N when signal N ended it)
   75  the lock could not be taken (held by another, or unreachable servers)
   76  the lock was lost while COMMAND ran (unless --on-lost ignore)
-  130 interrupted (SIGINT) while waiting for the lock
+  128+N signal N ended the wait for the lock (130 SIGINT, 129 SIGHUP,
+        143 SIGTERM)
   2   usage or configuration error, including a TTL below 300ms
   127 COMMAND could not be started
 `
@@ -83,7 +93,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	tf := addTargetFlags(fs, defaultURL)
 	key := fs.String("key", "", "lock key (required)")
 	ttl := fs.Duration("ttl", 0, "lock TTL; renewed every second, or every TTL/3 below 3s (default: the config's ttl, else 30s)")
-	wait := fs.Duration("wait", 0, "how long to wait for the lock; 0 makes one attempt")
+	wait := fs.Duration("wait", 0, "how long to wait for the lock; 0 makes one attempt (at most 1s, or three node timeouts)")
 	onLost := fs.String("on-lost", "term", "what to do with COMMAND when the lock is lost: term (SIGTERM, then SIGKILL after --grace), kill, or ignore")
 	grace := fs.Duration("grace", defaultGrace, "time between SIGTERM and SIGKILL when the lock is lost")
 	maxHold := fs.Duration("max-hold", 0, "stop renewing after this long: the lease then runs out within one TTL and COMMAND is treated as having lost the lock (default: the config's max_hold, else no bound)")
@@ -209,10 +219,7 @@ func runWhileHeld(ctx context.Context, tf targetFlags, o holdOptions, cmdArgs []
 	}
 	defer closer.Close()
 
-	wctx, cancel := ctx, context.CancelFunc(func() {})
-	if o.wait > 0 {
-		wctx, cancel = context.WithTimeout(ctx, o.wait)
-	}
+	wctx, cancel := context.WithTimeout(ctx, cmp.Or(o.wait, attemptBound(cfg))) // --wait 0: one attempt
 	lock, err := take(wctx, m)
 	cancel()
 	switch {
@@ -221,10 +228,11 @@ func runWhileHeld(ctx context.Context, tf targetFlags, o holdOptions, cmdArgs []
 		fmt.Fprintf(stderr, "%s: %v\n", o.name, err)
 		return 2
 	case ctx.Err() != nil:
-		fmt.Fprintf(stderr, "%s: interrupted while waiting for %s\n", o.name, o.what)
-		return exitInterrupted
+		code, sig := interrupted(ctx)
+		fmt.Fprintf(stderr, "%s: interrupted by %s while waiting for %s: nothing was taken\n", o.name, sig, o.what)
+		return code
 	default:
-		fmt.Fprintf(stderr, "%s: could not lock %s: %v\n", o.name, o.what, err)
+		fmt.Fprintf(stderr, "%s: could not lock %s: %v%s\n", o.name, o.what, err, clusterHint(cfg, err))
 		return exitNotLocked
 	}
 	defer func() {

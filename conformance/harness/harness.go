@@ -13,8 +13,11 @@
 // returns for the proxy's address. Owning the path to the server lets the
 // suite check what no wrapper of a Node can reach: that a driver never
 // retries a script (a reply cut or held on the wire) and that its dial
-// honours the context (connects that hang). The server dies with the test
-// process however it ends (a parent-death signal, and t.Cleanup).
+// honours the context (connects that hang). For the PermanentErrors rule it
+// also starts, for that rule only, servers that refuse scripts (EVAL
+// renamed away, a password, an ACL, a busy script) and a Sentinel, and
+// dials them with the driver. The servers die with the test process
+// however it ends (a parent-death signal, and t.Cleanup).
 //
 // A driver whose other rules run against a deployment of the author's own
 // (a Cluster, Sentinel) calls Own before conformance.RunNode: the rules
@@ -79,6 +82,8 @@ type Option func(*config)
 
 type config struct {
 	first, last int // ports to use; 0: any free port
+	dial        func(t *testing.T, addr string) (dlm.Node, error)
+	sentinel    func(t *testing.T, addrs []string, master string) (dlm.Node, error)
 }
 
 // Ports makes the harness listen only on loopback ports first to last
@@ -120,11 +125,12 @@ func (c config) ports() []int {
 // Run checks the driver behind dial with every rule of conformance.RunNode,
 // those that need the suite to own the server included. dial returns a new
 // Node over a new client of addr (host:port); it is called once for a node
-// shared by all rules and once per rule, and should close its client with
-// t.Cleanup.
+// shared by all rules, once per rule, and for other servers the suite
+// starts (which refuse scripts, for the PermanentErrors rule), and should
+// close its client with t.Cleanup.
 func Run(t *testing.T, dial func(t *testing.T, addr string) dlm.Node, opts ...Option) {
 	t.Helper()
-	tr := own(t, newConfig(t, opts))
+	tr := own(t, dial, newConfig(t, opts))
 	conformance.RunNode(t, func(t *testing.T) dlm.Node { return dial(t, tr.Addr) })
 }
 
@@ -139,16 +145,108 @@ func Run(t *testing.T, dial func(t *testing.T, addr string) dlm.Node, opts ...Op
 //	conformance.RunNode(t, func(t *testing.T) dlm.Node { return mydriver.NewCluster(addrs) })
 func Own(t *testing.T, dial func(t *testing.T, addr string) dlm.Node, opts ...Option) {
 	t.Helper()
-	tr := own(t, newConfig(t, opts))
+	tr := own(t, dial, newConfig(t, opts))
 	tr.NewNode = func(t *testing.T) dlm.Node { return dial(t, tr.Addr) }
 }
 
-func own(t *testing.T, cfg config) *transport.Transport {
+func own(t *testing.T, dial func(t *testing.T, addr string) dlm.Node, cfg config) *transport.Transport {
 	t.Helper()
 	srv := startServer(t, cfg)
 	tr := newFaultPoint(t, srv, cfg)
+	tr.Dial, tr.DialSentinel = cfg.dial, cfg.sentinel
+	if tr.Dial == nil {
+		tr.Dial = func(t *testing.T, addr string) (dlm.Node, error) { return dial(t, addr), nil }
+	}
+	tr.Refusers = func(t testing.TB) (*transport.Refusers, error) { return startRefusers(t, srv, cfg) }
 	transport.Register(t, tr)
 	return tr
+}
+
+// WithDial gives Run a dial that may fail, for a driver whose client
+// connects when it is made (rueidis): the PermanentErrors rule then uses it
+// instead of Run's dial on the servers it starts, and takes a dial's error
+// for the error of every call. It should close its client with t.Cleanup.
+func WithDial(dial func(t *testing.T, addr string) (dlm.Node, error)) Option {
+	return func(c *config) { c.dial = dial }
+}
+
+// WithSentinel gives Run the driver's way to a primary through Sentinel:
+// dial returns a Node for the primary that the Sentinels at addrs know as
+// master, or the error that its dial met (it should close its client with
+// t.Cleanup). Run then checks, in the PermanentErrors rule, that a master
+// name no Sentinel knows fails at once with an error that names it and
+// matches dlm.ErrUnknownMaster (in the dial or in the node's first call),
+// and that a known one leads to the suite's server.
+func WithSentinel(dial func(t *testing.T, addrs []string, master string) (dlm.Node, error)) Option {
+	return func(c *config) { c.sentinel = dial }
+}
+
+// startRefusers starts the servers of transport.Refusers, stopped when t
+// ends; the Sentinel monitors srv.
+func startRefusers(t testing.TB, srv *server, cfg config) (*transport.Refusers, error) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, err
+	}
+	start := func(conf string, args ...string) (string, error) {
+		var errs []error
+		for _, port := range cfg.ports() {
+			s, err := launch(t, bin, t.TempDir(), port, conf, args...)
+			if err == nil {
+				return s.addr, nil
+			}
+			errs = append(errs, err)
+		}
+		return "", errors.Join(errs...)
+	}
+	do := func(addr string, args ...string) error {
+		_, err := transport.Do(addr, 5*time.Second, args...)
+		return err
+	}
+	r := &transport.Refusers{Master: "dlm-conformance"}
+	_, port, _ := net.SplitHostPort(srv.addr)
+	steps := []func() error{
+		func() (err error) {
+			r.NoScripting, err = start("", "--rename-command", "EVAL", "", "--rename-command", "EVALSHA", "")
+			return err
+		},
+		func() (err error) {
+			if r.NeedsAuth, err = start(""); err == nil {
+				err = do(r.NeedsAuth, "CONFIG", "SET", "requirepass", "dlm-conformance-secret")
+			}
+			return err
+		},
+		func() (err error) {
+			if r.NoPerm, err = start(""); err == nil {
+				err = do(r.NoPerm, "ACL", "SETUSER", "default", "-eval", "-evalsha", "-eval_ro", "-evalsha_ro")
+			}
+			return err
+		},
+		func() (err error) {
+			if r.Busy, err = start(""); err == nil {
+				err = do(r.Busy, "CONFIG", "SET", "busy-reply-threshold", "100")
+			}
+			return err
+		},
+		func() (err error) {
+			r.Sentinel, err = start(fmt.Sprintf("sentinel monitor %s 127.0.0.1 %s 1\n", r.Master, port), "--sentinel")
+			return err
+		},
+		func() error {
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			if err == nil {
+				r.Refused = l.Addr().String()
+				err = l.Close()
+			}
+			return err
+		},
+	}
+	for _, step := range steps {
+		if err := step(); err != nil {
+			return nil, fmt.Errorf("conformance/harness: starting the servers that refuse scripts: %w", err)
+		}
+	}
+	return r, nil
 }
 
 // StartServer starts a throwaway redis-server on a free loopback port (one
@@ -217,7 +315,7 @@ func startServer(t testing.TB, cfg config) *server {
 	dir := t.TempDir()
 	var errs []error
 	for _, port := range cfg.ports() {
-		srv, err := launch(t, bin, dir, port)
+		srv, err := launch(t, bin, dir, port, "")
 		if err == nil {
 			return srv
 		}
@@ -227,8 +325,9 @@ func startServer(t testing.TB, cfg config) *server {
 	return nil
 }
 
-// launch starts redis-server on port, or on a free port when port is 0.
-func launch(t testing.TB, bin, dir string, port int) (*server, error) {
+// launch starts bin in dir on port (a free port when port is 0), with the
+// config file conf first when conf is not empty, and args last.
+func launch(t testing.TB, bin, dir string, port int, conf string, args ...string) (*server, error) {
 	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 	if err != nil {
 		return nil, err
@@ -236,8 +335,17 @@ func launch(t testing.TB, bin, dir string, port int) (*server, error) {
 	port = l.Addr().(*net.TCPAddr).Port
 	_ = l.Close()
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+	var argv []string
+	if conf != "" { // Sentinel rewrites it: a file of its own
+		f := filepath.Join(dir, "redis.conf")
+		if err := os.WriteFile(f, []byte(conf), 0o600); err != nil {
+			return nil, err
+		}
+		argv = append(argv, f)
+	}
+	argv = append(argv, "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
 		"--dir", dir, "--logfile", "redis.log", "--save", "", "--appendonly", "no", "--daemonize", "no")
+	cmd := exec.Command(bin, append(argv, args...)...)
 	cmd.Dir = dir
 	// The server dies with the test process however it ends (a watchdog's
 	// panic, SIGKILL), not only through t.Cleanup.

@@ -1,11 +1,13 @@
 package goredis_test
 
 import (
+	"context"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/config"
 	"github.com/dlmgo/dlm/conformance"
 	"github.com/dlmgo/dlm/conformance/harness"
 	"github.com/dlmgo/dlm/driver/goredis"
@@ -28,7 +30,7 @@ func TestConformance(t *testing.T) {
 					c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: tc.ctxOnWire})
 					t.Cleanup(func() { _ = c.Close() })
 					return goredis.New(c)
-				})
+				}, harness.WithSentinel(dialSentinel))
 			})
 			t.Run("Single", func(t *testing.T) {
 				addr := harness.StartServer(t)
@@ -40,6 +42,16 @@ func TestConformance(t *testing.T) {
 			})
 		})
 	}
+}
+
+// dialSentinel is Dial's way to a primary through Sentinel, for the
+// harness.
+func dialSentinel(t *testing.T, addrs []string, master string) (dlm.Node, error) {
+	n, c, err := goredis.Dial(context.Background(), config.Endpoint{Sentinels: addrs, Master: master})
+	if err == nil {
+		t.Cleanup(func() { _ = c.Close() })
+	}
+	return n, err
 }
 
 func TestConformanceCluster(t *testing.T) {

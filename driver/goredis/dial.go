@@ -34,6 +34,7 @@ func Dial(_ context.Context, ep config.Endpoint) (dlm.Node, io.Closer, error) {
 		})
 		n := New(c)
 		n.name = "primary of " + ep.Master // go-redis names it "FailoverClient"
+		n.master = ep.Master
 		return n, c, nil
 	}
 	c := redis.NewClient(&redis.Options{

@@ -45,6 +45,7 @@ type Node struct {
 	c         redis.UniversalClient
 	ctxOnWire bool // the client applies context deadlines to its sockets
 	name      string
+	master    string       // the master name of Dial's failover client
 	hub       *nodekit.Hub // Watch's pub/sub connection
 
 	mu    sync.Mutex
@@ -220,7 +221,7 @@ func (n *Node) do(ctx context.Context, calls []dlm.Call, w *dlm.Wait, wcmd []str
 	if wcmd == nil && len(calls) == 1 {
 		cmd := newCmd(ctx, &calls[0])
 		_ = n.c.Process(ctx, scriptCmd{cmd})
-		setReply(&calls[0], cmd)
+		n.setReply(&calls[0], cmd)
 		return dlm.Acks{}, nil
 	}
 	var p redis.Pipeliner
@@ -247,7 +248,7 @@ func (n *Node) do(ctx context.Context, calls []dlm.Call, w *dlm.Wait, wcmd []str
 	}
 	_, _ = p.Exec(ctx) // each command keeps its own reply or error
 	for i, cmd := range cmds {
-		setReply(&calls[i], cmd)
+		n.setReply(&calls[i], cmd)
 	}
 	if wc == nil {
 		return dlm.Acks{}, nil
@@ -264,7 +265,7 @@ func (n *Node) do(ctx context.Context, calls []dlm.Call, w *dlm.Wait, wcmd []str
 			return acks, nil
 		}
 	}
-	return dlm.Acks{}, fmt.Errorf("dlm: %s after the scripts: %w", wcmd[0], err)
+	return dlm.Acks{}, fmt.Errorf("dlm: %s after the scripts: %w", wcmd[0], replyErr(err, n.master))
 }
 
 // pinned returns the client whose pipelines run on one connection to the
@@ -357,18 +358,63 @@ func newCmd(ctx context.Context, c *dlm.Call) *redis.Cmd {
 var errNilReply = errors.New("dlm: script replied nil, want an array of integers")
 
 // setReply sets c's Reply or Err from cmd's reply.
-func setReply(c *dlm.Call, cmd *redis.Cmd) {
+func (n *Node) setReply(c *dlm.Call, cmd *redis.Cmd) {
 	v, err := cmd.Result()
 	switch {
-	case errors.Is(err, redis.Nil):
+	case err == redis.Nil: //nolint:errorlint // the reply itself, not a failover client's lookup that met one
 		c.Err = errNilReply
-	case errors.Is(err, redis.ErrClosed):
-		c.Err = fmt.Errorf("%w: %w", dlm.ErrClosed, err)
 	case err != nil:
-		c.Err = nodekit.ReplyError(err)
+		c.Err = replyErr(err, n.master)
 	default:
 		c.Reply, c.Err = nodekit.Ints(v)
 	}
+}
+
+// replyErr returns err, an error of the client, in dlm's forms: a closed
+// client matches dlm.ErrClosed, a failover client whose Sentinels all said
+// they do not know its master matches dlm.ErrUnknownMaster, and an error
+// reply (one the connection's handshake met included) is a
+// *dlm.ReplyError.
+func replyErr(err error, master string) error {
+	var re redis.Error
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, redis.ErrClosed):
+		return fmt.Errorf("%w: %w", dlm.ErrClosed, err)
+	case errors.Is(err, redis.Nil):
+		// go-redis's failover client: every Sentinel replied nil to
+		// SENTINEL GET-MASTER-ADDR-BY-NAME, or some did and others could
+		// not be reached (then the master may yet be found).
+		name := "of the failover client"
+		if master != "" {
+			name = fmt.Sprintf("%q", master)
+		}
+		if allNil(err) {
+			return fmt.Errorf("%w %s (every Sentinel asked said so): %w", dlm.ErrUnknownMaster, name, err)
+		}
+		return fmt.Errorf("goredis: no Sentinel reached knows the master name %s: %w", name, err)
+	case errors.As(err, &re):
+		return nodekit.Reply(re.Error(), err)
+	}
+	return err
+}
+
+// allNil reports whether every error that err joins (through wrapping) is
+// redis.Nil.
+func allNil(err error) bool {
+	switch u := err.(type) {
+	case interface{ Unwrap() []error }:
+		for _, e := range u.Unwrap() {
+			if !allNil(e) {
+				return false
+			}
+		}
+		return true
+	case interface{ Unwrap() error }:
+		return allNil(u.Unwrap())
+	}
+	return err == redis.Nil //nolint:errorlint // a leaf
 }
 
 // A shardPubSub is a redis.PubSub on shard channels, all of one hash slot.

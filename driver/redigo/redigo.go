@@ -165,6 +165,7 @@ func (n *Node) run(ctx context.Context, calls []dlm.Call, wait []string, err err
 	if err != nil && err.Error() == "redigo: get on closed pool" { // redigo exports no sentinel
 		err = fmt.Errorf("%w: %w", dlm.ErrClosed, err)
 	}
+	err = replyErr(err) // the dial's AUTH, or a Sentinel's answer
 	if err != nil {
 		nodekit.Fail(calls, err)
 		return nil, err
@@ -195,7 +196,7 @@ func (n *Node) run(ctx context.Context, calls []dlm.Call, wait []string, err err
 		if r, err = receive(ctx, c); err == nil {
 			calls[i].Reply, calls[i].Err = nodekit.Ints(r)
 		} else if _, ok := err.(redis.Error); ok { // the connection is in step
-			calls[i].Err, err = nodekit.ReplyError(err), nil
+			calls[i].Err, err = replyErr(err), nil
 		}
 	}
 	if err != nil { // the connection failed: redigo closed it
@@ -207,7 +208,18 @@ func (n *Node) run(ctx context.Context, calls []dlm.Call, wait []string, err err
 		return nil, nil
 	}
 	r, err := receive(ctx, c)
-	return r, withCtxErr(ctx, err)
+	return r, replyErr(withCtxErr(ctx, err))
+}
+
+// replyErr returns an error reply of redigo (a redis.Error, which err is
+// or wraps) as a *dlm.ReplyError; an error that matches
+// dlm.ErrUnknownMaster is left as it is.
+func replyErr(err error) error {
+	var re redis.Error
+	if err == nil || errors.Is(err, dlm.ErrUnknownMaster) || !errors.As(err, &re) {
+		return err
+	}
+	return nodekit.Reply(string(re), err)
 }
 
 // receive reads a reply within ctx; redis.ReceiveContext costs a goroutine

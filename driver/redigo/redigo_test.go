@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/config"
 	"github.com/dlmgo/dlm/conformance"
 	"github.com/dlmgo/dlm/conformance/harness"
 	"github.com/dlmgo/dlm/driver/redigo"
@@ -53,7 +54,13 @@ func TestConformance(t *testing.T) {
 				t.Fatalf("String() = %q, want the name given to WithName, %q", got, addr)
 			}
 			return node
-		})
+		}, harness.WithSentinel(func(t *testing.T, addrs []string, master string) (dlm.Node, error) {
+			n, c, err := redigo.Dial(context.Background(), config.Endpoint{Sentinels: addrs, Master: master})
+			if err == nil {
+				t.Cleanup(func() { _ = c.Close() })
+			}
+			return n, err
+		}))
 	})
 	t.Run("Single", func(t *testing.T) {
 		addr := harness.StartServer(t)

@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
+
+	"github.com/dlmgo/dlm"
 )
 
 // Sentinels names the Sentinels that know a primary by the name Master.
@@ -39,6 +42,7 @@ func (s Sentinels) Dial(opts ...redis.DialOption) func(ctx context.Context) (red
 			return nil, errors.New("redigo: Sentinels.Dial: no Sentinel addresses")
 		}
 		var errs []error
+		unknown := 0 // Sentinels that do not know master
 		for i, start := 0, int(first.Load()); i < len(addrs); i++ {
 			j := (start + i) % len(addrs)
 			c, err := dialPrimary(ctx, addrs[j], master, sopts, opts)
@@ -46,11 +50,20 @@ func (s Sentinels) Dial(opts ...redis.DialOption) func(ctx context.Context) (red
 				first.Store(int64(j))
 				return c, nil
 			}
+			if errors.Is(err, errUnknown) {
+				unknown++
+			}
 			errs = append(errs, fmt.Errorf("sentinel %s: %w", addrs[j], err))
+		}
+		if unknown == len(addrs) {
+			return nil, fmt.Errorf("%w %q (Sentinels %s)", dlm.ErrUnknownMaster, master, strings.Join(addrs, ","))
 		}
 		return nil, fmt.Errorf("redigo: no Sentinel led to a primary of %q: %w", master, errors.Join(errs...))
 	}
 }
+
+// errUnknown is a Sentinel's nil reply to GET-MASTER-ADDR-BY-NAME.
+var errUnknown = errors.New("does not know master")
 
 // dialPrimary asks the Sentinel at addr for master's address and dials it.
 func dialPrimary(ctx context.Context, addr, master string, sopts, opts []redis.DialOption) (redis.Conn, error) {
@@ -60,8 +73,10 @@ func dialPrimary(ctx context.Context, addr, master string, sopts, opts []redis.D
 	}
 	r, err := redis.Strings(redis.DoContext(sc, ctx, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", master))
 	_ = sc.Close()
-	if errors.Is(err, redis.ErrNil) || err == nil && len(r) != 2 {
-		return nil, fmt.Errorf("does not know master %q (replied %q)", master, r)
+	if errors.Is(err, redis.ErrNil) {
+		return nil, fmt.Errorf("%w %q", errUnknown, master)
+	} else if err == nil && len(r) != 2 {
+		return nil, fmt.Errorf("replied %q for master %q, want an address and a port", r, master)
 	} else if err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -34,7 +35,10 @@ func Dial(_ context.Context, ep config.Endpoint) (dlm.Node, io.Closer, error) {
 	}
 	c, err := rueidis.NewClient(o) // a single-server client comes back, with the error, when the server is down
 	if c == nil {
-		return nil, nil, err
+		if re, ok := replyErr(err).(*dlm.ReplyError); ok && ep.Master != "" && re.Code == "ERR" && strings.HasPrefix(re.Message, "No such master") {
+			return nil, nil, fmt.Errorf("%w %q (Sentinels %s): %w", dlm.ErrUnknownMaster, ep.Master, strings.Join(ep.Sentinels, ","), re)
+		}
+		return nil, nil, replyErr(err)
 	}
 	if ep.Cluster != nil && (err != nil || c.Mode() != rueidis.ClientModeCluster) {
 		c.Close()

@@ -114,7 +114,7 @@ func (n *Node) RunWait(ctx context.Context, calls []dlm.Call, w dlm.Wait) (dlm.A
 	v, err := resps[len(calls)].ToAny()
 	acks, perr := nodekit.ParseAcks(w, v)
 	if err = cmp.Or(err, perr); err != nil {
-		return dlm.Acks{}, fmt.Errorf("dlm: %s after the scripts: %w", wcmd[0], err)
+		return dlm.Acks{}, fmt.Errorf("dlm: %s after the scripts: %w", wcmd[0], replyErr(err))
 	}
 	return acks, nil
 }
@@ -345,7 +345,27 @@ func ints(res rueidis.RedisResult) ([]int64, error) {
 		out[i], err = arr[i].ToInt64()
 	}
 	if err != nil {
-		return nil, nodekit.ReplyError(err)
+		return nil, replyErr(err)
 	}
 	return out, nil
+}
+
+// replyErr returns an error reply of rueidis (one its connection's
+// handshake met included) as a *dlm.ReplyError. rueidis strips "ERR " off
+// every reply's text; nodekit.Reply restores the code.
+func replyErr(err error) error {
+	var re *rueidis.RedisError
+	if errors.As(err, &re) && !re.IsNil() {
+		return nodekit.Reply(re.Error(), err)
+	}
+	if errors.Is(err, rueidis.ErrNoCache) {
+		// rueidis reports any error reply to its handshake's CLIENT
+		// TRACKING (BUSY, LOADING, NOPERM) as ErrNoCache, after the
+		// reply's text and the command: "BUSY Redis is busy...: [CLIENT
+		// TRACKING ON OPTIN]\n...".
+		if text, _, ok := strings.Cut(err.Error(), ": [CLIENT"); ok {
+			return nodekit.Reply(text, err)
+		}
+	}
+	return err
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/config"
 	"github.com/dlmgo/dlm/conformance"
 	"github.com/dlmgo/dlm/conformance/harness"
 	rueidisnode "github.com/dlmgo/dlm/driver/rueidis"
@@ -56,17 +57,37 @@ func TestConformanceStandalone(t *testing.T) {
 	t.Run("Node", func(t *testing.T) {
 		harness.Run(t, func(t *testing.T, addr string) dlm.Node {
 			return rueidisnode.New(newClient(t, rueidis.ClientOption{InitAddress: []string{addr}}))
-		})
+		}, dialOptions...)
 	})
 	addr := harness.StartServer(t)
 	single(t, rueidisnode.New(newClient(t, rueidis.ClientOption{InitAddress: []string{addr}})), addr)
+}
+
+// dialOptions give the harness Dial's ways to a server (rueidis connects
+// when a client is made, and the error may be the dial's) and to a primary
+// through Sentinel.
+var dialOptions = []harness.Option{
+	harness.WithDial(func(t *testing.T, addr string) (dlm.Node, error) {
+		return dialed(t, config.Endpoint{Addr: addr})
+	}),
+	harness.WithSentinel(func(t *testing.T, addrs []string, master string) (dlm.Node, error) {
+		return dialed(t, config.Endpoint{Sentinels: addrs, Master: master})
+	}),
+}
+
+func dialed(t *testing.T, ep config.Endpoint) (dlm.Node, error) {
+	n, c, err := rueidisnode.Dial(context.Background(), ep)
+	if err == nil {
+		t.Cleanup(func() { _ = c.Close() })
+	}
+	return n, err
 }
 
 func TestConformanceNoAutoPipelining(t *testing.T) {
 	t.Parallel() // the suites mostly wait: on stalled servers, deadlines, expiry
 	harness.Run(t, func(t *testing.T, addr string) dlm.Node {
 		return rueidisnode.New(newClient(t, rueidis.ClientOption{InitAddress: []string{addr}, DisableAutoPipelining: true}))
-	})
+	}, dialOptions...)
 }
 
 func TestConformanceSentinel(t *testing.T) {
@@ -124,5 +145,31 @@ func TestDeadlineOnFrozenServer(t *testing.T) {
 		if !errors.Is(err, context.DeadlineExceeded) || took > 2*time.Second {
 			t.Errorf("auto-pipelining %v: Eval on a frozen server: %v after %v, want context.DeadlineExceeded near 100ms", auto, err, took)
 		}
+	}
+}
+
+// Issue 33: against a Sentinel's port rueidis words "ERR unknown command"
+// without "ERR "; Lock still ends at once with a permanent error instead
+// of waiting out its context.
+func TestLockEndsAtOnceOnASentinelsPort(t *testing.T) {
+	sentinel := redistest.StartSentinel(t, "mymaster", redistest.Start(t), 1, 5*time.Second)
+	n, c, err := rueidisnode.Dial(context.Background(), config.Endpoint{Addr: sentinel.Addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	s, err := strategy.NewSingle(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := dlm.New(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err = m.Lock(ctx, "k")
+	if !dlm.Permanent(err) || ctx.Err() != nil || !strings.Contains(err.Error(), "unknown command") {
+		t.Fatalf("Lock on a Sentinel's port: %v (permanent: %v; context: %v), want a permanent unknown command before the context ends", err, dlm.Permanent(err), ctx.Err())
 	}
 }

@@ -41,6 +41,29 @@ type Transport struct {
 	// nodes given to RunNode (harness.Own); when nil, every rule runs on
 	// RunNode's nodes (harness.Run).
 	NewNode func(t *testing.T) dlm.Node
+	// Dial returns a Node of the driver under test over a new client of
+	// addr (host:port), closed when t ends, or the error of a client that
+	// connects when it is made.
+	Dial func(t *testing.T, addr string) (dlm.Node, error)
+	// DialSentinel, when not nil, returns a Node of the driver under test
+	// for the primary that the Sentinels at addrs know as master, or the
+	// dial's error.
+	DialSentinel func(t *testing.T, addrs []string, master string) (dlm.Node, error)
+	// Refusers starts servers that refuse scripts, each for a reason of
+	// its own, and stops them when t ends.
+	Refusers func(t testing.TB) (*Refusers, error)
+}
+
+// Refusers are servers started for the PermanentErrors rule, reached
+// directly (no fault point), by address.
+type Refusers struct {
+	NoScripting string // EVAL and EVALSHA renamed away: "ERR unknown command"
+	NeedsAuth   string // requirepass set; nodes send no password: NOAUTH
+	NoPerm      string // the default user may not run scripts: NOPERM
+	Busy        string // busy-reply-threshold 100ms, free until made busy: BUSY
+	Sentinel    string // a Sentinel: "ERR unknown command" for scripts
+	Master      string // the master name Sentinel knows (the suite's server)
+	Refused     string // nothing listens: connections are refused
 }
 
 var (
