@@ -56,7 +56,8 @@ import (
 const RequireEnv = "DLM_REQUIRE_REDIS"
 
 // Run checks the driver behind dial with every rule of conformance.RunNode,
-// those that need the suite to own the server included. dial returns a new
+// those that need the suite to own the server included; the server has a
+// replica of its own (the suite freezes it to check RunWait). dial returns a new
 // Node over a new client of addr (host:port); it is called once for a node
 // shared by all rules and once per rule, and should close its client with
 // t.Cleanup.
@@ -64,6 +65,7 @@ func Run(t *testing.T, dial func(t *testing.T, addr string) dlm.Node) {
 	t.Helper()
 	srv := startServer(t)
 	tr := newFaultPoint(t, srv)
+	tr.FreezeReplica = startReplica(t, srv)
 	transport.Register(t, tr)
 	conformance.RunNode(t, func(t *testing.T) dlm.Node { return dial(t, tr.Addr) })
 }

@@ -31,6 +31,10 @@ type Transport struct {
 	// Hang, while on, closes every connection through Addr and makes new
 	// TCP connects to Addr hang: the SYNs are never answered.
 	Hang func(on bool) error
+	// FreezeReplica, while on, stops the server's one replica (SIGSTOP):
+	// it stays connected and acknowledges nothing more. Off resumes it and
+	// returns once it acknowledges writes again.
+	FreezeReplica func(on bool) error
 }
 
 var (
