@@ -60,9 +60,12 @@ type Hub struct {
 	// before mu, never while mu is held.
 	turn chan struct{}
 
-	mu     sync.Mutex
-	conn   *hubConn // nil while closed
-	subs   map[string]*hubSub
+	mu   sync.Mutex
+	conn *hubConn // nil while closed
+	subs map[string]*hubSub
+	// owed holds the channels whose last Watch ended and that are not yet
+	// unsubscribed: a later Subscribe of one must follow its Unsubscribe.
+	owed   map[string]bool
 	nextID int
 	idle   *time.Timer
 }
@@ -87,7 +90,7 @@ type hubSub struct {
 // once the connection is usable, and reports through ev until Close; its
 // ctx, the first Watch's, bounds the connect, not the connection's life.
 func NewHub(open func(ctx context.Context, ev Events) (PubSub, error)) *Hub {
-	return &Hub{open: open, turn: make(chan struct{}, 1), subs: map[string]*hubSub{}}
+	return &Hub{open: open, turn: make(chan struct{}, 1), subs: map[string]*hubSub{}, owed: map[string]bool{}}
 }
 
 // take takes the Hub's turn, or returns ctx's error when ctx ends first.
@@ -130,16 +133,22 @@ func (h *Hub) Watch(ctx context.Context, channel string, notify func(payload str
 	}
 	s := h.subs[channel]
 	first := s == nil
+	owed := false
 	if first {
 		s = &hubSub{handlers: map[int]func(string){}, confirmed: make(chan struct{})}
 		h.subs[channel] = s
 		c.pending[channel]++
+		owed = h.owed[channel]
+		delete(h.owed, channel)
 	}
 	id := h.nextID
 	h.nextID++
 	s.handlers[id] = notify
 	h.mu.Unlock()
 	var err error
+	if owed {
+		_ = c.ps.Unsubscribe(ctx, channel)
+	}
 	if first {
 		err = c.ps.Subscribe(ctx, channel)
 	}
@@ -205,8 +214,9 @@ func (h *Hub) connect(ctx context.Context) (*hubConn, error) {
 	return c, nil
 }
 
-// remove ends a Watch. The channel's last Watch unsubscribes it in the
-// background, in its turn, unless a later Watch subscribed it again.
+// remove ends a Watch. The channel's last Watch has it unsubscribed in the
+// background, in its turn, or by the next Watch of it, whichever comes
+// first.
 func (h *Hub) remove(channel string, id int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -219,6 +229,7 @@ func (h *Hub) remove(channel string, id int) {
 		return
 	}
 	delete(h.subs, channel)
+	h.owed[channel] = true
 	go h.unsubscribe(channel)
 	if h.conn != nil && len(h.subs) == 0 && h.idle == nil {
 		c := h.conn
@@ -226,19 +237,22 @@ func (h *Hub) remove(channel string, id int) {
 	}
 }
 
-// unsubscribe unsubscribes channel when nobody watches it.
+// unsubscribe unsubscribes channel if that is still owed.
 func (h *Hub) unsubscribe(channel string) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if h.take(ctx) != nil {
-		return // the subscription stays; its messages are ignored
+		return // still owed: the channel's next Watch unsubscribes it first
 	}
 	defer h.done()
 	h.mu.Lock()
 	c := h.conn
-	watched := h.subs[channel] != nil // subscribed again, in an earlier turn
+	owed := h.owed[channel] && c != nil
+	if owed {
+		delete(h.owed, channel)
+	}
 	h.mu.Unlock()
-	if c != nil && !watched {
+	if owed {
 		_ = c.ps.Unsubscribe(ctx, channel)
 	}
 }
