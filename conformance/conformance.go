@@ -14,9 +14,10 @@
 //	}
 //
 // RunNode itself serves deployments the harness cannot start (a Cluster,
-// Sentinel); the rules that need the suite to own the path to the server
-// (NoRetry, DialDeadline) then skip. RunStrategy checks a locking algorithm
-// over nodes of any deployment.
+// Sentinel); the rules that need the suite to own the server, its replica
+// and the path to it (NoRetry, DialDeadline, RunWaitFrozenReplica,
+// WatchResubscribes, WatchDialDeadline) then skip. RunStrategy checks a
+// locking algorithm over nodes of any deployment.
 //
 // Every rule is a subtest named after it, so a failure names the rule that
 // broke ("TestConformance/SetNX", and "TestConformance/SetNX/fresh" for the
