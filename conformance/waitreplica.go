@@ -88,7 +88,9 @@ func testRunWaitFrozenReplica(t *testing.T, c *nodeCase) {
 	}
 	count := int64(1)
 	for _, r := range runs {
+		start := time.Now()
 		replies, acks, err := r.run()
+		took := time.Since(start)
 		what := fmt.Sprintf("on the %s node, with the suite's one replica frozen, %s and WAIT 1 %d", c.which, r.what, frozenWait.Milliseconds())
 		if err != nil {
 			t.Errorf("%s: error %v; want the replies and 0 replicas (WAIT answers 0 when its timeout passes)", what, err)
@@ -100,9 +102,14 @@ func testRunWaitFrozenReplica(t *testing.T, c *nodeCase) {
 		}
 		if acks.Replicas != 0 || acks.Local {
 			waits := c.info(t, "commandstats", "cmdstat_wait:calls=") - waitsBefore
-			why := "the server ran no WAIT: the driver reported acknowledgements it never asked for"
-			if waits > 0 {
-				why = "the server ran WAIT, on a connection whose writes the replica had acknowledged before it froze: WAIT must follow the calls on their own connection, or a fresh write counts as replicated"
+			var why string
+			switch {
+			case waits <= 0:
+				why = "the server ran no WAIT: the driver reported acknowledgements it never asked for"
+			case took >= frozenWait:
+				why = "WAIT ran out its timeout, so the server answered 0: report WAIT's reply, not the replicas asked for"
+			default:
+				why = "WAIT answered at once, on a connection whose writes the replica had acknowledged before it froze: WAIT must follow the calls on their own connection, or a fresh write counts as replicated"
 			}
 			t.Errorf("%s: acks %+v, want 0 replicas: the write reached no replica (%s)", what, acks, why)
 			waitsBefore += waits
