@@ -40,6 +40,9 @@ type brokenNode struct {
 // newBrokenNode returns the broken driver over a new go-redis client of
 // addr, or over a RESPNode for the breakages of a connection's handling.
 func newBrokenNode(t *testing.T, addr, breakage string) dlm.Node {
+	if n := newWaitBroken(t, addr, breakage); n != nil { // broken_wait_test.go
+		return n
+	}
 	switch breakage {
 	case "ReusesConnection", "DialIgnoresContext":
 		n := NewRESPNode(addr)
@@ -208,8 +211,8 @@ func TestBrokenDriver(t *testing.T) {
 // rule; the same wrapper breaking nothing passes.
 func TestBrokenDriversFail(t *testing.T) {
 	checkBroken(t, "TestBrokenDriver", []breakage{
-		{name: "None", passed: append(abilityRules, ownedRules...)},
-		{name: "Unsupported", skipped: abilityRules[3:]},
+		{name: "None", passed: slices.Concat(abilityRules, ownedRules, waitRules)},
+		{name: "Unsupported", skipped: slices.Concat(abilityRules[3:], waitRules[:5])},
 		{name: "IgnoresNX", rules: []string{"SetNX", "OneWinner"}},
 		{name: "MistypesReplies", rules: []string{"IntegerReplies"}},
 		{name: "IgnoresDeadline", rules: []string{"Deadline", "Cancel", "CanceledContext", "BatchContext", "DeadlineThroughoutStall", "LateReply"}},
@@ -244,7 +247,7 @@ var ownedRules = []string{"NoRetry", "DialDeadline", "PermanentErrors"}
 var scriptRules = []string{"NoScript", "ScriptRunFallsBack", "FallbackSource", "ConcurrentUse", "BatchNoScript", "BatchRunsOnce", "RunWaitNoScript"}
 
 // stallRules are the rules that stall the server: one family.
-var stallRules = []string{"Deadline", "Cancel", "BatchContext", "PartReadBatch", "DeadlineThroughoutStall", "LateReply", "RunWaitDeadline", "DialDeadline"}
+var stallRules = []string{"Deadline", "Cancel", "BatchContext", "PartReadBatch", "DeadlineThroughoutStall", "LateReply", "RunWaitDeadline", "DialDeadline", "WatchDialDeadline", "DeadlineBehindLongCall"}
 
 type breakage struct {
 	name     string

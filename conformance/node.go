@@ -250,6 +250,14 @@ var nodeRules = []nodeRule{
 	{name: "NoRetry", run: testNoRetry, both: true, owned: true},
 	{name: "DialDeadline", run: testDialDeadline, both: true, owned: true},
 	{name: "PermanentErrors", run: testPermanentErrors, both: true, owned: true},
+	// RunWait against a replica, Watch's connection, a shared client.
+	{name: "RunWaitFrozenReplica", run: testRunWaitFrozenReplica, owned: true},
+	{name: "RunWaitKeepsReplies", run: testRunWaitKeepsReplies},
+	{name: "RunWaitAOF", run: testRunWaitAOF},
+	{name: "WatchOwnChannel", run: testWatchOwnChannel},
+	{name: "WatchResubscribes", run: testWatchResubscribes, owned: true},
+	{name: "WatchDialDeadline", run: testWatchDialDeadline, both: true, owned: true},
+	{name: "DeadlineBehindLongCall", run: testDeadlineBehindLongCall},
 }
 
 // A nodeCase is one node under test, with keys of its own.

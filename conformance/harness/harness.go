@@ -123,7 +123,8 @@ func (c config) ports() []int {
 }
 
 // Run checks the driver behind dial with every rule of conformance.RunNode,
-// those that need the suite to own the server included. dial returns a new
+// those that need the suite to own the server included; the server has a
+// replica of its own (the suite freezes it to check RunWait). dial returns a new
 // Node over a new client of addr (host:port); it is called once for a node
 // shared by all rules, once per rule, and for other servers the suite
 // starts (which refuse scripts, for the PermanentErrors rule), and should
@@ -158,6 +159,7 @@ func own(t *testing.T, dial func(t *testing.T, addr string) dlm.Node, cfg config
 		tr.Dial = func(t *testing.T, addr string) (dlm.Node, error) { return dial(t, addr), nil }
 	}
 	tr.Refusers = func(t testing.TB) (*transport.Refusers, error) { return startRefusers(t, srv, cfg) }
+	tr.FreezeReplica = startReplica(t, srv, cfg)
 	transport.Register(t, tr)
 	return tr
 }

@@ -52,6 +52,10 @@ type Transport struct {
 	// Refusers starts servers that refuse scripts, each for a reason of
 	// its own, and stops them when t ends.
 	Refusers func(t testing.TB) (*Refusers, error)
+	// FreezeReplica, while on, stops the server's one replica (SIGSTOP):
+	// it stays connected and acknowledges nothing more. Off resumes it and
+	// returns once it acknowledges writes again.
+	FreezeReplica func(on bool) error
 }
 
 // Refusers are servers started for the PermanentErrors rule, reached
