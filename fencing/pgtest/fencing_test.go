@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -439,4 +441,32 @@ func monotonic(committed, refused []int64) error {
 		}
 	}
 	return nil
+}
+
+// TestMiddlewareSQL: the HTTP middleware over the PostgreSQL store refuses
+// a smaller fence with 409 and admits equal and larger ones.
+func TestMiddlewareSQL(t *testing.T) {
+	db := setup(t)
+	srv := httptest.NewServer(fencing.Middleware(fencing.SQL{}.Store(db), http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))
+	t.Cleanup(srv.Close)
+	for _, s := range []struct {
+		fence uint64
+		code  int
+	}{{4, 200}, {2, 409}, {4, 200}, {8, 200}, {7, 409}} {
+		req, _ := http.NewRequest("PUT", srv.URL, nil)
+		if err := fencing.SetHeader(req, "orders:42", s.fence); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != s.code {
+			t.Fatalf("fence %d: %d, want %d", s.fence, resp.StatusCode, s.code)
+		}
+	}
+	if f := recorded(t, db, "orders:42"); f != 8 {
+		t.Fatalf("recorded %d, want 8", f)
+	}
 }
