@@ -42,8 +42,9 @@ const Schema = `CREATE TABLE IF NOT EXISTS dlm_fences (
 // a second transaction upserting the same resource waits for that lock and,
 // once the first commits, evaluates its WHERE against the committed row, so
 // it sees the larger fence and is refused. Under REPEATABLE READ or
-// SERIALIZABLE the waiting transaction fails with a serialization error
-// instead, which Check also reports (the write is refused either way).
+// SERIALIZABLE the waiting transaction fails with the database's
+// serialization error (SQLSTATE 40001, not ErrStale) whatever its fence;
+// a retry sees the committed fence.
 type SQL struct {
 	// Table names the table, optionally schema-qualified (letters, digits
 	// and underscores; "public.fences"). Empty means DefaultTable.
