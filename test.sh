@@ -26,6 +26,18 @@ if ! command -v ip >/dev/null || ! command -v nsenter >/dev/null || ! command -v
 	fi
 fi
 
+# fencing/pgtest starts its own PostgreSQL server (initdb, postgres).
+if ! ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 && ! command -v postgres >/dev/null; then
+	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+		echo "test.sh: installing postgresql from Debian's packages" >&2
+		apt-get update -qq
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
+	else
+		echo "test.sh: postgresql is missing and cannot be installed here;" \
+			"fencing/pgtest will skip (set DLM_REQUIRE_REDIS=1 to make that a failure)" >&2
+	fi
+fi
+
 # bench's -instructions counts a server's instructions under valgrind.
 if ! command -v valgrind >/dev/null; then
 	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
@@ -44,3 +56,4 @@ fi
 go vet ./...
 go test -race -count=1 -timeout 30m "$@" ./...
 (cd bench && go vet ./... && go test -count=1 -timeout 5m ./...) # bench/ is its own module: smoke run of the comparison
+(cd fencing/pgtest && go vet ./... && go test -race -count=1 -timeout 10m ./...) # its own module: keeps the PostgreSQL driver out of the core's go.mod
