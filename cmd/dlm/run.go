@@ -53,8 +53,9 @@ refused, renewals fail, or --max-hold passed) the group gets SIGTERM, and
 SIGKILL after --grace; in any case SIGTERM comes once less than --grace of
 the lease is left (--grace is capped at a third of the TTL) and SIGKILL
 just before it ends. If dlm itself dies, even by SIGKILL, the group is
-killed at once. When COMMAND exits, what it left running in its group is
-killed before the lock is released. Signals dlm receives (INT, TERM, HUP,
+killed at once; if its supervisor process dies, dlm kills the group
+before releasing the lock. When COMMAND exits, what it left running in its
+group is killed, and confirmed gone, before the lock is released. Signals dlm receives (INT, TERM, HUP,
 QUIT, USR1, USR2) are forwarded to the group. --on-lost ignore lets the
 group run on after a loss (and past the lease): the rule no longer holds.
 
@@ -218,7 +219,11 @@ func runWhileHeld(ctx context.Context, tf targetFlags, o holdOptions, cmdArgs []
 		fmt.Fprintf(stderr, "%s: could not lock %s: %v\n", o.name, o.what, err)
 		return exitNotLocked
 	}
+	keep := false // COMMAND's group could not be confirmed gone: let the lease run out
 	defer func() {
+		if keep {
+			return
+		}
 		// Bounded: a server that stopped answering must not hold dlm up
 		// after COMMAND has exited.
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unlockTimeout)
@@ -231,18 +236,35 @@ func runWhileHeld(ctx context.Context, tf targetFlags, o holdOptions, cmdArgs []
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)
 	defer signal.Stop(sigs)
-	sup, group, _, err := startSupervised(cmdArgs, append(os.Environ(), env(lock)...), os.Stdin, stdout, stderr)
+	if err := becomeSubreaper(); err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", o.name, err)
+		return 127
+	}
+	sup, group, pgid, err := startSupervised(cmdArgs, append(os.Environ(), env(lock)...), os.Stdin, stdout, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", o.name, err)
 		return 127
 	}
 	defer group.Close()
+	stopReaping := make(chan struct{})
+	go reapOrphans(pgid, stopReaping)
+	defer close(stopReaping)
 	exited := make(chan struct{})
 	go func() { _ = sup.Wait(); close(exited) }()
 	status := func() int { return exitStatus(sup.ProcessState) }
-	return watchLease(lock, o.onLost, *grace, exited, sigs, group, status, func(cause error) {
+	code := watchLease(lock, o.onLost, *grace, exited, sigs, group, status, func(cause error) {
 		fmt.Fprintf(stderr, "%s: lost the lock on %s: %v\n", o.name, o.what, cause)
 	})
+	// However the supervisor ended (COMMAND's exit, SIGKILL, the OOM
+	// killer), nothing of COMMAND's group may run once the lock is released.
+	if ws, ok := sup.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		fmt.Fprintf(stderr, "%s: COMMAND's supervisor was killed (%v): stopping COMMAND's process group\n", o.name, ws.Signal())
+	}
+	if err := stopGroup(pgid, lock.Until); err != nil {
+		keep = true
+		fmt.Fprintf(stderr, "%s: %v: %s not released, its lease runs out within its TTL\n", o.name, err, o.what)
+	}
+	return code
 }
 
 // minRunTTL is the shortest TTL dlm run takes: renewal comes every TTL/3,

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -22,9 +23,24 @@ import (
 // own, writes the group's id to the socket, and then sends every signal
 // number dlm writes to the socket to the whole group. When the socket
 // reaches end of file, dlm has exited or was killed (its end closes with it,
-// SIGKILL included): the supervisor kills the group at once. When COMMAND
-// exits, the supervisor kills what it left running in its group and exits
-// with COMMAND's status.
+// SIGKILL included): the supervisor kills the group at once, and again until
+// none of it is left. When COMMAND exits, the supervisor kills what it left
+// running in its group and exits with COMMAND's status.
+//
+// The supervisor itself may die (SIGKILL, the OOM killer). COMMAND's leader
+// gets SIGKILL when it does (PR_SET_PDEATHSIG), and dlm is a child
+// subreaper (PR_SET_CHILD_SUBREAPER): every process of the group orphaned by
+// the supervisor's or the leader's death becomes dlm's child instead of
+// init's. However the supervisor ended, dlm then kills the group and reaps
+// it until kill(-pgid) answers ESRCH (stopGroup), before it releases the
+// lock; a group it cannot confirm gone keeps the lock unreleased.
+//
+// The supervisor is started from /proc/self/exe, the binary dlm runs from,
+// even after the file at its path was replaced or deleted.
+//
+// Not covered: dlm and the supervisor killed at once (kill -9 of dlm's
+// process group). The leader then gets SIGKILL, but processes it started
+// are orphaned to init and run on after the lease ends.
 const superviseArg = "__supervise"
 
 // startSupervised starts argv under a supervisor and returns it, the
@@ -35,11 +51,7 @@ func startSupervised(argv, env []string, stdin io.Reader, stdout, stderr io.Writ
 		return nil, nil, 0, err
 	}
 	mine, theirs := os.NewFile(uintptr(fds[0]), "dlm-supervisor"), os.NewFile(uintptr(fds[1]), "dlm-supervisor")
-	self, err := os.Executable()
-	if err != nil {
-		self = "/proc/self/exe"
-	}
-	sup := exec.Command(self, append([]string{superviseArg, "--"}, argv...)...)
+	sup := exec.Command(selfExe(), append([]string{superviseArg, "--"}, argv...)...)
 	sup.Stdin, sup.Stdout, sup.Stderr, sup.Env = stdin, stdout, stderr, env
 	sup.ExtraFiles = []*os.File{theirs}
 	err = sup.Start()
@@ -76,9 +88,12 @@ func supervise(argv []string) int {
 	// process too; dlm forwards them to COMMAND's group itself.
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP,
 		syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)
+	// PR_SET_PDEATHSIG fires when the thread that started COMMAND ends: keep
+	// this goroutine on its thread for good.
+	runtime.LockOSThread()
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = commandAttr()
 	if err := cmd.Start(); err != nil {
 		fmt.Fprintf(os.Stderr, "dlm run: %v\n", err)
 		return 127
@@ -91,14 +106,74 @@ func supervise(argv []string) int {
 		b := make([]byte, 1)
 		for {
 			if _, err := conn.Read(b); err != nil {
-				// dlm is gone: its lease is no longer renewed.
-				_ = syscall.Kill(-pgid, syscall.SIGKILL)
+				// dlm is gone: its lease is no longer renewed. Processes
+				// of the group that COMMAND's death orphans go to init,
+				// which reaps them.
+				killUntilGone(pgid, 10*time.Second)
 				return
 			}
 			_ = syscall.Kill(-pgid, syscall.Signal(b[0]))
 		}
 	}()
 	_ = cmd.Wait()
-	_ = syscall.Kill(-pgid, syscall.SIGKILL) // what COMMAND left running
+	_ = syscall.Kill(-pgid, syscall.SIGKILL) // what COMMAND left running; dlm confirms it gone
 	return exitStatus(cmd.ProcessState)
+}
+
+// killUntilGone sends SIGKILL to the process group pgid until none of it is
+// left, or for at most bound. It reaps nothing.
+func killUntilGone(pgid int, bound time.Duration) {
+	end := time.Now().Add(bound)
+	for pause := time.Millisecond; syscall.Kill(-pgid, syscall.SIGKILL) == nil && time.Now().Before(end); pause = min(2*pause, 20*time.Millisecond) {
+		time.Sleep(pause)
+	}
+}
+
+// stopGroup kills COMMAND's process group pgid, orphans of which are dlm's
+// children (it is a child subreaper), and reaps them, until kill(-pgid)
+// answers ESRCH: no process of the group is left, not even a zombie holding
+// its id. It gives up with an error once deadline() has passed (the lease's
+// validity: afterwards, stopping the group no longer keeps the rule), and
+// at least a second after it began.
+func stopGroup(pgid int, deadline func() time.Time) error {
+	least := time.Now().Add(time.Second)
+	for pause := time.Millisecond; ; pause = min(2*pause, 20*time.Millisecond) {
+		reapGroup(pgid)
+		switch err := syscall.Kill(-pgid, syscall.SIGKILL); {
+		case err == syscall.ESRCH:
+			return nil
+		case err != nil:
+			return fmt.Errorf("kill COMMAND's process group %d: %w", pgid, err)
+		case time.Now().After(deadline()) && time.Now().After(least):
+			return fmt.Errorf("processes of COMMAND's group %d still run after SIGKILL", pgid)
+		}
+		time.Sleep(pause)
+	}
+}
+
+// reapGroup reaps the exited children of dlm in the process group pgid.
+func reapGroup(pgid int) {
+	for {
+		pid, err := syscall.Wait4(-pgid, nil, syscall.WNOHANG, nil)
+		if pid <= 0 || err != nil {
+			return
+		}
+	}
+}
+
+// reapOrphans reaps, until stop is closed, the processes of COMMAND's group
+// orphaned to dlm (a child subreaper) as they exit, so that they do not stay
+// zombies while COMMAND runs.
+func reapOrphans(pgid int, stop <-chan struct{}) {
+	chld := make(chan os.Signal, 1)
+	signal.Notify(chld, syscall.SIGCHLD)
+	defer signal.Stop(chld)
+	for {
+		select {
+		case <-chld:
+			reapGroup(pgid)
+		case <-stop:
+			return
+		}
+	}
 }
