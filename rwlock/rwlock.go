@@ -33,6 +33,7 @@ import (
 	"time"
 
 	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/internal/giveback"
 	"github.com/dlmgo/dlm/multilock"
 	"github.com/dlmgo/dlm/semaphore"
 )
@@ -67,9 +68,10 @@ func New(m *dlm.Manager, name string, maxReaders int) (*RWLock, error) {
 // A Hold is a read or a write hold on an RWLock. Its methods are safe for
 // concurrent use.
 type Hold struct {
-	set   *multilock.Set
-	fence uint64
-	write bool
+	set    *multilock.Set
+	fence  uint64
+	write  bool
+	passed <-chan struct{} // a reader's: closed once the gate was given back
 }
 
 // Fence returns the hold's fencing token (see the package documentation
@@ -90,22 +92,36 @@ func (h *Hold) Until() time.Time { return h.set.Until() }
 // writer's gate and then its permits.
 func (h *Hold) Locks() []*dlm.Lock { return h.set.Locks() }
 
-// Unlock gives the hold back, as multilock.Set.Unlock does.
-func (h *Hold) Unlock(ctx context.Context) error { return h.set.Unlock(ctx) }
+// Unlock gives the hold back, as multilock.Set.Unlock does. A reader's
+// Unlock also waits (within ctx) for the gate it passed to be given back.
+func (h *Hold) Unlock(ctx context.Context) error {
+	err := h.set.Unlock(ctx)
+	if h.passed != nil {
+		select {
+		case <-h.passed:
+		case <-ctx.Done():
+		}
+	}
+	return err
+}
 
 // RLock takes a read hold, waiting while a writer holds or waits for the
 // lock and while maxReaders readers hold it, until it succeeds or ctx ends.
+// RLock and Lock give back what they took before they return an error (for
+// at most the Manager's TTL; the error says when a release failed).
 func (rw *RWLock) RLock(ctx context.Context) (*Hold, error) {
 	gate, err := rw.m.Lock(ctx, rw.gate)
 	if err != nil {
 		return nil, fmt.Errorf("rwlock: read: %w", err)
 	}
 	permit, err := rw.readers.Acquire(ctx)
-	go gate.Unlock(context.WithoutCancel(ctx))
 	if err != nil {
-		return nil, fmt.Errorf("rwlock: read: %w", err)
+		return nil, giveback.Wrap(fmt.Errorf("rwlock: read: %w", err), giveback.Locks(ctx, rw.m.TTL(), gate))
 	}
-	return &Hold{set: multilock.Of(permit), fence: gate.Fence()}, nil
+	// The gate's release is not waited for here; Unlock waits for it.
+	passed := make(chan struct{})
+	go func() { _ = giveback.Locks(ctx, rw.m.TTL(), gate); close(passed) }()
+	return &Hold{set: multilock.Of(permit), fence: gate.Fence(), passed: passed}, nil
 }
 
 // Lock takes the write hold, waiting while others read or write, until it
@@ -152,16 +168,12 @@ func (rw *RWLock) lock(ctx context.Context) (*Hold, error) {
 	if first == nil && gate.Context().Err() == nil {
 		return &Hold{set: multilock.Of(locks...), fence: gate.Fence(), write: true}, nil
 	}
-	for _, l := range locks {
-		if l != nil {
-			go l.Unlock(context.WithoutCancel(ctx))
-		}
-	}
+	back := giveback.Locks(ctx, rw.m.TTL(), locks...)
 	if ctx.Err() == nil && (first == nil || context.Cause(wctx) == errGateLost) {
 		return nil, errGateLost
 	}
 	if first == nil {
 		first = fmt.Errorf("%w: %w", dlm.ErrNotAcquired, context.Cause(ctx))
 	}
-	return nil, fmt.Errorf("rwlock: write: %w", first)
+	return nil, giveback.Wrap(fmt.Errorf("rwlock: write: %w", first), back)
 }

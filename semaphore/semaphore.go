@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/internal/giveback"
 )
 
 // MaxPermits bounds the permits of a Semaphore.
@@ -113,16 +114,13 @@ func (s *Semaphore) TryAcquire(ctx context.Context) (*dlm.Lock, error) {
 		}
 	}
 	// More than one permit was free: give the others back before returning,
-	// so that this caller's next attempt finds them free.
-	var wg sync.WaitGroup
-	for _, l := range extra {
-		wg.Go(func() { _ = l.Unlock(ctx) }) // else its lease runs out
-	}
-	wg.Wait()
+	// even when ctx ended meanwhile, so that this caller's next attempt, or
+	// another process, finds them free.
+	back := giveback.Locks(ctx, s.m.TTL(), extra...)
 	if won != nil {
-		return won, nil
+		return won, nil // the extra permits' leases run out if back failed
 	}
-	return nil, s.wrap(best)
+	return nil, giveback.Wrap(s.wrap(best), back)
 }
 
 // better picks the error that tells a caller more: a permanent error over
