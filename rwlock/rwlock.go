@@ -30,6 +30,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlmgo/dlm"
@@ -45,11 +46,37 @@ type RWLock struct {
 	gate    string
 	readers *semaphore.Semaphore
 	permits []string
+	checked atomic.Int64 // when Lock last confirmed the number of readers (UnixNano)
+}
+
+// ErrMismatch is matched by the error of an RWLock whose maximum number of
+// readers differs from that of the other users of its name: the readers'
+// semaphore (name+":read") records it (semaphore.Semaphore.CheckPermits).
+// It is permanent: Lock and RLock return it at once.
+var ErrMismatch = semaphore.ErrMismatch
+
+// checkDue confirms the number of readers on the writer's first Lock and
+// again once half a day has passed (a reader's Acquire of a permit does the
+// same).
+func (rw *RWLock) checkDue(ctx context.Context) error {
+	last := rw.checked.Load()
+	if last != 0 && time.Since(time.Unix(0, last)) < 12*time.Hour {
+		return nil
+	}
+	switch err := rw.readers.CheckPermits(ctx); {
+	case errors.Is(err, ErrMismatch):
+		return fmt.Errorf("rwlock: write: %w", err)
+	case err != nil:
+		return nil // checked again at the next Lock; the permits' own calls fail alike
+	}
+	rw.checked.Store(time.Now().UnixNano())
+	return nil
 }
 
 // New returns the read-write lock name, taken through m, admitting at most
 // maxReaders readers at a time (1 to semaphore.MaxPermits). Every process
-// must use the same name and maxReaders.
+// must use the same name and maxReaders: one that does not fails with
+// ErrMismatch.
 func New(m *dlm.Manager, name string, maxReaders int) (*RWLock, error) {
 	if m == nil {
 		return nil, fmt.Errorf("%w: rwlock.New: nil Manager", dlm.ErrInvalid)
@@ -129,6 +156,9 @@ func (rw *RWLock) RLock(ctx context.Context) (*Hold, error) {
 // it wait; then it waits for every reader's permit. When the gate's lease
 // ends during that wait, Lock gives back what it took and starts over.
 func (rw *RWLock) Lock(ctx context.Context) (*Hold, error) {
+	if err := rw.checkDue(ctx); err != nil {
+		return nil, err
+	}
 	for {
 		h, err := rw.lock(ctx)
 		if !errors.Is(err, errGateLost) {

@@ -25,6 +25,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlmgo/dlm"
@@ -38,15 +39,83 @@ const MaxPermits = 1024
 // safe for concurrent use; Semaphores of the same name and number of
 // permits, in any process, share the permits.
 type Semaphore struct {
-	m    *dlm.Manager
-	name string
-	keys []string // one per permit
+	m       *dlm.Manager
+	name    string
+	keys    []string     // one per permit
+	checked atomic.Int64 // when the count was last confirmed (UnixNano), 0: never
 }
+
+// ErrMismatch is matched by the error of a Semaphore whose number of permits
+// differs from that of the other users of its name (see CheckPermits). It
+// is permanent (dlm.Permanent): Acquire returns it at once.
+var ErrMismatch = errors.New("number of permits differs from that of the other users of the name")
+
+// A mismatchError is ErrMismatch for one Semaphore.
+type mismatchError struct {
+	name    string
+	permits int
+	cause   error // the refusal of the record
+}
+
+func (e *mismatchError) Error() string {
+	return fmt.Sprintf("semaphore %q: %d permits: %v (%v)", e.name, e.permits, ErrMismatch, e.cause)
+}
+func (e *mismatchError) Is(target error) bool { return target == ErrMismatch }
+func (e *mismatchError) Permanent() bool      { return true }
+
+// countTTL is how long the record of a name's number of permits lasts
+// after its last check (see CheckPermits).
+const countTTL = dlm.MaxTTL
+
+// CheckPermits confirms that every user of the semaphore's name that has
+// checked within the last day uses the same number of permits, and
+// records this Semaphore's number when none has: the record is a lock on
+// the key name+":permits" (CountKey) held by a token naming the number, for
+// a day from its last check, taken through the Manager's strategy (a
+// majority of Redlock's masters; its own hash slot on a Cluster). When
+// another number holds the record the error matches ErrMismatch. Acquire
+// and TryAcquire call it on their first use and again once half a day
+// passed since, so a plain acquisition costs nothing more.
+func (s *Semaphore) CheckPermits(ctx context.Context) error {
+	token := "permits:" + strconv.Itoa(len(s.keys))
+	st := s.m.Strategy()
+	_, err := st.Acquire(ctx, CountKey(s.name), token, countTTL)
+	if errors.Is(err, dlm.ErrInvalid) {
+		// A strategy whose leases are bounded (strategy.WithMaxTTL) takes
+		// at least the Manager's TTL; the record lasts as long.
+		_, err = st.Acquire(ctx, CountKey(s.name), token, s.m.TTL())
+	}
+	var held *dlm.HeldError
+	switch {
+	case err == nil:
+		s.checked.Store(time.Now().UnixNano())
+		return nil
+	case errors.As(err, &held) && !held.Quarantined:
+		return &mismatchError{name: s.name, permits: len(s.keys), cause: err}
+	}
+	return s.wrap(err)
+}
+
+// checkDue calls CheckPermits when the count was never confirmed or half
+// the record's life has passed since.
+func (s *Semaphore) checkDue(ctx context.Context) error {
+	last := s.checked.Load()
+	if last != 0 && time.Since(time.Unix(0, last)) < countTTL/2 {
+		return nil
+	}
+	return s.CheckPermits(ctx)
+}
+
+// CountKey returns the key that records the number of permits of the
+// semaphore name (see Semaphore.CheckPermits).
+func CountKey(name string) string { return name + ":permits" }
 
 // New returns a Semaphore of permits permits named name, taken through m
 // (whose TTL and options every permit gets). Every process must use the
 // same name and number of permits: the permits are the keys
-// PermitKey(name, 0) to PermitKey(name, permits-1).
+// PermitKey(name, 0) to PermitKey(name, permits-1). A Semaphore with
+// another number than the other users' fails with ErrMismatch (see
+// CheckPermits) instead of admitting extra holders.
 func New(m *dlm.Manager, name string, permits int) (*Semaphore, error) {
 	if m == nil {
 		return nil, fmt.Errorf("%w: semaphore.New: nil Manager", dlm.ErrInvalid)
@@ -81,6 +150,9 @@ func (s *Semaphore) Permits() int { return len(s.keys) }
 // The returned Lock is the permit: keep its Context for the work the permit
 // allows, and Unlock it to give the permit back.
 func (s *Semaphore) TryAcquire(ctx context.Context) (*dlm.Lock, error) {
+	if err := s.checkDue(ctx); err != nil {
+		return nil, err
+	}
 	first := rand.IntN(len(s.keys))
 	l, err := s.m.TryLock(ctx, s.keys[first])
 	if err == nil || len(s.keys) == 1 || dlm.Permanent(err) || ctx.Err() != nil {

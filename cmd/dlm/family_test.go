@@ -275,3 +275,27 @@ func TestRunGivingUpReleases(t *testing.T) {
 		tryOnce(t, url, permits("r", 1)...)
 	})
 }
+
+// A --permits or --readers count other than that of the key's other users
+// is refused (exit 2, with a message saying so), not admitted beside them.
+func TestRunMismatchedCountRefused(t *testing.T) {
+	url := "single://" + redistest.Start(t).Addr
+	release := filepath.Join(t.TempDir(), "release")
+	holders := holdUntil(t, 2, url, "sem", release, "--permits", "2")
+	holdUntil(t, 1, url, "doc", release, "--readers", "4", "--shared")
+	for _, flags := range [][]string{{"--permits", "3"}, {"--readers", "3", "--shared"}, {"--readers", "3"}} {
+		key := "sem"
+		if flags[0] == "--readers" {
+			key = "doc"
+		}
+		args := append([]string{"run", "--url", url, "--key", key, "--wait", "1m"}, flags...)
+		code, out := runDLM(t, append(args, "--", "echo", "ran")...)
+		assert.Equal(t, 2, code, "%v: %s", flags, out)
+		assert.Contains(t, out, "differs", flags)
+		assert.NotContains(t, out, "ran\n", flags)
+	}
+	require.NoError(t, os.WriteFile(release, nil, 0o644))
+	for _, h := range holders {
+		require.NoError(t, h.wait(t, 10*time.Second), h.out.String())
+	}
+}

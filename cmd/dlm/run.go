@@ -39,7 +39,8 @@ environment gets:
              holder of KEY: pass it to the storage COMMAND writes to, so it
              can refuse writes from a holder that lost the lock
 
-Shared holds (every user of KEY must give the same N):
+Shared holds (every user of KEY must give the same N; a different N than
+that of KEY's other users is refused, exit status 2):
   --permits N           KEY is a semaphore of N permits: take one of them
                         (DLM_FENCE is the permit's fence)
   --readers N           KEY is a read-write lock admitting N readers: take
@@ -64,7 +65,8 @@ Exit status:
   75  the lock could not be taken (held by another, or unreachable servers)
   76  the lock was lost while COMMAND ran (unless --on-lost ignore)
   130 interrupted (SIGINT) while waiting for the lock
-  2   usage or configuration error, including a TTL below 300ms
+  2   usage or configuration error, including a TTL below 300ms and a
+      --permits or --readers count other than that of KEY's other users
   127 COMMAND could not be started
 `
 
@@ -209,7 +211,7 @@ func runWhileHeld(ctx context.Context, tf targetFlags, o holdOptions, cmdArgs []
 	cancel()
 	switch {
 	case err == nil:
-	case errors.Is(err, dlm.ErrInvalid):
+	case errors.Is(err, dlm.ErrInvalid), errors.Is(err, semaphore.ErrMismatch):
 		fmt.Fprintf(stderr, "%s: %v\n", o.name, err)
 		return 2
 	case ctx.Err() != nil:
