@@ -104,8 +104,11 @@ func takeInOrder(ctx context.Context, m *dlm.Manager, keys []string, take func(*
 	for _, key := range keys {
 		l, err := take(m, wctx, key)
 		if err != nil {
+			// Decided before giving back: the releases end the held
+			// keys' contexts, which cancels wctx with errHeldLost.
+			lost := context.Cause(wctx) == errHeldLost && ctx.Err() == nil
 			back := giveback.Locks(ctx, m.TTL(), held...)
-			if context.Cause(wctx) == errHeldLost && ctx.Err() == nil {
+			if lost {
 				return nil, errHeldLost
 			}
 			return nil, giveback.Wrap(fmt.Errorf("multilock: %q: %w", key, err), back)

@@ -198,8 +198,11 @@ func (rw *RWLock) lock(ctx context.Context) (*Hold, error) {
 	if first == nil && gate.Context().Err() == nil {
 		return &Hold{set: multilock.Of(locks...), fence: gate.Fence(), write: true}, nil
 	}
+	// Decided before giving back: the gate's release ends its context,
+	// which cancels wctx with errGateLost.
+	lost := ctx.Err() == nil && (first == nil || context.Cause(wctx) == errGateLost)
 	back := giveback.Locks(ctx, rw.m.TTL(), locks...)
-	if ctx.Err() == nil && (first == nil || context.Cause(wctx) == errGateLost) {
+	if lost {
 		return nil, errGateLost
 	}
 	if first == nil {
