@@ -14,7 +14,9 @@
 // then, when it was taken, all the others at once, which dlm's coalescing
 // sends in one round trip per node, giving back before it returns any
 // others it got); a waiter subscribes to the release notifications of
-// every permit. Waiters are not served in arrival order, and while one
+// every permit. A Semaphore's first acquisition also confirms that the
+// name's other users have the same number of permits (CheckPermits): one
+// more acquisition, on the key CountKey(name), repeated every half day. Waiters are not served in arrival order, and while one
 // caller gives back extra permits, another's TryAcquire may find them held.
 package semaphore
 
