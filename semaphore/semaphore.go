@@ -77,7 +77,9 @@ const countTTL = dlm.MaxTTL
 // majority of Redlock's masters; its own hash slot on a Cluster). When
 // another number holds the record the error matches ErrMismatch. Acquire
 // and TryAcquire call it on their first use and again once half a day
-// passed since, so a plain acquisition costs nothing more.
+// passed since, so a plain acquisition costs nothing more. To change the
+// number, stop every user and revoke the record (dlm revoke), or let it
+// run out.
 func (s *Semaphore) CheckPermits(ctx context.Context) error {
 	token := "permits:" + strconv.Itoa(len(s.keys))
 	st := s.m.Strategy()
