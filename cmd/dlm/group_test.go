@@ -297,3 +297,22 @@ func TestRunBinaryReplaced(t *testing.T) {
 		})
 	}
 }
+
+// dlm and its supervisor killed at once (stopped first, so that neither
+// acts before both die): the watchdog in COMMAND's group kills the group,
+// and the next holder, after the lease, finds nothing of it running.
+func TestRunKilledWithSupervisor(t *testing.T) {
+	url := "single://" + redistest.Start(t).Addr
+	g := startFirstGroup(t, dlmBin, url, "both-killed", "--ttl", "1s")
+	sups := childrenOf(t, g.dlm.Process.Pid)
+	require.Len(t, sups, 1, "dlm run's supervisor")
+	for _, p := range []int{g.dlm.Process.Pid, sups[0]} {
+		require.NoError(t, syscall.Kill(p, syscall.SIGSTOP))
+	}
+	for _, p := range []int{g.dlm.Process.Pid, sups[0]} {
+		require.NoError(t, syscall.Kill(p, syscall.SIGKILL))
+	}
+	code, text := secondHolder(t, url, "both-killed", g)
+	assert.Equal(t, 0, code, text)
+	assert.Contains(t, text, "clean")
+}

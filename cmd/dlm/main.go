@@ -65,6 +65,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case superviseArg:
 		return supervise(args[2:]) // after "--"
+	case watchArg:
+		return watch()
 	case "demo":
 		return demo(ctx, args[1:], stdout, stderr)
 	case "run":

@@ -55,7 +55,8 @@ SIGKILL after --grace; in any case SIGTERM comes once less than --grace of
 the lease is left (--grace is capped at a third of the TTL) and SIGKILL
 just before it ends. If dlm itself dies, even by SIGKILL, the group is
 killed at once; if its supervisor process dies, dlm kills the group
-before releasing the lock. When COMMAND exits, what it left running in its
+before releasing the lock; if both die at once, a watchdog process that
+dlm puts in the group (dlm __watch, deaf to forwarded signals) kills it. When COMMAND exits, what it left running in its
 group is killed, and confirmed gone, before the lock is released. Signals dlm receives (INT, TERM, HUP,
 QUIT, USR1, USR2) are forwarded to the group. --on-lost ignore lets the
 group run on after a loss (and past the lease): the rule no longer holds.
@@ -283,7 +284,7 @@ const stopMargin = 50 * time.Millisecond
 // lease's validity ends — SIGTERM once less than grace+stopMargin of it is
 // left, SIGKILL at stopMargin.
 func watchLease(lock held, onLost string, grace time.Duration, exited <-chan struct{}, sigs <-chan os.Signal,
-	group *os.File, status func() int, reportLost func(error)) int {
+	group io.Writer, status func() int, reportLost func(error)) int {
 	lost := lock.Context().Done() // the Manager renews; this ends when it cannot
 	wasLost, killed := false, false
 	var termed time.Time // when SIGTERM was sent
