@@ -46,6 +46,7 @@ func TestMismatchedPermitsRefused(t *testing.T) {
 	_, err = three.TryAcquire(ctx)
 	require.ErrorIs(t, err, semaphore.ErrMismatch)
 	assert.True(t, dlm.Permanent(err), "%v", err)
+	assert.Contains(t, err.Error(), "3 here, 2 recorded")
 	wctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	_, err = three.Acquire(wctx)

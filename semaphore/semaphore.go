@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -50,17 +51,21 @@ type Semaphore struct {
 // ErrMismatch is matched by the error of a Semaphore whose number of permits
 // differs from that of the other users of its name (see CheckPermits). It
 // is permanent (dlm.Permanent): Acquire returns it at once.
-var ErrMismatch = errors.New("number of permits differs from that of the other users of the name")
+var ErrMismatch = errors.New("number of permits differs between users of the name")
 
 // A mismatchError is ErrMismatch for one Semaphore.
 type mismatchError struct {
 	name    string
 	permits int
-	cause   error // the refusal of the record
+	theirs  string // the number recorded, when known
+	cause   error  // the refusal of the record
 }
 
 func (e *mismatchError) Error() string {
-	return fmt.Sprintf("semaphore %q: %d permits: %v (%v)", e.name, e.permits, ErrMismatch, e.cause)
+	if e.theirs != "" {
+		return fmt.Sprintf("semaphore %q: %v: %d here, %s recorded by the others", e.name, ErrMismatch, e.permits, e.theirs)
+	}
+	return fmt.Sprintf("semaphore %q: %v: %d here, another recorded (%v)", e.name, ErrMismatch, e.permits, e.cause)
 }
 func (e *mismatchError) Is(target error) bool { return target == ErrMismatch }
 func (e *mismatchError) Permanent() bool      { return true }
@@ -95,7 +100,14 @@ func (s *Semaphore) CheckPermits(ctx context.Context) error {
 		s.checked.Store(time.Now().UnixNano())
 		return nil
 	case errors.As(err, &held) && !held.Quarantined:
-		return &mismatchError{name: s.name, permits: len(s.keys), cause: err}
+		e := &mismatchError{name: s.name, permits: len(s.keys), cause: err}
+		// Name the recorded number where the strategy can tell.
+		if info, ierr := s.m.Inspect(ctx, CountKey(s.name)); ierr == nil && info.Held {
+			if n, ok := strings.CutPrefix(info.Token, "permits:"); ok {
+				e.theirs = n
+			}
+		}
+		return e
 	}
 	return s.wrap(err)
 }
