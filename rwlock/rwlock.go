@@ -30,7 +30,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/dlmgo/dlm"
@@ -46,7 +45,6 @@ type RWLock struct {
 	gate    string
 	readers *semaphore.Semaphore
 	permits []string
-	checked atomic.Int64 // when Lock last confirmed the number of readers (UnixNano)
 }
 
 // ErrMismatch is matched by the error of an RWLock whose maximum number of
@@ -55,21 +53,12 @@ type RWLock struct {
 // It is permanent: Lock and RLock return it at once.
 var ErrMismatch = semaphore.ErrMismatch
 
-// checkDue confirms the number of readers on the writer's first Lock and
-// again once half a day has passed (a reader's Acquire of a permit does the
-// same).
-func (rw *RWLock) checkDue(ctx context.Context) error {
-	last := rw.checked.Load()
-	if last != 0 && time.Since(time.Unix(0, last)) < 12*time.Hour {
-		return nil
-	}
-	switch err := rw.readers.CheckPermits(ctx); {
-	case errors.Is(err, ErrMismatch):
+// checkReaders confirms the number of readers (a reader's Acquire of a
+// permit does the same); other failures are left to the permits' own calls.
+func (rw *RWLock) checkReaders(ctx context.Context) error {
+	if err := rw.readers.CheckPermits(ctx); errors.Is(err, ErrMismatch) {
 		return fmt.Errorf("rwlock: write: %w", err)
-	case err != nil:
-		return nil // checked again at the next Lock; the permits' own calls fail alike
 	}
-	rw.checked.Store(time.Now().UnixNano())
 	return nil
 }
 
@@ -156,7 +145,7 @@ func (rw *RWLock) RLock(ctx context.Context) (*Hold, error) {
 // it wait; then it waits for every reader's permit. When the gate's lease
 // ends during that wait, Lock gives back what it took and starts over.
 func (rw *RWLock) Lock(ctx context.Context) (*Hold, error) {
-	if err := rw.checkDue(ctx); err != nil {
+	if err := rw.checkReaders(ctx); err != nil {
 		return nil, err
 	}
 	for {

@@ -14,9 +14,10 @@
 // then, when it was taken, all the others at once, which dlm's coalescing
 // sends in one round trip per node, giving back before it returns any
 // others it got); a waiter subscribes to the release notifications of
-// every permit. A Semaphore's first acquisition also confirms that the
-// name's other users have the same number of permits (CheckPermits): one
-// more acquisition, on the key CountKey(name), repeated every half day. Waiters are not served in arrival order, and while one
+// every permit. The first acquisition of a name in a process also
+// confirms that the name's other users have the same number of permits
+// (CheckPermits): one more acquisition, on the key CountKey(name),
+// repeated every half day. Waiters are not served in arrival order, and while one
 // caller gives back extra permits, another's TryAcquire may find them held.
 package semaphore
 
@@ -30,6 +31,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"weak"
 
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/internal/giveback"
@@ -42,10 +44,9 @@ const MaxPermits = 1024
 // safe for concurrent use; Semaphores of the same name and number of
 // permits, in any process, share the permits.
 type Semaphore struct {
-	m       *dlm.Manager
-	name    string
-	keys    []string     // one per permit
-	checked atomic.Int64 // when the count was last confirmed (UnixNano), 0: never
+	m    *dlm.Manager
+	name string
+	keys []string // one per permit
 }
 
 // ErrMismatch is matched by the error of a Semaphore whose number of permits
@@ -78,26 +79,38 @@ const countTTL = dlm.MaxTTL
 // checked within the last day uses the same number of permits, and
 // records this Semaphore's number when none has: the record is a lock on
 // the key name+":permits" (CountKey) held by a token naming the number, for
-// a day from its last check, taken through the Manager's strategy (a
-// majority of Redlock's masters; its own hash slot on a Cluster). When
-// another number holds the record the error matches ErrMismatch. Acquire
-// and TryAcquire call it on their first use and again once half a day
-// passed since, so a plain acquisition costs nothing more. To change the
-// number, stop every user and revoke the record (dlm revoke), or let it
-// run out.
+// a day from its last check (for the Manager's TTL on a strategy whose
+// leases are bounded, strategy.WithMaxTTL), taken through the Manager's
+// strategy (a majority of Redlock's masters; its own hash slot on a
+// Cluster). When another number holds the record the error matches
+// ErrMismatch. A check by a Semaphore of the same Manager, name and number
+// within the first half of the record's life counts, so the calls of
+// Acquire and TryAcquire, and of Semaphores made afresh for each use, cost
+// one more acquisition a half day per process. To change the number, stop
+// every user and revoke the record (dlm revoke), or let it run out.
 func (s *Semaphore) CheckPermits(ctx context.Context) error {
+	ck := checkKey{weak.Make(s.m), s.name, len(s.keys)}
+	if due, ok := checked.Load(ck); ok && time.Now().Before(due.(time.Time)) {
+		return nil
+	}
 	token := "permits:" + strconv.Itoa(len(s.keys))
 	st := s.m.Strategy()
-	_, err := st.Acquire(ctx, CountKey(s.name), token, countTTL)
+	ttl := countTTL
+	_, err := st.Acquire(ctx, CountKey(s.name), token, ttl)
 	if errors.Is(err, dlm.ErrInvalid) {
-		// A strategy whose leases are bounded (strategy.WithMaxTTL) takes
-		// at least the Manager's TTL; the record lasts as long.
-		_, err = st.Acquire(ctx, CountKey(s.name), token, s.m.TTL())
+		// A strategy whose leases are bounded takes at least the
+		// Manager's TTL; the record lasts as long.
+		ttl = s.m.TTL()
+		_, err = st.Acquire(ctx, CountKey(s.name), token, ttl)
 	}
 	var held *dlm.HeldError
 	switch {
 	case err == nil:
-		s.checked.Store(time.Now().UnixNano())
+		if checkedN.Add(1) > maxChecked { // bound the memory of many names
+			checked.Clear()
+			checkedN.Store(0)
+		}
+		checked.Store(ck, time.Now().Add(ttl/2))
 		return nil
 	case errors.As(err, &held) && !held.Quarantined:
 		e := &mismatchError{name: s.name, permits: len(s.keys), cause: err}
@@ -112,14 +125,21 @@ func (s *Semaphore) CheckPermits(ctx context.Context) error {
 	return s.wrap(err)
 }
 
-// checkDue calls CheckPermits when the count was never confirmed or half
-// the record's life has passed since.
-func (s *Semaphore) checkDue(ctx context.Context) error {
-	last := s.checked.Load()
-	if last != 0 && time.Since(time.Unix(0, last)) < countTTL/2 {
-		return nil
-	}
-	return s.CheckPermits(ctx)
+// checked maps the checkKey of each recent check to the time when it
+// must be made again.
+var (
+	checked  sync.Map
+	checkedN atomic.Int64
+)
+
+const maxChecked = 4096
+
+// A checkKey names a check of CheckPermits; it does not keep its Manager
+// alive.
+type checkKey struct {
+	m       weak.Pointer[dlm.Manager]
+	name    string
+	permits int
 }
 
 // CountKey returns the key that records the number of permits of the
@@ -166,7 +186,7 @@ func (s *Semaphore) Permits() int { return len(s.keys) }
 // The returned Lock is the permit: keep its Context for the work the permit
 // allows, and Unlock it to give the permit back.
 func (s *Semaphore) TryAcquire(ctx context.Context) (*dlm.Lock, error) {
-	if err := s.checkDue(ctx); err != nil {
+	if err := s.CheckPermits(ctx); err != nil {
 		return nil, err
 	}
 	first := rand.IntN(len(s.keys))
