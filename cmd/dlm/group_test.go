@@ -316,3 +316,22 @@ func TestRunKilledWithSupervisor(t *testing.T) {
 	assert.Equal(t, 0, code, text)
 	assert.Contains(t, text, "clean")
 }
+
+// A supervisor that cannot act (stopped) when the lease ends: dlm kills
+// COMMAND's group itself, then the supervisor, and exits as having lost
+// the lock; the next holder finds nothing of the group running.
+func TestRunSupervisorStopped(t *testing.T) {
+	url := "single://" + redistest.Start(t).Addr
+	g := startFirstGroup(t, dlmBin, url, "sup-stopped", "--ttl", "1s", "--max-hold", "500ms", "--grace", "100ms")
+	sups := childrenOf(t, g.dlm.Process.Pid)
+	require.Len(t, sups, 1, "dlm run's supervisor")
+	require.NoError(t, syscall.Kill(sups[0], syscall.SIGSTOP))
+	t.Cleanup(func() { _ = syscall.Kill(sups[0], syscall.SIGKILL) })
+	code, text := secondHolder(t, url, "sup-stopped", g)
+	assert.Equal(t, 0, code, text)
+	assert.Contains(t, text, "clean")
+	err := g.dlm.Wait()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee, g.out.String())
+	assert.Equal(t, exitLost, ee.ExitCode(), g.out.String())
+}

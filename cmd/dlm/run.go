@@ -255,7 +255,16 @@ func runWhileHeld(ctx context.Context, tf targetFlags, o holdOptions, cmdArgs []
 	exited := make(chan struct{})
 	go func() { _ = sup.Wait(); close(exited) }()
 	status := func() int { return exitStatus(sup.ProcessState) }
-	code := watchLease(lock, o.onLost, *grace, exited, sigs, group, status, func(cause error) {
+	// SIGKILL also goes straight to the group, in case the supervisor
+	// cannot act (stopped); a supervisor that has not exited a second
+	// later is killed in turn.
+	kill := func(supToo bool) {
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		if supToo {
+			_ = sup.Process.Kill()
+		}
+	}
+	code := watchLease(lock, o.onLost, *grace, exited, sigs, group, kill, status, func(cause error) {
 		fmt.Fprintf(stderr, "%s: lost the lock on %s: %v\n", o.name, o.what, cause)
 	})
 	// However the supervisor ended (COMMAND's exit, SIGKILL, the OOM
@@ -282,12 +291,14 @@ const stopMargin = 50 * time.Millisecond
 // COMMAND's group and stopping the group as onLost says: when the lock is
 // lost, and in any case so that no process of the group runs after the
 // lease's validity ends — SIGTERM once less than grace+stopMargin of it is
-// left, SIGKILL at stopMargin.
+// left, SIGKILL at stopMargin. SIGKILL goes through the supervisor and
+// through kill(false) too; kill(true) also kills a supervisor that has not
+// exited a second after.
 func watchLease(lock held, onLost string, grace time.Duration, exited <-chan struct{}, sigs <-chan os.Signal,
-	group io.Writer, status func() int, reportLost func(error)) int {
+	group io.Writer, kill func(supToo bool), status func() int, reportLost func(error)) int {
 	lost := lock.Context().Done() // the Manager renews; this ends when it cannot
 	wasLost, killed := false, false
-	var termed time.Time // when SIGTERM was sent
+	var termed, killedAt time.Time // when SIGTERM and SIGKILL were sent
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -307,6 +318,10 @@ func watchLease(lock held, onLost string, grace time.Duration, exited <-chan str
 			reportLost(context.Cause(lock.Context()))
 		case <-tick.C:
 		}
+		if killed && !killedAt.IsZero() && time.Since(killedAt) >= time.Second {
+			kill(true)
+			killedAt = time.Time{}
+		}
 		if onLost == "ignore" || killed {
 			continue
 		}
@@ -318,7 +333,8 @@ func watchLease(lock held, onLost string, grace time.Duration, exited <-chan str
 		switch {
 		case left <= stopMargin || wasLost && onLost == "kill" || !termed.IsZero() && time.Since(termed) >= grace:
 			signalGroup(group, syscall.SIGKILL)
-			killed = true
+			kill(false)
+			killed, killedAt = true, time.Now()
 		case termed.IsZero() && (left <= grace+stopMargin || wasLost):
 			signalGroup(group, syscall.SIGTERM)
 			termed = time.Now()

@@ -46,6 +46,10 @@ import (
 // and the watchdog kills its own group, itself included. It dies with the
 // group in every other case.
 //
+// At the lease's end dlm also sends SIGKILL to the group itself, in case
+// the supervisor cannot act (stopped), and kills a supervisor that has not
+// exited a second later.
+//
 // Not covered: the watchdog killed alone and then dlm and the supervisor
 // at once; a process that leaves COMMAND's group (setsid, setpgid).
 const superviseArg = "__supervise"
