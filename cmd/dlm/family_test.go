@@ -299,3 +299,20 @@ func TestRunMismatchedCountRefused(t *testing.T) {
 		require.NoError(t, h.wait(t, 10*time.Second), h.out.String())
 	}
 }
+
+// On a Redis Cluster the record of the number of permits has its own hash
+// slot (the permits are spread over the masters): a mismatch is refused
+// there too.
+func TestRunMismatchedCountRefusedCluster(t *testing.T) {
+	nodes := redistest.StartCluster(t, 3)
+	url := "cluster://" + nodes[0].Addr
+	release := filepath.Join(t.TempDir(), "release")
+	holders := holdUntil(t, 2, url, "csem", release, "--permits", "2")
+	code, out := runDLM(t, "run", "--url", url, "--key", "csem", "--permits", "3", "--wait", "1m", "--", "echo", "ran")
+	assert.Equal(t, 2, code, out)
+	assert.Contains(t, out, "3 here, 2 recorded")
+	require.NoError(t, os.WriteFile(release, nil, 0o644))
+	for _, h := range holders {
+		require.NoError(t, h.wait(t, 10*time.Second), h.out.String())
+	}
+}
