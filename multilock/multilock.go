@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/internal/giveback"
 )
 
 // A Set is a group of keys held together. Its methods are safe for
@@ -61,7 +62,9 @@ func TryLock(ctx context.Context, m *dlm.Manager, keys ...string) (*Set, error) 
 
 // Lock takes every key, waiting while others hold any of them, until it has
 // them all or ctx ends (then it holds none, and the error matches
-// dlm.ErrNotAcquired and ctx's error). Repeated keys count once. Keys are
+// dlm.ErrNotAcquired and ctx's error). Keys it took are given back before
+// it returns an error (for at most the Manager's TTL; the error says when a
+// release failed). Repeated keys count once. Keys are
 // taken in sorted order, one at a time, each with dlm.Manager.Lock's
 // waiting and retries.
 func Lock(ctx context.Context, m *dlm.Manager, keys ...string) (*Set, error) {
@@ -101,29 +104,25 @@ func takeInOrder(ctx context.Context, m *dlm.Manager, keys []string, take func(*
 	for _, key := range keys {
 		l, err := take(m, wctx, key)
 		if err != nil {
-			giveBack(ctx, held)
-			if context.Cause(wctx) == errHeldLost && ctx.Err() == nil {
+			// Decided before giving back: the releases end the held
+			// keys' contexts, which cancels wctx with errHeldLost.
+			lost := context.Cause(wctx) == errHeldLost && ctx.Err() == nil
+			back := giveback.Locks(ctx, m.TTL(), held...)
+			if lost {
 				return nil, errHeldLost
 			}
-			return nil, fmt.Errorf("multilock: %q: %w", key, err)
+			return nil, giveback.Wrap(fmt.Errorf("multilock: %q: %w", key, err), back)
 		}
 		held = append(held, l)
 		context.AfterFunc(l.Context(), func() { cancel(errHeldLost) })
 	}
 	for _, l := range held {
 		if l.Context().Err() != nil { // ended after its key was taken
-			giveBack(ctx, held)
+			_ = giveback.Locks(ctx, m.TTL(), held...)
 			return nil, errHeldLost
 		}
 	}
 	return held, nil
-}
-
-// giveBack releases locks in the background: the caller's wait is over.
-func giveBack(ctx context.Context, locks []*dlm.Lock) {
-	for _, l := range locks {
-		go l.Unlock(context.WithoutCancel(ctx))
-	}
 }
 
 // Of returns a Set of locks already held, in the order given, so that

@@ -33,6 +33,7 @@ import (
 	"time"
 
 	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/internal/giveback"
 	"github.com/dlmgo/dlm/multilock"
 	"github.com/dlmgo/dlm/semaphore"
 )
@@ -46,9 +47,25 @@ type RWLock struct {
 	permits []string
 }
 
+// ErrMismatch is matched by the error of an RWLock whose maximum number of
+// readers differs from that of the other users of its name: the readers'
+// semaphore (name+":read") records it (semaphore.Semaphore.CheckPermits).
+// It is permanent: Lock and RLock return it at once.
+var ErrMismatch = semaphore.ErrMismatch
+
+// checkReaders confirms the number of readers (a reader's Acquire of a
+// permit does the same); other failures are left to the permits' own calls.
+func (rw *RWLock) checkReaders(ctx context.Context) error {
+	if err := rw.readers.CheckPermits(ctx); errors.Is(err, ErrMismatch) {
+		return fmt.Errorf("rwlock: write: %w", err)
+	}
+	return nil
+}
+
 // New returns the read-write lock name, taken through m, admitting at most
 // maxReaders readers at a time (1 to semaphore.MaxPermits). Every process
-// must use the same name and maxReaders.
+// must use the same name and maxReaders: one that does not fails with
+// ErrMismatch.
 func New(m *dlm.Manager, name string, maxReaders int) (*RWLock, error) {
 	if m == nil {
 		return nil, fmt.Errorf("%w: rwlock.New: nil Manager", dlm.ErrInvalid)
@@ -67,9 +84,10 @@ func New(m *dlm.Manager, name string, maxReaders int) (*RWLock, error) {
 // A Hold is a read or a write hold on an RWLock. Its methods are safe for
 // concurrent use.
 type Hold struct {
-	set   *multilock.Set
-	fence uint64
-	write bool
+	set    *multilock.Set
+	fence  uint64
+	write  bool
+	passed <-chan struct{} // a reader's: closed once the gate was given back
 }
 
 // Fence returns the hold's fencing token (see the package documentation
@@ -90,22 +108,36 @@ func (h *Hold) Until() time.Time { return h.set.Until() }
 // writer's gate and then its permits.
 func (h *Hold) Locks() []*dlm.Lock { return h.set.Locks() }
 
-// Unlock gives the hold back, as multilock.Set.Unlock does.
-func (h *Hold) Unlock(ctx context.Context) error { return h.set.Unlock(ctx) }
+// Unlock gives the hold back, as multilock.Set.Unlock does. A reader's
+// Unlock also waits (within ctx) for the gate it passed to be given back.
+func (h *Hold) Unlock(ctx context.Context) error {
+	err := h.set.Unlock(ctx)
+	if h.passed != nil {
+		select {
+		case <-h.passed:
+		case <-ctx.Done():
+		}
+	}
+	return err
+}
 
 // RLock takes a read hold, waiting while a writer holds or waits for the
 // lock and while maxReaders readers hold it, until it succeeds or ctx ends.
+// RLock and Lock give back what they took before they return an error (for
+// at most the Manager's TTL; the error says when a release failed).
 func (rw *RWLock) RLock(ctx context.Context) (*Hold, error) {
 	gate, err := rw.m.Lock(ctx, rw.gate)
 	if err != nil {
 		return nil, fmt.Errorf("rwlock: read: %w", err)
 	}
 	permit, err := rw.readers.Acquire(ctx)
-	go gate.Unlock(context.WithoutCancel(ctx))
 	if err != nil {
-		return nil, fmt.Errorf("rwlock: read: %w", err)
+		return nil, giveback.Wrap(fmt.Errorf("rwlock: read: %w", err), giveback.Locks(ctx, rw.m.TTL(), gate))
 	}
-	return &Hold{set: multilock.Of(permit), fence: gate.Fence()}, nil
+	// The gate's release is not waited for here; Unlock waits for it.
+	passed := make(chan struct{})
+	go func() { _ = giveback.Locks(ctx, rw.m.TTL(), gate); close(passed) }()
+	return &Hold{set: multilock.Of(permit), fence: gate.Fence(), passed: passed}, nil
 }
 
 // Lock takes the write hold, waiting while others read or write, until it
@@ -113,6 +145,9 @@ func (rw *RWLock) RLock(ctx context.Context) (*Hold, error) {
 // it wait; then it waits for every reader's permit. When the gate's lease
 // ends during that wait, Lock gives back what it took and starts over.
 func (rw *RWLock) Lock(ctx context.Context) (*Hold, error) {
+	if err := rw.checkReaders(ctx); err != nil {
+		return nil, err
+	}
 	for {
 		h, err := rw.lock(ctx)
 		if !errors.Is(err, errGateLost) {
@@ -152,16 +187,15 @@ func (rw *RWLock) lock(ctx context.Context) (*Hold, error) {
 	if first == nil && gate.Context().Err() == nil {
 		return &Hold{set: multilock.Of(locks...), fence: gate.Fence(), write: true}, nil
 	}
-	for _, l := range locks {
-		if l != nil {
-			go l.Unlock(context.WithoutCancel(ctx))
-		}
-	}
-	if ctx.Err() == nil && (first == nil || context.Cause(wctx) == errGateLost) {
+	// Decided before giving back: the gate's release ends its context,
+	// which cancels wctx with errGateLost.
+	lost := ctx.Err() == nil && (first == nil || context.Cause(wctx) == errGateLost)
+	back := giveback.Locks(ctx, rw.m.TTL(), locks...)
+	if lost {
 		return nil, errGateLost
 	}
 	if first == nil {
 		first = fmt.Errorf("%w: %w", dlm.ErrNotAcquired, context.Cause(ctx))
 	}
-	return nil, fmt.Errorf("rwlock: write: %w", first)
+	return nil, giveback.Wrap(fmt.Errorf("rwlock: write: %w", first), back)
 }

@@ -14,7 +14,10 @@
 // then, when it was taken, all the others at once, which dlm's coalescing
 // sends in one round trip per node, giving back before it returns any
 // others it got); a waiter subscribes to the release notifications of
-// every permit. Waiters are not served in arrival order, and while one
+// every permit. The first acquisition of a name in a process also
+// confirms that the name's other users have the same number of permits
+// (CheckPermits): one more acquisition, on the key CountKey(name),
+// repeated every half day. Waiters are not served in arrival order, and while one
 // caller gives back extra permits, another's TryAcquire may find them held.
 package semaphore
 
@@ -24,10 +27,14 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
+	"weak"
 
 	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/internal/giveback"
 )
 
 // MaxPermits bounds the permits of a Semaphore.
@@ -42,10 +49,109 @@ type Semaphore struct {
 	keys []string // one per permit
 }
 
+// ErrMismatch is matched by the error of a Semaphore whose number of permits
+// differs from that of the other users of its name (see CheckPermits). It
+// is permanent (dlm.Permanent): Acquire returns it at once.
+var ErrMismatch = errors.New("number of permits differs between users of the name")
+
+// A mismatchError is ErrMismatch for one Semaphore.
+type mismatchError struct {
+	name    string
+	permits int
+	theirs  string // the number recorded, when known
+	cause   error  // the refusal of the record
+}
+
+func (e *mismatchError) Error() string {
+	if e.theirs != "" {
+		return fmt.Sprintf("semaphore %q: %v: %d here, %s recorded by the others", e.name, ErrMismatch, e.permits, e.theirs)
+	}
+	return fmt.Sprintf("semaphore %q: %v: %d here, another recorded (%v)", e.name, ErrMismatch, e.permits, e.cause)
+}
+func (e *mismatchError) Is(target error) bool { return target == ErrMismatch }
+func (e *mismatchError) Permanent() bool      { return true }
+
+// countTTL is how long the record of a name's number of permits lasts
+// after its last check (see CheckPermits).
+const countTTL = dlm.MaxTTL
+
+// CheckPermits confirms that every user of the semaphore's name that has
+// checked within the last day uses the same number of permits, and
+// records this Semaphore's number when none has: the record is a lock on
+// the key name+":permits" (CountKey) held by a token naming the number, for
+// a day from its last check (for the Manager's TTL on a strategy whose
+// leases are bounded, strategy.WithMaxTTL), taken through the Manager's
+// strategy (a majority of Redlock's masters; its own hash slot on a
+// Cluster). When another number holds the record the error matches
+// ErrMismatch. A check by a Semaphore of the same Manager, name and number
+// within the first half of the record's life counts, so the calls of
+// Acquire and TryAcquire, and of Semaphores made afresh for each use, cost
+// one more acquisition a half day per process. To change the number, stop
+// every user and revoke the record (dlm revoke), or let it run out.
+func (s *Semaphore) CheckPermits(ctx context.Context) error {
+	ck := checkKey{weak.Make(s.m), s.name, len(s.keys)}
+	if due, ok := checked.Load(ck); ok && time.Now().Before(due.(time.Time)) {
+		return nil
+	}
+	token := "permits:" + strconv.Itoa(len(s.keys))
+	st := s.m.Strategy()
+	ttl := countTTL
+	_, err := st.Acquire(ctx, CountKey(s.name), token, ttl)
+	if errors.Is(err, dlm.ErrInvalid) {
+		// A strategy whose leases are bounded takes at least the
+		// Manager's TTL; the record lasts as long.
+		ttl = s.m.TTL()
+		_, err = st.Acquire(ctx, CountKey(s.name), token, ttl)
+	}
+	var held *dlm.HeldError
+	switch {
+	case err == nil:
+		if checkedN.Add(1) > maxChecked { // bound the memory of many names
+			checked.Clear()
+			checkedN.Store(0)
+		}
+		checked.Store(ck, time.Now().Add(ttl/2))
+		return nil
+	case errors.As(err, &held) && !held.Quarantined:
+		e := &mismatchError{name: s.name, permits: len(s.keys), cause: err}
+		// Name the recorded number where the strategy can tell.
+		if info, ierr := s.m.Inspect(ctx, CountKey(s.name)); ierr == nil && info.Held {
+			if n, ok := strings.CutPrefix(info.Token, "permits:"); ok {
+				e.theirs = n
+			}
+		}
+		return e
+	}
+	return s.wrap(err)
+}
+
+// checked maps the checkKey of each recent check to the time when it
+// must be made again.
+var (
+	checked  sync.Map
+	checkedN atomic.Int64
+)
+
+const maxChecked = 4096
+
+// A checkKey names a check of CheckPermits; it does not keep its Manager
+// alive.
+type checkKey struct {
+	m       weak.Pointer[dlm.Manager]
+	name    string
+	permits int
+}
+
+// CountKey returns the key that records the number of permits of the
+// semaphore name (see Semaphore.CheckPermits).
+func CountKey(name string) string { return name + ":permits" }
+
 // New returns a Semaphore of permits permits named name, taken through m
 // (whose TTL and options every permit gets). Every process must use the
 // same name and number of permits: the permits are the keys
-// PermitKey(name, 0) to PermitKey(name, permits-1).
+// PermitKey(name, 0) to PermitKey(name, permits-1). A Semaphore with
+// another number than the other users' fails with ErrMismatch (see
+// CheckPermits) instead of admitting extra holders.
 func New(m *dlm.Manager, name string, permits int) (*Semaphore, error) {
 	if m == nil {
 		return nil, fmt.Errorf("%w: semaphore.New: nil Manager", dlm.ErrInvalid)
@@ -80,6 +186,9 @@ func (s *Semaphore) Permits() int { return len(s.keys) }
 // The returned Lock is the permit: keep its Context for the work the permit
 // allows, and Unlock it to give the permit back.
 func (s *Semaphore) TryAcquire(ctx context.Context) (*dlm.Lock, error) {
+	if err := s.CheckPermits(ctx); err != nil {
+		return nil, err
+	}
 	first := rand.IntN(len(s.keys))
 	l, err := s.m.TryLock(ctx, s.keys[first])
 	if err == nil || len(s.keys) == 1 || dlm.Permanent(err) || ctx.Err() != nil {
@@ -113,16 +222,13 @@ func (s *Semaphore) TryAcquire(ctx context.Context) (*dlm.Lock, error) {
 		}
 	}
 	// More than one permit was free: give the others back before returning,
-	// so that this caller's next attempt finds them free.
-	var wg sync.WaitGroup
-	for _, l := range extra {
-		wg.Go(func() { _ = l.Unlock(ctx) }) // else its lease runs out
-	}
-	wg.Wait()
+	// even when ctx ended meanwhile, so that this caller's next attempt, or
+	// another process, finds them free.
+	back := giveback.Locks(ctx, s.m.TTL(), extra...)
 	if won != nil {
-		return won, nil
+		return won, nil // the extra permits' leases run out if back failed
 	}
-	return nil, s.wrap(best)
+	return nil, giveback.Wrap(s.wrap(best), back)
 }
 
 // better picks the error that tells a caller more: a permanent error over

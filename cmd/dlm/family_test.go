@@ -213,3 +213,106 @@ func TestFamilyUsageErrors(t *testing.T) {
 		assert.Contains(t, out, tc.want, tc.args)
 	}
 }
+
+// holdUntil starts n dlm run with flags on key whose COMMAND holds until
+// the file release exists, and returns them once all hold.
+func holdUntil(t *testing.T, n int, url, key, release string, flags ...string) []*background {
+	t.Helper()
+	dir := t.TempDir()
+	var bs []*background
+	for range n {
+		args := append([]string{"run", "--url", url, "--key", key, "--wait", "20s"}, flags...)
+		args = append(args, "--", "sh", "-c", "touch "+dir+"/$$; while [ ! -e "+release+" ]; do sleep 0.02; done")
+		bs = append(bs, startDLM(t, args...))
+	}
+	require.Eventually(t, func() bool {
+		m, _ := filepath.Glob(filepath.Join(dir, "*"))
+		return len(m) == n
+	}, 20*time.Second, 10*time.Millisecond, "the holders never all held")
+	return bs
+}
+
+// tryOnce reports whether one attempt (dlm run --wait 0, a single TryLock)
+// takes each of the plain locks keys.
+func tryOnce(t *testing.T, url string, keys ...string) {
+	t.Helper()
+	for _, k := range keys {
+		code, out := runDLM(t, "run", "--url", url, "--key", k, "--wait", "0", "--", "true")
+		assert.Equal(t, 0, code, "%s is still held: %s", k, out)
+	}
+}
+
+// A writer or a reader of a read-write lock that gives up (--wait passed)
+// gives back what it took before dlm exits: once the readers that held are
+// gone, the gate and every permit are free at the first attempt.
+func TestRunGivingUpReleases(t *testing.T) {
+	url := "single://" + redistest.Start(t).Addr
+	permits := func(name string, n int) []string {
+		keys := []string{name + ":gate"}
+		for i := range n {
+			keys = append(keys, name+":read:permit:"+strconv.Itoa(i))
+		}
+		return keys
+	}
+	t.Run("writer", func(t *testing.T) {
+		release := filepath.Join(t.TempDir(), "release")
+		readers := holdUntil(t, 2, url, "w", release, "--readers", "4", "--shared")
+		code, out := runDLM(t, "run", "--url", url, "--key", "w", "--readers", "4", "--wait", "1s", "--", "true")
+		require.Equal(t, exitNotLocked, code, out)
+		require.NoError(t, os.WriteFile(release, nil, 0o644))
+		for _, r := range readers {
+			require.NoError(t, r.wait(t, 10*time.Second), r.out.String())
+		}
+		tryOnce(t, url, permits("w", 4)...)
+	})
+	t.Run("reader", func(t *testing.T) {
+		release := filepath.Join(t.TempDir(), "release")
+		readers := holdUntil(t, 1, url, "r", release, "--readers", "1", "--shared")
+		code, out := runDLM(t, "run", "--url", url, "--key", "r", "--readers", "1", "--shared", "--wait", "1s", "--", "true")
+		require.Equal(t, exitNotLocked, code, out)
+		require.NoError(t, os.WriteFile(release, nil, 0o644))
+		require.NoError(t, readers[0].wait(t, 10*time.Second), readers[0].out.String())
+		tryOnce(t, url, permits("r", 1)...)
+	})
+}
+
+// A --permits or --readers count other than that of the key's other users
+// is refused (exit 2, with a message saying so), not admitted beside them.
+func TestRunMismatchedCountRefused(t *testing.T) {
+	url := "single://" + redistest.Start(t).Addr
+	release := filepath.Join(t.TempDir(), "release")
+	holders := holdUntil(t, 2, url, "sem", release, "--permits", "2")
+	holdUntil(t, 1, url, "doc", release, "--readers", "4", "--shared")
+	for _, flags := range [][]string{{"--permits", "3"}, {"--readers", "3", "--shared"}, {"--readers", "3"}} {
+		key := "sem"
+		if flags[0] == "--readers" {
+			key = "doc"
+		}
+		args := append([]string{"run", "--url", url, "--key", key, "--wait", "1m"}, flags...)
+		code, out := runDLM(t, append(args, "--", "echo", "ran")...)
+		assert.Equal(t, 2, code, "%v: %s", flags, out)
+		assert.Contains(t, out, "differs", flags)
+		assert.NotContains(t, out, "ran\n", flags)
+	}
+	require.NoError(t, os.WriteFile(release, nil, 0o644))
+	for _, h := range holders {
+		require.NoError(t, h.wait(t, 10*time.Second), h.out.String())
+	}
+}
+
+// On a Redis Cluster the record of the number of permits has its own hash
+// slot (the permits are spread over the masters): a mismatch is refused
+// there too.
+func TestRunMismatchedCountRefusedCluster(t *testing.T) {
+	nodes := redistest.StartCluster(t, 3)
+	url := "cluster://" + nodes[0].Addr
+	release := filepath.Join(t.TempDir(), "release")
+	holders := holdUntil(t, 2, url, "csem", release, "--permits", "2")
+	code, out := runDLM(t, "run", "--url", url, "--key", "csem", "--permits", "3", "--wait", "1m", "--", "echo", "ran")
+	assert.Equal(t, 2, code, out)
+	assert.Contains(t, out, "3 here, 2 recorded")
+	require.NoError(t, os.WriteFile(release, nil, 0o644))
+	for _, h := range holders {
+		require.NoError(t, h.wait(t, 10*time.Second), h.out.String())
+	}
+}

@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -98,8 +100,8 @@ func TestRunKilledTakesTheGroupAlong(t *testing.T) {
 	assert.Greater(t, time.Since(start), 500*time.Millisecond, "the next holder waited for the lease to run out")
 }
 
-// What COMMAND leaves running in its group is killed before the lock is
-// released.
+// What COMMAND leaves running in its group is killed, and confirmed gone,
+// before the lock is released.
 func TestRunLeftoversKilledBeforeUnlock(t *testing.T) {
 	url := "single://" + redistest.Start(t).Addr
 	pidFile := filepath.Join(t.TempDir(), "pid")
@@ -109,7 +111,7 @@ func TestRunLeftoversKilledBeforeUnlock(t *testing.T) {
 	require.NoError(t, err)
 	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return !alive(pid) }, time.Second, 5*time.Millisecond, "a background process of COMMAND outlived the lock")
+	assert.False(t, alive(pid), "a background process of COMMAND outlived the lock")
 }
 
 // A TTL too short to stop COMMAND within the lease is refused before any
@@ -145,3 +147,191 @@ func TestRunExitCodes(t *testing.T) {
 }
 
 func syscallKill(pid int) error { p, _ := os.FindProcess(pid); return p.Kill() }
+
+// A firstGroup is a dlm run whose COMMAND (a shell, the group's leader)
+// started a background sleep and waits.
+type firstGroup struct {
+	dlm              *exec.Cmd
+	out              *bytes.Buffer
+	leader, grandkid int
+}
+
+// startFirstGroup starts dlm (the binary at bin) run on key with such a
+// COMMAND and returns once COMMAND wrote both pids.
+func startFirstGroup(t *testing.T, bin, url, key string, flags ...string) firstGroup {
+	t.Helper()
+	pidFile := filepath.Join(t.TempDir(), "pids")
+	args := append([]string{"run", "--url", url, "--key", key}, flags...)
+	args = append(args, "--", "sh", "-c", "sleep 60 & echo $$ $! > "+pidFile+"; wait")
+	cmd := exec.Command(bin, args...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	var pids []int
+	require.Eventually(t, func() bool {
+		b, err := os.ReadFile(pidFile)
+		if err != nil || !bytes.HasSuffix(b, []byte("\n")) {
+			return false
+		}
+		pids = nil
+		for _, f := range strings.Fields(string(b)) {
+			p, err := strconv.Atoi(f)
+			if err != nil {
+				return false
+			}
+			pids = append(pids, p)
+		}
+		return len(pids) == 2
+	}, 10*time.Second, 10*time.Millisecond, "COMMAND never wrote its pids")
+	t.Cleanup(func() {
+		for _, p := range pids {
+			if alive(p) {
+				_ = syscallKill(p)
+			}
+		}
+	})
+	return firstGroup{dlm: cmd, out: &out, leader: pids[0], grandkid: pids[1]}
+}
+
+// childrenOf returns the pids whose parent is pid.
+func childrenOf(t *testing.T, pid int) []int {
+	t.Helper()
+	dirs, err := filepath.Glob("/proc/[0-9]*/stat")
+	require.NoError(t, err)
+	var kids []int
+	for _, d := range dirs {
+		b, err := os.ReadFile(d)
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		f := strings.Fields(s[i+1:]) // state ppid ...
+		if len(f) > 1 && f[1] == strconv.Itoa(pid) {
+			p, _ := strconv.Atoi(strings.Split(strings.TrimPrefix(d, "/proc/"), "/")[0])
+			kids = append(kids, p)
+		}
+	}
+	return kids
+}
+
+// secondHolder runs dlm run on key with a COMMAND that fails (exit 9,
+// "OVERLAP") when any of the first group's processes still runs, and
+// returns its exit code and output.
+func secondHolder(t *testing.T, url, key string, g firstGroup) (int, string) {
+	t.Helper()
+	check := fmt.Sprintf(`for p in %d %d; do if [ -r /proc/$p/stat ] && ! grep -q ') Z' /proc/$p/stat; then echo "OVERLAP $p"; exit 9; fi; done; echo clean`, g.leader, g.grandkid)
+	return runDLM(t, "run", "--url", url, "--key", key, "--wait", "20s", "--", "sh", "-c", check)
+}
+
+// The supervisor between dlm and COMMAND killed with SIGKILL (what the OOM
+// killer does): dlm stops COMMAND's whole group before it releases the
+// lock, so the next holder finds nothing of it running.
+func TestRunSupervisorKilled(t *testing.T) {
+	url := "single://" + redistest.Start(t).Addr
+	g := startFirstGroup(t, dlmBin, url, "sup-killed", "--ttl", "2s")
+	sups := childrenOf(t, g.dlm.Process.Pid)
+	require.Len(t, sups, 1, "dlm run's supervisor")
+	require.NoError(t, syscall.Kill(sups[0], syscall.SIGKILL))
+	code, text := secondHolder(t, url, "sup-killed", g)
+	assert.Equal(t, 0, code, text)
+	assert.Contains(t, text, "clean")
+	_ = g.dlm.Wait()
+	assert.Contains(t, g.out.String(), "supervisor was killed")
+	assert.False(t, alive(g.leader) || alive(g.grandkid), "the first group outlived dlm")
+}
+
+// dlm killed with SIGKILL: its supervisor stops the group, and the lock,
+// never released, passes on only when its lease ends; the next holder
+// finds nothing of the group running.
+func TestRunKilledSecondHolder(t *testing.T) {
+	url := "single://" + redistest.Start(t).Addr
+	g := startFirstGroup(t, dlmBin, url, "dlm-killed", "--ttl", "1s")
+	require.NoError(t, g.dlm.Process.Kill())
+	code, text := secondHolder(t, url, "dlm-killed", g)
+	assert.Equal(t, 0, code, text)
+	assert.Contains(t, text, "clean")
+}
+
+// The dlm binary replaced or deleted on disk while dlm run waits for the
+// lock: the supervisor is still the binary dlm runs from, and COMMAND runs.
+func TestRunBinaryReplaced(t *testing.T) {
+	url := "single://" + redistest.Start(t).Addr
+	for _, tc := range []struct {
+		name    string
+		replace func(path string) error
+	}{
+		{"replaced", func(path string) error {
+			if err := os.WriteFile(path+".new", []byte("#!/bin/sh\necho replaced binary ran; exit 42\n"), 0o755); err != nil {
+				return err
+			}
+			return os.Rename(path+".new", path)
+		}},
+		{"deleted", os.Remove},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			bin := filepath.Join(dir, "dlm")
+			b, err := os.ReadFile(dlmBin)
+			require.NoError(t, err)
+			require.NoError(t, os.WriteFile(bin, b, 0o755))
+			key := "replaced-" + tc.name
+			gate, holding := filepath.Join(dir, "go"), filepath.Join(dir, "holding")
+			holder := startDLM(t, "run", "--url", url, "--key", key, "--", "sh", "-c", "touch "+holding+"; while [ ! -e "+gate+" ]; do sleep 0.02; done")
+			require.Eventually(t, func() bool {
+				_, err := os.Stat(holding)
+				return err == nil
+			}, 10*time.Second, 10*time.Millisecond, "the holder never held: %s", holder.out)
+			waiter := exec.Command(bin, "run", "--url", url, "--key", key, "--wait", "20s", "--", "sh", "-c", `echo "ran fence=$DLM_FENCE"`)
+			var out bytes.Buffer
+			waiter.Stdout, waiter.Stderr = &out, &out
+			require.NoError(t, waiter.Start()) // returns once bin was exec'd
+			t.Cleanup(func() { _ = waiter.Process.Kill(); _ = waiter.Wait() })
+			require.NoError(t, tc.replace(bin))
+			require.NoError(t, os.WriteFile(gate, nil, 0o644))
+			require.NoError(t, holder.wait(t, 10*time.Second), holder.out.String())
+			require.NoError(t, waiter.Wait(), out.String())
+			assert.Contains(t, out.String(), "ran fence=")
+			assert.NotContains(t, out.String(), "replaced binary ran")
+		})
+	}
+}
+
+// dlm and its supervisor killed at once (stopped first, so that neither
+// acts before both die): the watchdog in COMMAND's group kills the group,
+// and the next holder, after the lease, finds nothing of it running.
+func TestRunKilledWithSupervisor(t *testing.T) {
+	url := "single://" + redistest.Start(t).Addr
+	g := startFirstGroup(t, dlmBin, url, "both-killed", "--ttl", "1s")
+	sups := childrenOf(t, g.dlm.Process.Pid)
+	require.Len(t, sups, 1, "dlm run's supervisor")
+	for _, p := range []int{g.dlm.Process.Pid, sups[0]} {
+		require.NoError(t, syscall.Kill(p, syscall.SIGSTOP))
+	}
+	for _, p := range []int{g.dlm.Process.Pid, sups[0]} {
+		require.NoError(t, syscall.Kill(p, syscall.SIGKILL))
+	}
+	code, text := secondHolder(t, url, "both-killed", g)
+	assert.Equal(t, 0, code, text)
+	assert.Contains(t, text, "clean")
+}
+
+// A supervisor that cannot act (stopped) when the lease ends: dlm kills
+// COMMAND's group itself, then the supervisor, and exits as having lost
+// the lock; the next holder finds nothing of the group running.
+func TestRunSupervisorStopped(t *testing.T) {
+	url := "single://" + redistest.Start(t).Addr
+	g := startFirstGroup(t, dlmBin, url, "sup-stopped", "--ttl", "1s", "--max-hold", "500ms", "--grace", "100ms")
+	sups := childrenOf(t, g.dlm.Process.Pid)
+	require.Len(t, sups, 1, "dlm run's supervisor")
+	require.NoError(t, syscall.Kill(sups[0], syscall.SIGSTOP))
+	t.Cleanup(func() { _ = syscall.Kill(sups[0], syscall.SIGKILL) })
+	code, text := secondHolder(t, url, "sup-stopped", g)
+	assert.Equal(t, 0, code, text)
+	assert.Contains(t, text, "clean")
+	err := g.dlm.Wait()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee, g.out.String())
+	assert.Equal(t, exitLost, ee.ExitCode(), g.out.String())
+}

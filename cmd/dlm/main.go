@@ -178,6 +178,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case superviseArg:
 		return supervise(args[2:]) // after "--"
+	case watchArg:
+		return watch()
 	case "help":
 		if len(args) > 1 {
 			cmd, ok := commands[args[1]]

@@ -41,7 +41,8 @@ configuration says otherwise. COMMAND's environment gets:
              holder of KEY: pass it to the storage COMMAND writes to, so it
              can refuse writes from a holder that lost the lock
 
-Shared holds (every user of KEY must give the same N):
+Shared holds (every user of KEY must give the same N; a different N than
+that of KEY's other users is refused, exit status 2):
   --permits N           KEY is a semaphore of N permits: take one of them
                         (DLM_FENCE is the permit's fence)
   --readers N           KEY is a read-write lock admitting N readers: take
@@ -55,9 +56,12 @@ refused, renewals fail, or --max-hold passed) the group gets SIGTERM, and
 SIGKILL after --grace; in any case SIGTERM comes once less than --grace of
 the lease is left (--grace is capped at a third of the TTL) and SIGKILL
 just before it ends. If dlm itself dies, even by SIGKILL, the group is
-killed at once. When COMMAND exits, what it left running in its group is
-killed before the lock is released. --on-lost ignore lets the group run on
-after a loss (and past the lease): the rule no longer holds.
+killed at once; if its supervisor process dies, dlm kills the group
+before releasing the lock; if both die at once, a watchdog process that
+dlm puts in the group (dlm __watch, deaf to forwarded signals) kills it.
+When COMMAND exits, what it left running in its group is killed, and
+confirmed gone, before the lock is released. --on-lost ignore lets the
+group run on after a loss (and past the lease): the rule no longer holds.
 
 Bounds: --wait 0 (the default) makes one attempt, given at most 1s, or
 three node timeouts (the config's timeout) when that is longer; --wait D
@@ -82,7 +86,8 @@ Exit status:
   76  the lock was lost while COMMAND ran (unless --on-lost ignore)
   128+N signal N ended the wait for the lock (130 SIGINT, 129 SIGHUP,
         143 SIGTERM)
-  2   usage or configuration error, including a TTL below 300ms
+  2   usage or configuration error, including a TTL below 300ms and a
+      --permits or --readers count other than that of KEY's other users
   127 COMMAND could not be started
 `
 
@@ -224,7 +229,7 @@ func runWhileHeld(ctx context.Context, tf targetFlags, o holdOptions, cmdArgs []
 	cancel()
 	switch {
 	case err == nil:
-	case errors.Is(err, dlm.ErrInvalid):
+	case errors.Is(err, dlm.ErrInvalid), errors.Is(err, semaphore.ErrMismatch):
 		fmt.Fprintf(stderr, "%s: %v\n", o.name, err)
 		return 2
 	case ctx.Err() != nil:
@@ -235,7 +240,11 @@ func runWhileHeld(ctx context.Context, tf targetFlags, o holdOptions, cmdArgs []
 		fmt.Fprintf(stderr, "%s: could not lock %s: %v%s\n", o.name, o.what, err, clusterHint(cfg, err))
 		return exitNotLocked
 	}
+	keep := false // COMMAND's group could not be confirmed gone: let the lease run out
 	defer func() {
+		if keep {
+			return
+		}
 		// Bounded: a server that stopped answering must not hold dlm up
 		// after COMMAND has exited.
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unlockTimeout)
@@ -248,18 +257,44 @@ func runWhileHeld(ctx context.Context, tf targetFlags, o holdOptions, cmdArgs []
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)
 	defer signal.Stop(sigs)
-	sup, group, _, err := startSupervised(cmdArgs, append(os.Environ(), env(lock)...), os.Stdin, stdout, stderr)
+	if err := becomeSubreaper(); err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", o.name, err)
+		return 127
+	}
+	sup, group, pgid, err := startSupervised(cmdArgs, append(os.Environ(), env(lock)...), os.Stdin, stdout, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", o.name, err)
 		return 127
 	}
 	defer group.Close()
+	stopReaping := make(chan struct{})
+	go reapOrphans(pgid, stopReaping)
+	defer close(stopReaping)
 	exited := make(chan struct{})
 	go func() { _ = sup.Wait(); close(exited) }()
 	status := func() int { return exitStatus(sup.ProcessState) }
-	return watchLease(lock, o.onLost, *grace, exited, sigs, group, status, func(cause error) {
+	// SIGKILL also goes straight to the group, in case the supervisor
+	// cannot act (stopped); a supervisor that has not exited a second
+	// later is killed in turn.
+	kill := func(supToo bool) {
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		if supToo {
+			_ = sup.Process.Kill()
+		}
+	}
+	code := watchLease(lock, o.onLost, *grace, exited, sigs, group, kill, status, func(cause error) {
 		fmt.Fprintf(stderr, "%s: lost the lock on %s: %v\n", o.name, o.what, cause)
 	})
+	// However the supervisor ended (COMMAND's exit, SIGKILL, the OOM
+	// killer), nothing of COMMAND's group may run once the lock is released.
+	if ws, ok := sup.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		fmt.Fprintf(stderr, "%s: COMMAND's supervisor was killed (%v): stopping COMMAND's process group\n", o.name, ws.Signal())
+	}
+	if err := stopGroup(pgid, lock.Until); err != nil {
+		keep = true
+		fmt.Fprintf(stderr, "%s: %v: %s not released, its lease runs out within its TTL\n", o.name, err, o.what)
+	}
+	return code
 }
 
 // minRunTTL is the shortest TTL dlm run takes: renewal comes every TTL/3 there,
@@ -274,12 +309,14 @@ const stopMargin = 50 * time.Millisecond
 // COMMAND's group and stopping the group as onLost says: when the lock is
 // lost, and in any case so that no process of the group runs after the
 // lease's validity ends — SIGTERM once less than grace+stopMargin of it is
-// left, SIGKILL at stopMargin.
+// left, SIGKILL at stopMargin. SIGKILL goes through the supervisor and
+// through kill(false) too; kill(true) also kills a supervisor that has not
+// exited a second after.
 func watchLease(lock held, onLost string, grace time.Duration, exited <-chan struct{}, sigs <-chan os.Signal,
-	group *os.File, status func() int, reportLost func(error)) int {
+	group io.Writer, kill func(supToo bool), status func() int, reportLost func(error)) int {
 	lost := lock.Context().Done() // the Manager renews; this ends when it cannot
 	wasLost, killed := false, false
-	var termed time.Time // when SIGTERM was sent
+	var termed, killedAt time.Time // when SIGTERM and SIGKILL were sent
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -299,6 +336,10 @@ func watchLease(lock held, onLost string, grace time.Duration, exited <-chan str
 			reportLost(context.Cause(lock.Context()))
 		case <-tick.C:
 		}
+		if killed && !killedAt.IsZero() && time.Since(killedAt) >= time.Second {
+			kill(true)
+			killedAt = time.Time{}
+		}
 		if onLost == "ignore" || killed {
 			continue
 		}
@@ -310,7 +351,8 @@ func watchLease(lock held, onLost string, grace time.Duration, exited <-chan str
 		switch {
 		case left <= stopMargin || wasLost && onLost == "kill" || !termed.IsZero() && time.Since(termed) >= grace:
 			signalGroup(group, syscall.SIGKILL)
-			killed = true
+			kill(false)
+			killed, killedAt = true, time.Now()
 		case termed.IsZero() && (left <= grace+stopMargin || wasLost):
 			signalGroup(group, syscall.SIGTERM)
 			termed = time.Now()
