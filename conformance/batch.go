@@ -168,7 +168,7 @@ func testPartReadBatch(t *testing.T, c *nodeCase) {
 	busy := nodekit.NewScript(c.script(markedBusyScript))
 	busyAt := c.key("busyat")
 	c.eval(t, grant.Source(), []string{c.key("load")}, "0")
-	c.eval(t, busy.Source(), []string{c.key("load"), busyAt}, "0")
+	c.eval(t, busy.Source(), []string{c.key("load"), c.key("loadat")}, "0") // busyAt unset until the cut batch's slow call runs
 	batch := func(slow time.Duration) []dlm.Call {
 		calls := make([]dlm.Call, 0, cutBefore+1+cutAfter)
 		for i := range cutBefore + cutAfter {
