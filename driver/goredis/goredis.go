@@ -15,7 +15,9 @@
 // ContextTimeoutEnabled; otherwise it runs in a separate goroutine and
 // returns as soon as the context ends, and the abandoned commands finish in
 // the background within the client's ReadTimeout (they still read the calls'
-// Keys and Args meanwhile). Set ContextTimeoutEnabled for the cheaper path.
+// Keys and Args meanwhile); such a batch goes as pipelines of 128 calls one
+// after the other, so that those answered before the context ended keep
+// their replies. Set ContextTimeoutEnabled for the cheaper path.
 // go-redis reads a pipeline's replies within ReadTimeout (default 3s) when
 // the context has no deadline on the socket, so a Wait's Timeout must stay
 // below it.
@@ -200,19 +202,53 @@ func (n *Node) bounded(ctx context.Context, calls []dlm.Call, w *dlm.Wait) (_ dl
 		err  error
 	}
 	ch := make(chan result, 1)
+	var (
+		mu        sync.Mutex
+		done      int // own[:done] hold their replies and are no longer written
+		abandoned bool
+	)
 	go func() {
-		acks, err := n.do(ctx, own, w, wcmd)
-		ch <- result{acks, err}
+		if w != nil || len(own) <= chunk {
+			acks, err := n.do(ctx, own, w, wcmd)
+			ch <- result{acks, err}
+			return
+		}
+		for lo := 0; lo < len(own); lo += chunk {
+			if err := ctx.Err(); err != nil {
+				nodekit.Fail(own[lo:], err)
+				break
+			}
+			hi := min(lo+chunk, len(own))
+			_, _ = n.do(ctx, own[lo:hi], nil, nil)
+			mu.Lock()
+			done = hi
+			stop := abandoned
+			mu.Unlock()
+			if stop {
+				return
+			}
+		}
+		ch <- result{}
 	}()
 	select {
 	case r := <-ch:
 		copy(calls, own)
 		return r.acks, r.err
 	case <-ctx.Done():
-		nodekit.Fail(calls, ctx.Err())
+		mu.Lock()
+		abandoned = true
+		copy(calls, own[:done])
+		nodekit.Fail(calls[done:], ctx.Err())
+		mu.Unlock()
 		return dlm.Acks{}, ctx.Err()
 	}
 }
+
+// chunk is how many calls of a batch one pipeline sends when the batch
+// runs in a goroutine of its own (the client does not put the context's
+// deadline on its sockets): the pipelines go one after the other, and when
+// the context ends the calls of those that finished keep their replies.
+const chunk = 128
 
 // do sends calls, and w's command wcmd after them unless it is nil, and
 // sets every call's Reply or Err. With wcmd it returns the wait's reply, or
@@ -357,9 +393,18 @@ func newCmd(ctx context.Context, c *dlm.Call) *redis.Cmd {
 
 var errNilReply = errors.New("dlm: script replied nil, want an array of integers")
 
-// setReply sets c's Reply or Err from cmd's reply.
+// setReply sets c's Reply or Err from cmd's reply. A command whose reply
+// was read keeps it when a later one failed: go-redis sets the error that
+// cut a pipeline on every command without an error of its own, those whose
+// replies it had read included. Its reader sets a command's value only
+// once the command's whole reply was read, and a script's reply is an
+// array, so an array value is the command's own reply.
 func (n *Node) setReply(c *dlm.Call, cmd *redis.Cmd) {
 	v, err := cmd.Result()
+	var re redis.Error
+	if _, ok := v.([]any); ok && err != nil && !errors.As(err, &re) {
+		err = nil
+	}
 	switch {
 	case err == redis.Nil: //nolint:errorlint // the reply itself, not a failover client's lookup that met one
 		c.Err = errNilReply

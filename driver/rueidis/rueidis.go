@@ -5,8 +5,10 @@
 // rueidis alone does not always (not with DisableAutoPipelining, and not
 // while it opens a connection: its handshake with a frozen server waits out
 // the dial timeout, past any deadline); the abandoned commands end when the
-// server answers or the client's ConnWriteTimeout passes. A context that
-// cannot end (context.Background) costs no goroutine. On a Cluster client the keys of a call, and the calls
+// server answers or the client's ConnWriteTimeout passes. A batch of more
+// than 128 calls goes then as DoMultis of 128 one after the other, so that
+// those answered before the context ended keep their replies. A context
+// that cannot end (context.Background) costs no goroutine. On a Cluster client the keys of a call, and the calls
 // of a RunWait, must share a hash slot, else they fail with dlm.ErrInvalid.
 package rueidis
 
@@ -297,6 +299,9 @@ func (n *Node) await(ctx context.Context, cmds []rueidis.Completed, dedicated bo
 	if ctx.Done() == nil {
 		return n.send(ctx, cmds, dedicated), nil
 	}
+	if !dedicated && len(cmds) > chunk {
+		return n.chunked(ctx, cmds), nil
+	}
 	ch := make(chan []rueidis.RedisResult, 1)
 	go func() { ch <- n.send(ctx, cmds, dedicated) }()
 	select {
@@ -305,6 +310,56 @@ func (n *Node) await(ctx context.Context, cmds []rueidis.Completed, dedicated bo
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+}
+
+// chunk is how many commands of a large batch one DoMulti sends when the
+// context can end (see chunked).
+const chunk = 128
+
+// chunked sends cmds as DoMultis of chunk commands, one after the other,
+// from a goroutine of its own, and returns as soon as ctx ends: the results
+// of the DoMultis that finished, and ctx's error for the others. rueidis
+// gives a DoMulti cut by its context that error on every command, those
+// whose replies it had read included.
+func (n *Node) chunked(ctx context.Context, cmds []rueidis.Completed) []rueidis.RedisResult {
+	var (
+		mu        sync.Mutex
+		own       = make([]rueidis.RedisResult, len(cmds))
+		done      int // own[:done] are set
+		abandoned bool
+	)
+	end := make(chan struct{})
+	go func() {
+		defer close(end)
+		for lo := 0; lo < len(cmds) && ctx.Err() == nil; lo += chunk {
+			hi := min(lo+chunk, len(cmds))
+			r := n.c.DoMulti(ctx, cmds[lo:hi]...)
+			mu.Lock()
+			stop := abandoned
+			if !stop {
+				copy(own[lo:hi], r)
+				done = hi
+			}
+			mu.Unlock()
+			if stop {
+				return
+			}
+		}
+	}()
+	select {
+	case <-end:
+	case <-ctx.Done():
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	abandoned = true
+	if done < len(own) {
+		failed := rueidis.NewErrorResult(ctx.Err())
+		for i := done; i < len(own); i++ {
+			own[i] = failed
+		}
+	}
+	return own
 }
 
 // send sends cmds in one DoMulti; dedicated ones, on a Cluster client, on a
