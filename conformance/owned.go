@@ -127,12 +127,16 @@ func evalAnswered(t *testing.T, c *nodeCase, src string, keys []string) []int64 
 // at once since the fault point closed them.
 const dialProbing = 500 * time.Millisecond
 
-func testDialDeadline(t *testing.T, c *nodeCase) {
+// hang makes new connects to the suite's server hang (and closes the
+// connections through the fault point) until the returned heal is called;
+// heal may be called more than once.
+func hang(t *testing.T, c *nodeCase) (heal func()) {
+	t.Helper()
 	if err := c.tr.Hang(true); err != nil {
 		t.Fatalf("making connects to the server hang: %v", err)
 	}
 	hanging := true
-	heal := func() {
+	return func() {
 		if hanging {
 			hanging = false
 			if err := c.tr.Hang(false); err != nil {
@@ -140,6 +144,10 @@ func testDialDeadline(t *testing.T, c *nodeCase) {
 			}
 		}
 	}
+}
+
+func testDialDeadline(t *testing.T, c *nodeCase) {
+	heal := hang(t, c)
 	defer heal()
 	probe := c.script("return {1}")
 	for _, nc := range c.both() {

@@ -121,18 +121,7 @@ func testWatchResubscribes(t *testing.T, c *nodeCase) {
 const watchDialing = 1500 * time.Millisecond
 
 func testWatchDialDeadline(t *testing.T, c *nodeCase) {
-	if err := c.tr.Hang(true); err != nil {
-		t.Fatalf("making connects to the server hang: %v", err)
-	}
-	hanging := true
-	heal := func() {
-		if hanging {
-			hanging = false
-			if err := c.tr.Hang(false); err != nil {
-				t.Fatalf("making the server reachable again: %v", err)
-			}
-		}
-	}
+	heal := hang(t, c)
 	defer heal()
 	// watch runs Watch with a deadline d away on a goroutine of its own,
 	// which a dial that ignores the context keeps.
