@@ -85,8 +85,8 @@ func TestSignalsWhileWaiting(t *testing.T) {
 	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP} {
 		t.Run(signalName(sig), func(t *testing.T) {
 			waiter := exec.Command(dlmBin, "run", "--url", url, "--key", "sig", "--wait", "1m", "--", "true")
-			var out bytes.Buffer
-			waiter.Stdout, waiter.Stderr = &out, &out
+			out := &lockedBuffer{} // read while dlm writes
+			waiter.Stdout, waiter.Stderr = out, out
 			require.NoError(t, waiter.Start())
 			// Waiting: it has subscribed to the key's release.
 			require.Eventually(t, func() bool {
@@ -94,7 +94,7 @@ func TestSignalsWhileWaiting(t *testing.T) {
 				return err == nil && info.Waiters >= 1
 			}, 20*time.Second, 10*time.Millisecond, "the waiter never waited")
 			require.NoError(t, waiter.Process.Signal(sig))
-			assert.Equal(t, 128+int(sig), exitOf(t, waiter, &out), out.String())
+			assert.Equal(t, 128+int(sig), exitOf(t, waiter, out), out.String())
 			assert.Contains(t, out.String(), "interrupted by "+signalName(sig)+" while waiting for \"sig\": nothing was taken")
 			require.Eventually(t, func() bool {
 				info, err := m.Inspect(context.Background(), "sig")
@@ -122,8 +122,8 @@ func TestSignalsWhileHolding(t *testing.T) {
 		t.Run(signalName(tc.sig), func(t *testing.T) {
 			cmd := exec.Command(dlmBin, "run", "--url", url, "--key", "held", "--", "sh", "-c", tc.command)
 			r, w := io.Pipe()
-			var errOut bytes.Buffer
-			cmd.Stdout, cmd.Stderr = w, &errOut
+			errOut := &lockedBuffer{} // read while dlm writes
+			cmd.Stdout, cmd.Stderr = w, errOut
 			require.NoError(t, cmd.Start())
 			t.Cleanup(func() { _ = cmd.Process.Kill(); _ = w.Close() })
 			line, err := bufio.NewReader(r).ReadString('\n')
@@ -131,7 +131,7 @@ func TestSignalsWhileHolding(t *testing.T) {
 			require.Equal(t, "ready\n", line)
 			go func() { _, _ = io.Copy(io.Discard, r) }()
 			require.NoError(t, cmd.Process.Signal(tc.sig))
-			assert.Equal(t, tc.want, exitOf(t, cmd, &errOut), errOut.String())
+			assert.Equal(t, tc.want, exitOf(t, cmd, errOut), errOut.String())
 			info, err := m.Inspect(context.Background(), "held")
 			require.NoError(t, err)
 			assert.False(t, info.Held, "released once COMMAND exited")
