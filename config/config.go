@@ -182,11 +182,12 @@ func oneNode[S dlm.Strategy](c Config, nodes []dlm.Node, build func(dlm.Node, ..
 // strategyNames lists the strategies a Config can name, sorted.
 func strategyNames() string { return strings.Join(slices.Sorted(maps.Keys(builders)), ", ") }
 
-// urlSchemes lists the schemes of ParseURL: one per strategy, and
-// sentinel:// and cluster://.
+// urlSchemes lists the schemes of ParseURL: one per strategy, sentinel://
+// and cluster://, and redis:// and rediss:// (single://, the form managed
+// services hand out).
 func urlSchemes() string {
 	var s []string
-	for _, name := range append([]string{"single", "redlock", "sentinel", "failover", "cluster"}, slices.Sorted(maps.Keys(builders))...) {
+	for _, name := range append([]string{"single", "redlock", "sentinel", "failover", "cluster", "redis", "rediss"}, slices.Sorted(maps.Keys(builders))...) {
 		if !slices.Contains(s, name+"://") {
 			s = append(s, name+"://")
 		}
