@@ -26,7 +26,7 @@ import (
 
 // Node is a dlm.Node over a rueidis.Client. It does not close the client.
 type Node struct {
-	p    pipe
+	p    *pipe
 	name string
 	hub  *nodekit.Hub
 }
@@ -37,7 +37,7 @@ func New(c rueidis.Client) *Node {
 	if c == nil {
 		return nil
 	}
-	p := pipe{c}
+	p := &pipe{c}
 	return &Node{p: p, name: "rueidis(" + strings.Join(slices.Sorted(maps.Keys(c.Nodes())), ",") + ")",
 		hub: nodekit.NewReceiverHub(nodekit.Receiver{Receive: p.receive, Final: final, Sharded: p.Cluster()})}
 }
@@ -118,12 +118,18 @@ func (p pipe) DoMulti(ctx context.Context, cmds []rueidis.Completed, dedicated b
 func (p pipe) Ints(r rueidis.RedisResult) ([]int64, error) {
 	arr, err := r.ToArray()
 	out, err := nodekit.IntsOf(arr, err, (*rueidis.RedisMessage).ToInt64)
-	return out, replyErr(err)
+	if err != nil {
+		return nil, replyErr(err)
+	}
+	return out, nil
 }
 
 func (p pipe) Value(r rueidis.RedisResult) (any, error) {
 	v, err := r.ToAny()
-	return v, replyErr(err)
+	if err != nil {
+		return nil, replyErr(err)
+	}
+	return v, nil
 }
 
 // receive is nodekit.Receiver.Receive: a rueidis Receive, whose hooks

@@ -2,12 +2,14 @@
 // the Valkey project's client): standalone, Sentinel or Cluster, to
 // dlm.Node. Every call honours its context: for a context that can end, the
 // Node waits for the replies in a goroutine of its own and returns as soon
-// as the context ends, because valkey-go alone does not always (not with
-// DisableAutoPipelining, and not while it opens a connection); the
-// abandoned commands end when the server answers or the client's
-// ConnWriteTimeout passes. A context that cannot end (context.Background)
-// costs no goroutine. On a Cluster client the keys of a call, and the calls
-// of a RunWait, must share a hash slot, else they fail with dlm.ErrInvalid.
+// as the context ends, because valkey-go, a fork of rueidis, alone may not
+// (rueidis does not with DisableAutoPipelining, nor while it opens a
+// connection); the abandoned commands end when the server answers or the
+// client's ConnWriteTimeout passes. A context that cannot end
+// (context.Background) costs no goroutine. On a Cluster client the keys of
+// a call, and the calls of a RunWait, must share a hash slot, else they
+// fail with dlm.ErrInvalid. The Node's code is nodekit's (RunPipe,
+// RunWaitPipe, NewReceiverHub), shared with driver/rueidis.
 package valkeygo
 
 import (
@@ -26,7 +28,7 @@ import (
 
 // Node is a dlm.Node over a valkey.Client. It does not close the client.
 type Node struct {
-	p    pipe
+	p    *pipe
 	name string
 	hub  *nodekit.Hub
 }
@@ -37,7 +39,7 @@ func New(c valkey.Client) *Node {
 	if c == nil {
 		return nil
 	}
-	p := pipe{c}
+	p := &pipe{c}
 	return &Node{p: p, name: "valkeygo(" + strings.Join(slices.Sorted(maps.Keys(c.Nodes())), ",") + ")",
 		hub: nodekit.NewReceiverHub(nodekit.Receiver{Receive: p.receive, Final: final, Sharded: p.Cluster()})}
 }
@@ -116,12 +118,18 @@ func (p pipe) DoMulti(ctx context.Context, cmds []valkey.Completed, dedicated bo
 func (p pipe) Ints(r valkey.ValkeyResult) ([]int64, error) {
 	arr, err := r.ToArray()
 	out, err := nodekit.IntsOf(arr, err, (*valkey.ValkeyMessage).ToInt64)
-	return out, replyErr(err)
+	if err != nil {
+		return nil, replyErr(err)
+	}
+	return out, nil
 }
 
 func (p pipe) Value(r valkey.ValkeyResult) (any, error) {
 	v, err := r.ToAny()
-	return v, replyErr(err)
+	if err != nil {
+		return nil, replyErr(err)
+	}
+	return v, nil
 }
 
 // receive is nodekit.Receiver.Receive: a valkey-go Receive, whose hooks
