@@ -286,7 +286,7 @@ func TestRegistry(t *testing.T) {
 		byName[c.Name] = c
 	}
 	want := map[string]int{}
-	for _, d := range []string{"goredis", "redigo", "rueidis"} {
+	for _, d := range []string{"goredis", "redigo", "rueidis", "valkeygo"} {
 		want["dlm single/"+d] = 1
 		want["dlm single/"+d+" +renew"] = 1
 		want["dlm redlock/"+d] = 5

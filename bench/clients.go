@@ -9,6 +9,7 @@ import (
 	redigo "github.com/gomodule/redigo/redis"
 	goredislib "github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
+	"github.com/valkey-io/valkey-go"
 )
 
 // Every client is built the same way for every contender that uses it, so a
@@ -17,6 +18,7 @@ import (
 //   - redigo: it cannot put a context's deadline on its socket, so its read
 //     and write timeouts are the per-node timeout; MaxActive = PoolSize.
 //   - rueidis: library defaults (it pipelines; deadlines reach the socket).
+//   - valkey-go: the same (a fork of rueidis).
 
 func newGoredis(addr string, e Env) *goredislib.Client { return newGoredisWith(addr, e, nil) }
 
@@ -49,6 +51,10 @@ func newRedigo(addr string, e Env) *redigo.Pool {
 
 func newRueidis(addr string, _ Env) (rueidis.Client, error) {
 	return rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
+}
+
+func newValkey(addr string, _ Env) (valkey.Client, error) {
+	return valkey.NewClient(valkey.ClientOption{InitAddress: []string{addr}, DisableCache: true})
 }
 
 // perNode makes one client (node, pool) per address of e with newFn, and

@@ -12,6 +12,7 @@ import (
 	"github.com/dlmgo/dlm/driver/goredis"
 	"github.com/dlmgo/dlm/driver/redigo"
 	rueidisdrv "github.com/dlmgo/dlm/driver/rueidis"
+	"github.com/dlmgo/dlm/driver/valkeygo"
 	"github.com/dlmgo/dlm/strategy"
 )
 
@@ -105,6 +106,16 @@ func rueidisNode(addr string, e Env) (dlm.Node, func() error, error) {
 		return nil, nil, err
 	}
 	return rueidisdrv.New(c), func() error { c.Close(); return nil }, nil
+}
+
+// valkeyNode is dlm's valkey-go driver over a client with valkey-go's
+// defaults (automatic pipelining), as for every valkey-go client of the run.
+func valkeyNode(addr string, e Env) (dlm.Node, func() error, error) {
+	c, err := newValkey(addr, e)
+	if err != nil {
+		return nil, nil, err
+	}
+	return valkeygo.New(c), func() error { c.Close(); return nil }, nil
 }
 
 // singleStrategy is strategy.NewSingle over the one node.

@@ -14,6 +14,7 @@ require (
 	github.com/redis/rueidis v1.0.79
 	github.com/redis/rueidis/rueidiscompat v1.0.79
 	github.com/rs/zerolog v1.28.0
+	github.com/valkey-io/valkey-go v1.0.79
 )
 
 require (

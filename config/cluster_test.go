@@ -17,6 +17,7 @@ import (
 	"github.com/dlmgo/dlm/driver/goredis"
 	"github.com/dlmgo/dlm/driver/redigo"
 	"github.com/dlmgo/dlm/driver/rueidis"
+	"github.com/dlmgo/dlm/driver/valkeygo"
 	"github.com/dlmgo/dlm/internal/redistest"
 	"github.com/dlmgo/dlm/strategy"
 )
@@ -123,7 +124,7 @@ func TestOpenCluster(t *testing.T) {
 	for _, d := range []struct {
 		name string
 		dial config.Dialer
-	}{{"goredis", goredis.Dial}, {"rueidis", rueidis.Dial}} {
+	}{{"goredis", goredis.Dial}, {"rueidis", rueidis.Dial}, {"valkeygo", valkeygo.Dial}} {
 		t.Run(d.name, func(t *testing.T) {
 			m, closer, err := config.Open(ctx, base+"?ttl=5s", d.dial)
 			require.NoError(t, err)
@@ -165,6 +166,6 @@ func TestOpenCluster(t *testing.T) {
 	_, _, err := config.Open(ctx, base, redigo.Dial)
 	require.ErrorIs(t, err, dlm.ErrInvalid)
 	assert.ErrorContains(t, err, "redigo has no Redis Cluster client; dial cluster://")
-	assert.ErrorContains(t, err, "with goredis.Dial or rueidis.Dial")
+	assert.ErrorContains(t, err, "with goredis.Dial, rueidis.Dial or valkeygo.Dial")
 	assert.NotContains(t, err.Error(), serverPassword)
 }

@@ -20,7 +20,8 @@ import (
 // sentinel://s1:26379,s2:26379,s3:26379/mymaster?ack=all or
 // failover://primary:6379 or cluster://n1:7000,n2:7001, with user:password@
 // and options such as ?ttl=10s.
-// The program picks the driver: goredis.Dial, redigo.Dial or rueidis.Dial.
+// The program picks the driver: goredis.Dial, redigo.Dial, rueidis.Dial or
+// valkeygo.Dial.
 // It needs a running server, so it has no output; TestExampleOpen runs it.
 func ExampleOpen() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -52,8 +52,8 @@ func (e Endpoint) String() string {
 // client. It may connect at once or on first use; a server that cannot be
 // reached yet should not be an error, so that Redlock starts with a
 // minority of its masters down. The driver packages each have one:
-// goredis.Dial, redigo.Dial and rueidis.Dial (redigo has no Cluster
-// client).
+// goredis.Dial, redigo.Dial, rueidis.Dial and valkeygo.Dial (redigo has no
+// Cluster client).
 type Dialer func(ctx context.Context, ep Endpoint) (dlm.Node, io.Closer, error)
 
 // Open parses url (see Config) and returns a Manager over the deployment it

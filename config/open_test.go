@@ -18,6 +18,7 @@ import (
 	"github.com/dlmgo/dlm/driver/goredis"
 	"github.com/dlmgo/dlm/driver/redigo"
 	"github.com/dlmgo/dlm/driver/rueidis"
+	"github.com/dlmgo/dlm/driver/valkeygo"
 	"github.com/dlmgo/dlm/internal/redistest"
 	"github.com/dlmgo/dlm/strategy"
 )
@@ -25,7 +26,7 @@ import (
 var dialers = []struct {
 	name string
 	dial config.Dialer
-}{{"goredis", goredis.Dial}, {"redigo", redigo.Dial}, {"rueidis", rueidis.Dial}}
+}{{"goredis", goredis.Dial}, {"redigo", redigo.Dial}, {"rueidis", rueidis.Dial}, {"valkeygo", valkeygo.Dial}}
 
 // Passwords with every character the URL form must percent-encode.
 const (

@@ -137,7 +137,7 @@ func TestTLSMatrix(t *testing.T) {
 	single := redistest.StartTLS(t, certs)
 	admin := single.Client(t)
 	require.NoError(t, admin.Do(context.Background(), "ACL", "SETUSER", "locker", "on", ">p#@%w", "~*", "&*", "+@all").Err())
-	deployments = append(deployments, deployment{name: "server", servers: []*redistest.Server{single}, drivers: []int{0, 1, 2},
+	deployments = append(deployments, deployment{name: "server", servers: []*redistest.Server{single}, drivers: []int{0, 1, 2, 3},
 		url: func(q string) string {
 			return "single://locker:" + url.PathEscape("p#@%w") + "@" + single.Addr + "?db=3&" + q
 		}})
@@ -145,13 +145,13 @@ func TestTLSMatrix(t *testing.T) {
 	// Redlock over three independent TLS masters: a permanent failure on
 	// every master makes the quorum's error permanent.
 	masters := []*redistest.Server{redistest.StartTLS(t, certs), redistest.StartTLS(t, certs), redistest.StartTLS(t, certs)}
-	deployments = append(deployments, deployment{name: "redlock", servers: masters, drivers: []int{0, 1, 2},
+	deployments = append(deployments, deployment{name: "redlock", servers: masters, drivers: []int{0, 1, 2, 3},
 		url: func(q string) string {
 			return "redlock://" + masters[0].Addr + "," + masters[1].Addr + "," + masters[2].Addr + "?" + q
 		}})
 
 	topo := redistest.StartReplicated(t, redistest.ReplicatedOptions{Replicas: 1, Sentinels: 1, TLS: certs})
-	deployments = append(deployments, deployment{name: "sentinel", servers: append([]*redistest.Server{topo.Primary}, topo.Replicas...), drivers: []int{0, 1, 2},
+	deployments = append(deployments, deployment{name: "sentinel", servers: append([]*redistest.Server{topo.Primary}, topo.Replicas...), drivers: []int{0, 1, 2, 3},
 		url: func(q string) string {
 			sq := q // the Sentinels speak TLS as the servers do, unless q says
 			if strings.HasPrefix(q, "tls=true") {
@@ -161,7 +161,7 @@ func TestTLSMatrix(t *testing.T) {
 		}})
 
 	cl := redistest.StartClusterTLS(t, certs, 0, 0, 0)
-	deployments = append(deployments, deployment{name: "cluster", servers: cl.Masters, drivers: []int{0, 2},
+	deployments = append(deployments, deployment{name: "cluster", servers: cl.Masters, drivers: []int{0, 2, 3},
 		url: func(q string) string { return "cluster://" + cl.Masters[0].Addr + "?" + q }})
 
 	for _, dep := range deployments {

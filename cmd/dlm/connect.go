@@ -13,6 +13,9 @@ import (
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/config"
 	"github.com/dlmgo/dlm/driver/goredis"
+	"github.com/dlmgo/dlm/driver/redigo"
+	"github.com/dlmgo/dlm/driver/rueidis"
+	"github.com/dlmgo/dlm/driver/valkeygo"
 )
 
 // defaultURL is used when neither --url, DLM_URL nor --config is given.
@@ -36,18 +39,32 @@ See docs/configuration.md for every field.
 `
 }
 
-// targetFlags are the flags that say which deployment a command works on.
+// targetFlags are the flags that say which deployment a command works on,
+// and over which client.
 type targetFlags struct {
 	url    *string
 	config *string
+	driver *string
 }
+
+// drivers are the clients --driver names.
+var drivers = map[string]config.Dialer{"goredis": goredis.Dial, "redigo": redigo.Dial, "rueidis": rueidis.Dial, "valkeygo": valkeygo.Dial}
 
 // fallback says what is used when no flag or DLM_URL names a deployment.
 func addTargetFlags(fs *flag.FlagSet, fallback string) targetFlags {
 	return targetFlags{
 		url:    fs.String("url", "", "deployment URL (default: $DLM_URL, else "+fallback+")"),
 		config: fs.String("config", "", "deployment config file (JSON); overrides --url and DLM_URL"),
+		driver: fs.String("driver", "goredis", "the Redis client: goredis, redigo, rueidis or valkeygo"),
 	}
+}
+
+// dialer returns the Dial of the client --driver names.
+func (f targetFlags) dialer() (config.Dialer, error) {
+	if d, ok := drivers[*f.driver]; ok {
+		return d, nil
+	}
+	return nil, fmt.Errorf("--driver %q: want goredis, redigo, rueidis or valkeygo", *f.driver)
 }
 
 // given reports whether the flags or the environment name a deployment.
@@ -55,8 +72,11 @@ func (f targetFlags) given() bool {
 	return *f.url != "" || *f.config != "" || os.Getenv("DLM_URL") != ""
 }
 
-// load returns the configuration the flags name.
+// load returns the configuration the flags name (and checks --driver).
 func (f targetFlags) load() (config.Config, error) {
+	if _, err := f.dialer(); err != nil {
+		return config.Config{}, err
+	}
 	if *f.config != "" {
 		file, err := os.Open(*f.config)
 		if err != nil {
@@ -95,8 +115,12 @@ func clusterHint(cfg config.Config, err error) string {
 	return fmt.Sprintf("\n  hint: %s is a Redis Cluster node: give the Cluster as cluster://%s", strings.Join(cfg.Addrs, ","), strings.Join(cfg.Addrs, ","))
 }
 
-// open returns a Manager over the deployment cfg describes, on go-redis
-// clients, and what closes them. Nothing is dialled until the first command.
-func open(ctx context.Context, cfg config.Config, opts ...dlm.Option) (*dlm.Manager, io.Closer, error) {
-	return cfg.Open(ctx, goredis.Dial, opts...)
+// open returns a Manager over the deployment cfg describes, on clients of
+// --driver, and what closes them.
+func (f targetFlags) open(ctx context.Context, cfg config.Config, opts ...dlm.Option) (*dlm.Manager, io.Closer, error) {
+	dial, err := f.dialer()
+	if err != nil {
+		return nil, nil, err
+	}
+	return cfg.Open(ctx, dial, opts...)
 }

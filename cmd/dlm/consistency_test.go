@@ -19,6 +19,7 @@ import (
 
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/config"
+	"github.com/dlmgo/dlm/driver/goredis"
 	"github.com/dlmgo/dlm/internal/redistest"
 )
 
@@ -30,7 +31,7 @@ func manager(t *testing.T, url string) *dlm.Manager {
 	t.Helper()
 	cfg, err := config.ParseURL(url)
 	require.NoError(t, err)
-	m, closer, err := open(context.Background(), cfg)
+	m, closer, err := cfg.Open(context.Background(), goredis.Dial)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = closer.Close() })
 	return m

@@ -46,12 +46,19 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if f == nil {
 		return code
 	}
+	dial, err := f.target.dialer()
+	if err != nil {
+		return demoFail(stderr, usageError{err})
+	}
+	if *f.target.driver == "goredis" {
+		dial = warmDial
+	}
 	setup, err := f.deployment()
 	if err != nil {
 		return demoFail(stderr, err)
 	}
 	defer setup.stopEmbedded()
-	m, closer, err := setup.cfg.Open(ctx, warmDial, dlm.WithRetryDelay(retryDelays(setup.cfg.Strategy)))
+	m, closer, err := setup.cfg.Open(ctx, dial, dlm.WithRetryDelay(retryDelays(setup.cfg.Strategy)))
 	if err != nil {
 		return demoFail(stderr, usageError{err})
 	}

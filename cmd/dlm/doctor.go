@@ -79,7 +79,7 @@ func doctor(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "dlm doctor:", err)
 		return 2
 	}
-	_, closer, err := open(ctx, cfg) // the same checks as dlm run
+	_, closer, err := tf.open(ctx, cfg) // the same checks as dlm run
 	if err != nil {
 		fmt.Fprintln(stderr, "dlm doctor:", err)
 		return 2

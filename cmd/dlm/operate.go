@@ -67,6 +67,9 @@ func openOperator(ctx context.Context, tf targetFlags) (*operator, error) {
 	if err != nil {
 		return nil, err
 	}
+	if *tf.driver != "goredis" { // its clients scan the deployment
+		return nil, fmt.Errorf("--driver %s: the operator commands work over goredis only", *tf.driver)
+	}
 	op := &operator{}
 	m, closer, err := cfg.Open(ctx, func(ctx context.Context, ep config.Endpoint) (dlm.Node, io.Closer, error) {
 		n, c, err := goredis.Dial(ctx, ep)

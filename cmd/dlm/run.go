@@ -217,7 +217,7 @@ func runWhileHeld(ctx context.Context, tf targetFlags, o holdOptions, cmdArgs []
 	if *maxHold == 0 {
 		*maxHold = math.MaxInt64
 	}
-	m, closer, err := open(ctx, cfg, dlm.WithTTL(*ttl), dlm.WithAutoRenew(renewFraction(*ttl), *maxHold), dlm.WithOwner(runOwner(o.name, cmdArgs[0])))
+	m, closer, err := tf.open(ctx, cfg, dlm.WithTTL(*ttl), dlm.WithAutoRenew(renewFraction(*ttl), *maxHold), dlm.WithOwner(runOwner(o.name, cmdArgs[0])))
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", o.name, err)
 		return 2

@@ -18,7 +18,7 @@ import (
 // client: for a Cluster, Dial returns an error matching dlm.ErrInvalid.
 func Dial(_ context.Context, ep config.Endpoint) (dlm.Node, io.Closer, error) {
 	if ep.Cluster != nil {
-		return nil, nil, fmt.Errorf("%w: redigo has no Redis Cluster client; dial %s with goredis.Dial or rueidis.Dial", dlm.ErrInvalid, ep)
+		return nil, nil, fmt.Errorf("%w: redigo has no Redis Cluster client; dial %s with goredis.Dial, rueidis.Dial or valkeygo.Dial", dlm.ErrInvalid, ep)
 	}
 	auth := []redis.DialOption{redis.DialUsername(ep.Username), redis.DialPassword(ep.Password),
 		redis.DialDatabase(ep.DB), dialTLS(ep.TLS, 0)}

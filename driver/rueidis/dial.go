@@ -4,13 +4,13 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"strings"
 	"time"
 
 	"github.com/redis/rueidis"
 
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/config"
+	"github.com/dlmgo/dlm/nodekit"
 )
 
 // Dial is a config.Dialer: a Node over rueidis.NewClient, a single-server
@@ -35,10 +35,7 @@ func Dial(_ context.Context, ep config.Endpoint) (dlm.Node, io.Closer, error) {
 	}
 	c, err := rueidis.NewClient(o) // a single-server client comes back, with the error, when the server is down
 	if c == nil {
-		if re, ok := replyErr(err).(*dlm.ReplyError); ok && ep.Master != "" && re.Code == "ERR" && strings.HasPrefix(re.Message, "No such master") {
-			return nil, nil, fmt.Errorf("%w %q (Sentinels %s): %w", dlm.ErrUnknownMaster, ep.Master, strings.Join(ep.Sentinels, ","), re)
-		}
-		return nil, nil, replyErr(err)
+		return nil, nil, nodekit.UnknownMaster(replyErr(err), ep.Master, ep.Sentinels)
 	}
 	if ep.Cluster != nil && (err != nil || c.Mode() != rueidis.ClientModeCluster) {
 		c.Close()

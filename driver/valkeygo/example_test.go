@@ -1,0 +1,105 @@
+package valkeygo_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/valkey-io/valkey-go"
+
+	"github.com/dlmgo/dlm"
+	valkeynode "github.com/dlmgo/dlm/driver/valkeygo"
+	"github.com/dlmgo/dlm/strategy"
+)
+
+// Watch returns once the subscription is confirmed: a message published
+// right afterwards arrives.
+func ExampleNode_Watch() {
+	srv, err := miniredis.Run()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer srv.Close()
+	client, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer client.Close()
+	node := valkeynode.New(client)
+
+	got := make(chan string, 1)
+	stop, err := node.Watch(context.Background(), "dlm:{orders:42}", func(payload string) { got <- payload })
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer stop()
+	srv.Publish("dlm:{orders:42}", "released")
+	fmt.Println(<-got)
+	// Output: released
+}
+
+// Run sends several calls in one round trip (one per primary on a
+// Cluster) and sets each call's Reply or Err.
+func ExampleNode_Run() {
+	srv, err := miniredis.Run()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer srv.Close()
+	client, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer client.Close()
+	const incr = "return {redis.call('INCRBY', KEYS[1], ARGV[1])}"
+	calls := []dlm.Call{
+		{Source: incr, Keys: []string{"a"}, Args: []string{"1"}},
+		{Source: incr, Keys: []string{"a"}, Args: []string{"2"}},
+		{Source: incr, Keys: []string{"b"}, Args: []string{"5"}},
+	}
+	valkeynode.New(client).Run(context.Background(), calls)
+	for _, c := range calls {
+		fmt.Println(c.Reply, c.Err)
+	}
+	// Output:
+	// [1] <nil>
+	// [3] <nil>
+	// [5] <nil>
+}
+
+// The failover strategy over a valkey-go Sentinel client: every lock is
+// acknowledged by the primary's replicas (WAIT on the script's connection)
+// before it is granted.
+func ExampleNode_RunWait() {
+	client, err := valkey.NewClient(valkey.ClientOption{
+		InitAddress: []string{"127.0.0.1:26379", "127.0.0.1:26380", "127.0.0.1:26381"},
+		Sentinel:    valkey.SentinelOption{MasterSet: "mymaster"},
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer client.Close()
+	failover, err := strategy.NewFailover(valkeynode.New(client), strategy.WithWaitTimeout(100*time.Millisecond))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	m, err := dlm.New(failover, dlm.WithTTL(10*time.Second))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	lock, err := m.TryLock(context.Background(), "orders:42")
+	if err != nil {
+		fmt.Println(err) // an *strategy.AckError when replicas did not acknowledge
+		return
+	}
+	defer lock.Unlock(context.Background())
+}

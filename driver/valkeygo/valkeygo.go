@@ -1,0 +1,178 @@
+// Package valkeygo adapts any valkey.Client (github.com/valkey-io/valkey-go,
+// the Valkey project's client): standalone, Sentinel or Cluster, to
+// dlm.Node. Every call honours its context: for a context that can end, the
+// Node waits for the replies in a goroutine of its own and returns as soon
+// as the context ends, because valkey-go, a fork of rueidis, alone may not
+// (rueidis does not with DisableAutoPipelining, nor while it opens a
+// connection); the abandoned commands end when the server answers or the
+// client's ConnWriteTimeout passes. A context that cannot end
+// (context.Background) costs no goroutine. On a Cluster client the keys of
+// a call, and the calls of a RunWait, must share a hash slot, else they
+// fail with dlm.ErrInvalid. The Node's code is nodekit's (RunPipe,
+// RunWaitPipe, NewReceiverHub), shared with driver/rueidis.
+package valkeygo
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/valkey-io/valkey-go"
+
+	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/nodekit"
+)
+
+// Node is a dlm.Node over a valkey.Client. It does not close the client.
+type Node struct {
+	p    *pipe
+	name string
+	hub  *nodekit.Hub
+}
+
+// New returns a Node over c, or nil when c is nil (which strategies reject).
+// It is named after the addresses c knows when New is called.
+func New(c valkey.Client) *Node {
+	if c == nil {
+		return nil
+	}
+	p := &pipe{c}
+	return &Node{p: p, name: "valkeygo(" + strings.Join(slices.Sorted(maps.Keys(c.Nodes())), ",") + ")",
+		hub: nodekit.NewReceiverHub(nodekit.Receiver{Receive: p.receive, Final: final, Sharded: p.Cluster()})}
+}
+
+// String names the node by its client's addresses.
+func (n *Node) String() string { return n.name }
+
+// Routing implements nodekit.Router: by hash slot for a Cluster client, one
+// server otherwise (a standalone or Sentinel client).
+func (n *Node) Routing() nodekit.Routing {
+	if n.p.Cluster() {
+		return nodekit.RoutingBySlot
+	}
+	return nodekit.RoutingOneServer
+}
+
+// Run implements dlm.Node (nodekit.RunPipe): one Do for one call, one
+// DoMulti for several (on a Cluster, one per hash slot). A call whose keys
+// span slots fails unsent.
+func (n *Node) Run(ctx context.Context, calls []dlm.Call) { nodekit.RunPipe(ctx, n.p, calls) }
+
+// RunWait implements dlm.Node: the calls and a WAIT marked blocking in one
+// DoMulti, which valkey-go sends on a dedicated connection (on a Cluster,
+// one to the calls' slot's primary) and closes unless every reply arrived,
+// so an abandoned WAIT holds up nothing.
+func (n *Node) RunWait(ctx context.Context, calls []dlm.Call, w dlm.Wait) (dlm.Acks, error) {
+	return nodekit.RunWaitPipe(ctx, n.p, calls, w)
+}
+
+// Watch implements dlm.Node with one Receive per channel
+// (nodekit.NewReceiverHub) and UNSUBSCRIBE on its connection. When the
+// connection breaks, valkey-go (or, with DisableRetry, the Node) subscribes
+// again on a new one. On a Cluster it subscribes shard channels
+// (SSUBSCRIBE) on the master of the channel's slot, again when the slot
+// moves. Watch fails at once on an error reply or a closed client. The
+// Node must be its client's only subscriber of its channels.
+func (n *Node) Watch(ctx context.Context, channel string, notify func(payload string)) (func(), error) {
+	return n.hub.Watch(ctx, channel, notify)
+}
+
+// pipe is the nodekit.Pipe and Receiver of a valkey.Client.
+type pipe struct{ c valkey.Client }
+
+func (p pipe) Cluster() bool { return p.c.Mode() == valkey.ClientModeCluster }
+
+func (p pipe) Slot(cmd valkey.Completed) uint16 { return cmd.Slot() }
+
+func (p pipe) Script(c *dlm.Call) valkey.Completed {
+	if c.Source != "" {
+		return p.c.B().Eval().Script(c.Source).Numkeys(int64(len(c.Keys))).Key(c.Keys...).Arg(c.Args...).Build()
+	}
+	return p.c.B().Evalsha().Sha1(c.SHA1).Numkeys(int64(len(c.Keys))).Key(c.Keys...).Arg(c.Args...).Build()
+}
+
+func (p pipe) Blocking(args ...string) valkey.Completed { return p.c.B().Arbitrary(args...).Blocking() }
+
+func (p pipe) Do(ctx context.Context, cmd valkey.Completed) valkey.ValkeyResult {
+	return p.c.Do(ctx, cmd)
+}
+
+// DoMulti sends dedicated batches, on a Cluster client, on a dedicated
+// connection to their slot's primary (which never follows a redirection).
+func (p pipe) DoMulti(ctx context.Context, cmds []valkey.Completed, dedicated bool) []valkey.ValkeyResult {
+	if !dedicated || !p.Cluster() {
+		return p.c.DoMulti(ctx, cmds...)
+	}
+	dc, release := p.c.Dedicate()
+	resps := dc.DoMulti(ctx, cmds...)
+	if slices.ContainsFunc(resps, func(r valkey.ValkeyResult) bool { return r.NonValkeyError() != nil }) {
+		release = dc.Close
+	}
+	release()
+	return resps
+}
+
+func (p pipe) Ints(r valkey.ValkeyResult) ([]int64, error) {
+	arr, err := r.ToArray()
+	out, err := nodekit.IntsOf(arr, err, (*valkey.ValkeyMessage).ToInt64)
+	if err != nil {
+		return nil, replyErr(err)
+	}
+	return out, nil
+}
+
+func (p pipe) Value(r valkey.ValkeyResult) (any, error) {
+	v, err := r.ToAny()
+	if err != nil {
+		return nil, replyErr(err)
+	}
+	return v, nil
+}
+
+// receive is nodekit.Receiver.Receive: a valkey-go Receive, whose hooks
+// report the confirmations and, once ctx ended, leave the channel on the
+// connection.
+func (p pipe) receive(ctx context.Context, ch string, sharded bool, confirmed func(), message func(string)) error {
+	rctx := valkey.WithOnSubscriptionHook(ctx, func(s valkey.PubSubSubscription) {
+		if (s.Kind == "subscribe" || s.Kind == "ssubscribe") && s.Channel == ch {
+			confirmed()
+		}
+	})
+	rctx = valkey.WithOnReceiveReturnHook(rctx, func(err error, c valkey.CommandClient) error {
+		if ctx.Err() != nil {
+			uctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			unsubscribe := c.B().Unsubscribe().Channel(ch).Build()
+			if sharded {
+				unsubscribe = c.B().Sunsubscribe().Channel(ch).Build()
+			}
+			_ = c.Do(uctx, unsubscribe).Error()
+		}
+		return err
+	})
+	subscribe := p.c.B().Subscribe().Channel(ch).Build()
+	if sharded {
+		subscribe = p.c.B().Ssubscribe().Channel(ch).Build()
+	}
+	return p.c.Receive(rctx, subscribe, func(m valkey.PubSubMessage) { message(m.Message) })
+}
+
+// final is nodekit.Receiver.Final: a closed client or an error reply.
+func final(err error) bool {
+	ve := (*valkey.ValkeyError)(nil)
+	return errors.Is(err, valkey.ErrClosing) || errors.As(err, &ve)
+}
+
+// replyErr returns an error reply of valkey-go (one its connection's
+// handshake met included) as a *dlm.ReplyError. valkey-go strips "ERR "
+// off every reply's text; nodekit.Reply restores the code.
+func replyErr(err error) error {
+	var ve *valkey.ValkeyError
+	if errors.As(err, &ve) && !ve.IsNil() {
+		return nodekit.Reply(ve.Error(), err)
+	}
+	return nodekit.HandshakeReply(err, valkey.ErrNoCache)
+}

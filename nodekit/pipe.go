@@ -1,0 +1,256 @@
+package nodekit
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/dlmgo/dlm"
+)
+
+// Helpers for a driver over a client that pipelines typed commands and
+// subscribes with a blocking Receive (rueidis, valkey-go): the driver says
+// how to build, send and read its commands (a Pipe) and how to receive a
+// channel (a Receiver); RunPipe, RunWaitPipe and NewReceiverHub do the rest
+// of dlm.Node's Run, RunWait and Watch.
+
+// A Pipe builds, sends and reads a client's commands C and results R.
+type Pipe[C any, R any] interface {
+	// Script builds call's EVAL (when call.Source is set) or EVALSHA. A
+	// panic (the builder's, on keys in different slots) fails the call
+	// alone with dlm.ErrInvalid.
+	Script(call *dlm.Call) C
+	// Blocking builds args as a command that blocks its connection.
+	Blocking(args ...string) C
+	// Do sends one command and returns its result.
+	Do(ctx context.Context, cmd C) R
+	// DoMulti sends cmds in one batch and returns their results. When
+	// dedicated, the batch has a connection of its own (on a Cluster, to
+	// the slot's primary), closed unless every reply arrived.
+	DoMulti(ctx context.Context, cmds []C, dedicated bool) []R
+	// Ints converts a script's result, Value a wait's (to the values
+	// ParseAcks takes); both return error replies as *dlm.ReplyError.
+	Ints(r R) ([]int64, error)
+	Value(r R) (any, error)
+	// Cluster reports whether the client routes commands by hash slot,
+	// Slot a command's slot (16384 and above: no key).
+	Cluster() bool
+	Slot(cmd C) uint16
+}
+
+// RunPipe implements dlm.Node.Run over p: one Do for one call under a
+// context that cannot end (no goroutine, no slice), otherwise one DoMulti
+// awaited under ctx (Await) — on a Cluster, one per hash slot side by side,
+// so that a master stalling past ctx does not take the others' replies.
+func RunPipe[C any, R any](ctx context.Context, p Pipe[C, R], calls []dlm.Call) {
+	if len(calls) == 1 && ctx.Done() == nil {
+		if cmd, ok := script(p, &calls[0]); ok {
+			calls[0].Reply, calls[0].Err = p.Ints(p.Do(ctx, cmd))
+		}
+		return
+	}
+	if len(calls) > 1 && ctx.Done() != nil && p.Cluster() {
+		groups, ok := map[uint16][]int{}, true
+		for i := 0; ok && i < len(calls); i++ {
+			var cmd C
+			if cmd, ok = script(p, &calls[i]); ok {
+				groups[p.Slot(cmd)] = append(groups[p.Slot(cmd)], i)
+			}
+		}
+		if ok && len(groups) > 1 {
+			RunGroups(calls, slices.Collect(maps.Values(groups)), func(part []dlm.Call) { _, _ = execPipe(ctx, p, part, nil) })
+			return
+		}
+	}
+	_, _ = execPipe(ctx, p, calls, nil)
+}
+
+// RunWaitPipe implements dlm.Node.RunWait over p: the calls and w's
+// command, blocking, in one dedicated DoMulti; on a Cluster the calls must
+// share a hash slot, else they fail with dlm.ErrInvalid.
+func RunWaitPipe[C any, R any](ctx context.Context, p Pipe[C, R], calls []dlm.Call, w dlm.Wait) (dlm.Acks, error) {
+	wcmd, err := WaitCommand(w)
+	if err != nil {
+		Fail(calls, err)
+		return dlm.Acks{}, err
+	}
+	resps, err := execPipe(ctx, p, calls, wcmd)
+	if err != nil {
+		return dlm.Acks{}, err
+	}
+	v, err := p.Value(resps[len(resps)-1])
+	acks, perr := ParseAcks(w, v)
+	if err = cmp.Or(err, perr); err != nil {
+		return dlm.Acks{}, fmt.Errorf("dlm: %s after the scripts: %w", wcmd[0], err)
+	}
+	return acks, nil
+}
+
+// execPipe runs calls in one DoMulti, with the command wait, if any, last,
+// and returns the results or the error of the first failed call.
+func execPipe[C any, R any](ctx context.Context, p Pipe[C, R], calls []dlm.Call, wait []string) ([]R, error) {
+	cmds, idx := make([]C, 0, len(calls)+1), make([]int, 0, len(calls))
+	for i := range calls {
+		if cmd, ok := script(p, &calls[i]); ok {
+			cmds, idx = append(cmds, cmd), append(idx, i)
+		}
+	}
+	if wait != nil && p.Cluster() && spansSlots(p, cmds) {
+		Fail(calls, fmt.Errorf("%w: the calls of RunWait span hash slots", dlm.ErrInvalid))
+		return nil, FirstErr(calls)
+	}
+	if wait != nil {
+		cmds = append(cmds, p.Blocking(wait...))
+	}
+	if wait == nil && ctx.Done() != nil && len(cmds) > pipeChunk {
+		resps, done := chunked(ctx, p, cmds)
+		for j, i := range idx {
+			if j < done {
+				calls[i].Reply, calls[i].Err = p.Ints(resps[j])
+			} else {
+				calls[i].Err = cmp.Or(ctx.Err(), context.Canceled)
+			}
+		}
+		return resps, FirstErr(calls)
+	}
+	resps, err := Await(ctx, func() []R { return p.DoMulti(ctx, cmds, wait != nil) })
+	if err != nil {
+		Fail(calls, err)
+		return nil, err
+	}
+	for j, i := range idx {
+		calls[i].Reply, calls[i].Err = p.Ints(resps[j])
+	}
+	return resps, FirstErr(calls)
+}
+
+// pipeChunk is how many commands of a large batch one DoMulti sends when
+// the context can end (see chunked).
+const pipeChunk = 128
+
+// chunked sends cmds as DoMultis of pipeChunk commands, one after the
+// other, from a goroutine of its own, and returns as soon as ctx ends: the
+// results, of which the first done are set. A client such as rueidis gives
+// a DoMulti cut by its context that error on every command, those whose
+// replies it had read included; parts keep the replies of those that
+// finished.
+func chunked[C any, R any](ctx context.Context, p Pipe[C, R], cmds []C) (resps []R, done int) {
+	var (
+		mu        sync.Mutex
+		own       = make([]R, len(cmds))
+		abandoned bool
+	)
+	end := make(chan struct{})
+	go func() {
+		defer close(end)
+		for lo := 0; lo < len(cmds) && ctx.Err() == nil; lo += pipeChunk {
+			hi := min(lo+pipeChunk, len(cmds))
+			r := p.DoMulti(ctx, cmds[lo:hi], false)
+			mu.Lock()
+			stop := abandoned
+			if !stop {
+				copy(own[lo:hi], r)
+				done = hi
+			}
+			mu.Unlock()
+			if stop {
+				return
+			}
+		}
+	}()
+	select {
+	case <-end:
+	case <-ctx.Done():
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	abandoned = true
+	return own, done
+}
+
+// script resets c's reply and builds its command, or sets c.Err.
+func script[C any, R any](p Pipe[C, R], c *dlm.Call) (cmd C, ok bool) {
+	c.Reply, c.Err = nil, nil
+	defer func() {
+		if v := recover(); v != nil {
+			c.Err, ok = fmt.Errorf("%w: %v", dlm.ErrInvalid, v), false
+		}
+	}()
+	return p.Script(c), true
+}
+
+// spansSlots reports whether the keys of cmds lie in more than one slot.
+func spansSlots[C, R any](p Pipe[C, R], cmds []C) bool {
+	keyed := slices.DeleteFunc(slices.Clone(cmds), func(c C) bool { return p.Slot(c) >= 16384 })
+	return slices.ContainsFunc(keyed, func(c C) bool { return p.Slot(c) != p.Slot(keyed[0]) })
+}
+
+// Await returns f's result, or ctx's error as soon as ctx ends. When ctx
+// can end, f runs in a goroutine of its own, whose result is dropped once
+// abandoned: f must write nothing of the caller's.
+func Await[T any](ctx context.Context, f func() T) (T, error) {
+	if ctx.Done() == nil {
+		return f(), nil
+	}
+	ch := make(chan T, 1)
+	go func() { ch <- f() }()
+	select {
+	case r := <-ch:
+		return r, nil
+	case <-ctx.Done():
+		var zero T
+		return zero, ctx.Err()
+	}
+}
+
+// FirstErr returns the error of the first failed call, or nil.
+func FirstErr(calls []dlm.Call) error {
+	if i := slices.IndexFunc(calls, func(c dlm.Call) bool { return c.Err != nil }); i >= 0 {
+		return calls[i].Err
+	}
+	return nil
+}
+
+// IntsOf converts a script's reply, an array of a client's messages read
+// with toInt, to []int64; err, the client's error reading the array, and
+// toInt's are returned as they are.
+func IntsOf[M any](arr []M, err error, toInt func(*M) (int64, error)) ([]int64, error) {
+	out := make([]int64, len(arr))
+	for i := 0; err == nil && i < len(arr); i++ {
+		out[i], err = toInt(&arr[i])
+	}
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// HandshakeReply returns err as a *dlm.ReplyError when it wraps noCache:
+// rueidis and valkey-go report any error reply to their handshake's CLIENT
+// TRACKING (BUSY, LOADING, NOPERM) as their ErrNoCache, after the reply's
+// text and the command ("BUSY Redis is busy...: [CLIENT TRACKING ON
+// OPTIN]\n..."). It returns err otherwise.
+func HandshakeReply(err, noCache error) error {
+	if errors.Is(err, noCache) {
+		if text, _, ok := strings.Cut(err.Error(), ": [CLIENT"); ok {
+			return Reply(text, err)
+		}
+	}
+	return err
+}
+
+// UnknownMaster returns err, a Sentinel client's error on creation, as an
+// error matching dlm.ErrUnknownMaster when it wraps a Sentinel's reply that
+// it does not know master ("ERR No such master"); err otherwise.
+func UnknownMaster(err error, master string, sentinels []string) error {
+	var re *dlm.ReplyError
+	if master != "" && errors.As(err, &re) && re.Code == "ERR" && strings.HasPrefix(re.Message, "No such master") {
+		return fmt.Errorf("%w %q (Sentinels %s): %w", dlm.ErrUnknownMaster, master, strings.Join(sentinels, ","), re)
+	}
+	return err
+}

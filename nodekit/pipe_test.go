@@ -1,0 +1,141 @@
+package nodekit_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/nodekit"
+)
+
+// fakePipe is a Pipe whose commands are calls' first keys, routed by the
+// key's slot when cluster; a key "stall" is never answered (its batch
+// waits for the context) and a key "panic" makes Script panic. answered,
+// when set, is sent to after each batch without "stall".
+type fakePipe struct {
+	cluster  bool
+	answered chan struct{}
+}
+
+type fakeCmd struct{ key string }
+
+func (p fakePipe) Script(c *dlm.Call) fakeCmd {
+	if c.Keys[0] == "panic" {
+		panic("keys in different slots")
+	}
+	return fakeCmd{c.Keys[0]}
+}
+func (p fakePipe) Blocking(args ...string) fakeCmd            { return fakeCmd{} }
+func (p fakePipe) Do(ctx context.Context, cmd fakeCmd) string { return cmd.key }
+func (p fakePipe) DoMulti(ctx context.Context, cmds []fakeCmd, _ bool) []string {
+	out, stalled := make([]string, len(cmds)), false
+	for i, c := range cmds {
+		if c.key == "stall" {
+			stalled = true
+			<-ctx.Done()
+		}
+		out[i] = c.key
+	}
+	if !stalled && p.answered != nil {
+		p.answered <- struct{}{}
+	}
+	return out
+}
+func (p fakePipe) Ints(r string) ([]int64, error) { return []int64{int64(len(r))}, nil }
+func (p fakePipe) Value(r string) (any, error)    { return int64(1), nil }
+func (p fakePipe) Cluster() bool                  { return p.cluster }
+func (p fakePipe) Slot(c fakeCmd) uint16 {
+	if c.key == "" {
+		return 16384
+	}
+	return uint16(nodekit.Slot(c.key))
+}
+
+func calls(keys ...string) []dlm.Call {
+	out := make([]dlm.Call, len(keys))
+	for i, k := range keys {
+		out[i] = dlm.Call{SHA1: "x", Keys: []string{k}}
+	}
+	return out
+}
+
+func TestRunPipe(t *testing.T) {
+	// A builder's panic fails its call alone.
+	c := calls("a", "panic", "bcd")
+	nodekit.RunPipe(context.Background(), fakePipe{}, c)
+	assert.Equal(t, []int64{1}, c[0].Reply)
+	assert.ErrorIs(t, c[1].Err, dlm.ErrInvalid)
+	assert.Equal(t, []int64{3}, c[2].Reply)
+
+	// On a Cluster, a slot that stalls past the context fails alone: the
+	// other slot's batch keeps its replies (unless the cancel overtakes
+	// them, which it may: the batch's wait sees both at once).
+	kept := 0
+	for range 20 {
+		ctx, cancel := context.WithCancel(context.Background())
+		c = calls("stall", "{b}1", "{b}22")
+		p, done := fakePipe{cluster: true, answered: make(chan struct{}, 1)}, make(chan struct{})
+		go func() { nodekit.RunPipe(ctx, p, c); close(done) }()
+		select {
+		case <-p.answered:
+		case <-time.After(10 * time.Second): // only when the slots share a batch
+			cancel()
+			t.Fatal("the other slot's batch waited for the stalled one")
+		}
+		cancel()
+		<-done
+		assert.ErrorIs(t, c[0].Err, context.Canceled)
+		if c[1].Err == nil {
+			kept++
+			assert.Equal(t, []int64{4}, c[1].Reply)
+			assert.Equal(t, []int64{5}, c[2].Reply)
+		}
+	}
+	assert.NotZero(t, kept, "the other slot's replies were never kept")
+
+	// RunWait: calls of one slot run, then the wait; spanning slots on a
+	// Cluster is refused unsent.
+	c = calls("{k}a", "{k}bb")
+	acks, err := nodekit.RunWaitPipe(context.Background(), fakePipe{cluster: true}, c, dlm.Wait{Replicas: 1, Timeout: 1e6})
+	require.NoError(t, err)
+	assert.Equal(t, dlm.Acks{Replicas: 1}, acks)
+	assert.Equal(t, []int64{5}, c[1].Reply)
+	c = calls("a", "b")
+	_, err = nodekit.RunWaitPipe(context.Background(), fakePipe{cluster: true}, c, dlm.Wait{Replicas: 1, Timeout: 1e6})
+	assert.ErrorIs(t, err, dlm.ErrInvalid)
+	assert.ErrorIs(t, c[1].Err, dlm.ErrInvalid)
+}
+
+func TestAwait(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	block := make(chan struct{})
+	defer close(block)
+	_, err := nodekit.Await(ctx, func() int { <-block; return 1 })
+	assert.ErrorIs(t, err, context.Canceled, "returns when the context ends, not when f does")
+	v, err := nodekit.Await(context.Background(), func() int { return 2 })
+	assert.Equal(t, 2, v)
+	assert.NoError(t, err)
+}
+
+func TestUnknownMasterAndHandshake(t *testing.T) {
+	noCache := errors.New("no cache")
+	err := nodekit.HandshakeReply(fmt.Errorf("NOPERM no access: [CLIENT TRACKING ON OPTIN]\n%w", noCache), noCache)
+	var re *dlm.ReplyError
+	require.ErrorAs(t, err, &re)
+	assert.Equal(t, "NOPERM", re.Code)
+	plain := errors.New("dial tcp: refused")
+	assert.Equal(t, plain, nodekit.HandshakeReply(plain, noCache))
+
+	err = nodekit.UnknownMaster(nodekit.Reply("No such master with that name", nil), "m", []string{"s:1"})
+	assert.ErrorIs(t, err, dlm.ErrUnknownMaster)
+	assert.ErrorContains(t, err, `"m"`)
+	other := nodekit.Reply("NOAUTH Authentication required.", nil)
+	assert.Equal(t, error(other), nodekit.UnknownMaster(other, "m", nil))
+}
