@@ -36,20 +36,30 @@ func (p fakePipe) Do(ctx context.Context, cmd fakeCmd) string { return cmd.key }
 func (p fakePipe) DoMulti(ctx context.Context, cmds []fakeCmd, _ bool) []string {
 	out, stalled := make([]string, len(cmds)), false
 	for i, c := range cmds {
+		out[i] = c.key
 		if c.key == "stall" {
 			stalled = true
 			<-ctx.Done()
+			out[i] = canceled // as a client's result cut by its context
 		}
-		out[i] = c.key
 	}
 	if !stalled && p.answered != nil {
 		p.answered <- struct{}{}
 	}
 	return out
 }
-func (p fakePipe) Ints(r string) ([]int64, error) { return []int64{int64(len(r))}, nil }
-func (p fakePipe) Value(r string) (any, error)    { return int64(1), nil }
-func (p fakePipe) Cluster() bool                  { return p.cluster }
+
+// canceled is the result of a command cut by its context.
+const canceled = "!canceled"
+
+func (p fakePipe) Ints(r string) ([]int64, error) {
+	if r == canceled {
+		return nil, context.Canceled
+	}
+	return []int64{int64(len(r))}, nil
+}
+func (p fakePipe) Value(r string) (any, error) { return int64(1), nil }
+func (p fakePipe) Cluster() bool               { return p.cluster }
 func (p fakePipe) Slot(c fakeCmd) uint16 {
 	if c.key == "" {
 		return 16384
