@@ -106,9 +106,8 @@ func TestClusterSlotMigration(t *testing.T) {
 			na, after := rate(moved, moved.Add(time.Second))
 			t.Logf("%s: contended acquisitions before %d (%.0f/s), during the %v move %d (%.0f/s), after %d (%.0f/s); first grant %v after the move",
 				tc.name, nb, before, moved.Sub(began).Round(time.Millisecond), nd, during, na, after, recovered.Round(time.Microsecond))
-			assert.Positive(t, na, "grants after the move")
+			assert.Positive(t, na, "grants resumed within a second of the move")
 			assert.GreaterOrEqual(t, recovered, time.Duration(0))
-			assert.Less(t, recovered, 200*time.Millisecond, "acquisitions resume at once")
 
 			onTarget := locksOn(t, to, tag+"held-")
 			for i, l := range held {
@@ -130,7 +129,9 @@ func TestLockRetriesPromptlyWhileSlotMoves(t *testing.T) {
 			cl := redistest.StartClusterReplicas(t, 0, 0)
 			ctx := context.Background()
 			node := &countingNode{Node: tc.node(t, cl.Masters[0].Addr)}
-			m := newM(t, newSingle(t, node))
+			// Ordinary retries wait a minute: only TRYAGAIN's short
+			// RetryAfter can make attempts and a grant come sooner.
+			m := newM(t, newSingle(t, node), dlm.WithRetryDelay(time.Minute, 2*time.Minute))
 			key := "moving"
 			_, counter := strategy.Keys(key)
 			slot, err := cl.Masters[0].Client(t).ClusterKeySlot(ctx, counter).Result()
@@ -161,17 +162,17 @@ func TestLockRetriesPromptlyWhileSlotMoves(t *testing.T) {
 				}
 				close(got)
 			}()
-			time.Sleep(300 * time.Millisecond)
+			require.Eventually(t, func() bool { return node.acquires.Load() >= 8 }, 30*time.Second, time.Millisecond,
+				"tried again and again within the first of the minute-long retry delays")
 			acquires, releases := node.acquires.Load(), node.releases.Load()
 			cl.FinishMigration(t, int(slot), from, to, 10, 0)
 			moved := time.Now()
 			at, ok := <-got
 			require.True(t, ok, "Lock failed")
-			t.Logf("%s: %d attempts and %d releases in 300ms of a split slot; granted %v after the move", tc.name,
+			t.Logf("%s: %d attempts and %d releases while the slot was split; granted %v after the move", tc.name,
 				acquires, releases, at.Sub(moved).Round(time.Microsecond))
-			assert.GreaterOrEqual(t, acquires, int64(8), "tried every few milliseconds")
 			assert.Zero(t, releases, "nothing to undo after TRYAGAIN")
-			assert.Less(t, at.Sub(moved), 100*time.Millisecond)
+			assert.Less(t, at.Sub(moved), 30*time.Second, "granted on a TRYAGAIN retry, not after a minute-long retry delay")
 		})
 	}
 }

@@ -47,8 +47,10 @@ func TestClusterReleaseStaysInItsShard(t *testing.T) {
 	for _, tc := range clusterClients {
 		t.Run(tc.name, func(t *testing.T) {
 			cl := redistest.StartClusterReplicas(t, 1, 1, 1)
-			m := newM(t, newSingle(t, tc.node(t, cl.Masters[0].Addr)), dlm.WithTTL(10*time.Second))
-			other := newM(t, newSingle(t, tc.node(t, cl.Masters[0].Addr)), dlm.WithTTL(10*time.Second))
+			m := newM(t, newSingle(t, tc.node(t, cl.Masters[0].Addr)), dlm.WithTTL(10*time.Minute))
+			// other never polls within its two-minute wait: only the
+			// release's notification can wake it.
+			other := newM(t, newSingle(t, tc.node(t, cl.Masters[0].Addr)), dlm.WithRetryDelay(5*time.Minute, 10*time.Minute))
 			ctx := context.Background()
 			const n = 50
 
@@ -70,7 +72,9 @@ func TestClusterReleaseStaysInItsShard(t *testing.T) {
 				require.NoError(t, err)
 				got := make(chan time.Time, 1)
 				go func() {
-					w, err := other.Lock(ctx, key)
+					wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+					defer cancel()
+					w, err := other.Lock(wctx, key)
 					if err == nil {
 						got <- time.Now()
 						_ = w.Unlock(ctx)
@@ -81,7 +85,7 @@ func TestClusterReleaseStaysInItsShard(t *testing.T) {
 				released := time.Now()
 				require.NoError(t, l.Unlock(ctx))
 				at, ok := <-got
-				require.True(t, ok, "the waiter got the lock")
+				require.True(t, ok, "the waiter was woken by the release (no poll could have come within its wait)")
 				worst = max(worst, at.Sub(released))
 			}
 			waited := float64(busPublishes(t, cl)-before) / n / 2 // two releases per key
@@ -89,7 +93,6 @@ func TestClusterReleaseStaysInItsShard(t *testing.T) {
 				tc.name, idle, waited, worst.Round(time.Microsecond))
 			assert.LessOrEqual(t, idle, 1.0)
 			assert.LessOrEqual(t, waited, 1.0)
-			assert.Less(t, worst, 100*time.Millisecond, "woken by the release, not by polling")
 		})
 	}
 }
@@ -135,7 +138,6 @@ func TestClusterWaiterFollowsSlotMove(t *testing.T) {
 				cl.MigrateSlot(t, int(slot), from, to, 10, 0)
 			})
 			t.Logf("%s: the waiter got the lock %v after the release on the slot's new master", tc.name, took.Round(time.Microsecond))
-			assert.Less(t, took, 100*time.Millisecond, "woken by the release, not by polling")
 		})
 	}
 }
@@ -163,7 +165,6 @@ func TestClusterWaiterFollowsFailover(t *testing.T) {
 			})
 			t.Logf("%s: subscribed on the promoted replica %v after the master's kill; the waiter got the lock %v after the release there",
 				tc.name, resubscribed.Round(time.Millisecond), took.Round(time.Microsecond))
-			assert.Less(t, took, 100*time.Millisecond, "woken by the release, not by polling")
 			// The replica is promoted about two node timeouts after the
 			// kill; slack for a loaded machine.
 			assert.Less(t, resubscribed, 2*clusterNodeTimeout+4*time.Second)
@@ -179,7 +180,9 @@ func TestClusterWaiterFollowsFailover(t *testing.T) {
 func handOff(t *testing.T, cl *redistest.Cluster, node func(testing.TB, string) dlm.Node, key string, change func()) (took, resubscribed time.Duration) {
 	t.Helper()
 	ctx := context.Background()
-	opts := []dlm.Option{dlm.WithTTL(time.Minute), dlm.WithRetryDelay(10*time.Second, 20*time.Second)}
+	// No poll and no lease's end can wake the waiter within its two-minute
+	// wait: a grant within it came from the release's notification.
+	opts := []dlm.Option{dlm.WithTTL(10 * time.Minute), dlm.WithRetryDelay(5*time.Minute, 10*time.Minute)}
 	holder := newM(t, newSingle(t, node(t, cl.Masters[0].Addr)), opts...)
 	waiter := newM(t, newSingle(t, node(t, cl.Masters[0].Addr)), opts...)
 	held, err := holder.TryLock(ctx, key)
@@ -187,7 +190,7 @@ func handOff(t *testing.T, cl *redistest.Cluster, node func(testing.TB, string) 
 	got := make(chan time.Time, 1)
 	go func() {
 		defer close(got)
-		wctx, cancel := context.WithTimeout(ctx, time.Minute)
+		wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 		defer cancel()
 		if l, err := waiter.Lock(wctx, key); err == nil {
 			got <- time.Now()
@@ -209,7 +212,7 @@ func handOff(t *testing.T, cl *redistest.Cluster, node func(testing.TB, string) 
 	require.NoError(t, err)
 	released := time.Now()
 	at, ok := <-got
-	require.True(t, ok, "the waiter got the lock")
+	require.True(t, ok, "the waiter was woken by the release (no poll could have come within its wait)")
 	return at.Sub(released), resubscribed
 }
 
