@@ -192,17 +192,28 @@ func TestRedlockAutoRenew(t *testing.T) {
 	frozen := time.Now()
 	l := locks[0]
 	lctx := l.Context()
+	// Once the validity has run out, the context has ended: its Err says so
+	// at once, however late a loaded machine fires its timer.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		until := l.Until()
+		if time.Now().After(until) {
+			ended := lctx.Err() != nil
+			if l.Until().Equal(until) { // no renewal landed in between
+				assert.True(t, ended, "the context has ended once the validity ran out")
+				break
+			}
+		}
+		require.True(t, time.Now().Before(deadline), "the validity did not run out with three of five servers frozen")
+	}
 	select {
 	case <-lctx.Done():
-	case <-time.After(3 * time.Second):
-		t.Fatal("the lock's context did not end with three of five servers frozen")
+	case <-time.After(5 * time.Second):
+		t.Fatal("Done did not close after the validity ran out")
 	}
-	ended := time.Now()
 	until := l.Until()
 	assert.ErrorIs(t, context.Cause(lctx), dlm.ErrLost)
 	assert.Contains(t, context.Cause(lctx).Error(), "last renewal failed")
 	assert.True(t, until.Before(frozen.Add(renewTTL)), "no validity confirmed after the majority froze")
-	assert.Less(t, ended.Sub(until), 300*time.Millisecond, "Done closes when the validity runs out")
 	for _, l := range locks {
 		assert.ErrorIs(t, context.Cause(l.Context()), dlm.ErrLost)
 	}
