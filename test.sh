@@ -38,6 +38,15 @@ if ! ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 && ! command -v postg
 	fi
 fi
 
+# Tests that move a server's clock build internal/redistest/clockshim with cc.
+if ! command -v cc >/dev/null; then
+	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+		echo "test.sh: installing gcc from Debian's packages" >&2
+		apt-get update -qq
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc libc6-dev >/dev/null
+	fi
+fi
+
 # bench's -instructions counts a server's instructions under valgrind.
 if ! command -v valgrind >/dev/null; then
 	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then

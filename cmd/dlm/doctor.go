@@ -31,7 +31,10 @@ compares the replicas with the ack policy; for cluster:// it asks the first
 listed node that answers for the Cluster's nodes and checks every master and
 replica (reachable, its role, cluster_state, every slot served, replicas'
 links, and, with strategy=failover, each master's replicas against the ack
-policy).
+policy). On every server it compares the server's clock with this machine's:
+Redis expires keys by its wall clock, so a clock that is off by more than a
+tenth of the TTL (--ttl, else the config's, else 30s) is a sign that clocks
+are not kept in step, and a step back into step frees locks early.
 
 Exit status: 0 when nothing needs changing, 1 when something does, 2 on
 usage or configuration errors.
@@ -48,6 +51,7 @@ type finding struct {
 type report struct {
 	w        io.Writer
 	problems int
+	ttl      time.Duration // the locks' TTL, which the clock check measures against
 }
 
 func (r *report) section(title string) { fmt.Fprintf(r.w, "\n%s\n", title) }
@@ -71,6 +75,7 @@ func doctor(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.Usage = func() { fmt.Fprint(stderr, doctorUsage+targetUsage(defaultURL)+"\nflags:\n"); fs.PrintDefaults() }
 	tf := addTargetFlags(fs, defaultURL)
 	timeout := fs.Duration("timeout", 2*time.Second, "bound on each server's checks")
+	ttl := fs.Duration("ttl", 0, "the TTL locks use, for the clock check (default: the config's ttl, else 30s)")
 	if err := fs.Parse(args); err != nil {
 		return parseExit(err)
 	}
@@ -79,6 +84,12 @@ func doctor(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "dlm doctor:", err)
 		return 2
 	}
+	if *ttl <= 0 {
+		*ttl = time.Duration(cfg.TTL)
+	}
+	if *ttl <= 0 {
+		*ttl = runDefaultTTL
+	}
 	_, closer, err := tf.open(ctx, cfg) // the same checks as dlm run
 	if err != nil {
 		fmt.Fprintln(stderr, "dlm doctor:", err)
@@ -86,7 +97,7 @@ func doctor(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	_ = closer.Close()
 	fmt.Fprintf(stdout, "dlm doctor: %s strategy, %s\n", cfg.Strategy, cfg)
-	r := &report{w: stdout}
+	r := &report{w: stdout, ttl: *ttl}
 	check := func(addr string, f func(context.Context, *redis.Client) map[string]string) map[string]string {
 		c := serverClient(cfg, addr)
 		defer c.Close()
@@ -320,6 +331,7 @@ func ping(ctx context.Context, c *redis.Client, r *report) map[string]string {
 		return nil
 	}
 	r.addf("ok", "reachable, PING in %v", time.Since(start).Round(10*time.Microsecond))
+	checkClock(ctx, c, r)
 	if err := c.Eval(ctx, "return 1", nil).Err(); err != nil {
 		r.addf("fail", "scripts refused (%v): locks cannot be taken here; is this a Sentinel's port, or an ACL without EVAL/EVALSHA?", err)
 		return nil
@@ -330,6 +342,30 @@ func ping(ctx context.Context, c *redis.Client, r *report) map[string]string {
 		return nil
 	}
 	return parseInfo(raw)
+}
+
+// checkClock compares the server's wall clock with this machine's, taking
+// the server's reading to be from the middle of the TIME round trip.
+func checkClock(ctx context.Context, c *redis.Client, r *report) {
+	before := time.Now()
+	at, err := c.Time(ctx).Result()
+	if err != nil {
+		r.addf("warn", "TIME failed (%v): the server's clock was not compared with this machine's", err)
+		return
+	}
+	rtt := time.Since(before)
+	off := at.Sub(before.Add(rtt / 2)).Round(time.Millisecond)
+	bound := r.ttl / 10
+	switch {
+	case off.Abs() > bound+rtt/2:
+		way := "ahead of"
+		if off < 0 {
+			way = "behind"
+		}
+		r.addf("warn", "clock %v %s this machine's (more than a tenth of the %v TTL): clocks are not kept in step, and Redis expires keys by its wall clock, so when this one is stepped forward every lock on it ends early by the step; run NTP on both, slewing rather than stepping", off.Abs(), way, r.ttl)
+	default:
+		r.addf("ok", "clock within %v of this machine's", (off.Abs() + rtt/2).Round(time.Millisecond))
+	}
 }
 
 // checkServer inspects a server locks are taken on and returns its INFO, or

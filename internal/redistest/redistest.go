@@ -51,6 +51,7 @@ type Server struct {
 	args  []string // after the port and defaults; a config file comes first
 	conf  string   // config file written before each start, if any
 	certs *Certs   // the certificates of a server that speaks TLS only; nil for plain
+	env   []string // added to the process's environment (a Clock's shim)
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -131,6 +132,9 @@ func (s *Server) start() error {
 	args = append(args, s.args...)
 	cmd := exec.Command(s.bin, args...)
 	cmd.Dir = s.dir
+	if s.env != nil {
+		cmd.Env = append(os.Environ(), s.env...)
+	}
 	// The server dies with the test process however it ends (a watchdog's
 	// exit, a panic, SIGKILL), not only through the test's Cleanup.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
