@@ -7,11 +7,11 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlmgo/dlm"
-	"github.com/dlmgo/dlm/config"
 	"github.com/dlmgo/dlm/conformance"
 	"github.com/dlmgo/dlm/conformance/harness"
 	"github.com/dlmgo/dlm/driver/goredis"
 	"github.com/dlmgo/dlm/internal/redistest"
+	"github.com/dlmgo/dlm/nodekit"
 	"github.com/dlmgo/dlm/strategy"
 )
 
@@ -47,7 +47,7 @@ func TestConformance(t *testing.T) {
 // dialSentinel is Dial's way to a primary through Sentinel, for the
 // harness.
 func dialSentinel(t *testing.T, addrs []string, master string) (dlm.Node, error) {
-	n, c, err := goredis.Dial(context.Background(), config.Endpoint{Sentinels: addrs, Master: master})
+	n, c, err := goredis.Dial(context.Background(), nodekit.Endpoint{Sentinels: addrs, Master: master})
 	if err == nil {
 		t.Cleanup(func() { _ = c.Close() })
 	}

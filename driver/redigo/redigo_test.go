@@ -11,11 +11,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlmgo/dlm"
-	"github.com/dlmgo/dlm/config"
 	"github.com/dlmgo/dlm/conformance"
 	"github.com/dlmgo/dlm/conformance/harness"
 	"github.com/dlmgo/dlm/driver/redigo"
 	"github.com/dlmgo/dlm/internal/redistest"
+	"github.com/dlmgo/dlm/nodekit"
 	"github.com/dlmgo/dlm/strategy"
 )
 
@@ -55,7 +55,7 @@ func TestConformance(t *testing.T) {
 			}
 			return node
 		}, harness.WithSentinel(func(t *testing.T, addrs []string, master string) (dlm.Node, error) {
-			n, c, err := redigo.Dial(context.Background(), config.Endpoint{Sentinels: addrs, Master: master})
+			n, c, err := redigo.Dial(context.Background(), nodekit.Endpoint{Sentinels: addrs, Master: master})
 			if err == nil {
 				t.Cleanup(func() { _ = c.Close() })
 			}

@@ -10,11 +10,11 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/dlmgo/dlm"
-	"github.com/dlmgo/dlm/config"
 	"github.com/dlmgo/dlm/conformance"
 	"github.com/dlmgo/dlm/conformance/harness"
 	rueidisnode "github.com/dlmgo/dlm/driver/rueidis"
 	"github.com/dlmgo/dlm/internal/redistest"
+	"github.com/dlmgo/dlm/nodekit"
 	"github.com/dlmgo/dlm/strategy"
 )
 
@@ -68,14 +68,14 @@ func TestConformanceStandalone(t *testing.T) {
 // through Sentinel.
 var dialOptions = []harness.Option{
 	harness.WithDial(func(t *testing.T, addr string) (dlm.Node, error) {
-		return dialed(t, config.Endpoint{Addr: addr})
+		return dialed(t, nodekit.Endpoint{Addr: addr})
 	}),
 	harness.WithSentinel(func(t *testing.T, addrs []string, master string) (dlm.Node, error) {
-		return dialed(t, config.Endpoint{Sentinels: addrs, Master: master})
+		return dialed(t, nodekit.Endpoint{Sentinels: addrs, Master: master})
 	}),
 }
 
-func dialed(t *testing.T, ep config.Endpoint) (dlm.Node, error) {
+func dialed(t *testing.T, ep nodekit.Endpoint) (dlm.Node, error) {
 	n, c, err := rueidisnode.Dial(context.Background(), ep)
 	if err == nil {
 		t.Cleanup(func() { _ = c.Close() })
@@ -153,7 +153,7 @@ func TestDeadlineOnFrozenServer(t *testing.T) {
 // of waiting out its context.
 func TestLockEndsAtOnceOnASentinelsPort(t *testing.T) {
 	sentinel := redistest.StartSentinel(t, "mymaster", redistest.Start(t), 1, 5*time.Second)
-	n, c, err := rueidisnode.Dial(context.Background(), config.Endpoint{Addr: sentinel.Addr})
+	n, c, err := rueidisnode.Dial(context.Background(), nodekit.Endpoint{Addr: sentinel.Addr})
 	if err != nil {
 		t.Fatal(err)
 	}
