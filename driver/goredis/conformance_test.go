@@ -8,6 +8,7 @@ import (
 
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/conformance"
+	"github.com/dlmgo/dlm/conformance/family"
 	"github.com/dlmgo/dlm/conformance/harness"
 	"github.com/dlmgo/dlm/driver/goredis"
 	"github.com/dlmgo/dlm/internal/redistest"
@@ -37,8 +38,10 @@ func TestConformance(t *testing.T) {
 				c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: tc.ctxOnWire})
 				t.Cleanup(func() { _ = c.Close() })
 				node := goredis.New(c)
-				conformance.RunStrategy(t, conformance.Topology{Nodes: func(*testing.T) []dlm.Node { return []dlm.Node{node} }, Servers: []string{addr}},
-					func(nodes []dlm.Node) (dlm.Strategy, error) { return strategy.NewSingle(nodes[0]) })
+				topology := conformance.Topology{Nodes: func(*testing.T) []dlm.Node { return []dlm.Node{node} }, Servers: []string{addr}}
+				newStrategy := func(nodes []dlm.Node) (dlm.Strategy, error) { return strategy.NewSingle(nodes[0]) }
+				conformance.RunStrategy(t, topology, newStrategy)
+				family.Run(t, topology.Nodes, newStrategy)
 			})
 		})
 	}
@@ -74,8 +77,10 @@ func TestConformanceFailover(t *testing.T) {
 	})
 	t.Cleanup(func() { _ = c.Close() })
 	node := goredis.New(c)
-	conformance.RunStrategy(t, conformance.Topology{Nodes: func(*testing.T) []dlm.Node { return []dlm.Node{node} }, Servers: []string{topo.Primary.Addr}},
-		func(nodes []dlm.Node) (dlm.Strategy, error) {
-			return strategy.NewFailover(nodes[0], strategy.WithAcks(strategy.AckAll()), strategy.WithReplicas(2))
-		})
+	topology := conformance.Topology{Nodes: func(*testing.T) []dlm.Node { return []dlm.Node{node} }, Servers: []string{topo.Primary.Addr}}
+	newStrategy := func(nodes []dlm.Node) (dlm.Strategy, error) {
+		return strategy.NewFailover(nodes[0], strategy.WithAcks(strategy.AckAll()), strategy.WithReplicas(2))
+	}
+	conformance.RunStrategy(t, topology, newStrategy)
+	family.Run(t, topology.Nodes, newStrategy)
 }

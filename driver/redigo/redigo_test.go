@@ -12,6 +12,7 @@ import (
 
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/conformance"
+	"github.com/dlmgo/dlm/conformance/family"
 	"github.com/dlmgo/dlm/conformance/harness"
 	"github.com/dlmgo/dlm/driver/redigo"
 	"github.com/dlmgo/dlm/internal/redistest"
@@ -65,8 +66,10 @@ func TestConformance(t *testing.T) {
 	t.Run("Single", func(t *testing.T) {
 		addr := harness.StartServer(t)
 		node := newNode(t, addr)
-		conformance.RunStrategy(t, conformance.Topology{Nodes: func(*testing.T) []dlm.Node { return []dlm.Node{node} }, Servers: []string{addr}},
-			func(nodes []dlm.Node) (dlm.Strategy, error) { return strategy.NewSingle(nodes[0]) })
+		topology := conformance.Topology{Nodes: func(*testing.T) []dlm.Node { return []dlm.Node{node} }, Servers: []string{addr}}
+		newStrategy := func(nodes []dlm.Node) (dlm.Strategy, error) { return strategy.NewSingle(nodes[0]) }
+		conformance.RunStrategy(t, topology, newStrategy)
+		family.Run(t, topology.Nodes, newStrategy)
 	})
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/conformance"
+	"github.com/dlmgo/dlm/conformance/family"
 	rueidisnode "github.com/dlmgo/dlm/driver/rueidis"
 	"github.com/dlmgo/dlm/internal/redistest"
 	"github.com/dlmgo/dlm/strategy"
@@ -33,10 +34,12 @@ func TestFailoverSentinel(t *testing.T) {
 	const ttl = 30 * time.Second
 
 	t.Run("conformance", func(t *testing.T) {
-		conformance.RunStrategy(t, conformance.Topology{Nodes: func(*testing.T) []dlm.Node { return []dlm.Node{node} }, Quorum: 1, Servers: []string{topo.Primary.Addr}},
-			func(nodes []dlm.Node) (dlm.Strategy, error) {
-				return strategy.NewFailover(nodes[0], strategy.WithWaitTimeout(50*time.Millisecond))
-			})
+		topology := conformance.Topology{Nodes: func(*testing.T) []dlm.Node { return []dlm.Node{node} }, Quorum: 1, Servers: []string{topo.Primary.Addr}}
+		newStrategy := func(nodes []dlm.Node) (dlm.Strategy, error) {
+			return strategy.NewFailover(nodes[0], strategy.WithWaitTimeout(50*time.Millisecond))
+		}
+		conformance.RunStrategy(t, topology, newStrategy)
+		family.Run(t, topology.Nodes, newStrategy)
 	})
 
 	t.Run("granted once both replicas hold the lock", func(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/conformance"
+	"github.com/dlmgo/dlm/conformance/family"
 	"github.com/dlmgo/dlm/conformance/harness"
 	valkeynode "github.com/dlmgo/dlm/driver/valkeygo"
 	"github.com/dlmgo/dlm/internal/redistest"
@@ -47,8 +48,10 @@ func conform(t *testing.T, node dlm.Node, servers ...string) {
 // single runs the strategy suite with the single-instance strategy.
 func single(t *testing.T, node dlm.Node, servers ...string) {
 	t.Run("Single", func(t *testing.T) {
-		conformance.RunStrategy(t, conformance.Topology{Nodes: func(*testing.T) []dlm.Node { return []dlm.Node{node} }, Servers: servers},
-			func(nodes []dlm.Node) (dlm.Strategy, error) { return strategy.NewSingle(nodes[0]) })
+		topology := conformance.Topology{Nodes: func(*testing.T) []dlm.Node { return []dlm.Node{node} }, Servers: servers}
+		newStrategy := func(nodes []dlm.Node) (dlm.Strategy, error) { return strategy.NewSingle(nodes[0]) }
+		conformance.RunStrategy(t, topology, newStrategy)
+		family.Run(t, topology.Nodes, newStrategy)
 	})
 }
 
@@ -185,8 +188,10 @@ func TestConformanceRedlock(t *testing.T) {
 		nodes = append(nodes, valkeynode.New(newClient(t, valkey.ClientOption{InitAddress: []string{srv.Addr}, DisableCache: true})))
 		servers = append(servers, srv.Addr)
 	}
-	conformance.RunStrategy(t, conformance.Topology{Nodes: func(*testing.T) []dlm.Node { return nodes }, Quorum: 2, Servers: servers},
-		func(nodes []dlm.Node) (dlm.Strategy, error) {
-			return strategy.NewRedlock(nodes, strategy.WithTimeout(time.Second))
-		})
+	topology := conformance.Topology{Nodes: func(*testing.T) []dlm.Node { return nodes }, Quorum: 2, Servers: servers}
+	newStrategy := func(nodes []dlm.Node) (dlm.Strategy, error) {
+		return strategy.NewRedlock(nodes, strategy.WithTimeout(time.Second))
+	}
+	conformance.RunStrategy(t, topology, newStrategy)
+	family.Run(t, topology.Nodes, newStrategy)
 }
