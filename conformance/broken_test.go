@@ -16,11 +16,11 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlmgo/dlm"
-	"github.com/dlmgo/dlm/config"
 	"github.com/dlmgo/dlm/conformance"
 	"github.com/dlmgo/dlm/conformance/harness"
 	"github.com/dlmgo/dlm/driver/goredis"
 	"github.com/dlmgo/dlm/internal/redistest"
+	"github.com/dlmgo/dlm/nodekit"
 )
 
 // brokenEnv selects the broken driver TestBrokenDriver runs the suite on.
@@ -198,7 +198,7 @@ func TestBrokenDriver(t *testing.T) {
 	}
 	harness.Run(t, func(t *testing.T, addr string) dlm.Node { return newBrokenNode(t, addr, breakage) },
 		harness.WithSentinel(func(t *testing.T, addrs []string, master string) (dlm.Node, error) {
-			n, c, err := goredis.Dial(context.Background(), config.Endpoint{Sentinels: addrs, Master: master})
+			n, c, err := goredis.Dial(context.Background(), nodekit.Endpoint{Sentinels: addrs, Master: master})
 			if err != nil {
 				return nil, err
 			}

@@ -58,14 +58,12 @@ package conformance
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
-	"os"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/dlmgo/dlm/conformance/internal/suite"
 )
 
 // Bounds of the suite. A healthy call on a loaded machine takes
@@ -73,43 +71,20 @@ import (
 const (
 	// callTimeout bounds every call the suite makes that is not about timing.
 	callTimeout = 10 * time.Second
-	// defaultWatchdog ends the test binary when one rule runs longer.
-	defaultWatchdog = 60 * time.Second
 )
 
 // WatchdogEnv names the environment variable that overrides how long one
 // rule may run before the watchdog ends the test binary (a Go duration,
 // default 60s).
-const WatchdogEnv = "DLM_CONFORMANCE_WATCHDOG"
+const WatchdogEnv = suite.WatchdogEnv
 
-// watchdogLimit returns the limit, from WatchdogEnv when set and valid.
-func watchdogLimit(t *testing.T) time.Duration {
-	if v := os.Getenv(WatchdogEnv); v != "" {
-		d, err := time.ParseDuration(v)
-		if err == nil && d > 0 {
-			return d
-		}
-		t.Logf("conformance: ignoring %s=%q: want a positive duration", WatchdogEnv, v)
-	}
-	return defaultWatchdog
-}
-
-// runID makes keys and script sources unique to one run of a suite, so runs
-// against a shared server do not meet.
-func runID() string {
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
+// runID makes keys and script sources unique to one run of a suite.
+func runID() string { return suite.RunID() }
 
 // keyspace hands out keys for one subtest, all in one hash slot.
 type keyspace struct{ prefix string }
 
-var subtestSeq atomic.Int64
-
-func newKeyspace(run string) keyspace {
-	return keyspace{prefix: fmt.Sprintf("dlm-conformance:{%s-%d}:", run, subtestSeq.Add(1))}
-}
+func newKeyspace(run string) keyspace { return keyspace{prefix: suite.Prefix(run)} }
 
 func (k keyspace) key(name string) string { return k.prefix + name }
 
@@ -120,24 +95,9 @@ func ctx(t *testing.T) context.Context {
 	return c
 }
 
-// watchdog ends the process, naming the subtest, when the subtest has not
-// finished within limit. A hung call cannot be interrupted from outside the
-// goroutine that made it, and t.Fatal works only in that goroutine, so
-// ending the process is the only way to fail rather than hang.
-func watchdog(t *testing.T, limit time.Duration) {
-	name := t.Name()
-	timer := time.AfterFunc(limit, func() {
-		panic(fmt.Sprintf("conformance: %s did not finish within %v: a call does not honour its context", name, limit))
-	})
-	t.Cleanup(func() { timer.Stop() })
-}
-
 // subtest runs f as a subtest under the watchdog.
 func subtest(t *testing.T, name string, f func(t *testing.T)) bool {
-	return t.Run(name, func(t *testing.T) {
-		watchdog(t, watchdogLimit(t))
-		f(t)
-	})
+	return suite.Subtest(t, name, f)
 }
 
 // quote shows binary strings readably in failure messages.

@@ -20,7 +20,8 @@ func testInspectRevoke(t *testing.T, c *strategyCase) {
 	if _, ok := c.Strategy.(dlm.Inspector); !ok {
 		t.Skipf("%T is not a dlm.Inspector", c.Strategy)
 	}
-	ctx := familyCtx(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
 	const ttl = time.Second
 	key := c.key("inspect")
 	holder := c.manager(t, dlm.WithOwner("conformance holder #1"), dlm.WithTTL(ttl), dlm.WithAutoRenew(0.3, time.Minute))
@@ -132,4 +133,14 @@ func (s *fencedStore) write(fence uint64) bool {
 	}
 	s.highest = fence
 	return true
+}
+
+// manager returns a Manager over the case's strategy.
+func (c *strategyCase) manager(t *testing.T, opts ...dlm.Option) *dlm.Manager {
+	t.Helper()
+	m, err := dlm.New(c.Strategy, append([]dlm.Option{dlm.WithRetryDelay(time.Millisecond, 50*time.Millisecond)}, opts...)...)
+	if err != nil {
+		t.Fatalf("dlm.New: %v", err)
+	}
+	return m
 }

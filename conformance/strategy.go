@@ -77,27 +77,17 @@ type Topology struct {
 //     or free) fails with dlm.ErrNotHeld and changes nothing; empty or
 //     equal tokens are dlm.ErrInvalid.
 //
-// The lock family (packages semaphore, multilock and rwlock) is built on
-// dlm.Manager over any strategy, so its rules run over every strategy too:
+// One rule runs a dlm.Manager over the strategy:
 //
-//   - SemaphorePermits: 8 workers on 3 permits: never more than 3 holders,
-//     and more than one at times; with all held, TryAcquire is refused.
-//   - SemaphoreLapsedPermit: a holder that stops (no renewal, no release)
-//     loses its permit when its lease ends; a waiter gets it after the
-//     stopped holder's Context has ended, not before.
-//   - MultiKeyAllOrNone: overlapping sets named in different orders never
-//     share a key and never deadlock; a refused TryLock holds nothing.
-//   - RWLock: readers share, a writer is alone, fences order writers after
-//     the readers and writers before them, and a writer among readers that
-//     always overlap gets in within 5s (not starved).
-//   - FamilyLapsedHolder: a multi-key holder and a writer that stop keep
-//     their keys until their leases end; waiters get in after the stopped
-//     holders' Contexts ended, not before.
 //   - InspectRevoke (a strategy that is a dlm.Inspector): Inspect names the
 //     holder, its fence and lease, and counts a waiting process; Revoke
 //     ends the holder's Context with dlm.ErrRevoked at its next renewal,
 //     wakes the waiter, whose fence is at least two above, and leaves a
 //     note on a quorum of nodes.
+//
+// The lock family's rules (packages semaphore, multilock and rwlock) are
+// package conformance/family's (family.Run), so that this package does not
+// compile the family: run both over a strategy.
 //
 // Rules that need more nodes than the topology can lose are skipped with the
 // reason (a single endpoint tolerates no failed node), and so are
@@ -224,11 +214,6 @@ var strategyRules = []strategyRule{
 	{"SlowLease", testSlowLease},
 	{"BatchExtend", testBatchExtend},
 	{"WatchRelease", testWatchRelease},
-	{"SemaphorePermits", testSemaphorePermits},
-	{"SemaphoreLapsedPermit", testSemaphoreLapsedPermit},
-	{"MultiKeyAllOrNone", testMultiKeyAllOrNone},
-	{"RWLock", testRWLock},
-	{"FamilyLapsedHolder", testFamilyLapsedHolder},
 	{"InspectRevoke", testInspectRevoke},
 }
 

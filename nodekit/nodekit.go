@@ -1,10 +1,11 @@
 // Package nodekit holds what drivers and strategies share and users of dlm
 // do not call: Lua scripts run on a dlm.Node (with the NOSCRIPT fallback),
-// the text of WAIT commands, the Hub that gives a driver Node.Watch over
-// a minimal pub/sub connection, Dial, which connects a client over TLS or
-// plain text and reports TLS problems as permanent errors, and the whole of
-// Run, RunWait and Watch for a client that pipelines typed commands (Pipe,
-// Receiver: rueidis, valkey-go).
+// the text of WAIT commands, the Hub that gives a driver Node.Watch over a
+// minimal pub/sub connection, the Endpoint a driver's Dial takes, Dial,
+// which connects a client over TLS or plain text and reports TLS problems
+// as permanent errors, and the whole of a dlm.Node for a client that
+// pipelines typed commands (PipeNode over a Pipe and a Receiver: rueidis,
+// valkey-go). It imports dlm and the standard library only.
 package nodekit
 
 import (

@@ -7,11 +7,12 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlmgo/dlm"
-	"github.com/dlmgo/dlm/config"
 	"github.com/dlmgo/dlm/conformance"
+	"github.com/dlmgo/dlm/conformance/family"
 	"github.com/dlmgo/dlm/conformance/harness"
 	"github.com/dlmgo/dlm/driver/goredis"
 	"github.com/dlmgo/dlm/internal/redistest"
+	"github.com/dlmgo/dlm/nodekit"
 	"github.com/dlmgo/dlm/strategy"
 )
 
@@ -37,8 +38,10 @@ func TestConformance(t *testing.T) {
 				c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: tc.ctxOnWire})
 				t.Cleanup(func() { _ = c.Close() })
 				node := goredis.New(c)
-				conformance.RunStrategy(t, conformance.Topology{Nodes: func(*testing.T) []dlm.Node { return []dlm.Node{node} }, Servers: []string{addr}},
-					func(nodes []dlm.Node) (dlm.Strategy, error) { return strategy.NewSingle(nodes[0]) })
+				topology := conformance.Topology{Nodes: func(*testing.T) []dlm.Node { return []dlm.Node{node} }, Servers: []string{addr}}
+				newStrategy := func(nodes []dlm.Node) (dlm.Strategy, error) { return strategy.NewSingle(nodes[0]) }
+				conformance.RunStrategy(t, topology, newStrategy)
+				family.Run(t, topology.Nodes, newStrategy)
 			})
 		})
 	}
@@ -47,7 +50,7 @@ func TestConformance(t *testing.T) {
 // dialSentinel is Dial's way to a primary through Sentinel, for the
 // harness.
 func dialSentinel(t *testing.T, addrs []string, master string) (dlm.Node, error) {
-	n, c, err := goredis.Dial(context.Background(), config.Endpoint{Sentinels: addrs, Master: master})
+	n, c, err := goredis.Dial(context.Background(), nodekit.Endpoint{Sentinels: addrs, Master: master})
 	if err == nil {
 		t.Cleanup(func() { _ = c.Close() })
 	}
@@ -74,8 +77,10 @@ func TestConformanceFailover(t *testing.T) {
 	})
 	t.Cleanup(func() { _ = c.Close() })
 	node := goredis.New(c)
-	conformance.RunStrategy(t, conformance.Topology{Nodes: func(*testing.T) []dlm.Node { return []dlm.Node{node} }, Servers: []string{topo.Primary.Addr}},
-		func(nodes []dlm.Node) (dlm.Strategy, error) {
-			return strategy.NewFailover(nodes[0], strategy.WithAcks(strategy.AckAll()), strategy.WithReplicas(2))
-		})
+	topology := conformance.Topology{Nodes: func(*testing.T) []dlm.Node { return []dlm.Node{node} }, Servers: []string{topo.Primary.Addr}}
+	newStrategy := func(nodes []dlm.Node) (dlm.Strategy, error) {
+		return strategy.NewFailover(nodes[0], strategy.WithAcks(strategy.AckAll()), strategy.WithReplicas(2))
+	}
+	conformance.RunStrategy(t, topology, newStrategy)
+	family.Run(t, topology.Nodes, newStrategy)
 }

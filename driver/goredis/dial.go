@@ -7,7 +7,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlmgo/dlm"
-	"github.com/dlmgo/dlm/config"
+	"github.com/dlmgo/dlm/nodekit"
 )
 
 // Dial is a config.Dialer: a Node over redis.NewClient for a server, over
@@ -17,7 +17,7 @@ import (
 // per attempt (the strategies and the Manager retry), and the context's
 // deadline bounds the socket. A Cluster client follows MOVED replies and,
 // through the Node, reloads the slot map when a master stops answering.
-func Dial(_ context.Context, ep config.Endpoint) (dlm.Node, io.Closer, error) {
+func Dial(_ context.Context, ep nodekit.Endpoint) (dlm.Node, io.Closer, error) {
 	if ep.Cluster != nil {
 		c := redis.NewClusterClient(&redis.ClusterOptions{
 			Addrs: ep.Cluster, Username: ep.Username, Password: ep.Password, Dialer: dialer(ep),

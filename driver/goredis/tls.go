@@ -6,7 +6,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/dlmgo/dlm/config"
 	"github.com/dlmgo/dlm/nodekit"
 )
 
@@ -19,7 +18,7 @@ const dialTimeout = 5 * time.Second
 // Sentinel, the addresses of ep.Sentinels are dialled with ep.SentinelTLS
 // and every other one with ep.TLS: a Sentinel that go-redis discovers by
 // itself and that is not listed is dialled as the primary is.
-func dialer(ep config.Endpoint) func(ctx context.Context, network, addr string) (net.Conn, error) {
+func dialer(ep nodekit.Endpoint) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	server := nodekit.Dialer(ep.TLS, dialTimeout)
 	if ep.Master == "" || ep.TLS == ep.SentinelTLS {
 		return server

@@ -9,14 +9,14 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/dlmgo/dlm"
-	"github.com/dlmgo/dlm/config"
+	"github.com/dlmgo/dlm/nodekit"
 )
 
 // Dial is a config.Dialer: a Node over a redis.Pool whose connections go to
 // the server, or, through Sentinels.Dial, to the primary of the moment. It
 // does not connect; the pool does on first use. redigo has no Redis Cluster
 // client: for a Cluster, Dial returns an error matching dlm.ErrInvalid.
-func Dial(_ context.Context, ep config.Endpoint) (dlm.Node, io.Closer, error) {
+func Dial(_ context.Context, ep nodekit.Endpoint) (dlm.Node, io.Closer, error) {
 	if ep.Cluster != nil {
 		return nil, nil, fmt.Errorf("%w: redigo has no Redis Cluster client; dial %s with goredis.Dial, rueidis.Dial or valkeygo.Dial", dlm.ErrInvalid, ep)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/conformance"
+	"github.com/dlmgo/dlm/conformance/family"
 	"github.com/dlmgo/dlm/internal/redistest"
 	"github.com/dlmgo/dlm/strategy"
 )
@@ -19,10 +20,12 @@ func TestFailoverConformance(t *testing.T) {
 	t.Parallel() // the suites mostly wait: on stalled servers, deadlines, expiry
 	topo := redistest.StartReplicated(t, redistest.ReplicatedOptions{Replicas: 2})
 	node := newNode(t, topo.Primary.Addr)
-	conformance.RunStrategy(t, conformance.Topology{Nodes: func(*testing.T) []dlm.Node { return []dlm.Node{node} }, Quorum: 1, Servers: []string{topo.Primary.Addr}},
-		func(nodes []dlm.Node) (dlm.Strategy, error) {
-			return strategy.NewFailover(nodes[0], strategy.WithAcks(strategy.AckAll()), strategy.WithReplicas(2))
-		})
+	topology := conformance.Topology{Nodes: func(*testing.T) []dlm.Node { return []dlm.Node{node} }, Quorum: 1, Servers: []string{topo.Primary.Addr}}
+	newStrategy := func(nodes []dlm.Node) (dlm.Strategy, error) {
+		return strategy.NewFailover(nodes[0], strategy.WithAcks(strategy.AckAll()), strategy.WithReplicas(2))
+	}
+	conformance.RunStrategy(t, topology, newStrategy)
+	family.Run(t, topology.Nodes, newStrategy)
 }
 
 // A pool pointed at a replica from the start is refused by the strategy's

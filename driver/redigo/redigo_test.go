@@ -11,11 +11,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlmgo/dlm"
-	"github.com/dlmgo/dlm/config"
 	"github.com/dlmgo/dlm/conformance"
+	"github.com/dlmgo/dlm/conformance/family"
 	"github.com/dlmgo/dlm/conformance/harness"
 	"github.com/dlmgo/dlm/driver/redigo"
 	"github.com/dlmgo/dlm/internal/redistest"
+	"github.com/dlmgo/dlm/nodekit"
 	"github.com/dlmgo/dlm/strategy"
 )
 
@@ -55,7 +56,7 @@ func TestConformance(t *testing.T) {
 			}
 			return node
 		}, harness.WithSentinel(func(t *testing.T, addrs []string, master string) (dlm.Node, error) {
-			n, c, err := redigo.Dial(context.Background(), config.Endpoint{Sentinels: addrs, Master: master})
+			n, c, err := redigo.Dial(context.Background(), nodekit.Endpoint{Sentinels: addrs, Master: master})
 			if err == nil {
 				t.Cleanup(func() { _ = c.Close() })
 			}
@@ -65,8 +66,10 @@ func TestConformance(t *testing.T) {
 	t.Run("Single", func(t *testing.T) {
 		addr := harness.StartServer(t)
 		node := newNode(t, addr)
-		conformance.RunStrategy(t, conformance.Topology{Nodes: func(*testing.T) []dlm.Node { return []dlm.Node{node} }, Servers: []string{addr}},
-			func(nodes []dlm.Node) (dlm.Strategy, error) { return strategy.NewSingle(nodes[0]) })
+		topology := conformance.Topology{Nodes: func(*testing.T) []dlm.Node { return []dlm.Node{node} }, Servers: []string{addr}}
+		newStrategy := func(nodes []dlm.Node) (dlm.Strategy, error) { return strategy.NewSingle(nodes[0]) }
+		conformance.RunStrategy(t, topology, newStrategy)
+		family.Run(t, topology.Nodes, newStrategy)
 	})
 }
 

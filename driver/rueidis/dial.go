@@ -9,7 +9,6 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/dlmgo/dlm"
-	"github.com/dlmgo/dlm/config"
 	"github.com/dlmgo/dlm/nodekit"
 )
 
@@ -21,7 +20,7 @@ import (
 // connects at once: a server that cannot be reached yet is not an error
 // (the client redials on use); Sentinels that cannot be are, and so are
 // Cluster nodes none of which answers, or which are not in cluster mode.
-func Dial(_ context.Context, ep config.Endpoint) (dlm.Node, io.Closer, error) {
+func Dial(_ context.Context, ep nodekit.Endpoint) (dlm.Node, io.Closer, error) {
 	o := rueidis.ClientOption{InitAddress: []string{ep.Addr}, ForceSingleClient: true,
 		Username: ep.Username, Password: ep.Password, DisableCache: true,
 		SelectDB: ep.DB, TLSConfig: ep.TLS, DialCtxFn: dialCtx}

@@ -11,7 +11,6 @@ import (
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/dlmgo/dlm"
-	"github.com/dlmgo/dlm/config"
 	"github.com/dlmgo/dlm/nodekit"
 )
 
@@ -25,7 +24,7 @@ import (
 // they do not know matches dlm.ErrUnknownMaster), and so are Cluster nodes
 // none of which answers, or which are not in cluster mode. TLS problems are
 // permanent errors (nodekit.Dial).
-func Dial(_ context.Context, ep config.Endpoint) (dlm.Node, io.Closer, error) {
+func Dial(_ context.Context, ep nodekit.Endpoint) (dlm.Node, io.Closer, error) {
 	o := valkey.ClientOption{InitAddress: []string{ep.Addr}, ForceSingleClient: true,
 		Username: ep.Username, Password: ep.Password, DisableCache: true,
 		SelectDB: ep.DB, TLSConfig: ep.TLS, DialCtxFn: dialCtx}

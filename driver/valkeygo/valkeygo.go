@@ -8,8 +8,8 @@
 // client's ConnWriteTimeout passes. A context that cannot end
 // (context.Background) costs no goroutine. On a Cluster client the keys of
 // a call, and the calls of a RunWait, must share a hash slot, else they
-// fail with dlm.ErrInvalid. The Node's code is nodekit's (RunPipe,
-// RunWaitPipe, NewReceiverHub), shared with driver/rueidis.
+// fail with dlm.ErrInvalid. The Node's code is nodekit's (PipeNode),
+// shared with driver/rueidis.
 package valkeygo
 
 import (
@@ -27,10 +27,11 @@ import (
 )
 
 // Node is a dlm.Node over a valkey.Client. It does not close the client.
+// Its methods are nodekit.PipeNode's: Run, RunWait (which valkey-go sends on
+// a dedicated connection), Watch (one Receive per channel; valkey-go
+// subscribes again when the connection breaks), Routing and String.
 type Node struct {
-	p    *pipe
-	name string
-	hub  *nodekit.Hub
+	*nodekit.PipeNode[valkey.Completed, valkey.ValkeyResult]
 }
 
 // New returns a Node over c, or nil when c is nil (which strategies reject).
@@ -39,45 +40,9 @@ func New(c valkey.Client) *Node {
 	if c == nil {
 		return nil
 	}
-	p := &pipe{c}
-	return &Node{p: p, name: "valkeygo(" + strings.Join(slices.Sorted(maps.Keys(c.Nodes())), ",") + ")",
-		hub: nodekit.NewReceiverHub(nodekit.Receiver{Receive: p.receive, Final: final, Sharded: p.Cluster()})}
-}
-
-// String names the node by its client's addresses.
-func (n *Node) String() string { return n.name }
-
-// Routing implements nodekit.Router: by hash slot for a Cluster client, one
-// server otherwise (a standalone or Sentinel client).
-func (n *Node) Routing() nodekit.Routing {
-	if n.p.Cluster() {
-		return nodekit.RoutingBySlot
-	}
-	return nodekit.RoutingOneServer
-}
-
-// Run implements dlm.Node (nodekit.RunPipe): one Do for one call, one
-// DoMulti for several (on a Cluster, one per hash slot). A call whose keys
-// span slots fails unsent.
-func (n *Node) Run(ctx context.Context, calls []dlm.Call) { nodekit.RunPipe(ctx, n.p, calls) }
-
-// RunWait implements dlm.Node: the calls and a WAIT marked blocking in one
-// DoMulti, which valkey-go sends on a dedicated connection (on a Cluster,
-// one to the calls' slot's primary) and closes unless every reply arrived,
-// so an abandoned WAIT holds up nothing.
-func (n *Node) RunWait(ctx context.Context, calls []dlm.Call, w dlm.Wait) (dlm.Acks, error) {
-	return nodekit.RunWaitPipe(ctx, n.p, calls, w)
-}
-
-// Watch implements dlm.Node with one Receive per channel
-// (nodekit.NewReceiverHub) and UNSUBSCRIBE on its connection. When the
-// connection breaks, valkey-go (or, with DisableRetry, the Node) subscribes
-// again on a new one. On a Cluster it subscribes shard channels
-// (SSUBSCRIBE) on the master of the channel's slot, again when the slot
-// moves. Watch fails at once on an error reply or a closed client. The
-// Node must be its client's only subscriber of its channels.
-func (n *Node) Watch(ctx context.Context, channel string, notify func(payload string)) (func(), error) {
-	return n.hub.Watch(ctx, channel, notify)
+	p := pipe{c}
+	name := "valkeygo(" + strings.Join(slices.Sorted(maps.Keys(c.Nodes())), ",") + ")"
+	return &Node{nodekit.NewPipeNode(name, p, nodekit.Receiver{Receive: p.receive, Final: final, Sharded: p.Cluster()})}
 }
 
 // pipe is the nodekit.Pipe and Receiver of a valkey.Client.

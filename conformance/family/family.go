@@ -1,4 +1,14 @@
-package conformance
+// Package family checks the rules of the lock family (packages semaphore,
+// multilock and rwlock) over a dlm.Strategy: the family is built on
+// dlm.Manager over any strategy, so every strategy must keep its rules too.
+// It is a package of its own so that package conformance, which a
+// third-party driver's tests import, does not compile the family.
+//
+//	func TestFamily(t *testing.T) {
+//		family.Run(t, func(t *testing.T) []dlm.Node { return []dlm.Node{node} },
+//			func(nodes []dlm.Node) (dlm.Strategy, error) { return strategy.NewSingle(nodes[0]) })
+//	}
+package family
 
 import (
 	"context"
@@ -9,17 +19,71 @@ import (
 	"time"
 
 	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/conformance/internal/suite"
 	"github.com/dlmgo/dlm/multilock"
 	"github.com/dlmgo/dlm/rwlock"
 	"github.com/dlmgo/dlm/semaphore"
 )
 
-// The lock family's rules: the primitives of packages semaphore, multilock
-// and rwlock are built on dlm.Manager over any strategy, so every strategy
-// must keep their rules too.
+// Run checks that the strategies newStrategy builds over the nodes of
+// nodes (called once per rule) keep the family's rules, each in a subtest
+// named after the rule and under the conformance watchdog:
+//
+//   - SemaphorePermits: 8 workers on 3 permits: never more than 3 holders,
+//     and more than one at times; with all held, TryAcquire is refused.
+//   - SemaphoreLapsedPermit: a holder that stops (no renewal, no release)
+//     loses its permit when its lease ends; a waiter gets it after the
+//     stopped holder's Context has ended, not before.
+//   - MultiKeyAllOrNone: overlapping sets named in different orders never
+//     share a key and never deadlock; a refused TryLock holds nothing.
+//   - RWLock: readers share, a writer is alone, fences order writers after
+//     the readers and writers before them, and a writer among readers that
+//     always overlap gets in within 5s (not starved).
+//   - FamilyLapsedHolder: a multi-key holder and a writer that stop keep
+//     their keys until their leases end; waiters get in after the stopped
+//     holders' Contexts ended, not before.
+func Run(t *testing.T, nodes func(t *testing.T) []dlm.Node, newStrategy func(nodes []dlm.Node) (dlm.Strategy, error)) {
+	t.Helper()
+	if nodes == nil || newStrategy == nil {
+		t.Fatal("family.Run: nil nodes or newStrategy")
+	}
+	run := suite.RunID()
+	for _, rule := range rules {
+		suite.Subtest(t, rule.name, func(t *testing.T) {
+			s, err := newStrategy(nodes(t))
+			if err != nil {
+				t.Fatalf("newStrategy: %v", err)
+			}
+			rule.run(t, &familyCase{Strategy: s, prefix: suite.Prefix(run)})
+		})
+	}
+}
+
+var rules = []struct {
+	name string
+	run  func(t *testing.T, c *familyCase)
+}{
+	{"SemaphorePermits", testSemaphorePermits},
+	{"SemaphoreLapsedPermit", testSemaphoreLapsedPermit},
+	{"MultiKeyAllOrNone", testMultiKeyAllOrNone},
+	{"RWLock", testRWLock},
+	{"FamilyLapsedHolder", testFamilyLapsedHolder},
+}
+
+// familyCase is one rule's strategy and keys.
+type familyCase struct {
+	dlm.Strategy
+	prefix string
+}
+
+func (c *familyCase) key(name string) string { return c.prefix + name }
+
+// settleTime bounds how long a strategy may take to undo a failed
+// acquisition in the background.
+const settleTime = time.Second
 
 // manager returns a Manager over the case's strategy.
-func (c *strategyCase) manager(t *testing.T, opts ...dlm.Option) *dlm.Manager {
+func (c *familyCase) manager(t *testing.T, opts ...dlm.Option) *dlm.Manager {
 	t.Helper()
 	m, err := dlm.New(c.Strategy, append([]dlm.Option{dlm.WithRetryDelay(time.Millisecond, 50*time.Millisecond)}, opts...)...)
 	if err != nil {
@@ -66,7 +130,7 @@ func familyCtx(t *testing.T) context.Context {
 // testSemaphorePermits: 8 workers take turns on a semaphore of 3 permits;
 // never more than 3 hold one, more than one does at times, and with all 3
 // held TryAcquire is refused.
-func testSemaphorePermits(t *testing.T, c *strategyCase) {
+func testSemaphorePermits(t *testing.T, c *familyCase) {
 	const permits, workers, rounds = 3, 8, 4
 	m := c.manager(t)
 	sem, err := semaphore.New(m, c.key("sem"), permits)
@@ -128,7 +192,7 @@ func testSemaphorePermits(t *testing.T, c *strategyCase) {
 // other stops (no renewal, no release); the stopped one loses its permit
 // when its lease ends, and not before: a waiter gets that permit only after
 // the stopped holder's Context has ended.
-func testSemaphoreLapsedPermit(t *testing.T, c *strategyCase) {
+func testSemaphoreLapsedPermit(t *testing.T, c *familyCase) {
 	const lease = time.Second
 	m := c.manager(t, dlm.WithTTL(lease))
 	sem, err := semaphore.New(m, c.key("sem"), 2)
@@ -170,7 +234,7 @@ func testSemaphoreLapsedPermit(t *testing.T, c *strategyCase) {
 // testMultiKeyAllOrNone: four workers lock overlapping sets, named in
 // different orders; no key ever has two holders and every worker finishes
 // (no deadlock). TryLock of a set with one key held takes none of it.
-func testMultiKeyAllOrNone(t *testing.T, c *strategyCase) {
+func testMultiKeyAllOrNone(t *testing.T, c *familyCase) {
 	m := c.manager(t, dlm.WithTTL(5*time.Second))
 	cx := familyCtx(t)
 	k := func(name string) string { return c.key(name) }
@@ -240,7 +304,7 @@ func testMultiKeyAllOrNone(t *testing.T, c *strategyCase) {
 // testRWLock: readers share; a writer is alone; fences order writers after
 // the readers before them; a writer is not starved by a stream of readers
 // that always overlap.
-func testRWLock(t *testing.T, c *strategyCase) {
+func testRWLock(t *testing.T, c *familyCase) {
 	m := c.manager(t, dlm.WithTTL(5*time.Second))
 	rw, err := rwlock.New(m, c.key("rw"), 4)
 	if err != nil {
@@ -364,7 +428,7 @@ func testRWLock(t *testing.T, c *strategyCase) {
 // testFamilyLapsedHolder: a multi-key holder and a writer that stop (no
 // renewal, no release) hold their keys until their leases end, and not
 // after: a waiter gets in only once the stopped holder's Context has ended.
-func testFamilyLapsedHolder(t *testing.T, c *strategyCase) {
+func testFamilyLapsedHolder(t *testing.T, c *familyCase) {
 	const lease = time.Second
 	m := c.manager(t, dlm.WithTTL(lease))
 	cx := familyCtx(t)

@@ -1,0 +1,153 @@
+package nodekit_test
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/internal/redistest"
+	"github.com/dlmgo/dlm/nodekit"
+)
+
+func TestPipeNodeRunMany(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, d pipeDriver) {
+		for _, tc := range []struct {
+			name string
+			opt  func(t *testing.T) pipeOptions
+		}{
+			{"autopipelining", func(t *testing.T) pipeOptions {
+				return pipeOptions{addrs: []string{redistest.Start(t).Addr}}
+			}},
+			{"pool", func(t *testing.T) pipeOptions {
+				return pipeOptions{addrs: []string{redistest.Start(t).Addr}, noAutoPipelining: true}
+			}},
+			{"cluster", func(t *testing.T) pipeOptions {
+				return pipeOptions{addrs: []string{redistest.StartCluster(t, 3)[0].Addr}}
+			}},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				n := d.node(t, tc.opt(t))
+				ctx := context.Background()
+				s := nodekit.NewScript("return {tonumber(ARGV[1]), redis.call('INCR', KEYS[1])}")
+				calls := make([]dlm.Call, 50)
+				for i := range calls {
+					calls[i] = dlm.Call{Keys: []string{"k" + strconv.Itoa(i%7)}, Args: []string{strconv.Itoa(i)}}
+				}
+				// Not cached yet: every call meets NOSCRIPT, wrapped.
+				first := []dlm.Call{{SHA1: s.SHA1(), Keys: []string{"a"}}, {SHA1: s.SHA1(), Keys: []string{"b"}}, {SHA1: s.SHA1(), Keys: []string{"c"}}}
+				n.Run(ctx, first)
+				for i, c := range first {
+					assert.ErrorIs(t, c.Err, dlm.ErrNoScript, "call %d", i)
+					assert.Nil(t, c.Reply, "call %d", i)
+				}
+				// RunMany loads it and runs the rest again.
+				s.RunMany(ctx, n, calls)
+				perKey := map[string]int64{}
+				for i, c := range calls {
+					require.NoError(t, c.Err, "call %d", i)
+					perKey[c.Keys[0]]++
+					assert.Equal(t, []int64{int64(i), perKey[c.Keys[0]]}, c.Reply, "call %d ran once, in order", i)
+				}
+				// A failing call does not fail the others; neither does one
+				// whose keys span slots (an error on a Cluster, fine elsewhere).
+				bad := nodekit.NewScript("if ARGV[1] == 'x' then return redis.error_reply('boom') end return {1}")
+				res := []dlm.Call{
+					{Keys: []string{"a"}, Args: []string{"1"}},
+					{Keys: []string{"a"}, Args: []string{"x"}},
+					{Keys: []string{"a", "b"}, Args: []string{"2"}},
+					{Keys: []string{"a"}, Args: []string{"3"}},
+				}
+				bad.RunMany(ctx, n, res)
+				assert.Equal(t, []int64{1}, res[0].Reply)
+				assert.ErrorContains(t, res[1].Err, "boom")
+				if tc.name == "cluster" {
+					assert.ErrorIs(t, res[2].Err, dlm.ErrInvalid)
+				} else {
+					assert.NoError(t, res[2].Err)
+				}
+				assert.Equal(t, []int64{1}, res[3].Reply)
+				// Replies other than arrays of integers are refused.
+				for _, src := range []string{"return 'str'", "return {1, 'a'}", "return nil", "return 7"} {
+					_, err := eval(ctx, n, src, "a")
+					assert.Error(t, err, src)
+					c := []dlm.Call{{Source: src, Keys: []string{"a"}}, {Source: "return {2}", Keys: []string{"a"}}}
+					n.Run(ctx, c)
+					assert.Error(t, c[0].Err, "%s, in a batch", src)
+					assert.Equal(t, []int64{2}, c[1].Reply, "the other call of the batch")
+				}
+				// A Call's old reply does not survive a new Run.
+				c := []dlm.Call{{Source: "return 'str'", Keys: []string{"a"}, Reply: []int64{9}}}
+				n.Run(ctx, c)
+				assert.Nil(t, c[0].Reply)
+				assert.Error(t, c[0].Err)
+			})
+		}
+	})
+}
+
+// A frozen server never answers: Run returns when ctx ends, with ctx's
+// error on every call, for one call and for several, and the goroutine
+// that waits for a context without deadline, abandoned, never writes into
+// the caller's calls (the race detector would see it once the server
+// answers).
+func TestPipeNodeRunContext(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, d pipeDriver) {
+		for _, tc := range []struct {
+			name     string
+			opt      pipeOptions
+			deadline bool
+		}{
+			{"autopipelining/deadline", pipeOptions{}, true},
+			{"autopipelining/cancel", pipeOptions{}, false},
+			{"pool/deadline", pipeOptions{noAutoPipelining: true}, true},
+			{"pool/cancel", pipeOptions{noAutoPipelining: true}, false},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				srv := redistest.Start(t)
+				tc.opt.addrs = []string{srv.Addr}
+				n := d.node(t, tc.opt)
+				_, err := eval(context.Background(), n, "return {1}")
+				require.NoError(t, err)
+				for _, calls := range [][]dlm.Call{
+					{{Source: "return {1}", Keys: []string{"a"}}},
+					{{Source: "return {1}", Keys: []string{"a"}}, {Source: "return {2}", Keys: []string{"b"}}},
+				} {
+					srv.Freeze(t)
+					var ctx context.Context
+					var cancel context.CancelFunc
+					if tc.deadline {
+						ctx, cancel = context.WithTimeout(context.Background(), 100*time.Millisecond)
+					} else {
+						ctx, cancel = context.WithCancel(context.Background())
+						time.AfterFunc(100*time.Millisecond, cancel)
+					}
+					start := time.Now()
+					n.Run(ctx, calls)
+					took := time.Since(start)
+					cancel()
+					want := context.Canceled
+					if tc.deadline {
+						want = context.DeadlineExceeded
+					}
+					for i, c := range calls {
+						assert.Nil(t, c.Reply, "%d calls: call %d", len(calls), i)
+						assert.ErrorIs(t, c.Err, want, "%d calls: call %d", len(calls), i)
+					}
+					assert.Less(t, took, 2*time.Second)
+					srv.Thaw(t)
+					// The server answers the abandoned commands now; the caller
+					// owns its calls.
+					time.Sleep(100 * time.Millisecond)
+					for i := range calls {
+						calls[i].Reply, calls[i].Err = []int64{0}, nil
+					}
+				}
+			})
+		}
+	})
+}

@@ -1,0 +1,310 @@
+package nodekit_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/valkey-io/valkey-go"
+
+	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/conformance"
+	"github.com/dlmgo/dlm/conformance/family"
+	"github.com/dlmgo/dlm/conformance/harness"
+	rueidisnode "github.com/dlmgo/dlm/driver/rueidis"
+	valkeynode "github.com/dlmgo/dlm/driver/valkeygo"
+	"github.com/dlmgo/dlm/internal/redistest"
+	"github.com/dlmgo/dlm/nodekit"
+	"github.com/dlmgo/dlm/strategy"
+)
+
+// The tests of nodekit.PipeNode, run over every driver built on it
+// (driver/rueidis, driver/valkeygo): each in a subtest named after the
+// driver.
+
+// pipeOptions are the client options the tests set, named as both clients
+// name them (ClientOption's InitAddress, Sentinel.MasterSet,
+// DisableAutoPipelining…).
+type pipeOptions struct {
+	addrs             []string // InitAddress
+	master            string   // Sentinel.MasterSet: addrs are Sentinels
+	noAutoPipelining  bool
+	noRetry           bool
+	disableCache      bool
+	blockingPoolSize  int
+	pipelineMultiplex int
+	maxFlushDelay     time.Duration
+	username          string
+	password          string
+}
+
+// A pipeClient is a driver's Node over a new client.
+type pipeClient struct {
+	node  dlm.Node
+	known func() []string // the addresses the client knows now
+	close func()          // closes the client
+}
+
+// A pipeDriver is one driver over nodekit.PipeNode.
+type pipeDriver struct {
+	name string
+	// open returns a Node over a new client of o, closed at t's cleanup.
+	open func(t testing.TB, o pipeOptions) pipeClient
+	// dial is the driver's Dial.
+	dial func(ctx context.Context, ep nodekit.Endpoint) (dlm.Node, io.Closer, error)
+	// newNil reports whether New(nil) returned nil.
+	newNil func() bool
+	// errClosing is the error of calls on a closed client.
+	errClosing error
+}
+
+var pipeDrivers = []pipeDriver{
+	{
+		name: "rueidis",
+		open: func(t testing.TB, o pipeOptions) pipeClient {
+			opt := rueidis.ClientOption{InitAddress: o.addrs, DisableAutoPipelining: o.noAutoPipelining, DisableRetry: o.noRetry,
+				DisableCache: o.disableCache, BlockingPoolSize: o.blockingPoolSize, PipelineMultiplex: o.pipelineMultiplex,
+				MaxFlushDelay: o.maxFlushDelay, Username: o.username, Password: o.password}
+			if o.master != "" {
+				opt.Sentinel = rueidis.SentinelOption{MasterSet: o.master}
+			}
+			c, err := rueidis.NewClient(opt)
+			if err != nil {
+				t.Fatalf("rueidis.NewClient: %v", err)
+			}
+			t.Cleanup(c.Close)
+			return pipeClient{rueidisnode.New(c), func() []string { return slices.Collect(maps.Keys(c.Nodes())) }, c.Close}
+		},
+		dial:       rueidisnode.Dial,
+		newNil:     func() bool { return rueidisnode.New(nil) == nil },
+		errClosing: rueidis.ErrClosing,
+	},
+	{
+		name: "valkeygo",
+		open: func(t testing.TB, o pipeOptions) pipeClient {
+			opt := valkey.ClientOption{InitAddress: o.addrs, DisableAutoPipelining: o.noAutoPipelining, DisableRetry: o.noRetry,
+				DisableCache: o.disableCache, BlockingPoolSize: o.blockingPoolSize, PipelineMultiplex: o.pipelineMultiplex,
+				MaxFlushDelay: o.maxFlushDelay, Username: o.username, Password: o.password}
+			if o.master != "" {
+				opt.Sentinel = valkey.SentinelOption{MasterSet: o.master}
+			}
+			c, err := valkey.NewClient(opt)
+			if err != nil {
+				t.Fatalf("valkey.NewClient: %v", err)
+			}
+			t.Cleanup(c.Close)
+			return pipeClient{valkeynode.New(c), func() []string { return slices.Collect(maps.Keys(c.Nodes())) }, c.Close}
+		},
+		dial:       valkeynode.Dial,
+		newNil:     func() bool { return valkeynode.New(nil) == nil },
+		errClosing: valkey.ErrClosing,
+	},
+}
+
+// node is d.open's Node.
+func (d pipeDriver) node(t testing.TB, o pipeOptions) dlm.Node { return d.open(t, o).node }
+
+// forEachDriver runs f once per driver, in a subtest named after it.
+func forEachDriver(t *testing.T, f func(t *testing.T, d pipeDriver)) {
+	for _, d := range pipeDrivers {
+		t.Run(d.name, func(t *testing.T) { f(t, d) })
+	}
+}
+
+// eval runs src with EVAL on n, as one Run call.
+func eval(ctx context.Context, n dlm.Node, src string, keys ...string) ([]int64, error) {
+	c := []dlm.Call{{Source: src, Keys: keys}}
+	n.Run(ctx, c)
+	return c[0].Reply, c[0].Err
+}
+
+// conform runs both suites over one node of a deployment the test started;
+// servers are the addresses its scripts reach.
+func conform(t *testing.T, node dlm.Node, servers ...string) {
+	t.Run("Node", func(t *testing.T) {
+		conformance.RunNode(t, func(*testing.T) dlm.Node { return node })
+	})
+	single(t, node, servers...)
+}
+
+// single runs the strategy suite with the single-instance strategy.
+func single(t *testing.T, node dlm.Node, servers ...string) {
+	t.Run("Single", func(t *testing.T) {
+		topology := conformance.Topology{Nodes: func(*testing.T) []dlm.Node { return []dlm.Node{node} }, Servers: servers}
+		newStrategy := func(nodes []dlm.Node) (dlm.Strategy, error) { return strategy.NewSingle(nodes[0]) }
+		conformance.RunStrategy(t, topology, newStrategy)
+		family.Run(t, topology.Nodes, newStrategy)
+	})
+}
+
+func TestPipeNodeConformanceStandalone(t *testing.T) {
+	t.Parallel() // the suites mostly wait: on stalled servers, deadlines, expiry
+	forEachDriver(t, func(t *testing.T, d pipeDriver) {
+		t.Parallel()
+		t.Run("Node", func(t *testing.T) {
+			harness.Run(t, func(t *testing.T, addr string) dlm.Node {
+				return d.node(t, pipeOptions{addrs: []string{addr}})
+			}, d.dialOptions()...)
+		})
+		addr := harness.StartServer(t)
+		single(t, d.node(t, pipeOptions{addrs: []string{addr}}), addr)
+	})
+}
+
+// dialOptions give the harness d's Dial's ways to a server (the clients
+// connect when they are made, and the error may be the dial's) and to a
+// primary through Sentinel.
+func (d pipeDriver) dialOptions() []harness.Option {
+	return []harness.Option{
+		harness.WithDial(func(t *testing.T, addr string) (dlm.Node, error) {
+			return d.dialed(t, nodekit.Endpoint{Addr: addr})
+		}),
+		harness.WithSentinel(func(t *testing.T, addrs []string, master string) (dlm.Node, error) {
+			return d.dialed(t, nodekit.Endpoint{Sentinels: addrs, Master: master})
+		}),
+	}
+}
+
+func (d pipeDriver) dialed(t *testing.T, ep nodekit.Endpoint) (dlm.Node, error) {
+	n, c, err := d.dial(context.Background(), ep)
+	if err == nil {
+		t.Cleanup(func() { _ = c.Close() })
+	}
+	return n, err
+}
+
+func TestPipeNodeConformanceNoAutoPipelining(t *testing.T) {
+	t.Parallel() // the suites mostly wait: on stalled servers, deadlines, expiry
+	forEachDriver(t, func(t *testing.T, d pipeDriver) {
+		t.Parallel()
+		harness.Run(t, func(t *testing.T, addr string) dlm.Node {
+			return d.node(t, pipeOptions{addrs: []string{addr}, noAutoPipelining: true})
+		}, d.dialOptions()...)
+	})
+}
+
+func TestPipeNodeConformanceSentinel(t *testing.T) {
+	t.Parallel() // the suites mostly wait: on stalled servers, deadlines, expiry
+	forEachDriver(t, func(t *testing.T, d pipeDriver) {
+		t.Parallel()
+		primary := redistest.Start(t)
+		sentinel := redistest.StartSentinel(t, "mymaster", primary, 1, time.Second)
+		node := d.node(t, pipeOptions{addrs: []string{sentinel.Addr}, master: "mymaster"})
+		if name := fmt.Sprint(node); !strings.Contains(name, primary.Addr) {
+			t.Errorf("a Sentinel client's node is named %q, want the primary's address %s in it", name, primary.Addr)
+		}
+		conform(t, node, primary.Addr)
+	})
+}
+
+func TestPipeNodeConformanceCluster(t *testing.T) {
+	t.Parallel() // the suites mostly wait: on stalled servers, deadlines, expiry
+	forEachDriver(t, func(t *testing.T, d pipeDriver) {
+		t.Parallel()
+		nodes := redistest.StartCluster(t, 3)
+		addrs := make([]string, len(nodes))
+		for i, n := range nodes {
+			addrs[i] = n.Addr
+		}
+		conform(t, d.node(t, pipeOptions{addrs: []string{nodes[0].Addr}}), addrs...)
+	})
+}
+
+func TestPipeNodeClusterKeysInDifferentSlots(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, d pipeDriver) {
+		nodes := redistest.StartCluster(t, 3)
+		n := d.node(t, pipeOptions{addrs: []string{nodes[0].Addr}})
+		_, err := eval(context.Background(), n, "return {1}", "a", "b")
+		if !errors.Is(err, dlm.ErrInvalid) {
+			t.Fatalf("keys in different slots: %v, want an error matching dlm.ErrInvalid, not a panic", err)
+		}
+	})
+}
+
+func TestPipeNodeNilClient(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, d pipeDriver) {
+		if !d.newNil() {
+			t.Fatal("New(nil) is not nil")
+		}
+	})
+}
+
+// A frozen server (SIGSTOP) never answers; the call returns at its deadline.
+func TestPipeNodeDeadlineOnFrozenServer(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, d pipeDriver) {
+		for _, auto := range []bool{true, false} {
+			srv := redistest.Start(t)
+			n := d.node(t, pipeOptions{addrs: []string{srv.Addr}, noAutoPipelining: !auto})
+			if _, err := eval(context.Background(), n, "return {1}"); err != nil {
+				t.Fatal(err)
+			}
+			srv.Freeze(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			start := time.Now()
+			_, err := eval(ctx, n, "return {1}")
+			took := time.Since(start)
+			cancel()
+			srv.Thaw(t)
+			if !errors.Is(err, context.DeadlineExceeded) || took > 2*time.Second {
+				t.Errorf("auto-pipelining %v: Eval on a frozen server: %v after %v, want context.DeadlineExceeded near 100ms", auto, err, took)
+			}
+		}
+	})
+}
+
+// Issue 33: against a Sentinel's port rueidis and valkey-go word "ERR unknown command"
+// without "ERR "; Lock still ends at once with a permanent error instead
+// of waiting out its context.
+func TestPipeNodeLockEndsAtOnceOnASentinelsPort(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, d pipeDriver) {
+		sentinel := redistest.StartSentinel(t, "mymaster", redistest.Start(t), 1, 5*time.Second)
+		n, c, err := d.dial(context.Background(), nodekit.Endpoint{Addr: sentinel.Addr})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		s, err := strategy.NewSingle(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := dlm.New(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, err = m.Lock(ctx, "k")
+		if !dlm.Permanent(err) || ctx.Err() != nil || !strings.Contains(err.Error(), "unknown command") {
+			t.Fatalf("Lock on a Sentinel's port: %v (permanent: %v; context: %v), want a permanent unknown command before the context ends", err, dlm.Permanent(err), ctx.Err())
+		}
+	})
+}
+
+// TestPipeNodeConformanceRedlock runs the strategy suite with Redlock over
+// three servers (quorum two), one client each.
+func TestPipeNodeConformanceRedlock(t *testing.T) {
+	t.Parallel() // the suites mostly wait: on stalled servers, deadlines, expiry
+	forEachDriver(t, func(t *testing.T, d pipeDriver) {
+		t.Parallel()
+		var nodes []dlm.Node
+		var servers []string
+		for range 3 {
+			srv := redistest.Start(t)
+			nodes = append(nodes, d.node(t, pipeOptions{addrs: []string{srv.Addr}, disableCache: true}))
+			servers = append(servers, srv.Addr)
+		}
+		topology := conformance.Topology{Nodes: func(*testing.T) []dlm.Node { return nodes }, Quorum: 2, Servers: servers}
+		newStrategy := func(nodes []dlm.Node) (dlm.Strategy, error) {
+			return strategy.NewRedlock(nodes, strategy.WithTimeout(time.Second))
+		}
+		conformance.RunStrategy(t, topology, newStrategy)
+		family.Run(t, topology.Nodes, newStrategy)
+	})
+}
