@@ -345,7 +345,7 @@ func clusterFailover(r *run) (string, func(), error) {
 // slowDown delays the replies of the first k data servers by 0-150ms.
 func slowDown(r *run, k int) (string, func(), error) {
 	for i := range k {
-		if err := r.topo.slow(i, 75*time.Millisecond, 75*time.Millisecond); err != nil {
+		if err := r.topo.slow(i, 0, 150*time.Millisecond); err != nil {
 			return "", nil, err
 		}
 	}

@@ -291,8 +291,8 @@ func waitReplicas(p *server, n int) error {
 	return fmt.Errorf("faults: %s: %d replicas not online", p.addr(), n)
 }
 
-// slow adds latency (and jitter) to the replies of data server i's proxy;
-// 0 removes it.
+// slow delays the replies of data server i's proxy by latency plus up to
+// jitter more, at random; zeros remove the delay.
 func (t *topology) slow(i int, latency, jitter time.Duration) error {
 	t.proxies[i].SetLatency(latency, jitter)
 	return nil
