@@ -318,6 +318,16 @@ func (s *Server) Running() bool {
 	return s.cmd != nil
 }
 
+// Pid returns the process's id, or 0 when it is not running.
+func (s *Server) Pid() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil || s.cmd.Process == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
+
 // Signal sends sig to the process (SIGSTOP freezes it, SIGCONT resumes it).
 func (s *Server) Signal(sig syscall.Signal) error {
 	s.mu.Lock()
