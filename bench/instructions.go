@@ -11,8 +11,9 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
+
+	"github.com/dlmgo/dlm/internal/redistest"
 )
 
 // Server instructions per lock+unlock pair, counted by valgrind's callgrind
@@ -156,7 +157,7 @@ func lockPairs(ctx context.Context, l Locker, pairs, goroutines int) error {
 
 // A callgrindServer is a redis-server run under callgrind.
 type callgrindServer struct {
-	cmd  *exec.Cmd
+	srv  *redistest.Server
 	dir  string
 	addr string
 }
@@ -166,32 +167,23 @@ func startCallgrind() (*callgrindServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	addr, args, err := serverArgs(dir)
+	srv, err := redistest.Launch(redistest.Config{Dir: dir, Ready: 30 * time.Second,
+		Command: func(name string, args ...string) *exec.Cmd {
+			cmd := exec.Command("valgrind", append([]string{"--tool=callgrind", "--callgrind-out-file=" + filepath.Join(dir, "callgrind.out"), name}, args...)...)
+			cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
+			return cmd
+		}})
 	if err != nil {
 		os.RemoveAll(dir)
-		return nil, err
+		return nil, fmt.Errorf("redis-server under callgrind: %w", err)
 	}
-	s := &callgrindServer{dir: dir, addr: addr}
-	s.cmd = exec.Command("valgrind", append([]string{"--tool=callgrind", "--callgrind-out-file=" + filepath.Join(dir, "callgrind.out"), "redis-server"}, args...)...)
-	s.cmd.Stdout, s.cmd.Stderr = io.Discard, io.Discard
-	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := s.cmd.Start(); err != nil {
-		os.RemoveAll(dir)
-		return nil, err
-	}
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		if ping(s.addr) == nil {
-			return s, nil
-		}
-	}
-	s.stop()
-	return nil, fmt.Errorf("redis-server under callgrind on %s not ready after 30s", s.addr)
+	return &callgrindServer{srv: srv, dir: dir, addr: srv.Addr}, nil
 }
 
 // control runs callgrind_control with flag ("-z" zeroes the counts, "-d"
 // dumps them) on the server.
 func (s *callgrindServer) control(flag string) error {
-	out, err := exec.Command("callgrind_control", flag, strconv.Itoa(s.cmd.Process.Pid)).CombinedOutput()
+	out, err := exec.Command("callgrind_control", flag, strconv.Itoa(s.srv.Pid())).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("callgrind_control %s: %w: %s", flag, err, out)
 	}
@@ -221,7 +213,6 @@ func (s *callgrindServer) dumped() (int64, error) {
 }
 
 func (s *callgrindServer) stop() {
-	_ = s.cmd.Process.Kill()
-	_ = s.cmd.Wait()
+	s.srv.Stop()
 	os.RemoveAll(s.dir)
 }

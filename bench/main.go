@@ -52,7 +52,7 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 	scen := fs.String("scenarios", "", "comma-separated scenarios to run (serial,distinct,contended,handoff,silent,renewal); default all")
 	note := fs.String("note", "", "a note written into the results (e.g. that the machine was busy)")
 	list := fs.Bool("list", false, "list the selected contenders and scenarios with an estimate of the run's duration, and exit")
-	rtt := fs.Duration("rtt", 0, "put every server behind a latency proxy (toxiproxy, in this process) adding this round trip, in whole milliseconds; the silent scenario is then skipped")
+	rtt := fs.Duration("rtt", 0, "put every server behind a latency proxy (in this process) adding this round trip; the silent scenario is then skipped")
 	instructions := fs.Int("instructions", 0, "count the server's instructions per lock+unlock pair instead, under valgrind's callgrind: this many pairs per one-node contender (-only selects them), on a server of its own")
 	instrGoroutines := fs.Int("instructions-goroutines", 16, "goroutines making the pairs of -instructions")
 	render := fs.String("render", "", "write results.md and chart.svg again from this results.json (into -out, default its directory), without measuring")
@@ -149,7 +149,7 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 		if o.Note != "" {
 			o.Note += " "
 		}
-		o.Note += fmt.Sprintf("Every server behind a toxiproxy latency proxy (in the benchmark's process) adding %v to each round trip.", *rtt)
+		o.Note += fmt.Sprintf("Every server behind a latency proxy (in the benchmark's process) adding %v to each round trip.", *rtt)
 	}
 	rep, err := run(ctx, cfg, top, o, stderr)
 	if err != nil {

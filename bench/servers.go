@@ -1,21 +1,18 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
-	"time"
 
 	goredislib "github.com/redis/go-redis/v9"
+
+	"github.com/dlmgo/dlm/internal/redistest"
 )
 
 // Topology is where the contenders run.
@@ -27,11 +24,11 @@ type Topology struct {
 	Freeze, Thaw func(addr string) error
 }
 
-// servers are redis-server processes this run started.
+// servers are redis-server processes this run started, by
+// internal/redistest's launcher.
 type servers struct {
-	mu    sync.Mutex
-	procs map[string]*exec.Cmd
-	dir   string
+	byAddr map[string]*redistest.Server
+	dir    string
 }
 
 // startServers starts n redis-server processes on free loopback ports, with
@@ -42,99 +39,31 @@ func startServers(n int) (*servers, []string, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	s := &servers{procs: map[string]*exec.Cmd{}, dir: dir}
+	s := &servers{byAddr: map[string]*redistest.Server{}, dir: dir}
 	addrs := make([]string, 0, n)
 	for i := range n {
-		var addr string
-		var err error
-		for range 5 {
-			if addr, err = s.start(filepath.Join(dir, strconv.Itoa(i))); err == nil {
-				break
-			}
-		}
-		if err != nil {
+		d := filepath.Join(dir, strconv.Itoa(i))
+		if err := os.MkdirAll(d, 0o700); err != nil {
 			s.stop()
 			return nil, nil, err
 		}
-		addrs = append(addrs, addr)
+		srv, err := redistest.Launch(redistest.Config{Dir: d})
+		if err != nil {
+			s.stop()
+			return nil, nil, fmt.Errorf("start redis-server (is it installed?): %w", err)
+		}
+		s.byAddr[srv.Addr] = srv
+		addrs = append(addrs, srv.Addr)
 	}
 	return s, addrs, nil
 }
 
-// serverArgs returns a free loopback address and the arguments of a
-// redis-server serving it from dir, without persistence.
-func serverArgs(dir string) (addr string, args []string, err error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", nil, err
-	}
-	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-	l.Close()
-	return net.JoinHostPort("127.0.0.1", port), []string{"--port", port, "--bind", "127.0.0.1",
-		"--dir", dir, "--logfile", "redis.log", "--save", "", "--appendonly", "no", "--daemonize", "no"}, nil
-}
-
-func (s *servers) start(dir string) (string, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return "", err
-	}
-	addr, args, err := serverArgs(dir)
-	if err != nil {
-		return "", err
-	}
-	cmd := exec.Command("redis-server", args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return "", fmt.Errorf("start redis-server (is it installed?): %w", err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		select {
-		case <-exited:
-			b, _ := os.ReadFile(filepath.Join(dir, "redis.log"))
-			return "", fmt.Errorf("redis-server on %s exited: %s", addr, strings.TrimSpace(string(b)))
-		default:
-		}
-		if ping(addr) == nil {
-			s.mu.Lock()
-			s.procs[addr] = cmd
-			s.mu.Unlock()
-			return addr, nil
-		}
-	}
-	_ = cmd.Process.Kill()
-	return "", fmt.Errorf("redis-server on %s not ready after 10s", addr)
-}
-
-func ping(addr string) error {
-	c, err := net.DialTimeout("tcp", addr, time.Second)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(time.Second))
-	if _, err := c.Write([]byte("PING\r\n")); err != nil {
-		return err
-	}
-	line, err := bufio.NewReader(c).ReadString('\n')
-	if err != nil {
-		return err
-	}
-	if !strings.HasPrefix(line, "+PONG") {
-		return fmt.Errorf("PING: %q", line)
-	}
-	return nil
-}
-
 func (s *servers) signal(addr string, sig syscall.Signal) error {
-	s.mu.Lock()
-	cmd := s.procs[addr]
-	s.mu.Unlock()
-	if cmd == nil {
+	srv := s.byAddr[addr]
+	if srv == nil {
 		return fmt.Errorf("no server of this run at %s", addr)
 	}
-	return cmd.Process.Signal(sig)
+	return srv.Signal(sig)
 }
 
 // Freeze stops the server with SIGSTOP.
@@ -145,12 +74,9 @@ func (s *servers) Thaw(addr string) error { return s.signal(addr, syscall.SIGCON
 
 // stop kills every server and removes their directories.
 func (s *servers) stop() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, cmd := range s.procs {
-		_ = cmd.Process.Kill()
+	for _, srv := range s.byAddr {
+		srv.Stop()
 	}
-	s.procs = map[string]*exec.Cmd{}
 	_ = os.RemoveAll(s.dir)
 }
 

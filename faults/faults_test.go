@@ -70,7 +70,7 @@ func minGrants(c Cell) int {
 
 // The short matrix: a cell of each kind of fault, each of which must keep
 // what the documentation promises. The full matrix is `go run
-// ./cmd/dlmfaults`.
+// ./faults/cmd/dlmfaults` (from the repository root).
 func TestShortMatrix(t *testing.T) {
 	needRoot(t)
 	cells := []Cell{

@@ -289,10 +289,10 @@ func WriteResults(dir string, results []Result, header string) error {
 	return os.WriteFile(filepath.Join(dir, "results.md"), []byte(md.String()), 0o644)
 }
 
-// keepLogs copies the log of every server under cell (cell/HOST/log) to
+// keepLogs copies the log of every server under cell (cell/HOST/redis.log) to
 // dir/HOST.log.
 func keepLogs(cell, dir string) error {
-	logs, err := filepath.Glob(filepath.Join(cell, "*", "log"))
+	logs, err := filepath.Glob(filepath.Join(cell, "*", "redis.log"))
 	if err != nil {
 		return err
 	}

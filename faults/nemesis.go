@@ -19,7 +19,7 @@ type nemesis struct {
 	Doc  string
 	// persist makes the data servers fsync an append-only file on every write.
 	persist bool
-	// proxied puts a toxiproxy proxy in front of each data server.
+	// proxied puts a proxy (in the runner) in front of each data server.
 	proxied bool
 	// onHolder: the fault picks the holder itself; other faults strike
 	// while a client is in a long hold.
@@ -345,7 +345,7 @@ func clusterFailover(r *run) (string, func(), error) {
 // slowDown delays the replies of the first k data servers by 0-150ms.
 func slowDown(r *run, k int) (string, func(), error) {
 	for i := range k {
-		if err := r.topo.slow(i, 75*time.Millisecond, 75*time.Millisecond); err != nil {
+		if err := r.topo.slow(i, 0, 150*time.Millisecond); err != nil {
 			return "", nil, err
 		}
 	}
@@ -369,7 +369,7 @@ func (r *run) primary() *server {
 		}
 	}
 	for _, s := range r.topo.Data {
-		if s.cmd == nil || s.addr() != addr {
+		if !s.up() || s.addr() != addr {
 			continue
 		}
 		c := redis.NewClient(&redis.Options{Addr: s.addr(), MaxRetries: -1, ReadTimeout: time.Second})
@@ -418,7 +418,7 @@ func (r *run) settled(d time.Duration) *server {
 		var primary *server
 		followers := 0
 		for _, s := range r.topo.Data {
-			if s.cmd == nil {
+			if !s.up() {
 				continue
 			}
 			role, err := ask(s, "ROLE")

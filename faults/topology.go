@@ -5,84 +5,59 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
 
-	toxiproxy "github.com/Shopify/toxiproxy/v2"
 	"github.com/redis/go-redis/v9"
-	"github.com/rs/zerolog"
 
+	"github.com/dlmgo/dlm/internal/redistest"
 	"github.com/dlmgo/dlm/strategy"
 )
 
 // A server is one redis-server or redis-sentinel process on a host of its
-// own.
+// own, started by internal/redistest's launcher in the host's namespace.
 type server struct {
 	host *Host
 	port int
-	bin  string
-	args []string // after the address; a sentinel's config file first
 	dir  string
-	cmd  *exec.Cmd
-	exit chan struct{} // closed when cmd ended
+	cfg  redistest.Config
+	srv  *redistest.Server // nil until the first start
 }
 
 func (s *server) addr() string { return fmt.Sprintf("%s:%d", s.host.IP, s.port) }
 
-// start starts the process and waits until it answers PING.
+// start starts the process (again, on the same port and directory) and
+// waits until it answers PING.
 func (s *server) start() error {
-	args := append([]string{}, s.args...)
-	args = append(args, "--bind", s.host.IP, "--port", fmt.Sprint(s.port), "--protected-mode", "no", "--dir", s.dir)
-	s.cmd = s.host.Command(s.bin, args...)
-	log, err := os.OpenFile(filepath.Join(s.dir, "log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644) // kept across restarts
+	var err error
+	if s.srv == nil {
+		s.srv, err = redistest.Launch(s.cfg)
+	} else {
+		err = s.srv.Relaunch()
+	}
 	if err != nil {
-		return err
+		return fmt.Errorf("faults: %s on %s: %w", filepath.Base(s.cfg.Bin), s.host.Name, err)
 	}
-	defer log.Close()
-	s.cmd.Stdout, s.cmd.Stderr = log, log
-	if err := s.cmd.Start(); err != nil {
-		return err
-	}
-	s.exit = make(chan struct{})
-	go func(cmd *exec.Cmd, exit chan struct{}) { _ = cmd.Wait(); close(exit) }(s.cmd, s.exit)
-	c := redis.NewClient(&redis.Options{Addr: s.addr(), MaxRetries: -1, DialTimeout: time.Second})
-	defer c.Close()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		err := c.Ping(context.Background()).Err()
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-s.exit:
-			b, _ := os.ReadFile(filepath.Join(s.dir, "log"))
-			return fmt.Errorf("faults: %s %s exited: %s", s.bin, s.addr(), lastLines(string(b), 5))
-		default:
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("faults: %s %s not ready: %v", s.bin, s.addr(), err)
-		}
-	}
+	return nil
 }
+
+// up reports whether the process runs (it may be stopped by SIGSTOP).
+func (s *server) up() bool { return s.srv != nil && s.srv.Running() }
 
 func (s *server) signal(sig syscall.Signal) {
-	if s.cmd != nil && s.cmd.Process != nil {
-		_ = s.cmd.Process.Signal(sig)
+	if s.srv != nil {
+		_ = s.srv.Signal(sig)
 	}
 }
 
-// kill ends the process with SIGKILL (resuming it first if stopped) and
-// waits until it is gone.
+// kill ends the process with SIGKILL (a stopped one too) and waits until
+// it is gone.
 func (s *server) kill() {
-	if s.cmd == nil {
-		return
+	if s.srv != nil {
+		s.srv.Stop()
 	}
-	s.signal(syscall.SIGKILL)
-	s.signal(syscall.SIGCONT)
-	<-s.exit
-	s.cmd = nil
 }
 
 // wipe deletes the server's files: a restart then starts empty.
@@ -92,7 +67,7 @@ func (s *server) wipe() error {
 		return err
 	}
 	for _, e := range entries {
-		if e.Name() != "log" && !strings.HasSuffix(e.Name(), ".conf") {
+		if e.Name() != "redis.log" && !strings.HasSuffix(e.Name(), ".conf") {
 			if err := os.RemoveAll(filepath.Join(s.dir, e.Name())); err != nil {
 				return err
 			}
@@ -117,9 +92,9 @@ type topology struct {
 	Data      []*server
 	Sentinels []*server
 	URL       string
-	// proxies, when the clients go through them, are toxiproxy proxies in
-	// the runner's namespace, one in front of each data server.
-	proxies []*toxiproxy.Proxy
+	// proxies, when the clients go through them, are proxies in the
+	// runner's namespace, one in front of each data server.
+	proxies []*redistest.Proxy
 }
 
 // Strategies the suite knows, as topologies to start. A "-guard" suffix
@@ -132,14 +107,14 @@ func unguarded(strategy string) string { return strings.TrimSuffix(strategy, "-g
 // startTopology starts strategy's servers on hosts of n, files in dir; with
 // persist, every data server writes an append-only file and fsyncs it on
 // every write; with proxied (single and redlock only), the clients reach
-// each data server through a toxiproxy proxy.
+// each data server through a proxy in this process.
 func startTopology(n *Net, dir, strategy string, persist, proxied bool, ttl time.Duration) (*topology, error) {
 	t := &topology{Strategy: strategy}
 	data := []string{"--save", "", "--appendonly", "no", "--repl-diskless-sync-delay", "0"}
 	if persist {
 		data = []string{"--save", "", "--appendonly", "yes", "--appendfsync", "always", "--repl-diskless-sync-delay", "0"}
 	}
-	add := func(name, bin string, port int, args ...string) (*server, error) {
+	add := func(name, bin string, port int, conf string, args ...string) (*server, error) {
 		h, err := n.AddHost(name)
 		if err != nil {
 			return nil, err
@@ -148,7 +123,9 @@ func startTopology(n *Net, dir, strategy string, persist, proxied bool, ttl time
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, err
 		}
-		s := &server{host: h, port: port, bin: bin, args: args, dir: d}
+		s := &server{host: h, port: port, dir: d, cfg: redistest.Config{
+			Bin: bin, Dir: d, Host: h.IP, Ports: []int{port}, Conf: conf, Args: args, Command: h.Command,
+		}}
 		return s, s.start()
 	}
 	var addrs []string
@@ -159,19 +136,19 @@ func startTopology(n *Net, dir, strategy string, persist, proxied bool, ttl time
 			count = 5
 		}
 		for i := range count {
-			s, err := add(fmt.Sprintf("r%d", i+1), "redis-server", 6379, data...)
+			s, err := add(fmt.Sprintf("r%d", i+1), "redis-server", 6379, "", data...)
 			if err != nil {
 				return t, err
 			}
 			t.Data = append(t.Data, s)
 			addr := s.addr()
 			if proxied {
-				p := toxiproxy.NewProxy(proxyAPI, s.host.Name, net.JoinHostPort(n.Runner, "0"), addr)
-				if err := p.Start(); err != nil {
+				p, err := redistest.NewProxy(net.JoinHostPort(n.Runner, "0"), addr)
+				if err != nil {
 					return t, err
 				}
 				t.proxies = append(t.proxies, p)
-				addr = p.Listen
+				addr = p.Addr
 			}
 			addrs = append(addrs, addr)
 		}
@@ -180,13 +157,13 @@ func startTopology(n *Net, dir, strategy string, persist, proxied bool, ttl time
 			t.URL += fmt.Sprintf("&max_ttl=%v", ttl)
 		}
 	case "failover-ack-all", "failover-ack-none":
-		p, err := add("primary", "redis-server", 6379, data...)
+		p, err := add("primary", "redis-server", 6379, "", data...)
 		if err != nil {
 			return t, err
 		}
 		t.Data = append(t.Data, p)
 		for i := range 2 {
-			r, err := add(fmt.Sprintf("replica%d", i+1), "redis-server", 6379, append(data, "--replicaof", p.host.IP, "6379")...)
+			r, err := add(fmt.Sprintf("replica%d", i+1), "redis-server", 6379, "", append(data, "--replicaof", p.host.IP, "6379")...)
 			if err != nil {
 				return t, err
 			}
@@ -196,15 +173,8 @@ func startTopology(n *Net, dir, strategy string, persist, proxied bool, ttl time
 			return t, err
 		}
 		for i := range 3 {
-			d := filepath.Join(dir, fmt.Sprintf("sentinel%d", i+1))
-			if err := os.MkdirAll(d, 0o755); err != nil {
-				return t, err
-			}
-			conf := filepath.Join(d, "sentinel.conf")
-			if err := os.WriteFile(conf, []byte(fmt.Sprintf("sentinel monitor dlmf %s 6379 2\nsentinel down-after-milliseconds dlmf 1000\n"+
-				"sentinel failover-timeout dlmf 3000\nsentinel parallel-syncs dlmf 2\n", p.host.IP)), 0o644); err != nil {
-				return t, err
-			}
+			conf := fmt.Sprintf("sentinel monitor dlmf %s 6379 2\nsentinel down-after-milliseconds dlmf 1000\n"+
+				"sentinel failover-timeout dlmf 3000\nsentinel parallel-syncs dlmf 2\n", p.host.IP)
 			s, err := add(fmt.Sprintf("sentinel%d", i+1), "redis-sentinel", 26379, conf)
 			if err != nil {
 				return t, err
@@ -218,7 +188,7 @@ func startTopology(n *Net, dir, strategy string, persist, proxied bool, ttl time
 		args := append(data, "--cluster-enabled", "yes", "--cluster-node-timeout", "2000", "--cluster-config-file", "nodes.conf")
 		var masters []*server
 		for i := range 3 {
-			m, err := add(fmt.Sprintf("master%d", i+1), "redis-server", 6379, args...)
+			m, err := add(fmt.Sprintf("master%d", i+1), "redis-server", 6379, "", args...)
 			if err != nil {
 				return t, err
 			}
@@ -227,7 +197,7 @@ func startTopology(n *Net, dir, strategy string, persist, proxied bool, ttl time
 		}
 		var replicas []*server
 		for i := range 3 {
-			r, err := add(fmt.Sprintf("replica%d", i+1), "redis-server", 6379, args...)
+			r, err := add(fmt.Sprintf("replica%d", i+1), "redis-server", 6379, "", args...)
 			if err != nil {
 				return t, err
 			}
@@ -321,27 +291,17 @@ func waitReplicas(p *server, n int) error {
 	return fmt.Errorf("faults: %s: %d replicas not online", p.addr(), n)
 }
 
-// proxyAPI is the toxiproxy server the proxies belong to (its HTTP API is
-// not served: toxics are set in-process).
-var proxyAPI = toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop())
-
-// slow adds latency (and jitter) to the replies of data server i's proxy;
-// 0 removes it.
+// slow delays the replies of data server i's proxy by latency plus up to
+// jitter more, at random; zeros remove the delay.
 func (t *topology) slow(i int, latency, jitter time.Duration) error {
-	p := t.proxies[i]
-	if latency == 0 {
-		return p.Toxics.RemoveToxic(context.Background(), "slow")
-	}
-	_, err := p.Toxics.AddToxicJson(strings.NewReader(fmt.Sprintf(
-		`{"name":"slow","type":"latency","stream":"downstream","toxicity":1,"attributes":{"latency":%d,"jitter":%d}}`,
-		latency.Milliseconds(), jitter.Milliseconds())))
-	return err
+	t.proxies[i].SetLatency(latency, jitter)
+	return nil
 }
 
 // stop kills every process of the topology.
 func (t *topology) stop() {
 	for _, p := range t.proxies {
-		p.Stop()
+		p.Close()
 	}
 	for _, s := range append(t.Data, t.Sentinels...) {
 		s.kill()
@@ -357,7 +317,7 @@ func lockKey() string {
 // keyMaster returns the data server that serves the lock's slot now.
 func (t *topology) keyMaster() *server {
 	for _, s := range t.Data[:3] {
-		if s.cmd == nil {
+		if !s.up() {
 			continue
 		}
 		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{s.addr()}, MaxRetries: -1})
@@ -379,7 +339,7 @@ func (t *topology) keyMaster() *server {
 // replicaOf returns a data server that replicates m.
 func (t *topology) replicaOf(m *server) *server {
 	for _, s := range t.Data {
-		if s == m || s.cmd == nil {
+		if s == m || !s.up() {
 			continue
 		}
 		c := redis.NewClient(&redis.Options{Addr: s.addr()})
@@ -402,7 +362,7 @@ func (t *topology) migrateKeySlot() (from, to string, err error) {
 	}
 	var dst *server
 	for _, s := range t.Data {
-		if s != src && s.cmd != nil && t.isMaster(s) {
+		if s != src && s.up() && t.isMaster(s) {
 			dst = s
 			break
 		}
@@ -461,7 +421,7 @@ func (t *topology) migrateKeySlot() (from, to string, err error) {
 		}
 	}
 	for _, s := range t.Data {
-		if s != src && s != dst && s.cmd != nil && t.isMaster(s) {
+		if s != src && s != dst && s.up() && t.isMaster(s) {
 			c := redis.NewClient(&redis.Options{Addr: s.addr()})
 			_ = c.Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", dstID).Err()
 			_ = c.Close()

@@ -9,12 +9,12 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/driver/goredis"
 	"github.com/dlmgo/dlm/fencing"
+	"github.com/dlmgo/dlm/internal/redistest"
 )
 
 type lockOf struct {
@@ -30,8 +30,8 @@ func (l lockOf) Fence() uint64 { return l.fence }
 // or with malformed headers get 428 and 400; a store that fails gives 503.
 // The handler sees the key and fence, a key with any characters included.
 func TestMiddleware(t *testing.T) {
-	mr := miniredis.RunT(t)
-	c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	rs := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: rs.Addr, MaxRetries: -1})
 	t.Cleanup(func() { _ = c.Close() })
 	var mu sync.Mutex
 	var seen []string
@@ -117,7 +117,7 @@ func TestMiddleware(t *testing.T) {
 		t.Fatalf("Transport with fence 0: %v", err)
 	}
 
-	mr.Close() // the store fails
+	rs.Kill(t) // the store fails
 	if code := send(lockOf{"orders:42", 9}); code != http.StatusServiceUnavailable {
 		t.Fatalf("store down: %d, want 503", code)
 	}

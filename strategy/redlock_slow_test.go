@@ -3,15 +3,12 @@ package strategy_test
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	toxiproxy "github.com/Shopify/toxiproxy/v2"
 	"github.com/redis/go-redis/v9"
-	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -21,25 +18,20 @@ import (
 	"github.com/dlmgo/dlm/strategy"
 )
 
-// slowMajority starts five servers, the first three behind toxiproxy
-// proxies that delay every reply by 0–150ms, and returns their addresses as
-// clients reach them.
+// slowMajority starts five servers, the first three behind proxies that
+// delay every reply by 0–150ms, and returns their addresses as clients
+// reach them.
 func slowMajority(t *testing.T) []string {
 	t.Helper()
-	api := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop())
 	var addrs []string
 	for i, s := range redistest.StartN(t, 5) {
 		if i >= 3 {
 			addrs = append(addrs, s.Addr)
 			continue
 		}
-		p := toxiproxy.NewProxy(api, fmt.Sprint("slow", i), "127.0.0.1:0", s.Addr)
-		require.NoError(t, p.Start())
-		t.Cleanup(p.Stop)
-		_, err := p.Toxics.AddToxicJson(strings.NewReader(
-			`{"name":"slow","type":"latency","stream":"downstream","toxicity":1,"attributes":{"latency":75,"jitter":75}}`))
-		require.NoError(t, err)
-		addrs = append(addrs, p.Listen)
+		p := redistest.StartProxy(t, s.Addr)
+		p.SetLatency(0, 150*time.Millisecond)
+		addrs = append(addrs, p.Addr)
 	}
 	return addrs
 }

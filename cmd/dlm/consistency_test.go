@@ -189,7 +189,8 @@ func TestHelpAndVersion(t *testing.T) {
 	assert.Equal(t, 2, run(context.Background(), []string{"help", "nope"}, &out, &errOut))
 	code, text := runDLM(t, "version")
 	assert.Equal(t, 0, code, text)
-	assert.Contains(t, text, "module github.com/dlmgo/dlm\n")
+	assert.Contains(t, text, "module github.com/dlmgo/dlm/cmd/dlm\n")
+	assert.Contains(t, text, "library github.com/dlmgo/dlm ", "the library's version, a module of its own")
 	assert.Contains(t, text, "revision ")
 }
 

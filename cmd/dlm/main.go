@@ -123,8 +123,9 @@ var commands = map[string]func(ctx context.Context, args []string, stdout, stder
 	"ls": lsCmd, "inspect": inspectCmd, "revoke": revokeCmd, "version": versionCmd,
 }
 
-// versionCmd prints the module's version and the VCS revision it was built
-// from, as the Go toolchain recorded them.
+// versionCmd prints the command's module and version, the version of the
+// dlm library it was built with (its own module), and the VCS revision,
+// as the Go toolchain recorded them.
 func versionCmd(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 {
 		fmt.Fprintln(stderr, "usage: dlm version")
@@ -139,6 +140,18 @@ func versionCmd(_ context.Context, args []string, stdout, stderr io.Writer) int 
 		return 0
 	}
 	fmt.Fprintf(stdout, "dlm %s\nmodule %s\n", bi.Main.Version, bi.Main.Path)
+	for _, d := range bi.Deps {
+		if d.Path == "github.com/dlmgo/dlm" {
+			lib := d.Version
+			if d.Replace != nil {
+				lib += " => " + d.Replace.Path
+				if d.Replace.Version != "" {
+					lib += " " + d.Replace.Version
+				}
+			}
+			fmt.Fprintf(stdout, "library %s %s\n", d.Path, lib)
+		}
+	}
 	var rev, at, modified string
 	for _, s := range bi.Settings {
 		switch s.Key {

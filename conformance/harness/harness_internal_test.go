@@ -8,27 +8,27 @@ import (
 	"time"
 )
 
-// A server that crashes is reported as crashed, with its crash report;
-// before that, not.
+// A server that crashes is reported as crashed, with its crash report
+// (the rule running and every later one say so); before that, not; and a
+// stall of a crashed server fails.
 func TestCrashedReportsTheCrash(t *testing.T) {
 	srv := startServer(t, config{})
-	if err := srv.crashed(); err != nil {
+	tr := newFaultPoint(t, srv, config{})
+	if err := tr.Crashed(); err != nil {
 		t.Fatalf("a running server reported as crashed: %v", err)
 	}
-	if err := srv.proc.Signal(syscall.SIGSEGV); err != nil {
+	if err := srv.Signal(syscall.SIGSEGV); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-srv.exited:
-	case <-time.After(10 * time.Second):
-		t.Fatal("redis-server did not exit after SIGSEGV")
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); err == nil && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		err = tr.Crashed()
 	}
-	err := srv.crashed()
 	if err == nil || !strings.Contains(err.Error(), "crashed by signal") {
-		t.Fatalf("after SIGSEGV: crashed() = %v, want the crash report", err)
+		t.Fatalf("after SIGSEGV: Crashed() = %v, want the crash report", err)
 	}
 	t.Log(err)
-	if err := srv.stall(time.Millisecond); err == nil {
+	if err := tr.Stall(time.Millisecond); err == nil {
 		t.Error("stalling a server that crashed succeeded")
 	}
 }
@@ -38,19 +38,18 @@ func TestPortsRange(t *testing.T) {
 	// A range of ports that are free now (taken from the kernel's free
 	// ports: two runs of this test may run side by side).
 	srv := startServer(t, config{})
-	base, _ := strconv.Atoi(srv.addr[strings.LastIndex(srv.addr, ":")+1:])
-	srv.proc.Kill()
-	<-srv.exited
+	base := srv.Port
+	srv.Stop()
 	cfg := config{first: base, last: base + 3}
 	s2 := startServer(t, cfg)
 	tr := newFaultPoint(t, s2, cfg)
-	for _, addr := range []string{s2.addr, tr.Addr} {
+	for _, addr := range []string{s2.Addr, tr.Addr} {
 		port, _ := strconv.Atoi(addr[strings.LastIndex(addr, ":")+1:])
 		if port < cfg.first || port > cfg.last {
 			t.Errorf("listening on %s, outside the ports %d-%d", addr, cfg.first, cfg.last)
 		}
 	}
-	if s2.addr == tr.Addr {
+	if s2.Addr == tr.Addr {
 		t.Errorf("the server and the fault point share %s", tr.Addr)
 	}
 }

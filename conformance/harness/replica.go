@@ -11,29 +11,30 @@ import (
 	"time"
 
 	"github.com/dlmgo/dlm/conformance/internal/transport"
+	"github.com/dlmgo/dlm/internal/redistest"
 )
 
 // startReplica starts a redis-server that replicates primary (directly,
 // not through the fault point), waits until it acknowledges writes, and
 // returns the function of transport.Transport.FreezeReplica.
-func startReplica(t *testing.T, primary *server, cfg config) func(on bool) error {
+func startReplica(t *testing.T, primary *redistest.Server, cfg config) func(on bool) error {
 	t.Helper()
 	// A replica's first full sync starts at once, not after the default 5s.
-	if _, err := transport.Do(primary.addr, 5*time.Second, "CONFIG", "SET", "repl-diskless-sync-delay", "0"); err != nil {
+	if _, err := transport.Do(primary.Addr, 5*time.Second, "CONFIG", "SET", "repl-diskless-sync-delay", "0"); err != nil {
 		t.Fatalf("conformance/harness: configuring the server for its replica: %v", err)
 	}
 	replica := startServer(t, cfg)
-	host, port, _ := net.SplitHostPort(primary.addr)
-	if _, err := transport.Do(replica.addr, 5*time.Second, "REPLICAOF", host, port); err != nil {
+	host, port, _ := net.SplitHostPort(primary.Addr)
+	if _, err := transport.Do(replica.Addr, 5*time.Second, "REPLICAOF", host, port); err != nil {
 		t.Fatalf("conformance/harness: starting the replica: %v", err)
 	}
-	if err := waitAcked(primary.addr, 30*time.Second); err != nil {
+	if err := waitAcked(primary.Addr, 30*time.Second); err != nil {
 		t.Fatalf("conformance/harness: the replica: %v", err)
 	}
 	frozen := false
 	t.Cleanup(func() {
 		if frozen {
-			_ = replica.proc.Signal(syscall.SIGCONT)
+			_ = replica.Signal(syscall.SIGCONT)
 		}
 	})
 	return func(on bool) error {
@@ -44,14 +45,14 @@ func startReplica(t *testing.T, primary *server, cfg config) func(on bool) error
 		if !on {
 			sig = syscall.SIGCONT
 		}
-		if err := replica.proc.Signal(sig); err != nil {
+		if err := replica.Signal(sig); err != nil {
 			return err
 		}
 		frozen = on
 		if on {
 			return nil
 		}
-		return waitAcked(primary.addr, 30*time.Second)
+		return waitAcked(primary.Addr, 30*time.Second)
 	}
 }
 

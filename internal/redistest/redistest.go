@@ -8,6 +8,7 @@ package redistest
 import (
 	"bufio"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -41,22 +42,64 @@ func Binary(t testing.TB, name string) string {
 	return ""
 }
 
-// A Server is a redis-server process owned by a test.
+// A Server is a redis-server (or redis-sentinel) process owned by a test or
+// a tool.
 type Server struct {
-	Addr string // 127.0.0.1:port
+	Addr string // host:port, 127.0.0.1 unless Config.Host says otherwise
 	Port int
 
-	bin   string
-	dir   string
-	args  []string // after the port and defaults; a config file comes first
-	conf  string   // config file written before each start, if any
-	certs *Certs   // the certificates of a server that speaks TLS only; nil for plain
-	env   []string // added to the process's environment (a Clock's shim)
+	bin     string
+	dir     string
+	host    string
+	args    []string // after the port and defaults; a config file comes first
+	conf    string   // config file written before the first start, if any
+	certs   *Certs   // the certificates of a server that speaks TLS only; nil for plain
+	command func(name string, args ...string) *exec.Cmd
+	ready   time.Duration
+	env     []string // added to the process's environment (a Clock's shim)
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
 	exited chan struct{}
 	frozen bool
+}
+
+// Config says how Launch starts a server. Zero fields take the defaults
+// noted.
+type Config struct {
+	Bin  string // the program; default redis-server, found on PATH
+	Dir  string // its working directory (redis.log, data, a config file); required
+	Host string // the address it binds and is reached at; default 127.0.0.1
+	// Ports are the ports to try, in order, until one starts; default five
+	// free ports the kernel picks.
+	Ports []int
+	// Conf, when not empty, is written to sentinel.conf in Dir and given as
+	// the config file (first argument; Sentinel rewrites it).
+	Conf string
+	Args []string // after the defaults (persistence off, the port, Dir)
+	// Command makes the process (to run it in a network namespace, or
+	// under valgrind); default exec.Command. Its result gets a
+	// parent-death signal (SIGKILL) added.
+	Command func(name string, args ...string) *exec.Cmd
+	// Ready is how long a start may take until the server answers PING;
+	// default 10s.
+	Ready time.Duration
+}
+
+// Launch starts a server as c says, with persistence off, and returns it
+// once it answers PING. The caller stops it (Stop); it also dies with this
+// process (a parent-death signal). It needs no testing.TB: bench and the
+// fault suite start their servers with it.
+func Launch(c Config) (*Server, error) {
+	s := &Server{bin: c.Bin, dir: c.Dir, host: c.Host, args: c.Args, conf: c.Conf, command: c.Command, ready: c.Ready}
+	if s.bin == "" {
+		p, err := exec.LookPath("redis-server")
+		if err != nil {
+			return nil, err
+		}
+		s.bin = p
+	}
+	return s, s.launch(c.Ports)
 }
 
 // Start starts a redis-server on a free loopback port with persistence off,
@@ -72,22 +115,39 @@ func Start(t testing.TB, args ...string) *Server {
 
 func launch(t testing.TB, s *Server) *Server {
 	t.Helper()
-	var err error
-	for range 5 {
-		s.Port, err = freePort()
-		if err != nil {
-			continue
-		}
-		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port))
-		if err = s.start(); err == nil {
-			break
-		}
-	}
-	if err != nil {
+	if err := s.launch(nil); err != nil {
 		t.Fatalf("redistest: start %s: %v", filepath.Base(s.bin), err)
 	}
-	t.Cleanup(s.stop)
+	t.Cleanup(s.Stop)
 	return s
+}
+
+// launch starts s on the first of ports that works (free ports when none).
+func (s *Server) launch(ports []int) error {
+	if s.host == "" {
+		s.host = "127.0.0.1"
+	}
+	if len(ports) == 0 {
+		ports = make([]int, 5)
+	}
+	var errs []error
+	for _, port := range ports {
+		if port == 0 {
+			var err error
+			if port, err = freePort(s.host); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+		}
+		s.Port = port
+		s.Addr = net.JoinHostPort(s.host, strconv.Itoa(s.Port))
+		err := s.start()
+		if err == nil {
+			return nil
+		}
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
 }
 
 // StartN starts n servers.
@@ -100,8 +160,8 @@ func StartN(t testing.TB, n int, args ...string) []*Server {
 	return s
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+func freePort(host string) (int, error) {
+	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		return 0, err
 	}
@@ -126,18 +186,28 @@ func (s *Server) start() error {
 	} else {
 		args = append(args, "--port", strconv.Itoa(s.Port))
 	}
-	args = append(args, "--bind", "127.0.0.1",
+	args = append(args, "--bind", s.host,
 		"--dir", s.dir, "--logfile", "redis.log",
 		"--save", "", "--appendonly", "no", "--daemonize", "no")
+	if s.host != "127.0.0.1" {
+		args = append(args, "--protected-mode", "no")
+	}
 	args = append(args, s.args...)
-	cmd := exec.Command(s.bin, args...)
+	command := s.command
+	if command == nil {
+		command = exec.Command
+	}
+	cmd := command(s.bin, args...)
 	cmd.Dir = s.dir
 	if s.env != nil {
 		cmd.Env = append(os.Environ(), s.env...)
 	}
 	// The server dies with the test process however it ends (a watchdog's
 	// exit, a panic, SIGKILL), not only through the test's Cleanup.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
 	if err := cmd.Start(); err != nil {
 		return err
 	}
@@ -146,11 +216,18 @@ func (s *Server) start() error {
 	s.mu.Lock()
 	s.cmd, s.exited, s.frozen = cmd, exited, false
 	s.mu.Unlock()
-	deadline := time.Now().Add(10 * time.Second)
+	ready := s.ready
+	if ready == 0 {
+		ready = 10 * time.Second
+	}
+	deadline := time.Now().Add(ready)
 	for time.Now().Before(deadline) {
 		select {
 		case <-exited:
-			return fmt.Errorf("redis-server on port %d exited: %s", s.Port, s.logTail())
+			s.mu.Lock()
+			s.cmd = nil
+			s.mu.Unlock()
+			return fmt.Errorf("%s on port %d exited: %s", filepath.Base(s.bin), s.Port, s.logTail())
 		default:
 		}
 		if pingTLS(s.Addr, s.TLS()) == nil {
@@ -158,8 +235,8 @@ func (s *Server) start() error {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	s.kill()
-	return fmt.Errorf("redis-server on port %d not ready after 10s: %s", s.Port, s.logTail())
+	s.Stop()
+	return fmt.Errorf("%s on port %d not ready after %v: %s", filepath.Base(s.bin), s.Port, ready, s.logTail())
 }
 
 // ping sends PING and expects +PONG, or NOAUTH from a server that requires
@@ -199,7 +276,64 @@ func (s *Server) logTail() string {
 	return strings.TrimSpace(string(b))
 }
 
-func (s *Server) signal(sig syscall.Signal) error {
+// Exited returns nil while the server runs or after Stop (or Kill), and,
+// once its process exited on its own (it crashed), an error saying how,
+// with its crash report or the tail of its log. The report is the
+// evidence: redis-server installs its crash handler with SA_RESETHAND, so
+// a kernel log line "segfault … in libgcc_s" most likely shows a second
+// fault, in the handler unwinding the stack for that report.
+func (s *Server) Exited() error {
+	s.mu.Lock()
+	cmd, exited := s.cmd, s.exited
+	s.mu.Unlock()
+	if cmd == nil {
+		return nil
+	}
+	select {
+	case <-exited:
+	default:
+		return nil
+	}
+	b, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
+	text := string(b)
+	name := filepath.Base(s.bin)
+	if i := strings.Index(text, "=== REDIS BUG REPORT START"); i >= 0 {
+		head, _, _ := strings.Cut(text[i:], "------ INFO OUTPUT")
+		return fmt.Errorf("%s %s (pid %d) exited (%v); its crash report:\n%s", name, s.Addr, cmd.Process.Pid, cmd.ProcessState, firstLines(head, 30))
+	}
+	return fmt.Errorf("%s %s (pid %d) exited (%v); the tail of its log:\n%s", name, s.Addr, cmd.Process.Pid, cmd.ProcessState, lastLines(text, 20))
+}
+
+func firstLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.Join(lines[:min(n, len(lines))], "\n")
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// Running reports whether the process was started and not stopped (it may
+// be frozen, or have crashed: see Exited).
+func (s *Server) Running() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cmd != nil
+}
+
+// Pid returns the process's id, or 0 when it is not running.
+func (s *Server) Pid() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil || s.cmd.Process == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
+
+// Signal sends sig to the process (SIGSTOP freezes it, SIGCONT resumes it).
+func (s *Server) Signal(sig syscall.Signal) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.cmd == nil || s.cmd.Process == nil {
@@ -220,7 +354,7 @@ func (s *Server) signal(sig syscall.Signal) error {
 // Freeze stops the process with SIGSTOP: connections stay open and nothing answers.
 func (s *Server) Freeze(t testing.TB) {
 	t.Helper()
-	if err := s.signal(syscall.SIGSTOP); err != nil {
+	if err := s.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -228,7 +362,7 @@ func (s *Server) Freeze(t testing.TB) {
 // Thaw resumes a frozen process with SIGCONT.
 func (s *Server) Thaw(t testing.TB) {
 	t.Helper()
-	if err := s.signal(syscall.SIGCONT); err != nil {
+	if err := s.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -237,10 +371,12 @@ func (s *Server) Thaw(t testing.TB) {
 // lost unless it was started with persistence.
 func (s *Server) Kill(t testing.TB) {
 	t.Helper()
-	s.kill()
+	s.Stop()
 }
 
-func (s *Server) kill() {
+// Stop ends the process with SIGKILL (a frozen one too) and waits for it
+// to exit; it does nothing when the process is not running.
+func (s *Server) Stop() {
 	s.mu.Lock()
 	cmd, exited := s.cmd, s.exited
 	s.cmd = nil
@@ -256,15 +392,20 @@ func (s *Server) kill() {
 // and directory.
 func (s *Server) Restart(t testing.TB) {
 	t.Helper()
-	s.kill()
+	if err := s.Relaunch(); err != nil {
+		t.Fatalf("redistest: restart %s: %v", s.Addr, err)
+	}
+}
+
+// Relaunch is Restart for a caller without a testing.TB.
+func (s *Server) Relaunch() error {
+	s.Stop()
 	var err error
 	for range 20 { // the port may linger briefly after a kill
 		if err = s.start(); err == nil {
-			return
+			return nil
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	t.Fatalf("redistest: restart %s: %v", s.Addr, err)
+	return err
 }
-
-func (s *Server) stop() { s.kill() }

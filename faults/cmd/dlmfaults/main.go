@@ -6,9 +6,9 @@
 // promise of the documentation. It needs root (network namespaces) and
 // redis-server, redis-sentinel, iproute2 and nsenter.
 //
-//	go run ./cmd/dlmfaults                      # the full matrix
-//	go run ./cmd/dlmfaults -duration 8s -clients 4 -strategies redlock -nemeses none,pause-holder
-//	go run ./cmd/dlmfaults -plant stale-lease   # with a bug planted on purpose
+//	go run ./faults/cmd/dlmfaults                      # the full matrix
+//	go run ./faults/cmd/dlmfaults -duration 8s -clients 4 -strategies redlock -nemeses none,pause-holder
+//	go run ./faults/cmd/dlmfaults -plant stale-lease   # with a bug planted on purpose
 package main
 
 import (
@@ -78,7 +78,7 @@ func main() {
 			args = append(args, "-"+f.Name+" "+f.Value.String())
 		}
 	})
-	header := fmt.Sprintf("Fault matrix: `go run ./cmd/dlmfaults %s` (%d clients, %v per cell, TTL %v), %s, %d CPUs, %v in all.",
+	header := fmt.Sprintf("Fault matrix: `go run ./faults/cmd/dlmfaults %s` (%d clients, %v per cell, TTL %v), %s, %d CPUs, %v in all.",
 		strings.Join(args, " "), *clients, *duration, *ttl, start.UTC().Format("2006-01-02"), runtime.NumCPU(), time.Since(start).Round(time.Second))
 	if *note != "" {
 		header += " " + *note
