@@ -81,7 +81,7 @@ type QuorumError struct {
 
 	sentinel   error // dlm.ErrNotAcquired, dlm.ErrNotHeld or nil
 	cause      error // the context's error and cause, when it ended
-	held       *dlm.HeldError
+	held       *HeldError
 	retryAfter time.Duration // < 0 when unknown
 }
 
@@ -143,7 +143,7 @@ func (e *QuorumError) Error() string {
 			}
 			switch {
 			case o == Failed && r.Err != nil:
-				var ne *dlm.NodeError
+				var ne *NodeError
 				if errors.As(r.Err, &ne) {
 					parts = append(parts, ne.Node+" ("+ne.Err.Error()+")")
 				} else {
@@ -220,7 +220,7 @@ func newQuorumError(op, key string, quorum int, nodes []NodeResult, sentinel, ct
 			rem = append(rem, r.Remaining)
 		}
 	}
-	e.held = &dlm.HeldError{Key: key, Remaining: -1}
+	e.held = &HeldError{Key: key, Remaining: -1}
 	if known && need >= 1 && need <= len(rem) {
 		slices.Sort(rem)
 		e.retryAfter = rem[need-1]
