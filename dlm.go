@@ -1,14 +1,13 @@
 // Package dlm provides distributed locks over Redis for programs that already
 // use one of the Go Redis clients.
 //
-// The package is built from two small interfaces. A [Node] is one Redis
-// deployment seen through a client library; the packages under driver/ adapt
-// go-redis, redigo and rueidis, and package conformance proves any other
-// implementation keeps the same rules. A [Strategy] is a locking algorithm
-// over nodes; package strategy provides single-instance, Redlock and
-// failover-replica strategies. A [Manager] turns a strategy into locks: it
-// makes tokens, retries and waits, and hands out a [Lock] that carries a
-// fencing token and the time until which its lease can be trusted.
+// A lock user needs [New], which makes a [Manager] over a [Strategy]
+// (package strategy: single instance, Redlock, failover replicas; package
+// config builds one from a URL); [Manager.Lock], which waits for a key, and
+// [Manager.TryLock], which tries once; and the [Lock] they return, which
+// carries a fencing token ([Lock.Fence]), the time until which its lease
+// can be trusted ([Lock.Until], [Lock.Context]), and [Lock.Unlock]. Options:
+// [WithTTL], [WithRetryDelay], [WithAutoRenew], [WithOwner], [WithObserver].
 //
 // The package example (Example, in example_test.go: compiled, and run by go
 // test) takes a lock through the single-instance strategy over go-redis:
@@ -19,12 +18,19 @@
 //	defer lock.Unlock(context.WithoutCancel(ctx))
 //	// pass lock.Fence() to every storage write the lock protects
 //
-// Package config builds the same from a URL, over the driver of your choice.
-//
 // Errors wrap the sentinels below, so callers use errors.Is and errors.As,
 // never ==. A call that ends because its context ended keeps the context's
 // error: errors.Is(err, ErrNotAcquired) and errors.Is(err, context.Canceled)
 // both hold.
+//
+// Under the Manager are two contracts. A [Node] is one Redis deployment
+// seen through a client library; the packages under driver/ adapt go-redis,
+// redigo, rueidis and valkey-go, and package conformance checks any other
+// implementation. A [Strategy] is a locking algorithm over nodes. Around
+// them: package inspect shows and revokes locks for operators, an
+// [Observer] (packages dlmotel, dlmslog) reports what locks do, and
+// packages semaphore, rwlock, multilock, fairlock and election build on a
+// Manager.
 package dlm
 
 import (

@@ -198,38 +198,13 @@ func (m *Manager) TTL() time.Duration { return m.o.ttl }
 // however late it reaches a server, can never delete a later attempt's
 // grant.
 //
-// How it waits: calls of one Manager that wait for the same key queue up
-// in arrival order, and a new call joins the end of a queue instead of
-// trying ahead of it. When the strategy can watch releases, the queue
-// subscribes to the key's release notifications and each notification wakes
-// the first waiter only, which then tries within one round trip of the
-// release. Other processes' waiters each get their own notification; when
-// other processes contend, the first waiter is woken after a random delay
-// of up to 300µs or the time its last attempt took (at most the maximum
-// retry delay), whichever is longer, so that the fixed order in which Redis
-// notifies subscribers does not pick the same winner every time, and so
-// that attempts over slow nodes (which split the votes when they overlap)
-// follow each other.
-//
-// When this Manager unlocks a key its own Lock calls wait for, and the
-// strategy is a Handoff, the lock passes straight to the first waiter in
-// the Unlock's round trip, with a fence of its own, instead of being
-// released and taken again. So that waiters of other processes are not
-// shut out, a run of such hand-offs lasts at most the maximum retry delay
-// and is followed by a release after which this Manager's waiters wake
-// as on a contended key (below), and there are none while other processes
-// contend for the key.
-//
-// Notifications are only hints: the first waiter's wait is also bounded by
-// the holder's remaining TTL (as the strategy reports it, see RetryAfter),
-// so expiry is noticed at once, and by the maximum retry delay
-// (WithRetryDelay), so a lost notification never parks the queue; every
-// waiter becomes the first within the time the others ahead of it take.
-// Without notifications (the strategy or its nodes cannot notify) the first
-// waiter polls with jittered exponential backoff between the bounds of
-// WithRetryDelay, also capped by the holder's remaining TTL. Either way an
-// Unlock through this Manager wakes the key's first waiter at once, and
-// waiters of one Manager never race each other.
+// Lock calls of one Manager that wait for the same key queue up in arrival
+// order and never race each other; a waiter is woken by the key's release
+// notification where the strategy can watch releases, and polls within
+// WithRetryDelay's bounds (and the holder's remaining TTL, see RetryAfter)
+// otherwise. When this Manager unlocks a key its own Lock calls wait for
+// and the strategy is a Handoff, the lock passes straight to the first of
+// them. How the queue decides is described in queue.go.
 func (m *Manager) Lock(ctx context.Context, key string) (*Lock, error) {
 	if err := checkKey(key); err != nil {
 		return nil, err

@@ -58,7 +58,7 @@ func TestDefaultOwnerNamesTheProcess(t *testing.T) {
 }
 
 // fixedStrategy grants every Acquire a one-minute lease with fence 1 and
-// remembers the last token; it is not a dlm.Inspector.
+// remembers the last token; it is not a inspect.Inspector.
 type fixedStrategy struct {
 	dlm.Strategy // nil: only Acquire is called
 	token        string

@@ -14,7 +14,7 @@ import (
 	"github.com/dlmgo/dlm/nodekit"
 )
 
-// What operators see and do (dlm.Inspector): every strategy reads a lock
+// What operators see and do (inspect.Inspector): every strategy reads a lock
 // with inspect.lua and revokes it with revoke.lua, on each of its nodes.
 
 var (
@@ -44,34 +44,34 @@ func errRevoked(key, node string) error {
 	return fmt.Errorf("%w: %w: %q was revoked by an operator on %s", dlm.ErrNotHeld, dlm.ErrRevoked, key, node)
 }
 
-// Inspect implements dlm.Inspector.
+// Inspect implements inspect.Inspector.
 func (s *Single) Inspect(ctx context.Context, key string) ([]inspect.NodeState, error) {
 	return operate(ctx, &s.cfg, []dlm.Node{s.node}, []string{s.name}, key, inspectScript, nil)
 }
 
-// Revoke implements dlm.Inspector.
+// Revoke implements inspect.Inspector.
 func (s *Single) Revoke(ctx context.Context, key, by, reason string) ([]inspect.NodeState, error) {
 	return operate(ctx, &s.cfg, []dlm.Node{s.node}, []string{s.name}, key, revokeScript, []string{by, reason, publishArg(nodekit.RoutingOf(s.node))})
 }
 
-// Inspect implements dlm.Inspector, on the primary.
+// Inspect implements inspect.Inspector, on the primary.
 func (f *Failover) Inspect(ctx context.Context, key string) ([]inspect.NodeState, error) {
 	return operate(ctx, &f.cfg, []dlm.Node{f.node}, []string{f.name}, key, inspectScript, nil)
 }
 
-// Revoke implements dlm.Inspector, on the primary; it does not wait for
+// Revoke implements inspect.Inspector, on the primary; it does not wait for
 // replicas (a promoted replica that missed it still holds the lock until
 // its TTL, as after a release).
 func (f *Failover) Revoke(ctx context.Context, key, by, reason string) ([]inspect.NodeState, error) {
 	return operate(ctx, &f.cfg, []dlm.Node{f.node}, []string{f.name}, key, revokeScript, []string{by, reason, publishArg(nodekit.RoutingOf(f.node))})
 }
 
-// Inspect implements dlm.Inspector: every master is asked at once.
+// Inspect implements inspect.Inspector: every master is asked at once.
 func (s *Redlock) Inspect(ctx context.Context, key string) ([]inspect.NodeState, error) {
 	return operate(ctx, &s.cfg, s.nodes, s.names, key, inspectScript, nil)
 }
 
-// Revoke implements dlm.Inspector: the lock is revoked on every master
+// Revoke implements inspect.Inspector: the lock is revoked on every master
 // that answers.
 func (s *Redlock) Revoke(ctx context.Context, key, by, reason string) ([]inspect.NodeState, error) {
 	return operate(ctx, &s.cfg, s.nodes, s.names, key, revokeScript, []string{by, reason, s.publish})

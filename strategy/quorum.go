@@ -184,7 +184,7 @@ func (r *round) linger(grace time.Duration) {
 // never is a done function for rounds whose every reply is awaited.
 func never() bool { return false }
 
-// nodeErr wraps err, node i's failure in op, in a *dlm.NodeError, saying
+// nodeErr wraps err, node i's failure in op, in a *NodeError, saying
 // ErrNodeTimeout (not the caller's context.DeadlineExceeded) when the
 // per-node timeout ended it, and records whether the node was slow.
 func (s *Redlock) nodeErr(ctx context.Context, i int, op string, timeout time.Duration, err error) error {
