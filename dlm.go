@@ -1,14 +1,13 @@
 // Package dlm provides distributed locks over Redis for programs that already
 // use one of the Go Redis clients.
 //
-// The package is built from two small interfaces. A [Node] is one Redis
-// deployment seen through a client library; the packages under driver/ adapt
-// go-redis, redigo and rueidis, and package conformance proves any other
-// implementation keeps the same rules. A [Strategy] is a locking algorithm
-// over nodes; package strategy provides single-instance, Redlock and
-// failover-replica strategies. A [Manager] turns a strategy into locks: it
-// makes tokens, retries and waits, and hands out a [Lock] that carries a
-// fencing token and the time until which its lease can be trusted.
+// A lock user needs [New], which makes a [Manager] over a [Strategy]
+// (package strategy: single instance, Redlock, failover replicas; package
+// config builds one from a URL); [Manager.Lock], which waits for a key, and
+// [Manager.TryLock], which tries once; and the [Lock] they return, which
+// carries a fencing token ([Lock.Fence]), the time until which its lease
+// can be trusted ([Lock.Until], [Lock.Context]), and [Lock.Unlock]. Options:
+// [WithTTL], [WithRetryDelay], [WithAutoRenew], [WithOwner], [WithObserver].
 //
 // The package example (Example, in example_test.go: compiled, and run by go
 // test) takes a lock through the single-instance strategy over go-redis:
@@ -19,18 +18,26 @@
 //	defer lock.Unlock(context.WithoutCancel(ctx))
 //	// pass lock.Fence() to every storage write the lock protects
 //
-// Package config builds the same from a URL, over the driver of your choice.
-//
 // Errors wrap the sentinels below, so callers use errors.Is and errors.As,
 // never ==. A call that ends because its context ended keeps the context's
 // error: errors.Is(err, ErrNotAcquired) and errors.Is(err, context.Canceled)
 // both hold.
+//
+// Under the Manager are two contracts. A [Node] is one Redis deployment
+// seen through a client library; the packages under driver/ adapt go-redis,
+// redigo, rueidis and valkey-go, and package conformance checks any other
+// implementation. A [Strategy] is a locking algorithm over nodes. Around
+// them: package inspect shows and revokes locks for operators, an
+// [Observer] (packages dlmotel, dlmslog) reports what locks do, and
+// packages semaphore, rwlock, multilock, fairlock and election build on a
+// Manager.
 package dlm
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -62,6 +69,18 @@ var (
 	// know its master name: a deployment's configuration names another.
 	// Drivers wrap it with the name, and Permanent reports it permanent.
 	ErrUnknownMaster = errors.New("dlm: no Sentinel knows the master name")
+	// ErrMaxHold is matched, with ErrLost, by the cause of a Lock's context
+	// ending because WithAutoRenew's maximum hold time was reached (renewal
+	// stopped, or an Extend was refused).
+	ErrMaxHold = errors.New("dlm: maximum hold time reached")
+	// ErrRevoked reports that an operator revoked the lock (inspect.Revoke,
+	// `dlm revoke`). A renewal that finds its lock revoked fails with an
+	// error matching both ErrRevoked and ErrNotHeld, and the Lock's context
+	// ends with a cause matching ErrLost and ErrRevoked.
+	ErrRevoked = errors.New("dlm: lock revoked")
+	// ErrStateUnknown reports that too few nodes answered to tell a lock's
+	// state (inspect.Revoke).
+	ErrStateUnknown = errors.New("dlm: lock state unknown")
 )
 
 // A Node is one Redis deployment seen through a client library: a single
@@ -233,57 +252,6 @@ type ExtendResult struct {
 	Err   error
 }
 
-// NodeError reports the failure of one operation on one node.
-type NodeError struct {
-	Node string // the node's name: its String method, or its position
-	Op   string // "acquire", "extend", "release", ...
-	Err  error
-}
-
-func (e *NodeError) Error() string { return "dlm: " + e.Op + " on " + e.Node + ": " + e.Err.Error() }
-func (e *NodeError) Unwrap() error { return e.Err }
-
-// RetryAfter reports a short wait when the node refused the call before
-// running it because its keys' Cluster hash slot is being moved between
-// masters (a TRYAGAIN reply): 10ms, for the move may end at any moment.
-func (e *NodeError) RetryAfter() (time.Duration, bool) {
-	if anyReply(e.Err, func(r *ReplyError) bool { return r.Code == "TRYAGAIN" }) {
-		return slotMovingRetry, true
-	}
-	return 0, false
-}
-
-// slotMovingRetry is how long NodeError.RetryAfter says to wait after a
-// TRYAGAIN reply.
-const slotMovingRetry = 10 * time.Millisecond
-
-// HeldError reports that another owner holds a key. It matches ErrNotAcquired.
-type HeldError struct {
-	Key string
-	// Remaining is the holder's remaining TTL as the server reported it, or a
-	// negative value when unknown.
-	Remaining time.Duration
-	// Quarantined reports that the server lost the key's state and grants
-	// nothing for Remaining more: an owner it forgot may still hold the key
-	// (see strategy.WithMaxTTL).
-	Quarantined bool
-}
-
-func (e *HeldError) Error() string {
-	if e.Quarantined {
-		return fmt.Sprintf("dlm: lock not acquired: %q may be held by an owner its server forgot after losing its data: quarantined for %v more", e.Key, e.Remaining)
-	}
-	if e.Remaining < 0 {
-		return fmt.Sprintf("dlm: lock not acquired: %q is held by another owner", e.Key)
-	}
-	return fmt.Sprintf("dlm: lock not acquired: %q is held by another owner for %v more", e.Key, e.Remaining)
-}
-
-func (e *HeldError) Is(target error) bool { return target == ErrNotAcquired }
-
-// RetryAfter reports the holder's remaining TTL when known.
-func (e *HeldError) RetryAfter() (time.Duration, bool) { return e.Remaining, e.Remaining >= 0 }
-
 // RetryAfter reports how long err says to wait before the next attempt: the
 // remaining TTL of the lock's holder, when a strategy learned it.
 func RetryAfter(err error) (time.Duration, bool) {
@@ -297,4 +265,103 @@ func RetryAfter(err error) (time.Duration, bool) {
 // invalidf returns an error matching ErrInvalid.
 func invalidf(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
+}
+
+// A ReplyError is an error reply of a Redis server or Sentinel, in one form
+// whatever its client's wording: every driver returns the server's error
+// replies as a *ReplyError that wraps its client's own error (so errors.As
+// with the client's type still works). Permanent, and everything else in
+// dlm, classifies replies by Code and Message, never by a client's text.
+// A reply with Code "NOSCRIPT" matches ErrNoScript.
+type ReplyError struct {
+	// Code is the reply's first word: "ERR", "WRONGTYPE", "NOAUTH", ...
+	Code string
+	// Message is the rest of the reply.
+	Message string
+	// Err is the client's error for the reply.
+	Err error
+}
+
+func (e *ReplyError) Error() string {
+	if e.Message == "" {
+		return e.Code
+	}
+	return e.Code + " " + e.Message
+}
+
+func (e *ReplyError) Unwrap() error { return e.Err }
+
+// Is makes a NOSCRIPT reply match ErrNoScript.
+func (e *ReplyError) Is(target error) bool { return target == ErrNoScript && e.Code == "NOSCRIPT" }
+
+// Permanent reports whether err says that trying again cannot succeed, so
+// that Lock returns it at once instead of waiting:
+//
+//   - an error matching ErrInvalid, ErrClosed or ErrUnknownMaster;
+//   - a *ReplyError in err's tree that refuses the request itself: the
+//     codes WRONGTYPE (the lock's key holds a value of another type),
+//     NOAUTH, WRONGPASS and NOPERM (authentication and ACLs) and DENIED
+//     (protected mode), and code ERR with a message that begins "unknown
+//     command" (an endpoint without scripting, such as a Sentinel's port),
+//     "AUTH" or "invalid password" (a password the server does not
+//     expect) or "No such master" (a Sentinel's unknown master name);
+//   - an error in err's tree with a method Permanent() bool that reports
+//     true; the outermost such method decides (a Redlock quorum error says
+//     whether too many nodes failed permanently for a quorum ever to form).
+//
+// Everything else is transient and Lock keeps waiting: a refused or reset
+// connection, a timeout, and the replies LOADING, TRYAGAIN, MOVED, ASK,
+// CLUSTERDOWN, READONLY, BUSY, MASTERDOWN, MISCONF and OOM, which the
+// deployment can cure by itself or an operator can cure while Lock waits.
+// An error reply that is not a *ReplyError (a driver that does not map its
+// client's replies) is transient: conformance.RunNode checks that drivers
+// map them.
+func Permanent(err error) bool {
+	if err == nil {
+		return false
+	}
+	var p interface{ Permanent() bool }
+	if errors.As(err, &p) {
+		return p.Permanent()
+	}
+	if errors.Is(err, ErrInvalid) || errors.Is(err, ErrClosed) || errors.Is(err, ErrUnknownMaster) {
+		return true
+	}
+	return anyReply(err, permanentReply)
+}
+
+// permanentReply reports whether r is a reply that Permanent classifies as
+// permanent.
+func permanentReply(r *ReplyError) bool {
+	switch r.Code {
+	case "WRONGTYPE", "NOAUTH", "WRONGPASS", "NOPERM", "DENIED":
+		return true
+	case "ERR":
+		for _, p := range []string{"unknown command", "AUTH", "invalid password", "No such master"} {
+			if strings.HasPrefix(r.Message, p) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// anyReply reports whether f holds for a *ReplyError in err's tree.
+func anyReply(err error, f func(*ReplyError) bool) bool {
+	if r, ok := err.(*ReplyError); ok && f(r) {
+		return true
+	}
+	switch u := err.(type) {
+	case interface{ Unwrap() error }:
+		if inner := u.Unwrap(); inner != nil {
+			return anyReply(inner, f)
+		}
+	case interface{ Unwrap() []error }:
+		for _, e := range u.Unwrap() {
+			if e != nil && anyReply(e, f) {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -66,7 +66,7 @@ func ExampleManager_TryLock() {
 
 	first, _ := m.TryLock(ctx, "report")
 	_, err := m.TryLock(ctx, "report")
-	var held *dlm.HeldError
+	var held *strategy.HeldError
 	fmt.Println(errors.Is(err, dlm.ErrNotAcquired), errors.As(err, &held))
 
 	_ = first.Unlock(ctx)

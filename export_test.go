@@ -8,16 +8,16 @@ const RenewBatchForTest = renewBatch
 // RememberForTest ends a queue of key that saw fence, as the last waiter
 // leaving does, and returns how many keys m remembers.
 func RememberForTest(m *Manager, key string, fence uint64) int {
-	w := &m.waits
+	w := &m.queues
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.rememberLocked(&waitQueue{key: key, lastFence: fence})
+	w.rememberLocked(&queue{key: key, lastFence: fence})
 	return len(w.seen)
 }
 
 // AgeMemoryForTest moves back by d the end of every queue m remembers.
 func AgeMemoryForTest(m *Manager, d time.Duration) {
-	w := &m.waits
+	w := &m.queues
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for k, s := range w.seen {

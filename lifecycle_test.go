@@ -208,7 +208,7 @@ func TestRenewalFailingEndsContextAtValidity(t *testing.T) {
 	ended := time.Now()
 	cause := context.Cause(lctx)
 	assert.ErrorIs(t, cause, dlm.ErrLost)
-	var ne *dlm.NodeError
+	var ne *strategy.NodeError
 	assert.ErrorAs(t, cause, &ne, "the last renewal's error is kept: %v", cause)
 	assert.False(t, ended.Before(l.Until()), "not before the confirmed validity ran out")
 	assert.Less(t, ended.Sub(l.Until()), ttl, "and soon after it")
@@ -583,7 +583,7 @@ func TestWaiterGivesUpWithQueuesRefusal(t *testing.T) {
 	}
 	for range 3 {
 		err := <-errs
-		var held *dlm.HeldError
+		var held *strategy.HeldError
 		assert.ErrorAs(t, err, &held, "error %v", err)
 		assert.ErrorIs(t, err, context.DeadlineExceeded)
 	}

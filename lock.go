@@ -295,7 +295,7 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	l.endLocked(ErrUnlocked)
 	l.mu.Unlock()
 	l.m.renewer.remove(l)
-	err, handed := l.m.waits.handOff(ctx, l)
+	err, handed := l.m.queues.handOff(ctx, l)
 	if !handed {
 		err = l.m.s.Release(ctx, l.key, l.token)
 	}
@@ -305,10 +305,20 @@ func (l *Lock) Unlock(ctx context.Context) error {
 		l.mu.Unlock()
 	}
 	if !handed {
-		l.m.waits.releasedHere(l.key)
+		l.m.queues.releasedHere(l.key)
 	}
 	if o != nil && ending {
 		o.Released(l.key, held, err)
 	}
 	return err
+}
+
+// heldForLocked is how long l was held when its lease ended now: up to the end
+// of its validity, or now if sooner. Called with l.mu held.
+func (l *Lock) heldForLocked(now time.Time) time.Duration {
+	end := l.lease.Until
+	if now.Before(end) {
+		end = now
+	}
+	return end.Sub(l.base)
 }

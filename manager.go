@@ -4,7 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/dlmgo/dlm/internal/mgr"
+	"github.com/dlmgo/dlm/internal/token"
 )
 
 // Defaults of the Manager's options.
@@ -17,13 +26,14 @@ const (
 // Bounds on what a lock may be: a longer key or TTL is an error matching
 // ErrInvalid, from the Manager and from every strategy of this module.
 const (
-	MaxKeyLen = 1024           // bytes of a lock's key
-	MaxTTL    = 24 * time.Hour // a lease's TTL; renew a lock held longer
+	MaxKeyLen   = 1024           // bytes of a lock's key
+	MaxTTL      = 24 * time.Hour // a lease's TTL; renew a lock held longer
+	MaxOwnerLen = 128            // bytes of WithOwner's owner
 )
 
-// CheckKey returns an error matching ErrInvalid when key cannot name a
+// checkKey returns an error matching ErrInvalid when key cannot name a
 // lock: empty, or longer than MaxKeyLen.
-func CheckKey(key string) error {
+func checkKey(key string) error {
 	switch {
 	case key == "":
 		return invalidf("empty key")
@@ -75,12 +85,75 @@ func WithRetryDelay(min, max time.Duration) Option {
 	}}
 }
 
+// WithOwner names who takes the Manager's locks, so that an operator who
+// finds a lock held (package inspect, `dlm inspect`) can tell which program
+// holds it. The default is "PROGRAM@HOST:PID". The owner must be 1 to
+// MaxOwnerLen bytes of UTF-8 text without control characters.
+//
+// The owner travels inside the lock's token, with the time the acquisition
+// began and the lease's TTL: it is stored with the lock at no extra round
+// trip, and goes when the lock is released or expires.
+func WithOwner(owner string) Option {
+	return Option{func(o *options) error {
+		if err := checkOwner(owner); err != nil {
+			return err
+		}
+		o.owner = owner
+		return nil
+	}}
+}
+
+func checkOwner(owner string) error {
+	switch {
+	case owner == "":
+		return invalidf("WithOwner: empty owner")
+	case len(owner) > MaxOwnerLen:
+		return invalidf("WithOwner: owner of %d bytes is longer than MaxOwnerLen (%d)", len(owner), MaxOwnerLen)
+	case !utf8.ValidString(owner):
+		return invalidf("WithOwner: owner %q is not UTF-8", owner)
+	case strings.IndexFunc(owner, unicode.IsControl) >= 0:
+		return invalidf("WithOwner: owner %q has a control character", owner)
+	}
+	return nil
+}
+
+// processOwner is the default owner: "PROGRAM@HOST:PID".
+var processOwner = sync.OnceValue(func() string {
+	prog := "go"
+	if exe, err := os.Executable(); err == nil {
+		prog = filepath.Base(exe)
+	}
+	host, err := os.Hostname()
+	if err != nil {
+		host = "unknown"
+	}
+	return fitOwner(fmt.Sprintf("%s@%s:%d", prog, host, os.Getpid()))
+})
+
+// fitOwner returns s made fit for WithOwner: invalid UTF-8 and control
+// characters replaced by '?', cut to MaxOwnerLen bytes, "unknown" if empty.
+func fitOwner(s string) string {
+	s = strings.Map(func(r rune) rune {
+		if r == utf8.RuneError || unicode.IsControl(r) {
+			return '?'
+		}
+		return r
+	}, s)
+	for len(s) > MaxOwnerLen || !utf8.ValidString(s) {
+		s = s[:min(len(s), MaxOwnerLen)-1]
+	}
+	if s == "" {
+		s = "unknown"
+	}
+	return s
+}
+
 // A Manager takes locks through a Strategy. It is safe for concurrent use.
 type Manager struct {
 	s       Strategy
 	o       options
 	renewer *renewer // nil without auto-renewal
-	waits   waits
+	queues  queues
 }
 
 // New returns a Manager over s.
@@ -104,26 +177,141 @@ func New(s Strategy, opts ...Option) (*Manager, error) {
 		return nil, err
 	}
 	m.renewer = newRenewer(s, m.o)
-	m.waits.init(m)
+	m.queues.init(m)
 	return m, nil
 }
 
 // TTL returns the lease length of the Manager's locks.
 func (m *Manager) TTL() time.Duration { return m.o.ttl }
 
-// Strategy returns the strategy the Manager takes locks through. The
-// primitives built on a Manager (packages semaphore, multilock, rwlock)
-// watch releases through it.
-func (m *Manager) Strategy() Strategy { return m.s }
+// Lock takes key, waiting while others hold it, until it succeeds or ctx
+// ends. Failed attempts, including node failures, are retried; an error
+// that waiting cannot cure (see Permanent: invalid arguments, a closed
+// client, authentication, a key of another type, an endpoint without
+// scripting) ends the wait at once. When ctx ends first the error matches
+// ErrNotAcquired, ctx's error, and the most informative refusal seen: a
+// holder's or the servers' refusal rather than a timeout that followed it
+// (for a call that waited in the queue without an attempt of its own, the
+// last refusal of the attempts made for the queue).
+//
+// Every attempt uses a token of its own, so a failed attempt's clean-up,
+// however late it reaches a server, can never delete a later attempt's
+// grant.
+//
+// Lock calls of one Manager that wait for the same key queue up in arrival
+// order and never race each other; a waiter is woken by the key's release
+// notification where the strategy can watch releases, and polls within
+// WithRetryDelay's bounds (and the holder's remaining TTL, see RetryAfter)
+// otherwise. When this Manager unlocks a key its own Lock calls wait for
+// and the strategy is a Handoff, the lock passes straight to the first of
+// them. How the queue decides is described in queue.go.
+func (m *Manager) Lock(ctx context.Context, key string) (*Lock, error) {
+	if err := checkKey(key); err != nil {
+		return nil, err
+	}
+	if m.o.observer != nil {
+		return m.observed(ctx, key, false)
+	}
+	return m.lock(ctx, key, nil)
+}
 
-// RetryDelay returns the bounds of the pause between attempts
-// (WithRetryDelay).
-func (m *Manager) RetryDelay() (min, max time.Duration) { return m.o.retryMin, m.o.retryMax }
+// lock is Lock after the key was checked; st, when not nil, counts the
+// attempts for an Observer.
+func (m *Manager) lock(ctx context.Context, key string, st *lockStats) (*Lock, error) {
+	var prev error // the most informative refusal not caused by ctx ending
+	w := &m.queues
+	if !w.queued(key) {
+		if l, err, done := m.attempt(ctx, key, &prev, st); done {
+			return l, err
+		}
+	}
+	q, me, creator := w.join(ctx, key)
+	var won *Lock
+	defer func() { w.leave(q, me, won) }()
+	select {
+	case <-q.ready:
+	case <-ctx.Done():
+		return nil, m.giveUp(ctx, w.refusal(q, prev))
+	}
+	delay := m.o.retryMin
+	try := creator // the creator tries once its subscription is active
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		if won = w.handed(q, me, st); won != nil {
+			return won, nil
+		}
+		if try {
+			tryStart := time.Now()
+			l, err, done := m.attempt(ctx, key, &prev, st)
+			if done {
+				won = l
+				return l, err
+			}
+			if w.tried(q, me, err, time.Since(tryStart)) {
+				continue // a release was announced during the attempt
+			}
+		}
+		timer.Reset(w.pause(q, me, &delay)) // since Go 1.23 Reset drops a stale value
+		select {
+		case <-me.wake:
+			try = true
+		case <-timer.C:
+			try = w.timedOut(q, me)
+		case <-ctx.Done():
+			if won = w.handed(q, me, st); won != nil {
+				return won, nil // handed over before ctx ended
+			}
+			return nil, m.giveUp(ctx, w.refusal(q, prev))
+		}
+	}
+}
+
+// attempt makes one acquisition attempt with a new token. done reports
+// that Lock must return (l, err): on success, on a permanent error, or when
+// ctx has ended.
+func (m *Manager) attempt(ctx context.Context, key string, prev *error, st *lockStats) (l *Lock, err error, done bool) {
+	token := m.newToken()
+	start := time.Now()
+	if st != nil {
+		st.attempts++
+		st.last = start
+	}
+	lease, err := m.s.Acquire(ctx, key, token, m.o.ttl)
+	if err == nil {
+		return m.held(key, token, start, lease), nil, true
+	}
+	if ctx.Err() != nil && *prev != nil && (errors.Is(err, ctx.Err()) || timedOut(err)) {
+		err = *prev // say why the lock was busy, not only that time ran out
+	}
+	if Permanent(err) || ctx.Err() != nil {
+		return nil, withContext(ctx, err), true
+	}
+	if *prev == nil || !timedOut(err) || timedOut(*prev) {
+		*prev = err
+	}
+	return nil, err, false
+}
+
+// timedOut reports whether err says no more than that time ran out: a
+// deadline or a network timeout, which tells less than a refusal.
+func timedOut(err error) bool {
+	var t interface{ Timeout() bool }
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &t) && t.Timeout()
+}
+
+// giveUp is Lock's error when ctx ends while waiting.
+func (m *Manager) giveUp(ctx context.Context, prev error) error {
+	if prev == nil {
+		prev = ErrNotAcquired
+	}
+	return withContext(ctx, prev)
+}
 
 // TryLock makes one attempt to take key. When another owner holds it, the
-// error matches ErrNotAcquired (and HeldError with errors.As).
+// error matches ErrNotAcquired, and RetryAfter may say for how long.
 func (m *Manager) TryLock(ctx context.Context, key string) (*Lock, error) {
-	if err := CheckKey(key); err != nil {
+	if err := checkKey(key); err != nil {
 		return nil, err
 	}
 	if m.o.observer != nil {
@@ -135,7 +323,7 @@ func (m *Manager) TryLock(ctx context.Context, key string) (*Lock, error) {
 // tryLock is TryLock after the key was checked; st, when not nil, counts
 // the attempt for an Observer.
 func (m *Manager) tryLock(ctx context.Context, key string, st *lockStats) (*Lock, error) {
-	token := m.NewToken()
+	token := m.newToken()
 	start := time.Now()
 	if st != nil {
 		st.attempts, st.last = 1, start
@@ -154,7 +342,7 @@ func (m *Manager) held(key, token string, start time.Time, lease Lease) *Lock {
 		l.Context() // its timer ends the lease, and reports Lost, when the validity runs out
 	}
 	m.renewer.add(l)
-	m.waits.acquired(key, lease.Fence)
+	m.queues.acquired(key, lease.Fence)
 	return l
 }
 
@@ -175,4 +363,47 @@ func withContext(ctx context.Context, err error) error {
 		err = fmt.Errorf("%w: %w", ErrNotAcquired, err)
 	}
 	return errors.Join(err, cause)
+}
+
+// lockStats counts what an observed Lock or TryLock does.
+type lockStats struct {
+	attempts int
+	last     time.Time // the start of the last attempt
+}
+
+// observed runs Lock (try false) or TryLock (try true) under the Manager's
+// Observer.
+func (m *Manager) observed(ctx context.Context, key string, try bool) (*Lock, error) {
+	start := time.Now()
+	ctx, done := m.o.observer.LockStart(ctx, key, try)
+	var st lockStats
+	var l *Lock
+	var err error
+	if try {
+		l, err = m.tryLock(ctx, key, &st)
+	} else {
+		l, err = m.lock(ctx, key, &st)
+	}
+	d := LockDone{Attempts: st.attempts, Err: err}
+	if st.attempts > 0 {
+		d.Waited = st.last.Sub(start)
+	}
+	if l != nil {
+		d.Fence = l.Fence()
+	}
+	done(d)
+	return l, err
+}
+
+// newToken returns a new token for an acquisition by this Manager
+// beginning now: random, and carrying the owner, the time and the TTL (see
+// package internal/token; inspect.HolderOf reads them back).
+func (m *Manager) newToken() string { return token.New(m.o.owner, m.o.ttl) }
+
+func init() {
+	mgr.Of = func(m any) mgr.Manager {
+		mm := m.(*Manager)
+		return mgr.Manager{Strategy: mm.s, NewToken: mm.newToken, RetryMin: mm.o.retryMin, RetryMax: mm.o.retryMax}
+	}
+	mgr.CheckKey = checkKey
 }

@@ -11,7 +11,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlmgo/dlm"
+
 	"github.com/dlmgo/dlm/driver/goredis"
+	"github.com/dlmgo/dlm/inspect"
 	"github.com/dlmgo/dlm/internal/redistest"
 	"github.com/dlmgo/dlm/strategy"
 )
@@ -55,7 +57,7 @@ func TestLockExpiresAndPassesOn(t *testing.T) {
 
 	_, err = m.TryLock(ctx, "expiring")
 	require.ErrorIs(t, err, dlm.ErrNotAcquired)
-	var held *dlm.HeldError
+	var held *strategy.HeldError
 	require.ErrorAs(t, err, &held)
 	assert.Greater(t, held.Remaining, time.Duration(0))
 	assert.LessOrEqual(t, held.Remaining, 200*time.Millisecond)
@@ -82,7 +84,7 @@ func TestOnlyOwnerExtendsAndReleases(t *testing.T) {
 	l, err := m.TryLock(ctx, "owned")
 	require.NoError(t, err)
 	assert.Equal(t, "owned", l.Key())
-	h, ok := dlm.HolderOf(l.Token())
+	h, ok := inspect.HolderOf(l.Token())
 	assert.True(t, ok, "the token carries its holder")
 	assert.Equal(t, time.Second, h.TTL)
 
@@ -145,7 +147,7 @@ func TestCancelledContext(t *testing.T) {
 	_, err = m.Lock(dctx, "busy")
 	assert.ErrorIs(t, err, dlm.ErrNotAcquired)
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
-	var heldErr *dlm.HeldError
+	var heldErr *strategy.HeldError
 	assert.ErrorAs(t, err, &heldErr, "the last attempt's error is kept")
 }
 
@@ -244,7 +246,7 @@ func TestNodeFailureIsReported(t *testing.T) {
 	srv.Kill(t)
 	_, err = m.TryLock(context.Background(), "down")
 	assert.ErrorIs(t, err, dlm.ErrNotAcquired)
-	var ne *dlm.NodeError
+	var ne *strategy.NodeError
 	require.ErrorAs(t, err, &ne)
 	assert.Equal(t, "acquire", ne.Op)
 	assert.Contains(t, ne.Node, srv.Addr)

@@ -2,14 +2,8 @@ package dlm
 
 import (
 	"context"
-	"errors"
 	"time"
 )
-
-// ErrMaxHold is matched, with ErrLost, by the cause of a Lock's context
-// ending because WithAutoRenew's maximum hold time was reached (renewal
-// stopped, or an Extend was refused).
-var ErrMaxHold = errors.New("dlm: maximum hold time reached")
 
 // An Observer is told what a Manager's locks do, for metrics, traces and
 // logs: package dlmotel reports to OpenTelemetry and package dlmslog logs
@@ -81,44 +75,4 @@ func WithObserver(o Observer) Option {
 		opts.observer = o
 		return nil
 	}}
-}
-
-// lockStats counts what an observed Lock or TryLock does.
-type lockStats struct {
-	attempts int
-	last     time.Time // the start of the last attempt
-}
-
-// observed runs Lock (try false) or TryLock (try true) under the Manager's
-// Observer.
-func (m *Manager) observed(ctx context.Context, key string, try bool) (*Lock, error) {
-	start := time.Now()
-	ctx, done := m.o.observer.LockStart(ctx, key, try)
-	var st lockStats
-	var l *Lock
-	var err error
-	if try {
-		l, err = m.tryLock(ctx, key, &st)
-	} else {
-		l, err = m.lock(ctx, key, &st)
-	}
-	d := LockDone{Attempts: st.attempts, Err: err}
-	if st.attempts > 0 {
-		d.Waited = st.last.Sub(start)
-	}
-	if l != nil {
-		d.Fence = l.Fence()
-	}
-	done(d)
-	return l, err
-}
-
-// heldForLocked is how long l was held when its lease ended now: up to the end
-// of its validity, or now if sooner. Called with l.mu held.
-func (l *Lock) heldForLocked(now time.Time) time.Duration {
-	end := l.lease.Until
-	if now.Before(end) {
-		end = now
-	}
-	return end.Sub(l.base)
 }

@@ -11,6 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/driver/goredis"
+	"github.com/dlmgo/dlm/internal/redistest"
 	"github.com/dlmgo/dlm/strategy"
 )
 
@@ -74,8 +76,9 @@ func (s *markStrategy) Acquire(ctx context.Context, key, token string, ttl time.
 
 func TestObserverLockTryLockUnlock(t *testing.T) {
 	rec := &recorder{}
-	m0, _ := newManager(t)
-	ms := &markStrategy{Strategy: m0.Strategy()}
+	single, err := strategy.NewSingle(goredis.New(redistest.Start(t).Client(t)))
+	require.NoError(t, err)
+	ms := &markStrategy{Strategy: single}
 	m, err := dlm.New(ms, dlm.WithObserver(rec), dlm.WithRetryDelay(time.Millisecond, 20*time.Millisecond))
 	require.NoError(t, err)
 	ctx := context.Background()

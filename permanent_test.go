@@ -13,9 +13,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlmgo/dlm"
+
 	"github.com/dlmgo/dlm/driver/goredis"
 	"github.com/dlmgo/dlm/internal/redistest"
 	"github.com/dlmgo/dlm/nodekit"
+	"github.com/dlmgo/dlm/strategy"
 )
 
 // lockOn waits up to wait for key on a single-instance Manager over c, and
@@ -154,9 +156,9 @@ func TestPermanentByMeaning(t *testing.T) {
 
 // A TRYAGAIN reply asks for a quick retry, whatever the driver.
 func TestRetryAfterTryAgain(t *testing.T) {
-	e := &dlm.NodeError{Node: "n", Op: "acquire", Err: nodekit.Reply("TRYAGAIN Multiple keys request during rehashing of slot", nil)}
+	e := &strategy.NodeError{Node: "n", Op: "acquire", Err: nodekit.Reply("TRYAGAIN Multiple keys request during rehashing of slot", nil)}
 	_, ok := e.RetryAfter()
 	assert.True(t, ok)
-	_, ok = (&dlm.NodeError{Node: "n", Op: "acquire", Err: nodekit.Reply("BUSY", nil)}).RetryAfter()
+	_, ok = (&strategy.NodeError{Node: "n", Op: "acquire", Err: nodekit.Reply("BUSY", nil)}).RetryAfter()
 	assert.False(t, ok)
 }

@@ -143,7 +143,7 @@ type dlmLocker struct {
 
 func (l *dlmLocker) TryLock(ctx context.Context, key string) (Held, error) {
 	lk, err := l.m.TryLock(ctx, key)
-	var held *dlm.HeldError
+	var held *strategy.HeldError
 	if errors.As(err, &held) {
 		err = fmt.Errorf("%w: %w", errBusy, err)
 	}

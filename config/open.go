@@ -37,12 +37,27 @@ func Open(ctx context.Context, url string, dial Dialer, opts ...dlm.Option) (*dl
 	return c.Open(ctx, dial, opts...)
 }
 
-// Open is Open for c: it dials each endpoint of c once (each Redlock
-// master, the one server, the primary through the Sentinels, or the
-// Cluster through its listed nodes) and builds
-// the strategy with NewStrategy and the Manager with ManagerOptions, then
-// opts.
+// Open is Open for c: it opens the strategy with OpenStrategy and builds
+// the Manager with ManagerOptions, then opts.
 func (c Config) Open(ctx context.Context, dial Dialer, opts ...dlm.Option) (*dlm.Manager, io.Closer, error) {
+	s, cl, err := c.OpenStrategy(ctx, dial)
+	if err != nil {
+		return nil, nil, err
+	}
+	m, err := dlm.New(s, append(c.ManagerOptions(), opts...)...)
+	if err != nil {
+		_ = cl.Close()
+		return nil, nil, err
+	}
+	return m, cl, nil
+}
+
+// OpenStrategy dials each endpoint of c once (each Redlock master, the one
+// server, the primary through the Sentinels, or the Cluster through its
+// listed nodes) and builds the strategy with NewStrategy. The Closer
+// closes the nodes' clients. Operator tools (package inspect) work on the
+// strategy.
+func (c Config) OpenStrategy(ctx context.Context, dial Dialer) (dlm.Strategy, io.Closer, error) {
 	if err := c.Validate(); err != nil {
 		return nil, nil, err
 	}
@@ -64,15 +79,11 @@ func (c Config) Open(ctx context.Context, dial Dialer, opts ...dlm.Option) (*dlm
 		nodes, cl = append(nodes, n), append(cl, closer)
 	}
 	s, err := c.NewStrategy(nodes...)
-	var m *dlm.Manager
-	if err == nil {
-		m, err = dlm.New(s, append(c.ManagerOptions(), opts...)...)
-	}
 	if err != nil {
 		_ = cl.Close()
 		return nil, nil, err
 	}
-	return m, cl, nil
+	return s, cl, nil
 }
 
 // endpoints lists what to dial: one endpoint per address, the primary

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/inspect"
 )
 
 // testInspectRevoke: what an operator sees and does. Inspect names the
@@ -15,20 +16,19 @@ import (
 // revoked one's by two or more, the revoked holder's next renewal fails
 // with dlm.ErrRevoked and its Context ends with that cause, and a fenced
 // store then refuses the revoked holder's write. Skipped for a strategy
-// that is not a dlm.Inspector.
+// that is not a inspect.Inspector.
 func testInspectRevoke(t *testing.T, c *strategyCase) {
-	if _, ok := c.Strategy.(dlm.Inspector); !ok {
-		t.Skipf("%T is not a dlm.Inspector", c.Strategy)
+	if _, ok := c.Strategy.(inspect.Inspector); !ok {
+		t.Skipf("%T is not a inspect.Inspector", c.Strategy)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	const ttl = time.Second
 	key := c.key("inspect")
 	holder := c.manager(t, dlm.WithOwner("conformance holder #1"), dlm.WithTTL(ttl), dlm.WithAutoRenew(0.3, time.Minute))
-	operator := c.manager(t, dlm.WithOwner("conformance operator"), dlm.WithTTL(ttl))
 	waiter := c.manager(t, dlm.WithOwner("conformance waiter"), dlm.WithTTL(ttl))
 
-	info, err := operator.Inspect(ctx, key)
+	info, err := inspect.Key(ctx, c.Strategy, key)
 	if err != nil || info.Held {
 		t.Fatalf("Inspect of a free key: %+v, %v; want not held, no error", info, err)
 	}
@@ -51,9 +51,9 @@ func testInspectRevoke(t *testing.T, c *strategyCase) {
 		w, err := waiter.Lock(ctx, key)
 		waited <- result{w, err}
 	}()
-	var seen dlm.Info
+	var seen inspect.Info
 	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if seen, err = operator.Inspect(ctx, key); err != nil || seen.Waiters > 0 {
+		if seen, err = inspect.Key(ctx, c.Strategy, key); err != nil || seen.Waiters > 0 {
 			break
 		}
 	}
@@ -79,7 +79,7 @@ func testInspectRevoke(t *testing.T, c *strategyCase) {
 	if !store.write(l.Fence()) {
 		t.Fatal("the fenced store refused the holder's first write")
 	}
-	if _, err := operator.Revoke(ctx, key, "conformance", "a test revokes it"); err != nil {
+	if _, err := inspect.Revoke(ctx, c.Strategy, key, "conformance", "a test revokes it"); err != nil {
 		t.Fatalf("Revoke: %v", err)
 	}
 	select {
@@ -108,7 +108,7 @@ func testInspectRevoke(t *testing.T, c *strategyCase) {
 	if !store.write(next.Fence()) || store.write(l.Fence()) {
 		t.Fatalf("the fenced store accepted the revoked holder's fence %d after %d", l.Fence(), next.Fence())
 	}
-	after, err := operator.Inspect(ctx, key)
+	after, err := inspect.Key(ctx, c.Strategy, key)
 	if err != nil {
 		t.Fatalf("Inspect after Revoke: %v", err)
 	}

@@ -79,7 +79,7 @@ type Topology struct {
 //
 // One rule runs a dlm.Manager over the strategy:
 //
-//   - InspectRevoke (a strategy that is a dlm.Inspector): Inspect names the
+//   - InspectRevoke (a strategy that is an inspect.Inspector): Inspect names the
 //     holder, its fence and lease, and counts a waiting process; Revoke
 //     ends the holder's Context with dlm.ErrRevoked at its next renewal,
 //     wakes the waiter, whose fence is at least two above, and leaves a
@@ -93,7 +93,7 @@ type Topology struct {
 // reason (a single endpoint tolerates no failed node), and so are
 // WatchRelease when it reports errors.ErrUnsupported, Handoff for a
 // strategy that is not a dlm.Handoff, and InspectRevoke for a strategy that
-// is not a dlm.Inspector.
+// is not an inspect.Inspector.
 //
 // Each rule begins with the servers' script caches flushed, so its first
 // call of each script takes the NOSCRIPT path (EVALSHA, then EVAL): a

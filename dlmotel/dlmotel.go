@@ -49,6 +49,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/strategy"
 )
 
 // ScopeName is the instrumentation scope of the Meter and Tracer.
@@ -186,7 +187,7 @@ func (o outcome) String() string {
 
 // outcomeOf classifies the error of a Lock or TryLock call made with ctx.
 func outcomeOf(ctx context.Context, err error) outcome {
-	var held *dlm.HeldError
+	var held *strategy.HeldError
 	switch {
 	case err == nil:
 		return acquired

@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/strategy"
 )
 
 // Observer is a dlm.Observer that logs to a slog.Logger.
@@ -49,7 +50,7 @@ func (o *Observer) LockStart(ctx context.Context, key string, try bool) (context
 	start := time.Now()
 	return ctx, func(d dlm.LockDone) {
 		took := time.Since(start)
-		var held *dlm.HeldError
+		var held *strategy.HeldError
 		level, msg := slog.LevelDebug, "dlm: lock acquired"
 		switch {
 		case d.Err == nil:

@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/internal/mgr"
 	"github.com/dlmgo/dlm/nodekit"
 	"github.com/dlmgo/dlm/strategy"
 )
@@ -69,11 +70,11 @@ func New(m *dlm.Manager, name string) (*Election, error) {
 	if m == nil {
 		return nil, fmt.Errorf("%w: election.New: nil Manager", dlm.ErrInvalid)
 	}
-	one, ok := m.Strategy().(strategy.OneDeployment)
+	one, ok := mgr.Of(m).Strategy.(strategy.OneDeployment)
 	if !ok {
-		return nil, fmt.Errorf("%w: election.New: %T keeps its locks on more than one deployment: %w", dlm.ErrInvalid, m.Strategy(), errors.ErrUnsupported)
+		return nil, fmt.Errorf("%w: election.New: %T keeps its locks on more than one deployment: %w", dlm.ErrInvalid, mgr.Of(m).Strategy, errors.ErrUnsupported)
 	}
-	if err := dlm.CheckKey(name); err != nil {
+	if err := mgr.CheckKey(name); err != nil {
 		return nil, fmt.Errorf("election.New: %w", err)
 	}
 	lock, _ := strategy.Keys(name)

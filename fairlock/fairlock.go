@@ -33,6 +33,7 @@ import (
 	"time"
 
 	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/internal/mgr"
 	"github.com/dlmgo/dlm/nodekit"
 	"github.com/dlmgo/dlm/strategy"
 )
@@ -59,12 +60,12 @@ func New(m *dlm.Manager, key string) (*FairLock, error) {
 	if m == nil {
 		return nil, fmt.Errorf("%w: fairlock.New: nil Manager", dlm.ErrInvalid)
 	}
-	one, ok := m.Strategy().(strategy.OneDeployment)
+	one, ok := mgr.Of(m).Strategy.(strategy.OneDeployment)
 	if !ok {
 		return nil, fmt.Errorf("%w: fairlock.New: %T keeps its locks on more than one deployment, which cannot agree on one arrival order: %w",
-			dlm.ErrInvalid, m.Strategy(), errors.ErrUnsupported)
+			dlm.ErrInvalid, mgr.Of(m).Strategy, errors.ErrUnsupported)
 	}
-	if err := dlm.CheckKey(key); err != nil {
+	if err := mgr.CheckKey(key); err != nil {
 		return nil, fmt.Errorf("fairlock.New: %w", err)
 	}
 	lock, _ := strategy.Keys(key)
@@ -116,7 +117,7 @@ func (f *FairLock) leave(ctx context.Context, token string) {
 // TryLock takes the key when nobody holds it and nobody waits for it.
 // Otherwise the error matches dlm.ErrNotAcquired.
 func (f *FairLock) TryLock(ctx context.Context) (*dlm.Lock, error) {
-	token := f.m.NewToken()
+	token := mgr.Of(f.m).NewToken()
 	pos, err := f.queue(ctx, token, false)
 	if err != nil {
 		return nil, err
@@ -139,12 +140,12 @@ func (f *FairLock) Lock(ctx context.Context) (*dlm.Lock, error) {
 
 // lock is Lock, also returning the waiter's arrival number.
 func (f *FairLock) lock(ctx context.Context) (*dlm.Lock, uint64, error) {
-	token := f.m.NewToken()
-	_, poll := f.m.RetryDelay()
+	token := mgr.Of(f.m).NewToken()
+	poll := mgr.Of(f.m).RetryMax
 	poll = min(poll, f.m.TTL()/3)
 	released := make(chan struct{}, 1)
 	wctx, cancel := context.WithTimeout(ctx, poll) // else poll
-	stop, werr := f.m.Strategy().WatchRelease(wctx, f.key, func() {
+	stop, werr := mgr.Of(f.m).Strategy.WatchRelease(wctx, f.key, func() {
 		select {
 		case released <- struct{}{}:
 		default:

@@ -25,7 +25,9 @@ import (
 	"time"
 
 	"github.com/dlmgo/dlm"
+
 	"github.com/dlmgo/dlm/internal/giveback"
+	"github.com/dlmgo/dlm/internal/mgr"
 )
 
 // A Set is a group of keys held together. Its methods are safe for
@@ -46,7 +48,7 @@ func keysOf(keys []string) ([]string, error) {
 		return nil, fmt.Errorf("%w: multilock: %d keys, need 1 to %d", dlm.ErrInvalid, len(keys), MaxKeys)
 	}
 	for _, k := range keys {
-		if err := dlm.CheckKey(k); err != nil {
+		if err := mgr.CheckKey(k); err != nil {
 			return nil, fmt.Errorf("multilock: %w", err)
 		}
 	}

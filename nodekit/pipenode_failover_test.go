@@ -104,7 +104,7 @@ func TestPipeNodeFailoverSentinel(t *testing.T) {
 
 			// The lock granted before the failover survived it.
 			_, err = f.Acquire(ctx, "kept", "C", ttl)
-			var held *dlm.HeldError
+			var held *strategy.HeldError
 			assert.True(t, errors.As(err, &held), "the promoted server still holds A's lock: %v", err)
 			require.NoError(t, f.Release(ctx, "kept", "A"), "A still holds it on the new primary")
 			next, err := f.Acquire(ctx, "kept", "C", ttl)

@@ -34,7 +34,12 @@ import (
 	"weak"
 
 	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/internal/mgr"
+
+	"github.com/dlmgo/dlm/inspect"
+
 	"github.com/dlmgo/dlm/internal/giveback"
+	"github.com/dlmgo/dlm/strategy"
 )
 
 // MaxPermits bounds the permits of a Semaphore.
@@ -94,7 +99,7 @@ func (s *Semaphore) CheckPermits(ctx context.Context) error {
 		return nil
 	}
 	token := "permits:" + strconv.Itoa(len(s.keys))
-	st := s.m.Strategy()
+	st := mgr.Of(s.m).Strategy.(dlm.Strategy)
 	ttl := countTTL
 	_, err := st.Acquire(ctx, CountKey(s.name), token, ttl)
 	if errors.Is(err, dlm.ErrInvalid) {
@@ -103,7 +108,7 @@ func (s *Semaphore) CheckPermits(ctx context.Context) error {
 		ttl = s.m.TTL()
 		_, err = st.Acquire(ctx, CountKey(s.name), token, ttl)
 	}
-	var held *dlm.HeldError
+	var held *strategy.HeldError
 	switch {
 	case err == nil:
 		if checkedN.Add(1) > maxChecked { // bound the memory of many names
@@ -115,7 +120,7 @@ func (s *Semaphore) CheckPermits(ctx context.Context) error {
 	case errors.As(err, &held) && !held.Quarantined:
 		e := &mismatchError{name: s.name, permits: len(s.keys), cause: err}
 		// Name the recorded number where the strategy can tell.
-		if info, ierr := s.m.Inspect(ctx, CountKey(s.name)); ierr == nil && info.Held {
+		if info, ierr := inspect.Key(ctx, st, CountKey(s.name)); ierr == nil && info.Held {
 			if n, ok := strings.CutPrefix(info.Token, "permits:"); ok {
 				e.theirs = n
 			}
@@ -166,7 +171,7 @@ func New(m *dlm.Manager, name string, permits int) (*Semaphore, error) {
 	for i := range s.keys {
 		s.keys[i] = PermitKey(name, i)
 	}
-	if err := dlm.CheckKey(s.keys[permits-1]); err != nil {
+	if err := mgr.CheckKey(s.keys[permits-1]); err != nil {
 		return nil, fmt.Errorf("semaphore.New: %w", err)
 	}
 	return s, nil
@@ -266,7 +271,7 @@ func (s *Semaphore) wrap(err error) error {
 // Errors that waiting cannot cure (dlm.Permanent) end the wait at once.
 // When ctx ends first the error matches dlm.ErrNotAcquired and ctx's error.
 func (s *Semaphore) Acquire(ctx context.Context) (*dlm.Lock, error) {
-	minDelay, maxDelay := s.m.RetryDelay()
+	minDelay, maxDelay := mgr.Of(s.m).RetryMin, mgr.Of(s.m).RetryMax
 	delay := minDelay
 	var w *watch
 	defer func() { w.stop() }()
@@ -337,7 +342,7 @@ func (s *Semaphore) watch(ctx context.Context, bound time.Duration) *watch {
 	failed := false
 	for _, key := range s.keys {
 		wg.Go(func() {
-			stop, err := s.m.Strategy().WatchRelease(sctx, key, poke)
+			stop, err := mgr.Of(s.m).Strategy.WatchRelease(sctx, key, poke)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {

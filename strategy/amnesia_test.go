@@ -31,7 +31,7 @@ func acquireWhenFree(t *testing.T, s dlm.Strategy, key, token string, ttl, limit
 			return l, at, firstQuarantine
 		}
 		require.ErrorIs(t, err, dlm.ErrNotAcquired)
-		var held *dlm.HeldError
+		var held *strategy.HeldError
 		if first && errors.As(err, &held) && held.Quarantined {
 			firstQuarantine = held.Remaining
 		}
@@ -116,7 +116,7 @@ func TestAmnesiaFlushAll(t *testing.T) {
 	assert.Greater(t, b.Fence, a.Fence)
 
 	_, err = s.Acquire(ctx, "another-slot", "C", maxTTL)
-	var held *dlm.HeldError
+	var held *strategy.HeldError
 	require.ErrorAs(t, err, &held, "a slot first used after the flush is quarantined too")
 	assert.True(t, held.Quarantined)
 	assert.Contains(t, err.Error(), "quarantined")
@@ -184,7 +184,7 @@ func TestAmnesiaUptimeRounding(t *testing.T) {
 		_, err := s.Acquire(context.Background(), key, "B", maxTTL)
 		t.Logf("%v after the restart, uptime 1s, A's lease ends in %v: %v", time.Since(restarted).Round(time.Millisecond), time.Until(a.Until).Round(time.Millisecond), err)
 		require.True(t, time.Now().Before(a.Until), "A's lease ran out before the check")
-		var held *dlm.HeldError
+		var held *strategy.HeldError
 		require.ErrorAs(t, err, &held, "a second holder while A's lease runs")
 		assert.True(t, held.Quarantined)
 		return

@@ -324,7 +324,7 @@ func (f *Failover) probe(ctx context.Context, keys []string) (ServerInfo, error)
 		err = errReply(r)
 	}
 	if err != nil {
-		return ServerInfo{}, &dlm.NodeError{Node: f.name, Op: "probe", Err: err}
+		return ServerInfo{}, &NodeError{Node: f.name, Op: "probe", Err: err}
 	}
 	info := ServerInfo{
 		Version:  fmt.Sprintf("%d.%d.%d", r[0], r[1], r[2]),
@@ -352,7 +352,7 @@ func (f *Failover) prepare(ctx context.Context, keys []string) (dlm.Wait, error)
 			return dlm.Wait{}, err
 		}
 		if !info.Primary {
-			return dlm.Wait{}, &dlm.NodeError{Node: f.name, Op: "probe", Err: errors.New("the server is a replica, not a primary")}
+			return dlm.Wait{}, &NodeError{Node: f.name, Op: "probe", Err: errors.New("the server is a replica, not a primary")}
 		}
 		if f.fo.aof {
 			switch {
@@ -473,7 +473,7 @@ func (f *Failover) acquire(ctx context.Context, key, token, from string, ttl tim
 		err = errReply(r)
 	}
 	if err != nil {
-		err := &dlm.NodeError{Node: f.name, Op: "acquire", Err: err}
+		err := &NodeError{Node: f.name, Op: "acquire", Err: err}
 		if !notRun(err) {
 			// The script may have run even though the reply was lost: undo it.
 			undo(ctx, &f.cfg, f.node, key, token, start.Add(ttl))
@@ -511,7 +511,7 @@ func (f *Failover) Extend(ctx context.Context, key, token string, ttl time.Durat
 	defer cancel()
 	r, acks, connected, err := f.run(cctx, extendScript, failoverExtendScript, w, 2, keys, args...)
 	if err != nil {
-		return dlm.Lease{}, &dlm.NodeError{Node: f.name, Op: "extend", Err: err}
+		return dlm.Lease{}, &NodeError{Node: f.name, Op: "extend", Err: err}
 	}
 	switch r[0] {
 	case 3:
@@ -540,7 +540,7 @@ func (f *Failover) Release(ctx context.Context, key, token string) error {
 		err = errReply(r)
 	}
 	if err != nil {
-		return &dlm.NodeError{Node: f.name, Op: "release", Err: err}
+		return &NodeError{Node: f.name, Op: "release", Err: err}
 	}
 	if r[0] != 1 {
 		return fmt.Errorf("%w: %q is not held by this token on %s", dlm.ErrNotHeld, key, f.name)

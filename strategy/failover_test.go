@@ -147,7 +147,7 @@ func TestFailoverReplicated(t *testing.T) {
 			assert.Equal(t, fmt.Sprint(lease.Fence), c.Get(ctx, fence).Val(), "fence counter on replica %s", r.Addr)
 		}
 		_, err = f.Acquire(ctx, "all", "b", ttl)
-		var held *dlm.HeldError
+		var held *strategy.HeldError
 		assert.ErrorAs(t, err, &held)
 		again, err := f.Acquire(ctx, "all", "a", ttl)
 		require.NoError(t, err, "the holder may acquire again")
@@ -400,7 +400,7 @@ func TestFailoverSentinel(t *testing.T) {
 		promoted := topo.WaitFailover(t, old, 30*time.Second)
 		t.Logf("Sentinel promoted %s", promoted.Addr)
 
-		var held *dlm.HeldError
+		var held *strategy.HeldError
 		err = retry(func() error {
 			_, err := b.Acquire(ctx, "race", "B", ttl)
 			return err

@@ -10,10 +10,11 @@ import (
 	"time"
 
 	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/inspect"
 	"github.com/dlmgo/dlm/nodekit"
 )
 
-// What operators see and do (dlm.Inspector): every strategy reads a lock
+// What operators see and do (inspect.Inspector): every strategy reads a lock
 // with inspect.lua and revokes it with revoke.lua, on each of its nodes.
 
 var (
@@ -22,9 +23,9 @@ var (
 )
 
 var (
-	_ dlm.Inspector = (*Single)(nil)
-	_ dlm.Inspector = (*Failover)(nil)
-	_ dlm.Inspector = (*Redlock)(nil)
+	_ inspect.Inspector = (*Single)(nil)
+	_ inspect.Inspector = (*Failover)(nil)
+	_ inspect.Inspector = (*Redlock)(nil)
 )
 
 // noteName returns the Redis key of the revocation note of the lock whose
@@ -43,52 +44,52 @@ func errRevoked(key, node string) error {
 	return fmt.Errorf("%w: %w: %q was revoked by an operator on %s", dlm.ErrNotHeld, dlm.ErrRevoked, key, node)
 }
 
-// Inspect implements dlm.Inspector.
-func (s *Single) Inspect(ctx context.Context, key string) ([]dlm.NodeState, error) {
+// Inspect implements inspect.Inspector.
+func (s *Single) Inspect(ctx context.Context, key string) ([]inspect.NodeState, error) {
 	return operate(ctx, &s.cfg, []dlm.Node{s.node}, []string{s.name}, key, inspectScript, nil)
 }
 
-// Revoke implements dlm.Inspector.
-func (s *Single) Revoke(ctx context.Context, key, by, reason string) ([]dlm.NodeState, error) {
+// Revoke implements inspect.Inspector.
+func (s *Single) Revoke(ctx context.Context, key, by, reason string) ([]inspect.NodeState, error) {
 	return operate(ctx, &s.cfg, []dlm.Node{s.node}, []string{s.name}, key, revokeScript, []string{by, reason, publishArg(nodekit.RoutingOf(s.node))})
 }
 
-// Inspect implements dlm.Inspector, on the primary.
-func (f *Failover) Inspect(ctx context.Context, key string) ([]dlm.NodeState, error) {
+// Inspect implements inspect.Inspector, on the primary.
+func (f *Failover) Inspect(ctx context.Context, key string) ([]inspect.NodeState, error) {
 	return operate(ctx, &f.cfg, []dlm.Node{f.node}, []string{f.name}, key, inspectScript, nil)
 }
 
-// Revoke implements dlm.Inspector, on the primary; it does not wait for
+// Revoke implements inspect.Inspector, on the primary; it does not wait for
 // replicas (a promoted replica that missed it still holds the lock until
 // its TTL, as after a release).
-func (f *Failover) Revoke(ctx context.Context, key, by, reason string) ([]dlm.NodeState, error) {
+func (f *Failover) Revoke(ctx context.Context, key, by, reason string) ([]inspect.NodeState, error) {
 	return operate(ctx, &f.cfg, []dlm.Node{f.node}, []string{f.name}, key, revokeScript, []string{by, reason, publishArg(nodekit.RoutingOf(f.node))})
 }
 
-// Inspect implements dlm.Inspector: every master is asked at once.
-func (s *Redlock) Inspect(ctx context.Context, key string) ([]dlm.NodeState, error) {
+// Inspect implements inspect.Inspector: every master is asked at once.
+func (s *Redlock) Inspect(ctx context.Context, key string) ([]inspect.NodeState, error) {
 	return operate(ctx, &s.cfg, s.nodes, s.names, key, inspectScript, nil)
 }
 
-// Revoke implements dlm.Inspector: the lock is revoked on every master
+// Revoke implements inspect.Inspector: the lock is revoked on every master
 // that answers.
-func (s *Redlock) Revoke(ctx context.Context, key, by, reason string) ([]dlm.NodeState, error) {
+func (s *Redlock) Revoke(ctx context.Context, key, by, reason string) ([]inspect.NodeState, error) {
 	return operate(ctx, &s.cfg, s.nodes, s.names, key, revokeScript, []string{by, reason, s.publish})
 }
 
 // operate runs script (inspect or revoke) for key on every node at once,
 // each within the per-node timeout, and decodes each node's state.
-func operate(ctx context.Context, c *config, nodes []dlm.Node, names []string, key string, script *nodekit.Script, args []string) ([]dlm.NodeState, error) {
-	if err := dlm.CheckKey(key); err != nil {
+func operate(ctx context.Context, c *config, nodes []dlm.Node, names []string, key string, script *nodekit.Script, args []string) ([]inspect.NodeState, error) {
+	if err := checkKey(key); err != nil {
 		return nil, err
 	}
 	for _, a := range args[:min(len(args), 2)] {
-		if len(a) > dlm.MaxRevokeReasonLen || strings.Contains(a, "\n") {
-			return nil, fmt.Errorf("%w: revoke: by and reason must be one line of at most %d bytes", dlm.ErrInvalid, dlm.MaxRevokeReasonLen)
+		if len(a) > inspect.MaxRevokeReasonLen || strings.Contains(a, "\n") {
+			return nil, fmt.Errorf("%w: revoke: by and reason must be one line of at most %d bytes", dlm.ErrInvalid, inspect.MaxRevokeReasonLen)
 		}
 	}
 	keys := stateKeys(key)
-	out := make([]dlm.NodeState, len(nodes))
+	out := make([]inspect.NodeState, len(nodes))
 	var wg sync.WaitGroup
 	for i, n := range nodes {
 		wg.Go(func() {
@@ -103,8 +104,8 @@ func operate(ctx context.Context, c *config, nodes []dlm.Node, names []string, k
 }
 
 // decodeState reads state.lua's reply.
-func decodeState(node string, r []int64, err error) dlm.NodeState {
-	st := dlm.NodeState{Node: node}
+func decodeState(node string, r []int64, err error) inspect.NodeState {
+	st := inspect.NodeState{Node: node}
 	value, note, ok := "", "", len(r) >= 5
 	if ok {
 		var rest []int64
@@ -132,7 +133,7 @@ func decodeState(node string, r []int64, err error) dlm.NodeState {
 	st.Counter, st.Waiters = uint64(max(r[1], 0)), int(r[2])
 	if parts := strings.SplitN(note, "\n", 4); len(parts) == 4 {
 		ms, _ := strconv.ParseInt(parts[1], 10, 64)
-		st.Revoked = &dlm.Revocation{Token: parts[0], At: time.UnixMilli(ms), By: parts[2], Reason: parts[3]}
+		st.Revoked = &inspect.Revocation{Token: parts[0], At: time.UnixMilli(ms), By: parts[2], Reason: parts[3]}
 	}
 	return st
 }
@@ -168,7 +169,7 @@ func KeyOf(name string) (key string, ok bool) {
 	case strings.HasPrefix(name, "dlm:{") && strings.HasSuffix(name, "}"):
 		key, ok = name[len("dlm:{"):len(name)-1], true
 	}
-	if !ok || dlm.CheckKey(key) != nil || lockName(key) != name {
+	if !ok || checkKey(key) != nil || lockName(key) != name {
 		return "", false
 	}
 	return key, true

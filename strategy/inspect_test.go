@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/inspect"
 	"github.com/dlmgo/dlm/strategy"
 )
 
@@ -27,7 +28,7 @@ func TestRedlockInspectWithNodesDown(t *testing.T) {
 	require.NoError(t, err)
 
 	c.freeze(t, 0)
-	info, err := m.Inspect(ctx, "job")
+	info, err := inspect.Key(ctx, r, "job")
 	require.NoError(t, err)
 	assert.True(t, info.Held, "2 of 3 masters hold it")
 	assert.Equal(t, "inspected", info.Holder.Owner)
@@ -38,9 +39,9 @@ func TestRedlockInspectWithNodesDown(t *testing.T) {
 		c.freeze(t, i)
 	}
 	start := time.Now()
-	_, err = m.Inspect(ctx, "job")
+	_, err = inspect.Key(ctx, r, "job")
 	assert.ErrorContains(t, err, "no node answered")
-	_, err = m.Revoke(ctx, "job", "ops", "test")
+	_, err = inspect.Revoke(ctx, r, "job", "ops", "test")
 	assert.ErrorIs(t, err, dlm.ErrStateUnknown, "no majority answered: held or not is unknown")
 	assert.NotErrorIs(t, err, dlm.ErrNotHeld)
 	assert.ErrorIs(t, err, context.DeadlineExceeded, "each frozen node's timeout is in the error")
@@ -51,11 +52,11 @@ func TestRedlockInspectWithNodesDown(t *testing.T) {
 	assert.True(t, c.holdsAll(t, "job", l.Token()), "a failed revocation changed nothing")
 
 	// Bad input is refused before any node is asked.
-	for _, bad := range [][2]string{{"ops", "two\nlines"}, {"ops", strings.Repeat("x", dlm.MaxRevokeReasonLen+1)}, {"a\nb", "why"}} {
-		_, err = m.Revoke(ctx, "job", bad[0], bad[1])
+	for _, bad := range [][2]string{{"ops", "two\nlines"}, {"ops", strings.Repeat("x", inspect.MaxRevokeReasonLen+1)}, {"a\nb", "why"}} {
+		_, err = inspect.Revoke(ctx, r, "job", bad[0], bad[1])
 		assert.ErrorIs(t, err, dlm.ErrInvalid, "%q", bad)
 	}
-	_, err = m.Inspect(ctx, "")
+	_, err = inspect.Key(ctx, r, "")
 	assert.ErrorIs(t, err, dlm.ErrInvalid)
 }
 

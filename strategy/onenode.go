@@ -13,7 +13,7 @@ import (
 
 // notRun reports whether the node refused a call before running it because
 // its hash slot is moving (TRYAGAIN): there is nothing to undo.
-func notRun(err *dlm.NodeError) bool {
+func notRun(err *NodeError) bool {
 	_, moving := err.RetryAfter()
 	return moving
 }
@@ -25,7 +25,7 @@ func refusal(key, from, node string, r []int64) error {
 	if from != "" && r[0] == 0 {
 		return fmt.Errorf("%w: %w: hand-off of %q: the token handing it off does not hold it on %s", dlm.ErrNotAcquired, dlm.ErrNotHeld, key, node)
 	}
-	return &dlm.HeldError{Key: key, Remaining: time.Duration(r[1]) * time.Millisecond, Quarantined: r[0] == 2}
+	return &HeldError{Key: key, Remaining: time.Duration(r[1]) * time.Millisecond, Quarantined: r[0] == 2}
 }
 
 // undo releases token's lock on key in the background, so that the call
@@ -93,7 +93,7 @@ func extendBatch(ctx context.Context, c *config, node dlm.Node, name string, loc
 		}
 		switch {
 		case e != nil:
-			out[i].Err = &dlm.NodeError{Node: name, Op: "extend", Err: e}
+			out[i].Err = &NodeError{Node: name, Op: "extend", Err: e}
 		case r[0] == 3:
 			out[i].Err = errRevoked(locks[i].Key, name)
 		case r[0] != 1:
@@ -114,7 +114,7 @@ func watchRelease(ctx context.Context, c *config, node dlm.Node, name, key strin
 	}
 	stop, err := node.Watch(ctx, lockName(key), func(string) { notify() })
 	if err != nil {
-		return nil, &dlm.NodeError{Node: name, Op: "watch", Err: err}
+		return nil, &NodeError{Node: name, Op: "watch", Err: err}
 	}
 	return stop, nil
 }

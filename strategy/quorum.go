@@ -121,7 +121,7 @@ func (r *round) take(rp reply) {
 		o, err := Failed, rp.calls[k].Err
 		if err == nil {
 			if o, err = r.judge(&r.t[k], rp.i, rp.calls[k].Reply); err != nil {
-				err = &dlm.NodeError{Node: r.s.names[rp.i], Op: r.op, Err: err}
+				err = &NodeError{Node: r.s.names[rp.i], Op: r.op, Err: err}
 			}
 		}
 		r.t[k].set(rp.i, o, err)
@@ -166,7 +166,7 @@ func (r *round) collect(ctx context.Context, done func() bool) {
 			return
 		}
 		if r.t[0].res[i].Outcome == Pending {
-			err := &dlm.NodeError{Node: r.s.names[i], Op: r.op, Err: fmt.Errorf("%w %v", ErrNodeTimeout, r.timeout)}
+			err := &NodeError{Node: r.s.names[i], Op: r.op, Err: fmt.Errorf("%w %v", ErrNodeTimeout, r.timeout)}
 			for k := range r.t {
 				r.t[k].set(i, Failed, err)
 			}
@@ -184,7 +184,7 @@ func (r *round) linger(grace time.Duration) {
 // never is a done function for rounds whose every reply is awaited.
 func never() bool { return false }
 
-// nodeErr wraps err, node i's failure in op, in a *dlm.NodeError, saying
+// nodeErr wraps err, node i's failure in op, in a *NodeError, saying
 // ErrNodeTimeout (not the caller's context.DeadlineExceeded) when the
 // per-node timeout ended it, and records whether the node was slow.
 func (s *Redlock) nodeErr(ctx context.Context, i int, op string, timeout time.Duration, err error) error {
@@ -202,7 +202,7 @@ func (s *Redlock) nodeErr(ctx context.Context, i int, op string, timeout time.Du
 	case slow && ctx.Err() == nil:
 		err = fmt.Errorf("%w %v: %w", ErrNodeTimeout, timeout, err) // a socket deadline
 	}
-	return &dlm.NodeError{Node: s.names[i], Op: op, Err: err}
+	return &NodeError{Node: s.names[i], Op: op, Err: err}
 }
 
 // anySlow reports whether a node still pending in res timed out last time.

@@ -10,7 +10,7 @@ import (
 	"github.com/dlmgo/dlm"
 )
 
-// ErrNodeTimeout is wrapped by the *dlm.NodeError of a node that did not
+// ErrNodeTimeout is wrapped by the *NodeError of a node that did not
 // reply within the per-node timeout. It does not match
 // context.DeadlineExceeded, which is kept for the caller's own deadline.
 var ErrNodeTimeout = errors.New("no reply within the per-node timeout")
@@ -55,7 +55,7 @@ type NodeResult struct {
 	// Quarantined reports a refusal by a node that lost the key's state and
 	// grants nothing for Remaining more (see WithMaxTTL).
 	Quarantined bool
-	// Err is the *dlm.NodeError of a Failed call.
+	// Err is the *NodeError of a Failed call.
 	Err error
 }
 
@@ -63,7 +63,7 @@ type NodeResult struct {
 // every node's answer. Use errors.As to get it.
 //
 // An acquisition's error matches dlm.ErrNotAcquired; when refusals kept it
-// from the quorum it also holds a *dlm.HeldError, and RetryAfter reports when
+// from the quorum it also holds a *HeldError, and RetryAfter reports when
 // enough holders' leases run out. An extension or release matches
 // dlm.ErrNotHeld when a majority of nodes said the token does not hold the
 // lock. A call cut short by its context matches the context's error and cause.
@@ -81,7 +81,7 @@ type QuorumError struct {
 
 	sentinel   error // dlm.ErrNotAcquired, dlm.ErrNotHeld or nil
 	cause      error // the context's error and cause, when it ended
-	held       *dlm.HeldError
+	held       *HeldError
 	retryAfter time.Duration // < 0 when unknown
 }
 
@@ -143,7 +143,7 @@ func (e *QuorumError) Error() string {
 			}
 			switch {
 			case o == Failed && r.Err != nil:
-				var ne *dlm.NodeError
+				var ne *NodeError
 				if errors.As(r.Err, &ne) {
 					parts = append(parts, ne.Node+" ("+ne.Err.Error()+")")
 				} else {
@@ -171,7 +171,7 @@ func (e *QuorumError) Error() string {
 // Is reports whether target is the sentinel this error matches.
 func (e *QuorumError) Is(target error) bool { return e.sentinel != nil && target == e.sentinel }
 
-// Unwrap returns the context's error and cause, the *dlm.HeldError when
+// Unwrap returns the context's error and cause, the *HeldError when
 // refusals decided the outcome, and every node's error.
 func (e *QuorumError) Unwrap() []error {
 	var errs []error
@@ -220,7 +220,7 @@ func newQuorumError(op, key string, quorum int, nodes []NodeResult, sentinel, ct
 			rem = append(rem, r.Remaining)
 		}
 	}
-	e.held = &dlm.HeldError{Key: key, Remaining: -1}
+	e.held = &HeldError{Key: key, Remaining: -1}
 	if known && need >= 1 && need <= len(rem) {
 		slices.Sort(rem)
 		e.retryAfter = rem[need-1]

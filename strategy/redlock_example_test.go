@@ -94,7 +94,7 @@ func ExampleWithMaxTTL() {
 		panic(err)
 	}
 	lock, err := m.TryLock(context.Background(), "orders:42")
-	var held *dlm.HeldError
+	var held *strategy.HeldError
 	if errors.As(err, &held) && held.Quarantined {
 		fmt.Println("the server lost its data; no grant for", held.Remaining)
 		return

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"sync"
 	"time"
-
-	"github.com/dlmgo/dlm"
 )
 
 // WatchRelease implements dlm.Strategy. It subscribes to the key's
@@ -35,7 +33,7 @@ func (s *Redlock) WatchRelease(ctx context.Context, key string, notify func()) (
 		go func() {
 			stop, err := n.Watch(wctx, channel, func(string) { co.message(i) })
 			if err != nil {
-				err = &dlm.NodeError{Node: s.names[i], Op: "watch", Err: err}
+				err = &NodeError{Node: s.names[i], Op: "watch", Err: err}
 			} else {
 				w.add(stop)
 			}

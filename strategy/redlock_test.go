@@ -112,7 +112,7 @@ func TestRedlockLockExtendUnlock(t *testing.T) {
 	assert.Equal(t, "acquire", qe.Op)
 	assert.Equal(t, 0, qe.Count(strategy.Granted))
 	assert.GreaterOrEqual(t, qe.Count(strategy.Refused), 3)
-	var held *dlm.HeldError
+	var held *strategy.HeldError
 	require.ErrorAs(t, err, &held)
 	wait, ok := dlm.RetryAfter(err)
 	assert.True(t, ok)
@@ -232,7 +232,7 @@ func TestRedlockThreeFrozen(t *testing.T) {
 	for _, i := range frozen {
 		assert.Contains(t, err.Error(), c.servers[i].Addr)
 		assert.Equal(t, strategy.Failed, qe.Nodes[i].Outcome)
-		var ne *dlm.NodeError
+		var ne *strategy.NodeError
 		require.ErrorAs(t, qe.Nodes[i].Err, &ne)
 		assert.Equal(t, "acquire", ne.Op)
 		assert.ErrorIs(t, ne, strategy.ErrNodeTimeout)

@@ -66,7 +66,7 @@ func (s *Single) acquire(ctx context.Context, key, token, from string, ttl time.
 		err = errReply(r)
 	}
 	if err != nil {
-		err := &dlm.NodeError{Node: s.name, Op: "acquire", Err: err}
+		err := &NodeError{Node: s.name, Op: "acquire", Err: err}
 		if !notRun(err) {
 			// The script may have run even though the reply was lost: undo it.
 			undo(ctx, &s.cfg, s.node, key, token, start.Add(ttl))
@@ -101,7 +101,7 @@ func (s *Single) Extend(ctx context.Context, key, token string, ttl time.Duratio
 		err = errReply(r)
 	}
 	if err != nil {
-		return dlm.Lease{}, &dlm.NodeError{Node: s.name, Op: "extend", Err: err}
+		return dlm.Lease{}, &NodeError{Node: s.name, Op: "extend", Err: err}
 	}
 	switch r[0] {
 	case 1:
@@ -125,7 +125,7 @@ func (s *Single) Release(ctx context.Context, key, token string) error {
 		err = errReply(r)
 	}
 	if err != nil {
-		return &dlm.NodeError{Node: s.name, Op: "release", Err: err}
+		return &NodeError{Node: s.name, Op: "release", Err: err}
 	}
 	if r[0] != 1 {
 		return fmt.Errorf("%w: %q is not held by this token on %s", dlm.ErrNotHeld, key, s.name)

@@ -188,8 +188,8 @@ func (c *config) driftMargin(ttl time.Duration) time.Duration {
 // checkCall validates the arguments every strategy method shares.
 func (c *config) checkCall(key, token string, ttl time.Duration, needTTL bool) error {
 	switch {
-	case dlm.CheckKey(key) != nil:
-		return dlm.CheckKey(key)
+	case checkKey(key) != nil:
+		return checkKey(key)
 	case token == "":
 		return fmt.Errorf("%w: empty token", dlm.ErrInvalid)
 	case !needTTL:

@@ -20,21 +20,22 @@ import (
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/config"
 	"github.com/dlmgo/dlm/driver/goredis"
+	"github.com/dlmgo/dlm/inspect"
 	"github.com/dlmgo/dlm/internal/redistest"
 )
 
 // Issue 33, finding 6: one meaning per flag and bound, documented signals,
 // help and version.
 
-// manager returns a Manager over url, for looking at what the CLI did.
-func manager(t *testing.T, url string) *dlm.Manager {
+// openStrategy returns the strategy over url, for looking at what the CLI did.
+func openStrategy(t *testing.T, url string) dlm.Strategy {
 	t.Helper()
 	cfg, err := config.ParseURL(url)
 	require.NoError(t, err)
-	m, closer, err := cfg.Open(context.Background(), goredis.Dial)
+	s, closer, err := cfg.OpenStrategy(context.Background(), goredis.Dial)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = closer.Close() })
-	return m
+	return s
 }
 
 // exitOf waits for cmd (at most a minute) and returns its exit status.
@@ -81,7 +82,7 @@ func holdWhile(t *testing.T, args ...string) *exec.Cmd {
 func TestSignalsWhileWaiting(t *testing.T) {
 	srv := redistest.Start(t)
 	url := "single://" + srv.Addr
-	m := manager(t, url)
+	s := openStrategy(t, url)
 	holdWhile(t, "run", "--url", url, "--key", "sig")
 	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP} {
 		t.Run(signalName(sig), func(t *testing.T) {
@@ -91,14 +92,14 @@ func TestSignalsWhileWaiting(t *testing.T) {
 			require.NoError(t, waiter.Start())
 			// Waiting: it has subscribed to the key's release.
 			require.Eventually(t, func() bool {
-				info, err := m.Inspect(context.Background(), "sig")
+				info, err := inspect.Key(context.Background(), s, "sig")
 				return err == nil && info.Waiters >= 1
 			}, 20*time.Second, 10*time.Millisecond, "the waiter never waited")
 			require.NoError(t, waiter.Process.Signal(sig))
 			assert.Equal(t, 128+int(sig), exitOf(t, waiter, out), out.String())
 			assert.Contains(t, out.String(), "interrupted by "+signalName(sig)+" while waiting for \"sig\": nothing was taken")
 			require.Eventually(t, func() bool {
-				info, err := m.Inspect(context.Background(), "sig")
+				info, err := inspect.Key(context.Background(), s, "sig")
 				return err == nil && info.Waiters == 0
 			}, 20*time.Second, 10*time.Millisecond, "the waiter's subscription outlived it")
 		})
@@ -110,7 +111,7 @@ func TestSignalsWhileWaiting(t *testing.T) {
 func TestSignalsWhileHolding(t *testing.T) {
 	srv := redistest.Start(t)
 	url := "single://" + srv.Addr
-	m := manager(t, url)
+	s := openStrategy(t, url)
 	for _, tc := range []struct {
 		sig     syscall.Signal
 		command string
@@ -133,7 +134,7 @@ func TestSignalsWhileHolding(t *testing.T) {
 			go func() { _, _ = io.Copy(io.Discard, r) }()
 			require.NoError(t, cmd.Process.Signal(tc.sig))
 			assert.Equal(t, tc.want, exitOf(t, cmd, errOut), errOut.String())
-			info, err := m.Inspect(context.Background(), "held")
+			info, err := inspect.Key(context.Background(), s, "held")
 			require.NoError(t, err)
 			assert.False(t, info.Held, "released once COMMAND exited")
 		})

@@ -19,8 +19,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlmgo/dlm"
+
 	"github.com/dlmgo/dlm/config"
 	"github.com/dlmgo/dlm/driver/goredis"
+	"github.com/dlmgo/dlm/inspect"
 	"github.com/dlmgo/dlm/strategy"
 )
 
@@ -53,10 +55,10 @@ Exit status 1 when no lock was held, 75 when too few servers answered to
 tell (the state is unknown: the lock may still be held).
 `
 
-// operator holds what the three commands share: the Manager over the
+// operator holds what the three commands share: the strategy over the
 // deployment and the go-redis clients that scan it.
 type operator struct {
-	m       *dlm.Manager
+	s       dlm.Strategy
 	clients []any // *redis.Client or *redis.ClusterClient, one per endpoint
 	close   io.Closer
 }
@@ -71,7 +73,7 @@ func openOperator(ctx context.Context, tf targetFlags) (*operator, error) {
 		return nil, fmt.Errorf("--driver %s: the operator commands work over goredis only", *tf.driver)
 	}
 	op := &operator{}
-	m, closer, err := cfg.Open(ctx, func(ctx context.Context, ep config.Endpoint) (dlm.Node, io.Closer, error) {
+	s, closer, err := cfg.OpenStrategy(ctx, func(ctx context.Context, ep config.Endpoint) (dlm.Node, io.Closer, error) {
 		n, c, err := goredis.Dial(ctx, ep)
 		if err == nil {
 			op.clients = append(op.clients, c)
@@ -81,7 +83,7 @@ func openOperator(ctx context.Context, tf targetFlags) (*operator, error) {
 	if err != nil {
 		return nil, err
 	}
-	op.m, op.close = m, closer
+	op.s, op.close = s, closer
 	return op, nil
 }
 
@@ -128,9 +130,9 @@ func lsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "dlm ls: %v\n", err)
 		return 1
 	}
-	var held []dlm.Info
+	var held []inspect.Info
 	for _, k := range keys {
-		info, err := op.m.Inspect(ctx, k)
+		info, err := inspect.Key(ctx, op.s, k)
 		if err != nil {
 			fmt.Fprintf(stderr, "dlm ls: %q: %v\n", k, err)
 			return 1
@@ -170,7 +172,7 @@ func inspectCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return 2
 	}
 	defer op.close.Close()
-	info, err := op.m.Inspect(ctx, fs.Arg(0))
+	info, err := inspect.Key(ctx, op.s, fs.Arg(0))
 	if err != nil {
 		fmt.Fprintf(stderr, "dlm inspect: %v\n", err)
 		return exitFor(err)
@@ -202,7 +204,7 @@ func revokeCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	defer op.close.Close()
 	key := fs.Arg(0)
-	info, err := op.m.Revoke(ctx, key, *by, *reason)
+	info, err := inspect.Revoke(ctx, op.s, key, *by, *reason)
 	if errors.Is(err, dlm.ErrStateUnknown) {
 		fmt.Fprintf(stderr, "dlm revoke: %q: state unknown: %v\n", key, err)
 		return exitNotLocked
@@ -310,7 +312,7 @@ func globRegexp(glob string) (*regexp.Regexp, error) {
 }
 
 // owner names the holder of a held lock.
-func owner(in dlm.Info) string {
+func owner(in inspect.Info) string {
 	if in.HolderOK {
 		return in.Holder.Owner
 	}
@@ -325,7 +327,7 @@ func shortToken(t string) string {
 }
 
 // heldFor is how long the holder has held the lock, when its token says.
-func heldFor(in dlm.Info, now time.Time) string {
+func heldFor(in inspect.Info, now time.Time) string {
 	if !in.HolderOK {
 		return "?"
 	}
@@ -335,7 +337,7 @@ func heldFor(in dlm.Info, now time.Time) string {
 // renewals returns how many times at least the lock must have been renewed
 // to be held now with remaining left, and how long ago the last renewal
 // was; ok is false when its token does not say, or when it was not renewed.
-func renewals(in dlm.Info, now time.Time) (atLeast int, last time.Duration, ok bool) {
+func renewals(in inspect.Info, now time.Time) (atLeast int, last time.Duration, ok bool) {
 	h := in.Holder
 	if !in.HolderOK || h.TTL <= 0 {
 		return 0, 0, false
@@ -350,7 +352,7 @@ func renewals(in dlm.Info, now time.Time) (atLeast int, last time.Duration, ok b
 }
 
 // printInfo prints what Inspect found, for people.
-func printInfo(w io.Writer, in dlm.Info, now time.Time) {
+func printInfo(w io.Writer, in inspect.Info, now time.Time) {
 	fmt.Fprintf(w, "key:       %s\n", in.Key)
 	if !in.Held {
 		fmt.Fprintf(w, "held:      no\n")
@@ -399,7 +401,7 @@ func printInfo(w io.Writer, in dlm.Info, now time.Time) {
 	for _, n := range in.Nodes {
 		if r := n.Revoked; r != nil {
 			who := shortToken(r.Token)
-			if h, ok := dlm.HolderOf(r.Token); ok {
+			if h, ok := inspect.HolderOf(r.Token); ok {
 				who = h.Owner
 			}
 			fmt.Fprintf(w, "revoked on %s: %s's lock, %s ago, by %s: %s\n", n.Node, who, round(now.Sub(r.At)), r.By, r.Reason)
@@ -409,14 +411,14 @@ func printInfo(w io.Writer, in dlm.Info, now time.Time) {
 
 // The JSON forms of ls and inspect.
 type nodeJSON struct {
-	Node      string          `json:"node"`
-	Error     string          `json:"error,omitempty"`
-	Token     string          `json:"token,omitempty"`
-	Fence     uint64          `json:"fence,omitempty"`
-	TTLMillis int64           `json:"ttl_ms"`
-	Counter   uint64          `json:"counter"`
-	Waiters   int             `json:"waiters"`
-	Revoked   *dlm.Revocation `json:"revoked,omitempty"`
+	Node      string              `json:"node"`
+	Error     string              `json:"error,omitempty"`
+	Token     string              `json:"token,omitempty"`
+	Fence     uint64              `json:"fence,omitempty"`
+	TTLMillis int64               `json:"ttl_ms"`
+	Counter   uint64              `json:"counter"`
+	Waiters   int                 `json:"waiters"`
+	Revoked   *inspect.Revocation `json:"revoked,omitempty"`
 }
 
 type infoJSON struct {
@@ -433,7 +435,7 @@ type infoJSON struct {
 	Nodes       []nodeJSON `json:"nodes,omitempty"`
 }
 
-func inspectJSON(in dlm.Info, now time.Time) infoJSON {
+func inspectJSON(in inspect.Info, now time.Time) infoJSON {
 	j := infoJSON{Key: in.Key, Held: in.Held, TTLMillis: in.Remaining.Milliseconds(), Fence: in.Fence, Waiters: in.Waiters, Token: in.Token}
 	if in.HolderOK {
 		since := in.Holder.Since.UTC()
@@ -451,7 +453,7 @@ func inspectJSON(in dlm.Info, now time.Time) infoJSON {
 	return j
 }
 
-func lsJSON(held []dlm.Info) []infoJSON {
+func lsJSON(held []inspect.Info) []infoJSON {
 	out := make([]infoJSON, 0, len(held))
 	now := time.Now()
 	for _, in := range held {

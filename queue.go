@@ -10,23 +10,9 @@ import (
 	"time"
 )
 
-// Lock takes key, waiting while others hold it, until it succeeds or ctx
-// ends. Failed attempts, including node failures, are retried; an error
-// that waiting cannot cure (see Permanent: invalid arguments, a closed
-// client, authentication, a key of another type, an endpoint without
-// scripting) ends the wait at once. When ctx ends first the error matches
-// ErrNotAcquired, ctx's error, and the most informative refusal seen: a
-// holder's or the servers' refusal rather than a timeout that followed it
-// (for a call that waited in the queue without an attempt of its own, the
-// last refusal of the attempts made for the queue).
-//
-// Every attempt uses a token of its own, so a failed attempt's clean-up,
-// however late it reaches a server, can never delete a later attempt's
-// grant.
-//
-// How it waits: calls of one Manager that wait for the same key queue up
-// in arrival order, and a new call joins the end of a queue instead of
-// trying ahead of it. When the strategy can watch releases, the queue
+// The per-key wait queue. Lock calls of one Manager that wait for the same
+// key queue up in arrival order, and a new call joins the end of a queue
+// instead of trying ahead of it. When the strategy can watch releases, the queue
 // subscribes to the key's release notifications and each notification wakes
 // the first waiter only, which then tries within one round trip of the
 // release. Other processes' waiters each get their own notification; when
@@ -56,114 +42,12 @@ import (
 // WithRetryDelay, also capped by the holder's remaining TTL. Either way an
 // Unlock through this Manager wakes the key's first waiter at once, and
 // waiters of one Manager never race each other.
-func (m *Manager) Lock(ctx context.Context, key string) (*Lock, error) {
-	if err := CheckKey(key); err != nil {
-		return nil, err
-	}
-	if m.o.observer != nil {
-		return m.observed(ctx, key, false)
-	}
-	return m.lock(ctx, key, nil)
-}
 
-// lock is Lock after the key was checked; st, when not nil, counts the
-// attempts for an Observer.
-func (m *Manager) lock(ctx context.Context, key string, st *lockStats) (*Lock, error) {
-	var prev error // the most informative refusal not caused by ctx ending
-	w := &m.waits
-	if !w.queued(key) {
-		if l, err, done := m.attempt(ctx, key, &prev, st); done {
-			return l, err
-		}
-	}
-	q, me, creator := w.join(ctx, key)
-	var won *Lock
-	defer func() { w.leave(q, me, won) }()
-	select {
-	case <-q.ready:
-	case <-ctx.Done():
-		return nil, m.giveUp(ctx, w.refusal(q, prev))
-	}
-	delay := m.o.retryMin
-	try := creator // the creator tries once its subscription is active
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	for {
-		if won = w.handed(q, me, st); won != nil {
-			return won, nil
-		}
-		if try {
-			tryStart := time.Now()
-			l, err, done := m.attempt(ctx, key, &prev, st)
-			if done {
-				won = l
-				return l, err
-			}
-			if w.tried(q, me, err, time.Since(tryStart)) {
-				continue // a release was announced during the attempt
-			}
-		}
-		timer.Reset(w.pause(q, me, &delay)) // since Go 1.23 Reset drops a stale value
-		select {
-		case <-me.wake:
-			try = true
-		case <-timer.C:
-			try = w.timedOut(q, me)
-		case <-ctx.Done():
-			if won = w.handed(q, me, st); won != nil {
-				return won, nil // handed over before ctx ended
-			}
-			return nil, m.giveUp(ctx, w.refusal(q, prev))
-		}
-	}
-}
-
-// attempt makes one acquisition attempt with a new token. done reports
-// that Lock must return (l, err): on success, on a permanent error, or when
-// ctx has ended.
-func (m *Manager) attempt(ctx context.Context, key string, prev *error, st *lockStats) (l *Lock, err error, done bool) {
-	token := m.NewToken()
-	start := time.Now()
-	if st != nil {
-		st.attempts++
-		st.last = start
-	}
-	lease, err := m.s.Acquire(ctx, key, token, m.o.ttl)
-	if err == nil {
-		return m.held(key, token, start, lease), nil, true
-	}
-	if ctx.Err() != nil && *prev != nil && (errors.Is(err, ctx.Err()) || timedOut(err)) {
-		err = *prev // say why the lock was busy, not only that time ran out
-	}
-	if Permanent(err) || ctx.Err() != nil {
-		return nil, withContext(ctx, err), true
-	}
-	if *prev == nil || !timedOut(err) || timedOut(*prev) {
-		*prev = err
-	}
-	return nil, err, false
-}
-
-// timedOut reports whether err says no more than that time ran out: a
-// deadline or a network timeout, which tells less than a refusal.
-func timedOut(err error) bool {
-	var t interface{ Timeout() bool }
-	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &t) && t.Timeout()
-}
-
-// giveUp is Lock's error when ctx ends while waiting.
-func (m *Manager) giveUp(ctx context.Context, prev error) error {
-	if prev == nil {
-		prev = ErrNotAcquired
-	}
-	return withContext(ctx, prev)
-}
-
-// waits holds a Manager's queues of waiting Lock calls, one per key.
-type waits struct {
+// queues holds a Manager's queues of waiting Lock calls, one per key.
+type queues struct {
 	m  *Manager
 	mu sync.Mutex
-	q  map[string]*waitQueue
+	q  map[string]*queue
 	// seen keeps, for contendedFor after a queue ended, what it knew of
 	// other processes (contended, lastFence), for the key's next queue: a
 	// queue ends whenever its last waiter leaves, which with two
@@ -179,7 +63,10 @@ type seenKey struct {
 	lastFence uint64
 }
 
-type waitQueue struct {
+// A queue is the Lock calls of one Manager waiting for one key, in arrival
+// order. It lives while it has waiters; its fields are guarded by the
+// queues' mutex.
+type queue struct {
 	key     string
 	waiters []*waiter     // in arrival order
 	ready   chan struct{} // closed once the subscription attempt ended
@@ -203,6 +90,7 @@ type waitQueue struct {
 	lastFence uint64        // of this Manager's last acquisition while the queue lived
 }
 
+// A waiter is one Lock call in a queue.
 type waiter struct {
 	wake     chan struct{} // buffered: a notification for this waiter
 	trying   bool          // woken, or attempting
@@ -227,14 +115,14 @@ const (
 	contendJitter = 300 * time.Microsecond
 )
 
-func (w *waits) init(m *Manager) {
+func (w *queues) init(m *Manager) {
 	w.m = m
-	w.q = map[string]*waitQueue{}
+	w.q = map[string]*queue{}
 	w.seen = map[string]seenKey{}
 }
 
 // queued reports whether calls wait for key.
-func (w *waits) queued(key string) bool {
+func (w *queues) queued(key string) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.q[key] != nil
@@ -243,12 +131,12 @@ func (w *waits) queued(key string) bool {
 // join appends a waiter to key's queue, creating the queue and its
 // subscription when there is none. creator reports that this call made the
 // queue; it closes q.ready when the subscription is active or has failed.
-func (w *waits) join(ctx context.Context, key string) (q *waitQueue, me *waiter, creator bool) {
+func (w *queues) join(ctx context.Context, key string) (q *queue, me *waiter, creator bool) {
 	w.mu.Lock()
 	q = w.q[key]
 	if q == nil {
 		creator = true
-		q = &waitQueue{key: key, ready: make(chan struct{})}
+		q = &queue{key: key, ready: make(chan struct{})}
 		if s, ok := w.seen[key]; ok {
 			delete(w.seen, key)
 			if time.Since(s.ended) < contendedFor {
@@ -280,7 +168,7 @@ func (w *waits) join(ctx context.Context, key string) (q *waitQueue, me *waiter,
 
 // leave removes me from q, passing on a notification it did not use, and
 // ends the queue and its subscription when it was the last waiter.
-func (w *waits) leave(q *waitQueue, me *waiter, won *Lock) {
+func (w *queues) leave(q *queue, me *waiter, won *Lock) {
 	w.mu.Lock()
 	if i := slices.Index(q.waiters, me); i >= 0 {
 		q.waiters = slices.Delete(q.waiters, i, i+1)
@@ -313,7 +201,7 @@ func (w *waits) leave(q *waitQueue, me *waiter, won *Lock) {
 
 // rememberLocked keeps what the ending queue q knew of other processes in
 // w.seen, dropping what is older than contendedFor once seen has grown.
-func (w *waits) rememberLocked(q *waitQueue) {
+func (w *queues) rememberLocked(q *queue) {
 	now := time.Now()
 	if q.lastFence == 0 && !now.Before(q.contended) {
 		return
@@ -332,7 +220,7 @@ func (w *waits) rememberLocked(q *waitQueue) {
 // acquired records an acquisition of key by this Manager (Lock or
 // TryLock): when fences were skipped since the last one, other processes
 // took the key in between.
-func (w *waits) acquired(key string, fence uint64) {
+func (w *queues) acquired(key string, fence uint64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	q := w.q[key]
@@ -354,7 +242,7 @@ func (w *waits) acquired(key string, fence uint64) {
 }
 
 // released is called when the key of q may have been released.
-func (w *waits) released(q *waitQueue) {
+func (w *queues) released(q *queue) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.q[q.key] != q {
@@ -372,7 +260,7 @@ func (w *waits) released(q *waitQueue) {
 // notification, which may not come (a strategy that cannot notify) or come
 // late; after a run of hand-offs, with the delay of a contended key, so
 // that other processes' waiters have their chance.
-func (w *waits) releasedHere(key string) {
+func (w *queues) releasedHere(key string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if q := w.q[key]; q != nil {
@@ -388,7 +276,7 @@ func (w *waits) releasedHere(key string) {
 // wakeLaterLocked wakes q's first waiter after a random delay of up to
 // 300µs, or up to the time its last attempt took when that is longer (at
 // most the maximum retry delay).
-func (w *waits) wakeLaterLocked(q *waitQueue) {
+func (w *queues) wakeLaterLocked(q *queue) {
 	time.AfterFunc(rand.N(max(contendJitter, min(q.tookLast, w.m.o.retryMax))), func() {
 		w.mu.Lock()
 		defer w.mu.Unlock()
@@ -400,7 +288,7 @@ func (w *waits) wakeLaterLocked(q *waitQueue) {
 
 // wakeLocked wakes the first waiter, unless one is already trying: that
 // one will try again (pending), so one release wakes one waiter.
-func (w *waits) wakeLocked(q *waitQueue) {
+func (w *queues) wakeLocked(q *queue) {
 	for _, x := range q.waiters {
 		if x.trying {
 			q.pending = true
@@ -418,10 +306,10 @@ func (w *waits) wakeLocked(q *waitQueue) {
 }
 
 // handOff passes l's lock to the first waiter of its key, when there is
-// one and the strategy is a Handoff (see Lock for when it does not). handed
+// one and the strategy is a Handoff (see the top of this file for when it does not). handed
 // reports that it tried; err is then Unlock's error. When the hand-off
 // fails, l's lock is released and the waiter woken, as Unlock would have.
-func (w *waits) handOff(ctx context.Context, l *Lock) (err error, handed bool) {
+func (w *queues) handOff(ctx context.Context, l *Lock) (err error, handed bool) {
 	h, ok := w.m.s.(Handoff)
 	if !ok {
 		return nil, false
@@ -430,7 +318,7 @@ func (w *waits) handOff(ctx context.Context, l *Lock) (err error, handed bool) {
 	if me == nil {
 		return nil, false
 	}
-	token := w.m.NewToken()
+	token := w.m.newToken()
 	start := time.Now()
 	lease, err := h.Handoff(ctx, l.key, l.token, token, w.m.o.ttl)
 	w.mu.Lock()
@@ -471,7 +359,7 @@ func (w *waits) handOff(ctx context.Context, l *Lock) (err error, handed bool) {
 // lock rather than kept in the queue, which ends whenever its last waiter
 // is handed the lock. It returns when the run the hand-off continues
 // began.
-func (w *waits) handingTo(key string, run time.Time) (*waitQueue, *waiter, time.Time) {
+func (w *queues) handingTo(key string, run time.Time) (*queue, *waiter, time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	q := w.q[key]
@@ -497,7 +385,7 @@ func (w *waits) handingTo(key string, run time.Time) (*waitQueue, *waiter, time.
 }
 
 // handed returns the lock a hand-off gave me, if any, as a Lock.
-func (w *waits) handed(q *waitQueue, me *waiter, st *lockStats) *Lock {
+func (w *queues) handed(q *queue, me *waiter, st *lockStats) *Lock {
 	w.mu.Lock()
 	h := me.lock
 	me.lock = nil
@@ -517,7 +405,7 @@ func (w *waits) handed(q *waitQueue, me *waiter, st *lockStats) *Lock {
 // giveBack releases a lock a hand-off took for a waiter that gave up, and
 // wakes the key's next waiter. It is bounded by the lock's TTL, after which
 // nothing is left to release.
-func (w *waits) giveBack(h *handedLock) {
+func (w *queues) giveBack(h *handedLock) {
 	ctx, cancel := context.WithDeadline(context.Background(), h.start.Add(w.m.o.ttl))
 	defer cancel()
 	_ = w.m.s.Release(ctx, h.key, h.token) // on failure the lock runs out at its TTL
@@ -527,7 +415,7 @@ func (w *waits) giveBack(h *handedLock) {
 // refusal is the error a waiter of q gives up with: prev, its own most
 // informative refusal, or when it made no attempt (the first waiter of its
 // queue tries for all), the queue's last.
-func (w *waits) refusal(q *waitQueue, prev error) error {
+func (w *queues) refusal(q *queue, prev error) error {
 	if prev != nil {
 		return prev
 	}
@@ -543,7 +431,7 @@ func (w *waits) refusal(q *waitQueue, prev error) error {
 // later arrival jump the queue, and waiters of one Manager never compete
 // with each other (with Redlock, such races split the votes so that nobody
 // wins).
-func (w *waits) timedOut(q *waitQueue, me *waiter) bool {
+func (w *queues) timedOut(q *queue, me *waiter) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if len(q.waiters) > 0 && q.waiters[0] != me || me.handing {
@@ -555,7 +443,7 @@ func (w *waits) timedOut(q *waitQueue, me *waiter) bool {
 
 // tried records a failed attempt and reports whether to try again at once
 // because a release was announced meanwhile.
-func (w *waits) tried(q *waitQueue, me *waiter, err error, took time.Duration) bool {
+func (w *queues) tried(q *queue, me *waiter, err error, took time.Duration) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	q.tookLast = took
@@ -586,7 +474,7 @@ func (w *waits) tried(q *waitQueue, me *waiter, err error, took time.Duration) b
 // maximum retry delay when there are), capped by the holder's remaining TTL.
 // Waiters further back in the queue wait a little longer past the TTL, so
 // that an expiry does not make them all try at once.
-func (w *waits) pause(q *waitQueue, me *waiter, delay *time.Duration) time.Duration {
+func (w *queues) pause(q *queue, me *waiter, delay *time.Duration) time.Duration {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	maxPoll := w.m.o.retryMax

@@ -1,0 +1,92 @@
+package strategy
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/dlmgo/dlm"
+)
+
+// NodeError reports the failure of one operation on one node.
+type NodeError struct {
+	Node string // the node's name: its String method, or its position
+	Op   string // "acquire", "extend", "release", ...
+	Err  error
+}
+
+func (e *NodeError) Error() string { return "dlm: " + e.Op + " on " + e.Node + ": " + e.Err.Error() }
+func (e *NodeError) Unwrap() error { return e.Err }
+
+// RetryAfter reports a short wait when the node refused the call before
+// running it because its keys' Cluster hash slot is being moved between
+// masters (a TRYAGAIN reply): 10ms, for the move may end at any moment.
+func (e *NodeError) RetryAfter() (time.Duration, bool) {
+	if anyReply(e.Err, func(r *dlm.ReplyError) bool { return r.Code == "TRYAGAIN" }) {
+		return slotMovingRetry, true
+	}
+	return 0, false
+}
+
+// slotMovingRetry is how long NodeError.RetryAfter says to wait after a
+// TRYAGAIN reply.
+const slotMovingRetry = 10 * time.Millisecond
+
+// anyReply reports whether f holds for a *dlm.ReplyError in err's tree.
+func anyReply(err error, f func(*dlm.ReplyError) bool) bool {
+	if r, ok := err.(*dlm.ReplyError); ok && f(r) {
+		return true
+	}
+	switch u := err.(type) {
+	case interface{ Unwrap() error }:
+		if inner := u.Unwrap(); inner != nil {
+			return anyReply(inner, f)
+		}
+	case interface{ Unwrap() []error }:
+		for _, e := range u.Unwrap() {
+			if e != nil && anyReply(e, f) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// HeldError reports that another owner holds a key. It matches
+// dlm.ErrNotAcquired.
+type HeldError struct {
+	Key string
+	// Remaining is the holder's remaining TTL as the server reported it, or a
+	// negative value when unknown.
+	Remaining time.Duration
+	// Quarantined reports that the server lost the key's state and grants
+	// nothing for Remaining more: an owner it forgot may still hold the key
+	// (see WithMaxTTL).
+	Quarantined bool
+}
+
+func (e *HeldError) Error() string {
+	if e.Quarantined {
+		return fmt.Sprintf("dlm: lock not acquired: %q may be held by an owner its server forgot after losing its data: quarantined for %v more", e.Key, e.Remaining)
+	}
+	if e.Remaining < 0 {
+		return fmt.Sprintf("dlm: lock not acquired: %q is held by another owner", e.Key)
+	}
+	return fmt.Sprintf("dlm: lock not acquired: %q is held by another owner for %v more", e.Key, e.Remaining)
+}
+
+func (e *HeldError) Is(target error) bool { return target == dlm.ErrNotAcquired }
+
+// RetryAfter reports the holder's remaining TTL when known.
+func (e *HeldError) RetryAfter() (time.Duration, bool) { return e.Remaining, e.Remaining >= 0 }
+
+// checkKey returns an error matching dlm.ErrInvalid when key cannot name a
+// lock: empty, or longer than dlm.MaxKeyLen.
+func checkKey(key string) error {
+	switch {
+	case key == "":
+		return fmt.Errorf("%w: empty key", dlm.ErrInvalid)
+	case len(key) > dlm.MaxKeyLen:
+		return fmt.Errorf("%w: key of %d bytes is longer than MaxKeyLen (%d)", dlm.ErrInvalid, len(key), dlm.MaxKeyLen)
+	}
+	return nil
+}
