@@ -6,16 +6,15 @@ import (
 	"fmt"
 
 	"github.com/dlmgo/dlm"
-	"github.com/dlmgo/dlm/driver/goredis"
 	"github.com/dlmgo/dlm/strategy"
 )
 
 // An operator finds who holds a lock and takes it back; the holder's next
 // renewal (or Extend) fails with dlm.ErrRevoked.
 func ExampleManager_Revoke() {
-	client, done := exampleClient()
+	node, done := exampleNode()
 	defer done()
-	single, _ := strategy.NewSingle(goredis.New(client))
+	single, _ := strategy.NewSingle(node)
 	ctx := context.Background()
 
 	worker, _ := dlm.New(single, dlm.WithOwner("billing-worker-3"))
