@@ -194,11 +194,9 @@ func (n *Node) runWait(ctx context.Context, calls []dlm.Call, w *dlm.Wait) (dlm.
 				acks, waitErr = r.acks, r.err
 			}
 		case <-ctx.Done():
-			nodekit.Fail(calls, ctx.Err())
-			if err := firstErr(calls); err != nil {
-				return dlm.Acks{}, err
-			}
-			return dlm.Acks{}, ctx.Err()
+			return dlm.Acks{}, failRest(calls, ctx.Err())
+		case <-n.s.close:
+			return dlm.Acks{}, failRest(calls, errClosed)
 		}
 	}
 	if err := firstErr(calls); err != nil {
@@ -208,6 +206,16 @@ func (n *Node) runWait(ctx context.Context, calls []dlm.Call, w *dlm.Wait) (dlm.
 		return dlm.Acks{}, waitErr
 	}
 	return acks, nil
+}
+
+// failRest fails the calls without a reply with err and returns the
+// first call's error, or err.
+func failRest(calls []dlm.Call, err error) error {
+	nodekit.Fail(calls, err)
+	if e := firstErr(calls); e != nil {
+		return e
+	}
+	return err
 }
 
 func firstErr(calls []dlm.Call) error {
@@ -301,6 +309,9 @@ func (n *Node) Watch(ctx context.Context, channel string, notify func(payload st
 	case <-ctx.Done():
 		sub.stop()
 		return nil, ctx.Err()
+	case <-n.s.close:
+		sub.stop()
+		return nil, errClosed
 	}
 	go sub.deliver()
 	return sub.stop, nil
