@@ -11,8 +11,8 @@ require (
 	github.com/redis/rueidis v1.0.79
 	github.com/rs/zerolog v1.28.0
 	github.com/stretchr/testify v1.12.1
-	github.com/yuin/gopher-lua v1.1.1
 	github.com/valkey-io/valkey-go v1.0.79
+	github.com/yuin/gopher-lua v1.1.1
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/metric v1.47.0
 	go.opentelemetry.io/otel/sdk v1.47.0
