@@ -45,7 +45,7 @@ type value struct {
 
 func (v *value) clone() *value {
 	c := *v
-	c.hash = maps(v.hash)
+	c.hash = cloneHash(v.hash)
 	if v.zset != nil {
 		c.zset = make(map[string]float64, len(v.zset))
 		for k, s := range v.zset {
@@ -56,7 +56,7 @@ func (v *value) clone() *value {
 	return &c
 }
 
-func maps(m map[string]string) map[string]string {
+func cloneHash(m map[string]string) map[string]string {
 	if m == nil {
 		return nil
 	}

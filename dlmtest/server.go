@@ -375,6 +375,10 @@ func (r *Replica) SetLag(d time.Duration) {
 	r.s.mu.Lock()
 	defer r.s.mu.Unlock()
 	r.lag = d
+	if r.timer != nil { // scheduled for the old lag
+		r.timer.Stop()
+		r.timer = nil
+	}
 	r.catchUp()
 }
 
