@@ -22,8 +22,53 @@ type Node struct {
 	s    *Server
 	name string
 
-	mu   sync.Mutex
-	link linkFaults
+	mu     sync.Mutex
+	link   linkFaults
+	faults func(reply bool) Fault
+}
+
+// A Fault is what happens to one message on a Node's link: a request to
+// the server, or a reply (or published message) from it.
+type Fault struct {
+	Drop  bool          // the message is lost
+	Delay time.Duration // the message is held this long
+}
+
+// SetFaults makes f decide the fate of every message on the node's link,
+// on top of the other faults: requests (reply false; a lost request never
+// runs, a delayed one holds the requests behind it) and replies and
+// published messages (reply true). f is called from the node's and the
+// server's goroutines, sometimes with the server's lock held: it must not
+// block or call the Server or its Nodes. A simulator draws the faults
+// from its seed in it. nil removes it.
+func (n *Node) SetFaults(f func(reply bool) Fault) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.faults = f
+}
+
+// fault asks the node's fault function, if any, about one message.
+func (n *Node) fault(reply bool) Fault {
+	n.mu.Lock()
+	f := n.faults
+	n.mu.Unlock()
+	if f == nil {
+		return Fault{}
+	}
+	return f(reply)
+}
+
+// request reports whether a request gets through the link, after the
+// delay the link holds it.
+func (n *Node) request() bool {
+	if n.cut() {
+		return false
+	}
+	f := n.fault(false)
+	if f.Delay > 0 {
+		time.Sleep(f.Delay)
+	}
+	return !f.Drop
 }
 
 var (
@@ -87,6 +132,11 @@ func (n *Node) deliverAfter() (time.Duration, bool) {
 	if cut || dropped {
 		return 0, false
 	}
+	f := n.fault(true)
+	if f.Drop {
+		return 0, false
+	}
+	d += f.Delay
 	s := n.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -232,7 +282,7 @@ func firstErr(calls []dlm.Call) error {
 // out.
 func (n *Node) conn(reqs []dlm.Call, w *dlm.Wait, out chan<- result) {
 	for i, c := range reqs {
-		if n.cut() {
+		if !n.request() {
 			continue // the request is lost
 		}
 		r, ok := n.s.run(func(sv *server) any { return sv.eval(c.SHA1, c.Source, c.Keys, c.Args) })
@@ -243,7 +293,7 @@ func (n *Node) conn(reqs []dlm.Call, w *dlm.Wait, out chan<- result) {
 		reply, err := callReply(r)
 		n.send(out, result{i: i, reply: reply, err: err})
 	}
-	if w == nil || n.cut() {
+	if w == nil || !n.request() {
 		return
 	}
 	if w.AOF {
@@ -279,7 +329,7 @@ func (n *Node) Watch(ctx context.Context, channel string, notify func(payload st
 	sub := &subscription{node: n, channel: channel, notify: notify, wake: make(chan struct{}, 1), done: make(chan struct{})}
 	confirmed := make(chan result, 1)
 	go func() {
-		if n.cut() {
+		if !n.request() {
 			return
 		}
 		_, ok := n.s.run(func(sv *server) any {

@@ -503,12 +503,20 @@ func (sv *server) publish(channel, message string, shard bool) any {
 	subs := s.subs[channel]
 	for sub := range subs {
 		sub.node.mu.Lock()
-		f := sub.node.link
+		f, faults := sub.node.link, sub.node.faults
 		sub.node.mu.Unlock()
 		if f.cut {
 			continue
 		}
-		if d := f.delay + s.link.delay; d > 0 {
+		d := f.delay + s.link.delay
+		if faults != nil {
+			fault := faults(true)
+			if fault.Drop {
+				continue
+			}
+			d += fault.Delay
+		}
+		if d > 0 {
 			time.AfterFunc(d, func() { sub.push(message) })
 		} else {
 			sub.push(message)

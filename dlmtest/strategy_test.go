@@ -3,6 +3,7 @@ package dlmtest_test
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -265,4 +266,87 @@ func TestFailover(t *testing.T) {
 		}
 		time.Sleep(time.Minute)
 	})
+}
+
+// TestSeededFaults: clients of Single and Redlock take one key in turn
+// while their links lose and delay requests and replies at random (from a
+// fixed seed, through Node.SetFaults): no two valid leases overlap and
+// fences increase.
+func TestSeededFaults(t *testing.T) {
+	for _, servers := range []int{1, 3} {
+		t.Run(map[int]string{1: "single", 3: "redlock"}[servers], func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) { seeded(t, servers, 7) })
+		})
+	}
+}
+
+func seeded(t *testing.T, servers int, seed uint64) {
+	var srvs []*dlmtest.Server
+	for range servers {
+		srv := dlmtest.NewServer()
+		defer srv.Close()
+		srvs = append(srvs, srv)
+	}
+	rng := rand.New(rand.NewPCG(seed, seed))
+	var rngMu sync.Mutex
+	faults := func(reply bool) dlmtest.Fault {
+		rngMu.Lock()
+		defer rngMu.Unlock()
+		f := dlmtest.Fault{Delay: time.Duration(rng.IntN(200)) * time.Millisecond}
+		f.Drop = rng.IntN(20) == 0
+		return f
+	}
+	g := &ledger{t: t}
+	var wg sync.WaitGroup
+	grants := 0
+	for c := range 3 {
+		var nodes []dlm.Node
+		for _, srv := range srvs {
+			n := srv.Node()
+			n.SetFaults(faults)
+			nodes = append(nodes, n)
+		}
+		var s dlm.Strategy
+		var err error
+		if servers == 1 {
+			s, err = strategy.NewSingle(nodes[0], strategy.WithTimeout(time.Second))
+		} else {
+			s, err = strategy.NewRedlock(nodes, strategy.WithTimeout(time.Second))
+		}
+		m := manager(t, s, err)
+		wg.Go(func() {
+			for i := range 20 {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				l, err := m.Lock(ctx, "k")
+				cancel()
+				if err != nil {
+					continue
+				}
+				g.acquired(l)
+				rngMu.Lock()
+				grants++
+				rngMu.Unlock()
+				ended := make(chan struct{})
+				go func() {
+					defer close(ended)
+					<-l.Context().Done()
+					if errors.Is(context.Cause(l.Context()), dlm.ErrLost) {
+						g.lost(l)
+					}
+				}()
+				time.Sleep(time.Duration(c*7+i%5) * time.Second) // work, some of it longer than the TTL
+				g.released(l)
+				uctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				_ = l.Unlock(uctx)
+				cancel()
+				<-ended
+			}
+		})
+	}
+	wg.Wait()
+	if grants < 20 {
+		t.Errorf("%d grants in 60 attempts under faults, want at least 20", grants)
+	}
+	t.Logf("%d grants of 60 attempts", grants)
+	time.Sleep(time.Minute)
 }
