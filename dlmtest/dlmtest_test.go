@@ -63,6 +63,7 @@ func TestReplies(t *testing.T) {
 		"local t = redis.call('TIME') return {#t, tonumber(t[2]) < 1000000 and 1 or 0}":                 {2, 1},
 		"local ok, e = pcall(redis.call, 'NOPE') return {ok and 1 or 0, type(e) == 'table' and 1 or 0}": {0, 1},
 		"return {type(redis.pcall('NOPE')) == 'table' and 1 or 0}":                                      {1},
+		"redis.call('SET', 'big', 1700000000123456) return {tonumber(redis.call('GET', 'big'))}":        {1700000000123456},
 	} {
 		if got := mustEval(t, n, src, k); !slices.Equal(got, want) {
 			t.Errorf("%s: reply %v, want %v", src, got, want)

@@ -18,7 +18,8 @@
 // and promotion ([Replica], [Server.Promote]); PUBLISH to Node.Watch; and
 // faults: on a Server, reply delays, lost replies, slowness, pauses and
 // restarts with or without data; on a Node (one client), partitions,
-// delays and lost replies. Faults are switched by the test, not drawn.
+// delays and lost replies, and any fault per message a function of the
+// test's draws ([Node.SetFaults]).
 //
 // What it does not: no network (drivers are tested against redis-server),
 // no Cluster, Sentinel or shard channels (SPUBLISH reaches no Node), no

@@ -112,12 +112,13 @@ func (sv *server) luaError(L *lua.LState, raise bool, msg string) int {
 	return 1
 }
 
-// luaNumber formats a Lua number as Lua 5.1 does ("%.14g").
+// luaNumber formats a number argument of redis.call as Redis' Lua does
+// ("%.17g"): integers in full.
 func luaNumber(f float64) string {
-	if f == math.Trunc(f) && math.Abs(f) < 1e15 {
+	if f == math.Trunc(f) && math.Abs(f) < 1<<63 {
 		return strconv.FormatInt(int64(f), 10)
 	}
-	return strconv.FormatFloat(f, 'g', 14, 64)
+	return strconv.FormatFloat(f, 'g', 17, 64)
 }
 
 // toLua converts a command's reply as Redis does for redis.call.
