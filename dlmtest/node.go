@@ -235,27 +235,52 @@ func (n *Node) runWait(ctx context.Context, calls []dlm.Call, w *dlm.Wait) (dlm.
 	go n.conn(reqs, w, out)
 	var acks dlm.Acks
 	var waitErr error
-	for got := 0; got < want; got++ {
-		select {
-		case r := <-out:
-			if r.i < len(calls) {
-				calls[r.i].Reply, calls[r.i].Err = r.reply, r.err
-			} else {
-				acks, waitErr = r.acks, r.err
-			}
-		case <-ctx.Done():
-			return dlm.Acks{}, failRest(calls, ctx.Err())
-		case <-n.s.close:
-			return dlm.Acks{}, failRest(calls, errClosed)
+	got := 0
+	take := func(r result) {
+		got++
+		if r.i < len(calls) {
+			calls[r.i].Reply, calls[r.i].Err = r.reply, r.err
+		} else {
+			acks, waitErr = r.acks, r.err
 		}
 	}
-	if err := firstErr(calls); err != nil {
-		return dlm.Acks{}, err
+	finish := func() (dlm.Acks, error) {
+		if err := firstErr(calls); err != nil {
+			return dlm.Acks{}, err
+		}
+		if waitErr != nil {
+			return dlm.Acks{}, waitErr
+		}
+		return acks, nil
 	}
-	if waitErr != nil {
-		return dlm.Acks{}, waitErr
+	// cut keeps the replies that arrived before the context ended (select
+	// picks at random among ready cases) and fails the others with err.
+	cut := func(err error) (dlm.Acks, error) {
+		for got < want {
+			select {
+			case r := <-out:
+				take(r)
+				continue
+			default:
+			}
+			break
+		}
+		if got == want {
+			return finish()
+		}
+		return dlm.Acks{}, failRest(calls, err)
 	}
-	return acks, nil
+	for got < want {
+		select {
+		case r := <-out:
+			take(r)
+		case <-ctx.Done():
+			return cut(ctx.Err())
+		case <-n.s.close:
+			return cut(errClosed)
+		}
+	}
+	return finish()
 }
 
 // failRest fails the calls without a reply with err and returns the
