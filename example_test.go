@@ -6,33 +6,26 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
-	"github.com/redis/go-redis/v9"
-
 	"github.com/dlmgo/dlm"
-	"github.com/dlmgo/dlm/driver/goredis"
+	"github.com/dlmgo/dlm/dlmtest"
 	"github.com/dlmgo/dlm/strategy"
 )
 
-// exampleClient returns a go-redis client of an in-process Redis, so the
-// examples run anywhere. Use your own client instead.
-func exampleClient() (*redis.Client, func()) {
-	srv := miniredis.NewMiniRedis()
-	if err := srv.Start(); err != nil {
-		panic(err)
-	}
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	return c, func() { c.Close(); srv.Close() }
+// exampleNode returns a Node of an in-process Redis (package dlmtest), so
+// the examples run anywhere. A program passes a Node over its own client.
+func exampleNode() (dlm.Node, func()) {
+	srv := dlmtest.NewServer()
+	return srv.Node(), srv.Close
 }
 
 func Example() {
-	client, done := exampleClient()
+	node, done := exampleNode()
 	defer done()
 
 	// README: begin
-	// client is your go-redis client, e.g.
-	// redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
-	single, err := strategy.NewSingle(goredis.New(client))
+	// node is your Redis client as a dlm.Node, e.g. goredis.New(redis.NewClient(
+	// &redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true}))
+	single, err := strategy.NewSingle(node)
 	if err != nil {
 		panic(err)
 	}
@@ -58,9 +51,9 @@ func Example() {
 }
 
 func ExampleManager_TryLock() {
-	client, done := exampleClient()
+	node, done := exampleNode()
 	defer done()
-	single, _ := strategy.NewSingle(goredis.New(client))
+	single, _ := strategy.NewSingle(node)
 	m, _ := dlm.New(single)
 	ctx := context.Background()
 
@@ -78,9 +71,9 @@ func ExampleManager_TryLock() {
 }
 
 func ExampleLock_Extend() {
-	client, done := exampleClient()
+	node, done := exampleNode()
 	defer done()
-	single, _ := strategy.NewSingle(goredis.New(client))
+	single, _ := strategy.NewSingle(node)
 	m, _ := dlm.New(single, dlm.WithTTL(time.Second))
 	ctx := context.Background()
 
@@ -96,9 +89,9 @@ func ExampleLock_Extend() {
 }
 
 func ExampleLock_Context() {
-	client, done := exampleClient()
+	node, done := exampleNode()
 	defer done()
-	single, _ := strategy.NewSingle(goredis.New(client))
+	single, _ := strategy.NewSingle(node)
 	m, _ := dlm.New(single)
 	ctx := context.Background()
 

@@ -7,14 +7,13 @@ import (
 	"time"
 
 	"github.com/dlmgo/dlm"
-	"github.com/dlmgo/dlm/driver/goredis"
 	"github.com/dlmgo/dlm/strategy"
 )
 
 func ExampleWithAutoRenew() {
-	client, done := exampleClient()
+	node, done := exampleNode()
 	defer done()
-	single, _ := strategy.NewSingle(goredis.New(client))
+	single, _ := strategy.NewSingle(node)
 	// Renew after a third of the TTL; never hold a lock longer than an hour.
 	m, _ := dlm.New(single, dlm.WithTTL(300*time.Millisecond), dlm.WithAutoRenew(1.0/3, time.Hour))
 	ctx := context.Background()

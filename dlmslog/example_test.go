@@ -5,25 +5,17 @@ import (
 	"log/slog"
 	"os"
 
-	"github.com/alicebob/miniredis/v2"
-	"github.com/redis/go-redis/v9"
-
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/dlmslog"
-	"github.com/dlmgo/dlm/driver/goredis"
+	"github.com/dlmgo/dlm/dlmtest"
 	"github.com/dlmgo/dlm/strategy"
 )
 
 func Example() {
-	// An in-process Redis so that the example runs anywhere; use your own
-	// client.
-	srv, err := miniredis.Run()
-	if err != nil {
-		panic(err)
-	}
+	// An in-process Redis so that the example runs anywhere.
+	srv := dlmtest.NewServer()
 	defer srv.Close()
-	client := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	defer client.Close()
+	node := srv.Node() // a program passes its own, e.g. goredis.New(client)
 
 	// Text records on stdout, without the time and durations (which vary);
 	// a program uses its own logger.
@@ -36,7 +28,7 @@ func Example() {
 			return a
 		},
 	}))
-	single, err := strategy.NewSingle(goredis.New(client))
+	single, err := strategy.NewSingle(node)
 	if err != nil {
 		panic(err)
 	}

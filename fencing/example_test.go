@@ -9,11 +9,8 @@ import (
 	"net/http/httptest"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
-	"github.com/redis/go-redis/v9"
-
 	"github.com/dlmgo/dlm"
-	"github.com/dlmgo/dlm/driver/goredis"
+	"github.com/dlmgo/dlm/dlmtest"
 	"github.com/dlmgo/dlm/fencing"
 	"github.com/dlmgo/dlm/strategy"
 )
@@ -51,14 +48,9 @@ func ExampleSQL() {
 
 // Data kept in Redis, written under a lock's fence.
 func ExampleRedis() {
-	srv, err := miniredis.Run() // an in-process Redis; use your own client
-	if err != nil {
-		panic(err)
-	}
+	srv := dlmtest.NewServer() // an in-process Redis for the example
 	defer srv.Close()
-	client := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	defer client.Close()
-	node := goredis.New(client)
+	node := srv.Node() // a program passes its own, e.g. goredis.New(client)
 	single, _ := strategy.NewSingle(node)
 	m, _ := dlm.New(single, dlm.WithTTL(10*time.Second))
 	ctx := context.Background()
@@ -78,7 +70,8 @@ func ExampleRedis() {
 	_ = store.Set(ctx, next.Key(), next.Fence(), "orders:42:status", "shipped", 0)
 	err = store.Set(ctx, lock.Key(), lock.Fence(), "orders:42:status", "refunded", 0)
 	fmt.Println("late write with fence", lock.Fence(), "-> stale:", errors.Is(err, fencing.ErrStale))
-	fmt.Println(client.Get(ctx, "orders:42:status").Val())
+	status, _ := srv.Do("GET", "orders:42:status")
+	fmt.Println(status)
 	// Output:
 	// write with fence 1 -> <nil>
 	// late write with fence 1 -> stale: true
@@ -88,12 +81,10 @@ func ExampleRedis() {
 // A service that refuses requests from a holder whose fence is stale, and a
 // client that sends its lock's fence with every request.
 func ExampleMiddleware() {
-	srv, _ := miniredis.Run()
+	srv := dlmtest.NewServer() // an in-process Redis; a service uses its own client
 	defer srv.Close()
-	client := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	defer client.Close()
 
-	api := httptest.NewServer(fencing.Middleware(fencing.Redis{Node: goredis.New(client)},
+	api := httptest.NewServer(fencing.Middleware(fencing.Redis{Node: srv.Node()},
 		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			key, fence, _ := fencing.FromContext(r.Context())
 			fmt.Fprintf(w, "accepted %s at fence %d", key, fence)

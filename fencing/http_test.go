@@ -9,12 +9,9 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/dlmgo/dlm"
-	"github.com/dlmgo/dlm/driver/goredis"
+	"github.com/dlmgo/dlm/dlmtest"
 	"github.com/dlmgo/dlm/fencing"
-	"github.com/dlmgo/dlm/internal/redistest"
 )
 
 type lockOf struct {
@@ -30,12 +27,11 @@ func (l lockOf) Fence() uint64 { return l.fence }
 // or with malformed headers get 428 and 400; a store that fails gives 503.
 // The handler sees the key and fence, a key with any characters included.
 func TestMiddleware(t *testing.T) {
-	rs := redistest.Start(t)
-	c := redis.NewClient(&redis.Options{Addr: rs.Addr, MaxRetries: -1})
-	t.Cleanup(func() { _ = c.Close() })
+	mr := dlmtest.NewServer()
+	t.Cleanup(mr.Close)
 	var mu sync.Mutex
 	var seen []string
-	h := fencing.Middleware(fencing.Redis{Node: goredis.New(c)}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := fencing.Middleware(fencing.Redis{Node: mr.Node()}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key, fence, ok := fencing.FromContext(r.Context())
 		mu.Lock()
 		seen = append(seen, key)
@@ -117,7 +113,7 @@ func TestMiddleware(t *testing.T) {
 		t.Fatalf("Transport with fence 0: %v", err)
 	}
 
-	rs.Kill(t) // the store fails
+	mr.Close() // the store fails
 	if code := send(lockOf{"orders:42", 9}); code != http.StatusServiceUnavailable {
 		t.Fatalf("store down: %d, want 503", code)
 	}

@@ -5,29 +5,19 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/dlmgo/dlm"
-	"github.com/dlmgo/dlm/driver/goredis"
+	"github.com/dlmgo/dlm/dlmtest"
 	"github.com/dlmgo/dlm/inspect"
 	"github.com/dlmgo/dlm/strategy"
-	"github.com/redis/go-redis/v9"
 )
-
-func exampleClient() (*redis.Client, func()) {
-	srv := miniredis.NewMiniRedis()
-	if err := srv.Start(); err != nil {
-		panic(err)
-	}
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	return c, func() { c.Close(); srv.Close() }
-}
 
 // An operator finds who holds a lock and takes it back; the holder's next
 // renewal (or Extend) fails with dlm.ErrRevoked.
 func ExampleRevoke() {
-	client, done := exampleClient()
-	defer done()
-	single, _ := strategy.NewSingle(goredis.New(client))
+	srv := dlmtest.NewServer()
+	defer srv.Close()
+	node := srv.Node() // in production: a driver over your client, e.g. goredis.New(client)
+	single, _ := strategy.NewSingle(node)
 	ctx := context.Background()
 
 	worker, _ := dlm.New(single, dlm.WithOwner("billing-worker-3"))

@@ -5,25 +5,18 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
-	"github.com/redis/go-redis/v9"
-
 	"github.com/dlmgo/dlm"
-	"github.com/dlmgo/dlm/driver/goredis"
+	"github.com/dlmgo/dlm/dlmtest"
 	"github.com/dlmgo/dlm/multilock"
 	"github.com/dlmgo/dlm/strategy"
 )
 
 func Example() {
-	srv, err := miniredis.Run() // an in-process Redis; use your own client
-	if err != nil {
-		panic(err)
-	}
+	srv := dlmtest.NewServer() // an in-process Redis for the example
 	defer srv.Close()
-	client := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	defer client.Close()
+	node := srv.Node() // a program passes its own, e.g. goredis.New(client)
 
-	single, _ := strategy.NewSingle(goredis.New(client))
+	single, _ := strategy.NewSingle(node)
 	m, _ := dlm.New(single, dlm.WithTTL(10*time.Second), dlm.WithAutoRenew(0.5, time.Hour))
 	ctx := context.Background()
 

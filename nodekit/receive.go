@@ -24,7 +24,7 @@ type Receiver struct {
 	Final func(err error) bool
 	// Sharded: subscribe with SSUBSCRIBE (on a Cluster, release scripts
 	// publish on shard channels). A server that replies "unknown command"
-	// (before 7.0; miniredis) is then sent SUBSCRIBE, and so is every
+	// (before 7.0) is then sent SUBSCRIBE, and so is every
 	// later subscription: the release script publishes ordinary messages.
 	Sharded bool
 }
