@@ -6,6 +6,7 @@ require (
 	github.com/Shopify/toxiproxy/v2 v2.5.0
 	github.com/alicebob/miniredis/v2 v2.40.0
 	github.com/anishathalye/porcupine v1.3.1
+	github.com/dlmgo/dlm/fencing/pgtest v0.0.0-00010101000000-000000000000 // the fault suite's PostgreSQL launcher and lib/pq: to move to the faults module
 	github.com/gomodule/redigo v1.9.3
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/redis/rueidis v1.0.79
@@ -26,6 +27,7 @@ require (
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/golang/protobuf v1.5.2 // indirect
+	github.com/lib/pq v1.12.3 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/gorilla/mux v1.8.0 // indirect
 	github.com/mattn/go-colorable v0.1.13 // indirect
@@ -44,3 +46,6 @@ require (
 	google.golang.org/protobuf v1.28.1 // indirect
 	gopkg.in/tomb.v1 v1.0.0-20141024135613-dd632973f1e7 // indirect
 )
+
+// The fault suite imports fencing/pgtest, a module of its own.
+replace github.com/dlmgo/dlm/fencing/pgtest => ./fencing/pgtest

@@ -38,6 +38,7 @@ const (
 
 	RegAccept Kind = "reg-accept" // the register accepted a write (Client, Op, N, Fence)
 	RegRefuse Kind = "reg-refuse" // the register refused one
+	RegError  Kind = "reg-error"  // the register's store failed a write (Info): its outcome is unknown
 
 	Fault Kind = "fault" // the nemesis starts a fault (Info)
 	Heal  Kind = "heal"  // the nemesis ends it
