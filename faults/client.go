@@ -57,8 +57,8 @@ type clientConfig struct {
 	// readers: every third hold a writer's) or "multilock" (two of three
 	// keys, by client).
 	Primitive string
-	// LateWrite: a long hold whose lease ended writes once more, TTL/2
-	// later, unchecked (Cell.LateWrites).
+	// LateWrite: a long hold whose lease ended writes again, unchecked,
+	// TTL/2 and 3 TTLs later (Cell.LateWrites).
 	LateWrite bool
 }
 
@@ -312,11 +312,15 @@ func work(ctx context.Context, c clientConfig, id int, take taker, handed func(f
 				write(h, op, n, false)
 			}
 			if c.LateWrite && h.ctx.Err() != nil {
-				// The lease ended under a pause or a partition: write
-				// once more with the old fence, as a holder that checked
-				// its lease and then stalled.
+				// The lease ended under a pause, a partition or a
+				// failover: write with the old fence, as a holder that
+				// checked its lease and then stalled, half a TTL after
+				// the lease's end and again at three TTLs (after a
+				// failover's promotion).
 				time.Sleep(c.TTL / 2)
 				write(h, op, n, true)
+				time.Sleep(3*c.TTL - c.TTL/2)
+				write(h, op, n+1, true)
 			}
 		} else {
 			time.Sleep(c.Hold)

@@ -45,10 +45,10 @@ type Cell struct {
 	// checks the fence with the write (package fencing).
 	Register string `json:",omitempty"`
 	// LateWrites makes every holder whose lease ends during a long hold
-	// (a paused or cut-off holder) write once more with its old fence, half
-	// a TTL after its lease's end and without checking it, as a process
-	// that checked its lease and then stalled: a late write only the
-	// store's fence check can refuse.
+	// (a paused or cut-off holder, a failover) write with its old fence
+	// without checking its lease, half a TTL after the lease's end and
+	// again three TTLs after, as a process that checked its lease and then
+	// stalled: late writes only the store's fence check can refuse.
 	LateWrites bool `json:",omitempty"`
 }
 

@@ -41,7 +41,7 @@ func main() {
 		wait       = flag.Duration("wait", 2*time.Second, "how long a Lock call may wait")
 		plant      = flag.String("plant", "", `a bug to plant: "stale-lease" (in the clients: leases outlive the servers' keys) or "unfenced-store" (in the register: its store writes without the fence check)`)
 		register   = flag.String("register", "", `where the register keeps fences and data: "" its own map, "postgres" (a PostgreSQL table, through package fencing's SQL; needs postgresql) or "redis" (fencing's Redis writes, on a redis-server of its own)`)
-		lateWrites = flag.Bool("late-writes", false, "a holder whose lease ends in a long hold writes once more, TTL/2 later, unchecked: a late write for the register's fence to refuse")
+		lateWrites = flag.Bool("late-writes", false, "a holder whose lease ends in a long hold writes again, unchecked, TTL/2 and 3 TTLs later: late writes for the register's fence to refuse")
 		out        = flag.String("out", "faults/results", "directory for results.json and results.md")
 		note       = flag.String("note", "", "a line added to the results' header")
 		rejudge    = flag.Bool("rejudge", false, "run nothing: judge -out's results.json anew against the promises and rewrite the results")
