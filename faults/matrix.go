@@ -234,7 +234,7 @@ func (r Result) summary() string {
 	}
 	store := ""
 	if r.Cell.Register != "" || r.Cell.LateWrites {
-		store = fmt.Sprintf(", writes %d (accepted %d, refused %d, store errors %d), late refused %d", c.Writes, c.StoreAccepted, c.SavedWrites, c.StoreErrors, c.LateRefused)
+		store = fmt.Sprintf(", writes %d (accepted %d, refused %d, given up %d, store errors %d), late refused %d", c.Writes, c.StoreAccepted, c.SavedWrites, c.StoreCancelled, c.StoreErrors, c.LateRefused)
 	}
 	return fmt.Sprintf("%s: %d/%d granted (%d handed off%s), %d faults, overlaps %d (most holders at once %d), fence regressions %d, lost writes %d, saved %d, late %d (accepted %d)%s, longest wait %dms, register %s",
 		verdict, c.Grants, c.Attempts, c.Handoffs, several, r.Faults, c.Overlaps, c.MostHolders, c.FenceRegressions, c.LostWrites, c.SavedWrites, c.LateWrites, c.LateAccepted, store, c.LongestWaitMs, c.Linearizable)

@@ -16,9 +16,10 @@ import (
 // only compared with those of its own key: a semaphore's permits are locks
 // of their own, each with its own fences.
 //
-// With a store (Cell.Register), the store decides each write instead, and
-// a write it failed (outcome unknown) is answered 503 and recorded as
-// RegError.
+// With a store (Cell.Register), the store decides each write instead
+// (storeWrite), and a write it failed (outcome unknown) is answered 503
+// and recorded as RegError; one the client gave up on before it was
+// written, as RegCancel.
 type register struct {
 	store  store // nil: the register's own map decides
 	mu     sync.Mutex
@@ -51,7 +52,7 @@ func (r *register) write(w http.ResponseWriter, req *http.Request) {
 	}
 	k := q.Get("k")
 	if r.store != nil {
-		e, err := r.storeWrite(k, f, c, op, n)
+		e, err := r.storeWrite(req.Context(), k, f, c, op, n)
 		switch {
 		case err != nil:
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)

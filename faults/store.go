@@ -28,6 +28,9 @@ func Registers() []string { return []string{"", "postgres", "redis"} }
 // was recorded first). An error leaves the outcome unknown.
 type store interface {
 	write(ctx context.Context, key string, fence uint64, client, op, n int) (accepted bool, err error)
+	// bind returns the context of a write of the client's request req:
+	// req itself when giving up ends the write without writing.
+	bind(req context.Context) context.Context
 	close()
 }
 
@@ -101,6 +104,10 @@ func (s *pgStore) write(ctx context.Context, key string, fence uint64, client, o
 	return err == nil, err
 }
 
+// bind: a transaction given up before its commit is rolled back
+// (database/sql), so the write ends with the request.
+func (s *pgStore) bind(req context.Context) context.Context { return req }
+
 func (s *pgStore) close() {
 	_ = s.db.Close()
 	s.srv.Close()
@@ -148,22 +155,36 @@ func (s *redisStore) write(ctx context.Context, key string, fence uint64, client
 	return err == nil, err
 }
 
+// bind: a script once sent runs whether or not its caller waits, so the
+// write is not bound to the request and its outcome is always heard.
+func (s *redisStore) bind(context.Context) context.Context { return context.Background() }
+
 func (s *redisStore) close() {
 	_ = s.c.Close()
 	s.srv.kill()
 }
 
-// storeWrite is what the register does with a write when a store decides:
-// it asks the store (not bound to the client's request: the store decides
-// whether or not the client still waits) and records the decision when the
+// storeWrite is what the register does with a write when a store decides.
+// The write is bound to the client's request, which the client binds to
+// its lease, as a service passes lock.Context() to its store: a write the
+// client gave up on (its lease ended) before it reached the store is not
+// sent, and a PostgreSQL transaction is rolled back when it is given up
+// before its commit (RegCancel: not written). A Redis script once sent
+// runs to its end, its outcome recorded. The decision is recorded when the
 // store answered, so that an accepted write's event is never earlier than
 // the store's commit.
-func (r *register) storeWrite(k string, f uint64, c, op, n int) (Event, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
-	accepted, err := r.store.write(ctx, k, f, c, op, n)
-	cancel()
+func (r *register) storeWrite(req context.Context, k string, f uint64, c, op, n int) (Event, error) {
 	e := Event{Client: c, Op: op, N: n, Fence: f, Key: k, Kind: RegAccept}
+	var accepted bool
+	err := req.Err()
+	if err == nil {
+		ctx, cancel := context.WithTimeout(r.store.bind(req), storeTimeout)
+		accepted, err = r.store.write(ctx, k, f, c, op, n)
+		cancel()
+	}
 	switch {
+	case err != nil && req.Err() != nil:
+		e.Kind, e.Info = RegCancel, err.Error()
 	case err != nil:
 		e.Kind, e.Info = RegError, err.Error()
 	case !accepted:
