@@ -47,6 +47,16 @@ type Counts struct {
 	// LateAccepted those of them the register accepted.
 	LateWrites   int `json:"late_writes"`
 	LateAccepted int `json:"late_accepted"`
+	// Writes counts the writes clients sent; StoreAccepted those the
+	// register accepted, LateRefused the late ones it refused; with a store
+	// (Cell.Register), StoreErrors those its store failed (outcome
+	// unknown) and StoreCancelled those the client gave up on (its lease
+	// ended) before the store wrote them.
+	Writes         int `json:"writes,omitempty"`
+	StoreAccepted  int `json:"store_accepted,omitempty"`
+	LateRefused    int `json:"late_refused,omitempty"`
+	StoreErrors    int `json:"store_errors,omitempty"`
+	StoreCancelled int `json:"store_cancelled,omitempty"`
 	// Linearizable is porcupine's verdict on the register's history, one
 	// register per key: "Ok", "Illegal" (some key's is not) or "Unknown"
 	// (the check of some key timed out).
@@ -158,13 +168,22 @@ func Check(events []Event) Counts {
 		g := grants[w.lockOf]
 		switch e.Kind {
 		case Write:
+			c.Writes++
 			calls[w] = e.T
 			if g != nil && e.T > g.end {
 				c.LateWrites++
 			}
+		case RegError:
+			c.StoreErrors++
+		case RegCancel:
+			c.StoreCancelled++
 		case RegRefuse:
 			c.SavedWrites++
+			if call, ok := calls[w]; ok && g != nil && call > g.end {
+				c.LateRefused++
+			}
 		case RegAccept:
+			c.StoreAccepted++
 			if g == nil {
 				continue
 			}

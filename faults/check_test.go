@@ -193,3 +193,47 @@ func TestResultsTable(t *testing.T) {
 		t.Errorf("results.json read back as %+v", back)
 	}
 }
+
+// Late writes sent on purpose (Cell.LateWrites): the checker counts the
+// writes and what the store did with them; a late write accepted while no
+// larger fence was granted keeps the promise, one accepted after a larger
+// fence was granted breaks it.
+func TestCheckLateWrites(t *testing.T) {
+	ev := func(tm int64, c int, k Kind, op, n int, f uint64, until int64) Event {
+		return Event{T: tm, Client: c, Kind: k, Op: op, N: n, Fence: f, Until: until}
+	}
+	// Client 1's lease ends at 10; it writes late at 20 (accepted: no one
+	// else holds) and at 60 (refused: client 2, granted at 40, wrote with
+	// fence 6 first). Client 2's write at 45 is given up before the store
+	// wrote it.
+	history := func(lateAccepted Kind) []Event {
+		h := []Event{
+			ev(0, 1, Acquire, 1, 0, 0, 0), ev(1, 1, Granted, 1, 0, 5, 10), ev(2, 1, Write, 1, 1, 5, 0), ev(3, 1, RegAccept, 1, 1, 5, 0),
+			ev(20, 1, Write, 1, 2, 5, 0), ev(21, 1, RegAccept, 1, 2, 5, 0),
+			ev(30, 2, Acquire, 1, 0, 0, 0), ev(40, 2, Granted, 1, 0, 6, 100), ev(41, 2, Write, 1, 1, 6, 0), ev(42, 2, RegAccept, 1, 1, 6, 0),
+			ev(45, 2, Write, 1, 2, 6, 0), ev(46, 2, RegCancel, 1, 2, 6, 0),
+			ev(60, 1, Write, 1, 3, 5, 0), ev(61, 1, lateAccepted, 1, 3, 5, 0),
+			ev(90, 2, Release, 1, 0, 0, 0),
+		}
+		sortEvents(h)
+		return h
+	}
+	p := Promise{Exclusion: true, Fences: true, Holders: 1, LateWrites: true}
+	c := Check(history(RegRefuse))
+	want := Counts{Writes: 5, StoreAccepted: 3, SavedWrites: 1, StoreCancelled: 1, LateWrites: 2, LateAccepted: 1, LateRefused: 1}
+	if c.Writes != want.Writes || c.StoreAccepted != want.StoreAccepted || c.SavedWrites != want.SavedWrites || c.StoreCancelled != want.StoreCancelled ||
+		c.LateWrites != want.LateWrites || c.LateAccepted != want.LateAccepted || c.LateRefused != want.LateRefused || c.LostWrites != 0 {
+		t.Errorf("late writes: %+v, want %+v", c, want)
+	}
+	if !keeps(p, c) {
+		t.Errorf("a late write accepted while no larger fence was granted broke the promise: %+v", c)
+	}
+	if p.LateWrites = false; keeps(p, c) {
+		t.Errorf("without late writes on purpose, a late write accepted kept exclusion: %+v", c)
+	}
+	p.LateWrites = true
+	// The store accepts the late write after client 2's larger fence: lost.
+	if c := Check(history(RegAccept)); c.LostWrites != 1 || keeps(p, c) {
+		t.Errorf("a late write accepted after a larger fence was granted: %+v, want 1 lost write and a broken promise", c)
+	}
+}

@@ -57,6 +57,9 @@ type clientConfig struct {
 	// readers: every third hold a writer's) or "multilock" (two of three
 	// keys, by client).
 	Primitive string
+	// LateWrite: a long hold whose lease ended writes again, unchecked,
+	// TTL/2 and 3 TTLs later (Cell.LateWrites).
+	LateWrite bool
 }
 
 // MainIfClient runs a client process and exits when this process was
@@ -229,16 +232,23 @@ func unlocked(lock func(context.Context) (*dlm.Lock, error)) taker {
 // primitive, writes with each of the hold's locks, holds and gives it up,
 // as clientConfig says. handed tells whether a lease came by a hand-off.
 func work(ctx context.Context, c clientConfig, id int, take taker, handed func(fence uint64) bool, hc *http.Client, longNext, stop *atomic.Bool, emit func(Event)) {
-	write := func(h hold, op, n int) {
+	// write writes with each lock of h while its lease holds; unchecked,
+	// also after (Cell.LateWrites), the request then bound to c.Wait only.
+	write := func(h hold, op, n int, unchecked bool) {
 		for _, l := range h.locks {
-			if h.ctx.Err() != nil {
+			rctx := h.ctx
+			if unchecked {
+				var cancel context.CancelFunc
+				rctx, cancel = context.WithTimeout(ctx, c.Wait)
+				defer cancel()
+			} else if h.ctx.Err() != nil {
 				return // the lease is over: the client must not write
 			}
 			key := l.Key()
 			emit(Event{Kind: Write, Op: op, N: n, Fence: l.Fence(), Key: key})
 			u := "http://" + c.Register + "/write?c=" + strconv.Itoa(id) + "&op=" + strconv.Itoa(op) + "&n=" + strconv.Itoa(n) +
 				"&f=" + strconv.FormatUint(l.Fence(), 10) + "&k=" + url.QueryEscape(key)
-			req, _ := http.NewRequestWithContext(h.ctx, http.MethodPost, u, nil)
+			req, _ := http.NewRequestWithContext(rctx, http.MethodPost, u, nil)
 			resp, err := hc.Do(req)
 			switch {
 			case err != nil:
@@ -294,16 +304,27 @@ func work(ctx context.Context, c clientConfig, id int, take taker, handed func(f
 				}
 			})
 		}
-		write(h, op, 1)
+		write(h, op, 1, false)
 		if long {
 			n := 2
 			for end := time.Now().Add(3 * c.TTL); time.Now().Before(end) && h.ctx.Err() == nil; n++ {
 				time.Sleep(c.TTL / 5)
-				write(h, op, n)
+				write(h, op, n, false)
+			}
+			if c.LateWrite && h.ctx.Err() != nil {
+				// The lease ended under a pause, a partition or a
+				// failover: write with the old fence, as a holder that
+				// checked its lease and then stalled, half a TTL after
+				// the lease's end and again at three TTLs (after a
+				// failover's promotion).
+				time.Sleep(c.TTL / 2)
+				write(h, op, n, true)
+				time.Sleep(3*c.TTL - c.TTL/2)
+				write(h, op, n+1, true)
 			}
 		} else {
 			time.Sleep(c.Hold)
-			write(h, op, 2)
+			write(h, op, 2, false)
 		}
 		emit(Event{Kind: Release, Op: op})
 		uctx, cancel := context.WithTimeout(ctx, c.Wait)
@@ -326,7 +347,7 @@ var renew = dlm.WithAutoRenew(1.0/3, time.Minute)
 // reports whether the lease of a fence came from a hand-off by one of the
 // Manager's Unlocks.
 func open(ctx context.Context, c clientConfig) (m *dlm.Manager, handed func(fence uint64) bool, closer io.Closer, err error) {
-	if c.Plant != "" && c.Plant != "stale-lease" {
+	if c.Plant != "" && c.Plant != "stale-lease" && c.Plant != unfencedStore {
 		return nil, nil, nil, fmt.Errorf("unknown bug to plant %q", c.Plant)
 	}
 	cfg, err := config.ParseURL(c.URL)

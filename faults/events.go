@@ -38,6 +38,8 @@ const (
 
 	RegAccept Kind = "reg-accept" // the register accepted a write (Client, Op, N, Fence)
 	RegRefuse Kind = "reg-refuse" // the register refused one
+	RegError  Kind = "reg-error"  // the register's store failed a write (Info): its outcome is unknown
+	RegCancel Kind = "reg-cancel" // the client gave the write up before its store wrote it: not written
 
 	Fault Kind = "fault" // the nemesis starts a fault (Info)
 	Heal  Kind = "heal"  // the nemesis ends it

@@ -15,7 +15,13 @@ import (
 // HTTP (200 accepted, 409 refused) and records every decision. A fence is
 // only compared with those of its own key: a semaphore's permits are locks
 // of their own, each with its own fences.
+//
+// With a store (Cell.Register), the store decides each write instead
+// (storeWrite), and a write it failed (outcome unknown) is answered 503
+// and recorded as RegError; one the client gave up on before it was
+// written, as RegCancel.
 type register struct {
+	store  store // nil: the register's own map decides
 	mu     sync.Mutex
 	max    map[string]uint64
 	events []Event
@@ -23,12 +29,12 @@ type register struct {
 	Addr   string
 }
 
-func startRegister(ip string) (*register, error) {
+func startRegister(ip string, st store) (*register, error) {
 	l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
 	if err != nil {
 		return nil, err
 	}
-	r := &register{Addr: l.Addr().String(), max: map[string]uint64{}}
+	r := &register{Addr: l.Addr().String(), max: map[string]uint64{}, store: st}
 	r.srv = &http.Server{Handler: http.HandlerFunc(r.write)}
 	go func() { _ = r.srv.Serve(l) }()
 	return r, nil
@@ -44,8 +50,18 @@ func (r *register) write(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, "bad write", http.StatusBadRequest)
 		return
 	}
-	r.mu.Lock()
 	k := q.Get("k")
+	if r.store != nil {
+		e, err := r.storeWrite(req.Context(), k, f, c, op, n)
+		switch {
+		case err != nil:
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		case e.Kind == RegRefuse:
+			http.Error(w, fmt.Sprintf("fence %d refused by the store", f), http.StatusConflict)
+		}
+		return
+	}
+	r.mu.Lock()
 	e := Event{T: now(), Client: c, Op: op, N: n, Fence: f, Key: k, Kind: RegAccept}
 	max := r.max[k]
 	if f < max {

@@ -39,18 +39,34 @@ type Cell struct {
 	TTL         time.Duration // the leases'
 	Hold        time.Duration // how long a holder keeps the lock
 	Wait        time.Duration // how long a Lock call may wait
-	Plant       string        // a bug planted in the clients on purpose ("stale-lease"), to show that the suite finds it
+	Plant       string        // a bug planted on purpose, to show that the suite finds it: in the clients ("stale-lease"), or in the register's store ("unfenced-store")
+	// Register names the store the register keeps its fences and data in
+	// (Registers): "" its own map, "postgres" or "redis" a real store that
+	// checks the fence with the write (package fencing).
+	Register string `json:",omitempty"`
+	// LateWrites makes every holder whose lease ends during a long hold
+	// (a paused or cut-off holder, a failover) write with its old fence
+	// without checking its lease, half a TTL after the lease's end and
+	// again three TTLs after, as a process that checked its lease and then
+	// stalled: late writes only the store's fence check can refuse.
+	LateWrites bool `json:",omitempty"`
 }
 
 func (c Cell) workers() int { return max(c.Workers, 1) }
 
 // Taken names what the cell's clients take: the strategy, and the
 // primitive over it when not the plain lock ("single/fairlock").
+// With a store for the register, its name follows an '@'
+// ("redlock@postgres").
 func (c Cell) Taken() string {
-	if c.Primitive == "" {
-		return c.Strategy
+	t := c.Strategy
+	if c.Primitive != "" {
+		t += "/" + c.Primitive
 	}
-	return c.Strategy + "/" + c.Primitive
+	if c.Register != "" {
+		t += "@" + c.Register
+	}
+	return t
 }
 
 // clientKey is the key every client locks.
@@ -119,7 +135,14 @@ func RunCell(cell Cell, dir string) ([]Event, error) {
 		return nil, err
 	}
 	defer r.net.Close()
-	if r.reg, err = startRegister(r.net.Runner); err != nil {
+	var st store
+	if cell.Register != "" {
+		if st, err = openStore(cell.Register, r.net, dir, cell.Plant == unfencedStore); err != nil {
+			return nil, err
+		}
+		defer st.close()
+	}
+	if r.reg, err = startRegister(r.net.Runner, st); err != nil {
 		return nil, err
 	}
 	defer r.reg.close()
@@ -190,7 +213,7 @@ func (r *run) startClient(self string, id int, stopAt int64) error {
 		return err
 	}
 	spec, _ := json.Marshal(clientConfig{ID: id, Workers: r.cell.workers(), Primitive: r.cell.Primitive, URL: r.topo.URL, Key: clientKey, TTL: r.cell.TTL, Wait: r.cell.Wait,
-		Hold: r.cell.Hold, Register: r.reg.Addr, Stop: stopAt, Plant: r.cell.Plant})
+		Hold: r.cell.Hold, Register: r.reg.Addr, Stop: stopAt, Plant: r.cell.Plant, LateWrite: r.cell.LateWrites})
 	cmd := h.Command(self)
 	cmd.Env = append(os.Environ(), clientEnv+"="+string(spec))
 	cmd.Stderr = os.Stderr

@@ -9,6 +9,7 @@
 //	go run ./faults/cmd/dlmfaults                      # the full matrix
 //	go run ./faults/cmd/dlmfaults -duration 8s -clients 4 -strategies redlock -nemeses none,pause-holder
 //	go run ./faults/cmd/dlmfaults -plant stale-lease   # with a bug planted on purpose
+//	go run ./faults/cmd/dlmfaults -register postgres -late-writes -nemeses pause-holder,partition-holder,failover
 package main
 
 import (
@@ -38,7 +39,9 @@ func main() {
 		ttl        = flag.Duration("ttl", time.Second, "lease TTL")
 		hold       = flag.Duration("hold", 10*time.Millisecond, "how long a holder keeps the lock")
 		wait       = flag.Duration("wait", 2*time.Second, "how long a Lock call may wait")
-		plant      = flag.String("plant", "", `a bug to plant in the clients: "stale-lease" (leases outlive the servers' keys)`)
+		plant      = flag.String("plant", "", `a bug to plant: "stale-lease" (in the clients: leases outlive the servers' keys) or "unfenced-store" (in the register: its store writes without the fence check)`)
+		register   = flag.String("register", "", `where the register keeps fences and data: "" its own map, "postgres" (a PostgreSQL table, through package fencing's SQL; needs postgresql) or "redis" (fencing's Redis writes, on a redis-server of its own)`)
+		lateWrites = flag.Bool("late-writes", false, "a holder whose lease ends in a long hold writes again, unchecked, TTL/2 and 3 TTLs later: late writes for the register's fence to refuse")
 		out        = flag.String("out", "faults/results", "directory for results.json and results.md")
 		note       = flag.String("note", "", "a line added to the results' header")
 		rejudge    = flag.Bool("rejudge", false, "run nothing: judge -out's results.json anew against the promises and rewrite the results")
@@ -46,6 +49,10 @@ func main() {
 	flag.Parse()
 	if *rejudge {
 		os.Exit(rejudgeResults(*out))
+	}
+	if !slices.Contains(faults.Registers(), *register) {
+		fmt.Fprintf(os.Stderr, "dlmfaults: -register %q: want one of %q\n", *register, faults.Registers())
+		os.Exit(2)
 	}
 	if *primitive != "" && !slices.Contains(faults.Primitives(), *primitive) {
 		fmt.Fprintf(os.Stderr, "dlmfaults: -primitive %q: want one of %s\n", *primitive, strings.Join(faults.Primitives(), ", "))
@@ -56,7 +63,7 @@ func main() {
 		for _, n := range strings.Split(*nemeses, ",") {
 			if faults.Applies(s, n) && faults.PrimitiveApplies(s, *primitive) {
 				cells = append(cells, faults.Cell{Strategy: s, Nemesis: n, Clients: *clients, Workers: *workers, Primitive: *primitive, Duration: *duration, MinAttempts: *minCalls,
-					TTL: *ttl, Hold: *hold, Wait: *wait, Plant: *plant})
+					TTL: *ttl, Hold: *hold, Wait: *wait, Plant: *plant, Register: *register, LateWrites: *lateWrites})
 			}
 		}
 	}
