@@ -93,7 +93,7 @@ type Topology struct {
 //   - FamilyLapsedHolder: a multi-key holder and a writer that stop keep
 //     their keys until their leases end; waiters get in after the stopped
 //     holders' Contexts ended, not before.
-//   - InspectRevoke (a strategy that is a inspect.Inspector): Inspect names the
+//   - InspectRevoke (a strategy that is an inspect.Inspector): Inspect names the
 //     holder, its fence and lease, and counts a waiting process; Revoke
 //     ends the holder's Context with dlm.ErrRevoked at its next renewal,
 //     wakes the waiter, whose fence is at least two above, and leaves a
@@ -103,7 +103,7 @@ type Topology struct {
 // reason (a single endpoint tolerates no failed node), and so are
 // WatchRelease when it reports errors.ErrUnsupported, Handoff for a
 // strategy that is not a dlm.Handoff, and InspectRevoke for a strategy that
-// is not a inspect.Inspector.
+// is not an inspect.Inspector.
 //
 // Each rule begins with the servers' script caches flushed, so its first
 // call of each script takes the NOSCRIPT path (EVALSHA, then EVAL): a
