@@ -400,6 +400,8 @@ func (m *Manager) observed(ctx context.Context, key string, try bool) (*Lock, er
 // package internal/token; inspect.HolderOf reads them back).
 func (m *Manager) newToken() string { return token.New(m.o.owner, m.o.ttl) }
 
+// init gives the lock family (package internal/mgr) what it needs of a
+// Manager.
 func init() {
 	mgr.Of = func(m any) mgr.Manager {
 		mm := m.(*Manager)

@@ -16,10 +16,10 @@ import (
 // revoked one's by two or more, the revoked holder's next renewal fails
 // with dlm.ErrRevoked and its Context ends with that cause, and a fenced
 // store then refuses the revoked holder's write. Skipped for a strategy
-// that is not a inspect.Inspector.
+// that is not an inspect.Inspector.
 func testInspectRevoke(t *testing.T, c *strategyCase) {
 	if _, ok := c.Strategy.(inspect.Inspector); !ok {
-		t.Skipf("%T is not a inspect.Inspector", c.Strategy)
+		t.Skipf("%T is not an inspect.Inspector", c.Strategy)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

@@ -34,11 +34,9 @@ import (
 	"weak"
 
 	"github.com/dlmgo/dlm"
-	"github.com/dlmgo/dlm/internal/mgr"
-
 	"github.com/dlmgo/dlm/inspect"
-
 	"github.com/dlmgo/dlm/internal/giveback"
+	"github.com/dlmgo/dlm/internal/mgr"
 	"github.com/dlmgo/dlm/strategy"
 )
 
