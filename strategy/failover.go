@@ -193,7 +193,7 @@ func (f *Failover) Acquire(ctx context.Context, key, token string, ttl time.Dura
 // matches dlm.ErrNotHeld and nothing changed; when the acknowledgements are
 // missing the new lock is released, so from's lock is gone too.
 func (f *Failover) Handoff(ctx context.Context, key, from, to string, ttl time.Duration) (dlm.Lease, error) {
-	return f.acquire(ctx, key, to, from, ttl)
+	return f.handoff(ctx, key, from, to, ttl)
 }
 
 // Extend implements dlm.Strategy. When the policy's acknowledgements are

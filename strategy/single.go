@@ -58,7 +58,7 @@ func (s *Single) Acquire(ctx context.Context, key, token string, ttl time.Durati
 // replaces from's lock by to's. When from does not hold key the error
 // matches dlm.ErrNotHeld (and dlm.ErrNotAcquired) and nothing changed.
 func (s *Single) Handoff(ctx context.Context, key, from, to string, ttl time.Duration) (dlm.Lease, error) {
-	return s.acquire(ctx, key, to, from, ttl)
+	return s.handoff(ctx, key, from, to, ttl)
 }
 
 // Extend implements dlm.Strategy.
@@ -107,13 +107,16 @@ func (o *one) checkCall(key, token string, ttl time.Duration, needTTL bool) erro
 	return nil
 }
 
+// handoff is Handoff.
+func (o *one) handoff(ctx context.Context, key, from, to string, ttl time.Duration) (dlm.Lease, error) {
+	if err := checkHandoff(from, to); err != nil {
+		return dlm.Lease{}, err
+	}
+	return o.acquire(ctx, key, to, from, ttl)
+}
+
 // acquire is Acquire, or with from set Handoff.
 func (o *one) acquire(ctx context.Context, key, token, from string, ttl time.Duration) (dlm.Lease, error) {
-	if from != "" {
-		if err := checkHandoff(from, token); err != nil {
-			return dlm.Lease{}, err
-		}
-	}
 	if err := o.checkCall(key, token, ttl, true); err != nil {
 		return dlm.Lease{}, err
 	}
