@@ -205,8 +205,9 @@ type Strategy interface {
 	// key the error matches ErrNotHeld.
 	Release(ctx context.Context, key, token string) error
 	// WatchRelease calls notify, which must not block, whenever the lock on
-	// key may have been released, and returns once notifications are
-	// active. The Manager uses it to wake waiting Lock calls within about
+	// key may have been released after an acquisition of it was refused (a
+	// release nobody waited for need not notify), and returns once
+	// notifications are active. The Manager uses it to wake waiting Lock calls within about
 	// one round trip of a release. When the strategy's nodes cannot notify,
 	// the error matches errors.ErrUnsupported and the Manager polls.
 	// Notifications are hints: they may be lost or spurious.

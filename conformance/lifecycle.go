@@ -66,7 +66,8 @@ func testWatchRelease(t *testing.T, c *strategyCase) {
 	}
 	defer stop()
 	c.acquire(t, k, "A", ttl)
-	drain(woken) // a spurious hint is allowed; what counts is the one after the release
+	c.refused(t, k, "B", ttl, "while A holds it") // B waits: the release must notify
+	drain(woken)                                  // a spurious hint is allowed; what counts is the one after the release
 	if err := c.Release(ctx(t), k, "A"); err != nil {
 		t.Fatalf("Release: %v", err)
 	}

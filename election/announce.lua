@@ -14,7 +14,11 @@ if ARGV[4] == 's' then
 end
 local term = string.match(ARGV[1], '^(%d+):')
 if ARGV[2] == 'a' then
-  if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  local v = redis.call('GET', KEYS[1])
+  if v and string.byte(v, 1) == 48 then
+    v = string.sub(v, 2) -- a 0 marks a lock someone waits for (strategy.LockValue)
+  end
+  if v ~= ARGV[1] then
     return {0}
   end
   redis.call('HSET', KEYS[2], 'holder', ARGV[1], 'value', ARGV[3])

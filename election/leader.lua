@@ -7,6 +7,9 @@ local v = redis.call('GET', KEYS[1])
 if not v then
   return {0}
 end
+if string.byte(v, 1) == 48 then
+  v = string.sub(v, 2) -- a 0 marks a lock someone waits for (strategy.LockValue)
+end
 local pttl = redis.call('PTTL', KEYS[1])
 local rec = redis.call('HMGET', KEYS[2], 'holder', 'value')
 if rec[1] ~= v then

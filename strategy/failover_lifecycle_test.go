@@ -110,6 +110,8 @@ func TestFailoverLifecycle(t *testing.T) {
 		defer stop()
 		_, err = f.Acquire(ctx, "w", "tok", ttl)
 		require.NoError(t, err)
+		_, err = f.Acquire(ctx, "w", "waiter", ttl)
+		require.ErrorIs(t, err, dlm.ErrNotAcquired, "a waiter, for whom the release publishes")
 		require.NoError(t, f.Release(ctx, "w", "tok"))
 		require.True(t, eventually(3*time.Second, func() bool { return woken.Load() == 1 }), "one notification after the release")
 	})

@@ -72,40 +72,6 @@ func TestFenceStateBounded(t *testing.T) {
 	assert.Equal(t, int64(keys+counters), c.DBSize(ctx).Val(), "the locks and the counters, nothing else")
 }
 
-// A counter of an earlier version (one per lock key) is folded into the
-// slot's counter at the key's next acquisition and deleted: fences never go
-// back across the upgrade, and the old state goes away.
-func TestFenceUpgradeFoldsPerKeyCounters(t *testing.T) {
-	srv := redistest.Start(t)
-	c := slowSocketClient(t, srv.Addr)
-	ctx := context.Background()
-	lock, counter := strategy.Keys("upgraded")
-	legacy := lock + ":fence"
-	require.NoError(t, c.Set(ctx, legacy, 500, 0).Err())
-	require.NoError(t, c.Set(ctx, counter, 7, 0).Err()) // other keys of the slot used it
-
-	s, err := strategy.NewSingle(goredis.New(c))
-	require.NoError(t, err)
-	l, err := s.Acquire(ctx, "upgraded", "A", time.Minute)
-	require.NoError(t, err)
-	assert.Equal(t, uint64(501), l.Fence, "above the earlier version's last fence")
-	assert.Zero(t, c.Exists(ctx, legacy).Val(), "the per-key counter is gone")
-	assert.Equal(t, "501", c.Get(ctx, counter).Val())
-	require.NoError(t, s.Release(ctx, "upgraded", "A"))
-	l, err = s.Acquire(ctx, "upgraded", "B", time.Minute)
-	require.NoError(t, err)
-	assert.Equal(t, uint64(502), l.Fence)
-
-	// A per-key counter below the slot's is dropped without effect.
-	other := sameSlotKey(t, "upgraded")
-	otherLock, _ := strategy.Keys(other)
-	require.NoError(t, c.Set(ctx, otherLock+":fence", 3, 0).Err())
-	l, err = s.Acquire(ctx, other, "A", time.Minute)
-	require.NoError(t, err)
-	assert.Equal(t, uint64(503), l.Fence)
-	assert.Zero(t, c.Exists(ctx, otherLock+":fence").Val())
-}
-
 // sameSlotKey returns a key other than key whose fencing counter is key's.
 func sameSlotKey(t *testing.T, key string) string {
 	_, want := strategy.Keys(key)

@@ -39,11 +39,6 @@ func stateKeys(key string) []string {
 	return []string{lock, fenceName(nodekit.Slot(lock)), noteName(lock)}
 }
 
-// errRevoked is a renewal's error when the token's lock was revoked.
-func errRevoked(key, node string) error {
-	return fmt.Errorf("%w: %w: %q was revoked by an operator on %s", dlm.ErrNotHeld, dlm.ErrRevoked, key, node)
-}
-
 // Inspect implements inspect.Inspector.
 func (s *Single) Inspect(ctx context.Context, key string) ([]inspect.NodeState, error) {
 	return operate(ctx, &s.cfg, []dlm.Node{s.node}, []string{s.name}, key, inspectScript, nil)

@@ -13,27 +13,22 @@ func TestLockNames(t *testing.T) {
 		"dlm:{a}", "t:{a}", "x:{61}", "61", "{", "}", "{}", "\x00{\xff}", "ключ{тег}"}
 	seen := map[string]string{}
 	for _, k := range keys {
-		lock, legacy := lockNames(k)
+		lock := lockName(k)
 		if other, dup := seen[lock]; dup {
 			t.Errorf("keys %q and %q share the lock key %q", k, other, lock)
 		}
 		seen[lock] = k
-		if legacy != lock+":fence" {
-			t.Errorf("key %q: earlier versions' counter %q is not the lock key %q plus :fence", k, legacy, lock)
-		}
 		keys := lockKeys(k)
-		if keys[0] != lock || keys[2] != legacy || nodekit.Slot(lock) != nodekit.Slot(keys[1]) || nodekit.Slot(lock) != nodekit.Slot(legacy) {
+		if len(keys) != 2 || keys[0] != lock || nodekit.Slot(lock) != nodekit.Slot(keys[1]) {
 			t.Errorf("key %q: keys %q not in one slot", k, keys)
 		}
 	}
 	for _, k := range []string{"{a}", "x{a}y", "{a}{b}", "{a}:profile"} {
-		if lock, _ := lockNames(k); nodekit.Slot(lock) != nodekit.Slot("a") {
+		if nodekit.Slot(lockName(k)) != nodekit.Slot("a") {
 			t.Errorf("key %q: its lock is not in the slot of its tag {a}", k)
 		}
 	}
-	l1, _ := lockNames("tenant7}1")
-	l2, _ := lockNames("tenant7}2")
-	if nodekit.Slot(l1) == nodekit.Slot(l2) {
+	if nodekit.Slot(lockName("tenant7}1")) == nodekit.Slot(lockName("tenant7}2")) {
 		t.Errorf("keys with a '}' share the slot of the text before it")
 	}
 }

@@ -6,10 +6,12 @@ import (
 
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/conformance"
+	"github.com/dlmgo/dlm/conformance/family"
 	"github.com/dlmgo/dlm/strategy"
 )
 
-// TestRedlockConformance runs the strategy contract over five real
+// TestRedlockConformance runs the strategy contract and the lock family's
+// rules over five real
 // redis-server processes with a quorum of three. The per-node timeout is 1s:
 // SlowLease delays every node by 300ms and expects a lock (a node slower than
 // the per-node timeout counts as failed), and SlowBeyondDeadline bounds the
@@ -20,9 +22,10 @@ func TestRedlockConformance(t *testing.T) {
 	for _, s := range c.servers {
 		servers = append(servers, s.Addr)
 	}
-	conformance.RunStrategy(t,
-		conformance.Topology{Nodes: func(*testing.T) []dlm.Node { return c.nodes }, Quorum: 3, Servers: servers},
-		func(nodes []dlm.Node) (dlm.Strategy, error) {
-			return strategy.NewRedlock(nodes, strategy.WithTimeout(time.Second))
-		})
+	topology := conformance.Topology{Nodes: func(*testing.T) []dlm.Node { return c.nodes }, Quorum: 3, Servers: servers}
+	newStrategy := func(nodes []dlm.Node) (dlm.Strategy, error) {
+		return strategy.NewRedlock(nodes, strategy.WithTimeout(time.Second))
+	}
+	conformance.RunStrategy(t, topology, newStrategy)
+	family.Run(t, topology.Nodes, newStrategy)
 }

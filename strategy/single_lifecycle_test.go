@@ -89,6 +89,8 @@ func TestSingleWatchRelease(t *testing.T) {
 	defer stop()
 	_, err = s.Acquire(ctx, "k", "tok", time.Minute)
 	require.NoError(t, err)
+	_, err = s.Acquire(ctx, "k", "waiter", time.Minute)
+	require.ErrorIs(t, err, dlm.ErrNotAcquired, "a waiter, for whom the release publishes")
 	assert.ErrorIs(t, s.Release(ctx, "k", "other"), dlm.ErrNotHeld)
 	require.NoError(t, s.Release(ctx, "k", "tok"))
 	select {

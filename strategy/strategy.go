@@ -3,7 +3,9 @@
 // behind Sentinel.
 //
 // Every strategy stores a lock for key K in one Redis key, whose value is
-// the lock's fence and the holder's token ("<fence>:<token>"):
+// the lock's fence and the holder's token ("<fence>:<token>", with a 0
+// before the fence once an acquisition was refused on it: its release then
+// publishes to the waiters):
 //
 //   - K has a hash tag of its own (a non-empty "{tag}", as Redis Cluster
 //     reads it): "dlm:t:K", in the slot of the tag, so a lock can live
@@ -14,10 +16,8 @@
 // Fences come from one counter per Redis Cluster hash slot, "dlm:fence:{T}"
 // with T a three-character tag of that slot, shared by every lock key of
 // the slot: a server holds at most 16384 counters however many keys were
-// ever locked. Earlier versions kept a counter per lock key (the lock key
-// plus ":fence"); an acquisition folds such a counter into its slot's
-// counter and deletes it, so fences never go back across the upgrade. Do
-// not run earlier versions beside this one on the same keys.
+// ever locked. A fence is larger than every fence issued on its slot before
+// it, and the fences of a slot are consecutive.
 package strategy
 
 import (
@@ -28,6 +28,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -61,89 +62,20 @@ var (
 	acquireScript = mustScript("acquire.lua", "held.lua", "amnesia.lua")
 	extendScript  = mustScript("extend.lua", "held.lua")
 	releaseScript = mustScript("release.lua", "held.lua", "announce.lua")
+	fenceScript   = mustScript("redlock_fence.lua", "held.lua") // Redlock's write-back
 )
 
-// DefaultDriftFactor is the default share of the TTL taken off a lease's
-// validity for clock drift between client and servers.
-const DefaultDriftFactor = 0.01
+// The failover strategy's scripts are the single-instance scripts, wrapped
+// so that they also report how many replicas the primary has connected.
+var (
+	failoverAcquireScript = wrapReplicas(acquireScript)
+	failoverExtendScript  = wrapReplicas(extendScript)
+	probeScript           = mustScript("failover_probe.lua")
+)
 
-// minDrift is added to the drift margin for the granularity of Redis expiry.
-const minDrift = 2 * time.Millisecond
-
-// An Option configures a strategy. A constructor rejects an option that does
-// not apply to its strategy or whose value is bad.
-type Option func(*config) error
-
-type config struct {
-	driftFactor float64
-	timeout     time.Duration
-	timeoutSet  bool            // WithTimeout was given
-	maxTTL      time.Duration   // the amnesia guard; 0: off
-	alone       bool            // WithCoalescing(false): every call goes out by itself
-	failover    *failoverConfig // set by NewFailover; its options need it
-}
-
-func defaultConfig() config { return config{driftFactor: DefaultDriftFactor} }
-
-// WithDriftFactor sets the share of the TTL taken off every lease for clock
-// drift; the margin is TTL×f + 2ms. The default is DefaultDriftFactor (0.01).
-// f must be in [0, 0.5).
-func WithDriftFactor(f float64) Option {
-	return func(c *config) error {
-		if !(f >= 0 && f < 0.5) {
-			return fmt.Errorf("%w: WithDriftFactor(%v): must be in [0, 0.5)", dlm.ErrInvalid, f)
-		}
-		c.driftFactor = f
-		return nil
-	}
-}
-
-// WithTimeout bounds every call to a node. For the single-instance strategy
-// the default, 0, leaves the bound to the caller's context. For Redlock it is
-// the per-node timeout and must be positive: a node that has not answered
-// within it counts as failed. Without WithTimeout, Redlock's per-node
-// timeout adapts to the nodes' latency (see NewRedlock).
-func WithTimeout(d time.Duration) Option {
-	return func(c *config) error {
-		if d < 0 {
-			return fmt.Errorf("%w: WithTimeout(%v): must not be negative", dlm.ErrInvalid, d)
-		}
-		c.timeout, c.timeoutSet = d, true
-		return nil
-	}
-}
-
-// WithMaxTTL turns the amnesia guard on: d is the longest lease any client
-// of these keys takes (every client must be configured alike), and a TTL
-// above it is refused with ErrInvalid. A hash slot whose state a node lost
-// — a restart without persistence, FLUSHALL, an empty replica promoted,
-// eviction — grants nothing on that node until d has passed, so that no
-// lease it forgot can still be running; and fences on a slot that lost its
-// counter start again above the old ones. See the README's "Amnesia" section for
-// how a node that lost its data is told from a new one, and what it costs.
-// d must be positive and at most dlm.MaxTTL. By default the guard is off.
-func WithMaxTTL(d time.Duration) Option {
-	return func(c *config) error {
-		if d <= 0 || d > dlm.MaxTTL {
-			return fmt.Errorf("%w: WithMaxTTL(%v): must be positive and at most %v", dlm.ErrInvalid, d, dlm.MaxTTL)
-		}
-		c.maxTTL = d
-		return nil
-	}
-}
-
-// WithCoalescing(false) sends every call to a node by itself. By default
-// concurrent calls bound for one node — acquisitions, extensions and
-// releases of any keys, from any goroutine — go out together while earlier
-// calls are in flight: one pipelined round trip, over any driver, in which
-// the calls of one script bound for one server (nodekit.Router says which)
-// run as one script invocation. An uncontended call never waits for
-// company. Turn it off only to measure what it gains.
-func WithCoalescing(on bool) Option {
-	return func(c *config) error {
-		c.alone = !on
-		return nil
-	}
+func wrapReplicas(s *nodekit.Script) *nodekit.Script {
+	tail := mustScript("failover_replicas.lua").Source()
+	return nodekit.NewScript("local function dlm_script()\n" + s.Source() + "\nend\nlocal r = dlm_script()\n" + tail)
 }
 
 // coalesced returns node with its calls coalesced, unless
@@ -153,18 +85,6 @@ func (c *config) coalesced(node dlm.Node) dlm.Node {
 		return node
 	}
 	return coalesce.New(node, 0, acquireScript, extendScript, releaseScript)
-}
-
-func applyOptions(c *config, opts []Option) error {
-	for _, o := range opts {
-		if o == nil {
-			return fmt.Errorf("%w: nil Option", dlm.ErrInvalid)
-		}
-		if err := o(c); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // isNil reports whether n is nil or a nil pointer in an interface.
@@ -242,9 +162,8 @@ func Keys(key string) (lock, fence string) {
 	return keys[0], keys[1]
 }
 
-// lockKeys returns the Redis keys of an acquisition of key: its lock, its
-// slot's fencing counter, and the per-key counter of earlier versions.
-// Extend and Release use the first only.
+// lockKeys returns the Redis keys of an acquisition of key: its lock and
+// its slot's fencing counter. Extend and Release use the first only.
 func lockKeys(key string) []string {
 	keys, _ := acquireCall(key, "", "", 0, 0)
 	return keys
@@ -253,24 +172,13 @@ func lockKeys(key string) []string {
 // lockName returns the Redis key of key's lock, as the package
 // documentation says.
 func lockName(key string) string {
-	lock, _ := lockNames(key)
-	return lock
-}
-
-// lockNames returns the Redis keys of key's lock and of the counter earlier
-// versions kept for it; the lock key is a prefix of the counter's, so both
-// share one allocation.
-func lockNames(key string) (lock, legacy string) {
-	var f string
 	switch {
 	case hasHashTag(key):
-		f = "dlm:t:" + key + ":fence"
+		return "dlm:t:" + key
 	case strings.IndexByte(key, '}') >= 0:
-		f = "dlm:x:{" + hex.EncodeToString([]byte(key)) + "}:fence"
-	default:
-		f = "dlm:{" + key + "}:fence"
+		return "dlm:x:{" + hex.EncodeToString([]byte(key)) + "}"
 	}
-	return f[:len(f)-len(":fence")], f
+	return "dlm:{" + key + "}"
 }
 
 // hasHashTag reports whether Redis Cluster hashes key by a tag: a '{'
@@ -287,15 +195,15 @@ func hasHashTag(key string) bool {
 // milliseconds follow; for a hand-off (from not empty), maxTTL ("0" when
 // the guard is off) and from.
 func acquireCall(key, token, from string, ttl, maxTTL time.Duration) (keys, args []string) {
-	n := 3
+	n := 2
 	if maxTTL > 0 {
-		n = 4
+		n = 3
 	}
 	keys, args = lockCall(key, token, ttl, n)
 	slot := nodekit.Slot(keys[0])
 	keys[1] = fenceName(slot)
 	if maxTTL > 0 {
-		keys[3] = quarantineName(slot)
+		keys[2] = quarantineName(slot)
 	}
 	if maxTTL > 0 || from != "" {
 		args = append(args, strconv.FormatInt(maxTTL.Milliseconds(), 10))
@@ -339,10 +247,10 @@ func publishArg(r nodekit.Routing) string {
 
 func lockCall(key, token string, ttl time.Duration, nkeys int) (keys, args []string) {
 	c := new(struct {
-		keys [4]string
+		keys [3]string
 		args [4]string // room for acquireCall's maxTTL and from
 	})
-	c.keys[0], c.keys[2] = lockNames(key)
+	c.keys[0] = lockName(key)
 	c.args[0] = token
 	if ttl <= 0 {
 		return c.keys[:nkeys], c.args[:1]
@@ -370,13 +278,64 @@ type msText struct {
 
 var lastMS atomic.Pointer[msText]
 
-// errReply reports a script reply of an unexpected shape.
-func errReply(r []int64) error { return fmt.Errorf("dlm: unexpected script reply %v", r) }
-
 // LockValue returns what the key of a lock held by token with the given
 // fence holds on the servers of Single and Failover, "<fence>:<token>",
 // for scripts of primitives built beside the lock (package election) that
-// check a lock is still held.
+// check a lock is still held. Once an acquisition was refused on the lock,
+// the key holds "0" followed by LockValue: such scripts compare without it.
 func LockValue(fence uint64, token string) string {
 	return strconv.FormatUint(fence, 10) + ":" + token
 }
+
+const slots = 16384 // Redis Cluster hash slots
+
+// fenceName returns the Redis key of the fencing counter of hash slot
+// slot: "dlm:fence:{T}", T the first three-character string over [0-9a-zA-Z]
+// (in that order) whose slot it is. The names are part of the storage
+// format: every version must choose the same ones.
+func fenceName(slot int) string {
+	const n = len(fencePrefix) + 3 + 1
+	names := fenceNames()
+	return names[slot*n : (slot+1)*n]
+}
+
+// quarantineName returns the Redis key of the amnesia guard's quarantine
+// marker of hash slot slot: "dlm:quarantine:{T}", T as in fenceName.
+func quarantineName(slot int) string {
+	return quarantinePrefix + fenceName(slot)[len(fencePrefix):]
+}
+
+const (
+	fencePrefix      = "dlm:fence:{"
+	quarantinePrefix = "dlm:quarantine:{"
+)
+
+// fenceNames returns every slot's counter name, in slot order, in one
+// string (240 KiB), built at first use.
+var fenceNames = sync.OnceValue(func() string {
+	const alphabet = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+	var tags [slots][3]byte
+	found := 0
+	for _, a := range []byte(alphabet) {
+		for _, b := range []byte(alphabet) {
+			for _, c := range []byte(alphabet) {
+				tag := [3]byte{a, b, c}
+				if s := nodekit.Slot(string(tag[:])); tags[s][0] == 0 {
+					tags[s] = tag
+					found++
+				}
+			}
+		}
+	}
+	if found != slots {
+		panic("strategy: fence tags do not cover every slot") // checked by TestFenceNames
+	}
+	var b strings.Builder
+	b.Grow(slots * (len(fencePrefix) + 4))
+	for _, t := range tags {
+		b.WriteString(fencePrefix)
+		b.Write(t[:])
+		b.WriteByte('}')
+	}
+	return b.String()
+})

@@ -306,6 +306,9 @@ func TestWatchRelease(t *testing.T) {
 	if _, err := s.Acquire(ctx, "wr", "tok", 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := s.Acquire(ctx, "wr", "waiter", 10*time.Second); err == nil {
+		t.Fatal("a second token acquired a held lock") // its refusal makes the release publish
+	}
 	for len(woken) > 0 { // a hint on acquisition is allowed; drain it
 		<-woken
 	}

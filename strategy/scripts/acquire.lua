@@ -1,20 +1,58 @@
 -- Takes a lock, with a fence from its slot's counter, in one step.
--- KEYS[1] lock key, KEYS[2] the fencing counter of its slot, KEYS[3] the
--- lock's own counter of earlier versions, and with the amnesia guard
--- KEYS[4] the slot's quarantine marker (all in one hash slot).
+-- KEYS[1] lock key, KEYS[2] the fencing counter of its slot, and with the
+-- amnesia guard KEYS[3] the slot's quarantine marker (all in one hash slot).
 -- ARGV[1] token, ARGV[2] TTL in milliseconds, ARGV[3] with the amnesia
 -- guard the longest lease any client takes (WithMaxTTL) in milliseconds,
 -- else absent or "0". For a hand-off, ARGV[4] is the token that holds the
 -- lock: it is taken from that token in one step, and only from it.
--- The lock's value is "<fence>:<token>".
+-- The lock's value is "<fence>:<token>" (held.lua).
 -- Replies {1, fence} when the token holds the lock (taken now, or already
 -- held by the same token, whose TTL is then refreshed and whose fence
 -- stays), {0, pttl} when another token holds it (pttl is -1 when the key
 -- has no TTL; -2 for a hand-off whose token does not hold it), or {2, ms}
 -- when the slot is quarantined for ms more.
+--
+-- A refusal marks the lock (a 0 before its fence), so that its release
+-- publishes (release.lua): a release nobody waits for publishes nothing.
+-- The usual case takes the counter's next value before it knows the lock
+-- is free, and gives it back when it is not (no other call runs in
+-- between): the fences of a slot stay consecutive, which the Manager reads
+-- as a sign that no other process took the key.
+
+-- refuse marks the lock key, whose value is v, and replies its TTL.
+local function refuse(key, v)
+  if not marked(v) then
+    redis.call('SET', key, '0' .. v, 'KEEPTTL')
+  end
+  return {0, redis.call('PTTL', key)}
+end
+-- body
+
+local from, maxttl = ARGV[4], ARGV[3]
+if not from and not (maxttl and maxttl ~= '0') then
+  -- The usual case: one INCR, one SET that also answers what it found.
+  local fence = redis.call('INCR', KEYS[2])
+  local v = redis.call('SET', KEYS[1], string.format('%d', fence) .. ':' .. ARGV[1], 'NX', 'PX', ARGV[2], 'GET')
+  if not v then
+    return {1, fence}
+  end
+  if fence == 1 then
+    redis.call('DEL', KEYS[2]) -- the counter was missing: it stays so
+  else
+    redis.call('DECR', KEYS[2])
+  end
+  local f = held(v, ARGV[1])
+  if f then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    return {1, f}
+  end
+  return refuse(KEYS[1], v)
+end
+-- A hand-off, or the amnesia guard, whose counter must be read before an
+-- INCR creates it: read the lock first.
 local v = redis.call('GET', KEYS[1])
-if ARGV[4] then
-  if not holds(v, ARGV[4]) then
+if from then
+  if not holds(v, from) then
     return {0, redis.call('PTTL', KEYS[1])}
   end
 else
@@ -24,25 +62,19 @@ else
     return {1, fence}
   end
   if v then
-    return {0, redis.call('PTTL', KEYS[1])}
+    return refuse(KEYS[1], v)
   end
 end
-local maxttl = ARGV[3] -- read only when set: tonumber costs a strtod
-if maxttl and maxttl ~= '0' then
-  local q = quarantine(KEYS[2], KEYS[3], KEYS[4], tonumber(maxttl))
+if maxttl and maxttl ~= '0' then -- tonumber costs a strtod: only when set
+  local q = quarantine(KEYS[2], KEYS[3], tonumber(maxttl))
   if q > 0 then
     return {2, q}
   end
 end
 local fence = redis.call('INCR', KEYS[2])
-local old = tonumber(redis.call('GET', KEYS[3]))
-if old then
-  -- A counter of an earlier version: fold it in, so fences never go back.
-  redis.call('DEL', KEYS[3])
-  if old >= fence then
-    fence = old + 1
-    redis.call('SET', KEYS[2], string.format('%d', fence))
-  end
+local value = string.format('%d', fence) .. ':' .. ARGV[1]
+if from and marked(v) then
+  value = '0' .. value -- whoever waited for from's lock waits for this one
 end
-redis.call('SET', KEYS[1], string.format('%d', fence) .. ':' .. ARGV[1], 'PX', ARGV[2])
+redis.call('SET', KEYS[1], value, 'PX', ARGV[2])
 return {1, fence}

@@ -20,12 +20,12 @@
 --   * otherwise (up for maxttl or longer, none of these): none, a slot
 --     never used before.
 -- The marker key holds a quarantine until it expires.
-local function quarantine(counter, legacy, marker, maxttl)
+local function quarantine(counter, marker, maxttl)
   local q = redis.call('PTTL', marker)
   if q > 0 then
     return q
   end
-  if redis.call('EXISTS', counter, legacy) > 0 then
+  if redis.call('EXISTS', counter) == 1 then
     return 0
   end
   local t = redis.call('TIME')

@@ -11,11 +11,16 @@ if c < t then
   redis.call('SET', KEYS[2], ARGV[1])
   c = t
 end
-local fence = held(redis.call('GET', KEYS[1]), ARGV[2])
+local v = redis.call('GET', KEYS[1])
+local fence = held(v, ARGV[2])
 if fence and fence ~= t then
   local pttl = redis.call('PTTL', KEYS[1])
   if pttl > 0 then
-    redis.call('SET', KEYS[1], ARGV[1] .. ':' .. ARGV[2], 'PX', pttl)
+    local value = ARGV[1] .. ':' .. ARGV[2]
+    if marked(v) then
+      value = '0' .. value -- keeps the mark of a refusal (acquire.lua)
+    end
+    redis.call('SET', KEYS[1], value, 'PX', pttl)
   end
 end
 return {c}

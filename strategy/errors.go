@@ -241,3 +241,54 @@ func contextError(err, cause error) error {
 	}
 	return errors.Join(err, cause)
 }
+
+// AckError reports that fewer replicas acknowledged a write than the policy
+// requires, within the wait timeout. For an acquisition it matches
+// dlm.ErrNotAcquired and the lock was rolled back. For an extension it matches
+// no sentinel: the primary keeps the new TTL, but only the lease from before
+// the extension may be trusted.
+type AckError struct {
+	Op        string        // "acquire" or "extend"
+	Key       string        // the lock's key
+	Acked     int           // replicas that acknowledged
+	Wanted    int           // replicas the policy required
+	Connected int           // replicas the primary reported connected
+	Policy    AckPolicy     // the policy
+	Timeout   time.Duration // the wait timeout
+	AOF       bool          // acknowledgements were fsyncs (WAITAOF)
+	// LocalMissing reports that WithWaitAOF(true) was set and the primary
+	// did not fsync the write in time.
+	LocalMissing bool
+}
+
+func (e *AckError) Error() string {
+	what := "acknowledged"
+	if e.AOF {
+		what = "fsynced"
+	}
+	msg := fmt.Sprintf("%d of %d replicas %s %q within %v (policy %v, %d connected)",
+		e.Acked, e.Wanted, what, e.Key, e.Timeout, e.Policy, e.Connected)
+	if e.LocalMissing {
+		msg += "; the primary did not fsync it"
+	}
+	if e.Op == "acquire" {
+		return "dlm: lock not acquired: " + msg + "; rolled back"
+	}
+	return "dlm: extension not trusted: " + msg + "; the previous lease stands"
+}
+
+// Is makes an acquisition's AckError match dlm.ErrNotAcquired.
+func (e *AckError) Is(target error) bool { return target == dlm.ErrNotAcquired && e.Op == "acquire" }
+
+// errReply reports a script reply of an unexpected shape.
+func errReply(r []int64) error { return fmt.Errorf("dlm: unexpected script reply %v", r) }
+
+// errNotHeld is the error of a call by a token that does not hold key on node.
+func errNotHeld(key, node string) error {
+	return fmt.Errorf("%w: %q is not held by this token on %s", dlm.ErrNotHeld, key, node)
+}
+
+// errRevoked is a renewal's error when the token's lock was revoked.
+func errRevoked(key, node string) error {
+	return fmt.Errorf("%w: %w: %q was revoked by an operator on %s", dlm.ErrNotHeld, dlm.ErrRevoked, key, node)
+}

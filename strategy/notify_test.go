@@ -1,0 +1,128 @@
+package strategy_test
+
+import (
+	"context"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/driver/goredis"
+	"github.com/dlmgo/dlm/internal/redistest"
+	"github.com/dlmgo/dlm/strategy"
+)
+
+// publishes returns how many PUBLISH commands the server ran, scripts'
+// included.
+func publishes(t *testing.T, c *redis.Client) int {
+	t.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	require.NoError(t, err)
+	m := regexp.MustCompile(`cmdstat_publish:calls=(\d+)`).FindStringSubmatch(info)
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(m[1])
+	return n
+}
+
+// A release publishes only when an acquisition was refused on the lock: the
+// refusal marks the lock in the same script; an extension and a hand-off
+// keep the mark; a refusal gives back the fence it took, so the slot's
+// fences stay consecutive.
+func TestReleasePublishesOnlyForWaiters(t *testing.T) {
+	c := redistest.Start(t).Client(t)
+	ctx := context.Background()
+	s, err := strategy.NewSingle(goredis.New(c), strategy.WithCoalescing(false))
+	require.NoError(t, err)
+	key := "waited"
+	lock, counter := strategy.Keys(key)
+	woken := make(chan struct{}, 8)
+	stop, err := s.WatchRelease(ctx, key, func() { woken <- struct{}{} })
+	require.NoError(t, err)
+	defer stop()
+
+	l, err := s.Acquire(ctx, key, "A", time.Minute)
+	require.NoError(t, err)
+	assert.Equal(t, strategy.LockValue(l.Fence, "A"), c.Get(ctx, lock).Val(), "not marked: nobody waits")
+	require.NoError(t, s.Release(ctx, key, "A"))
+	assert.Zero(t, publishes(t, c), "a release nobody waited for publishes nothing")
+
+	l, err = s.Acquire(ctx, key, "A", time.Minute)
+	require.NoError(t, err)
+	_, err = s.Acquire(ctx, key, "B", time.Minute)
+	var held *strategy.HeldError
+	require.ErrorAs(t, err, &held)
+	assert.Greater(t, held.Remaining, 50*time.Second)
+	assert.Equal(t, "0"+strategy.LockValue(l.Fence, "A"), c.Get(ctx, lock).Val(), "the refusal marked the lock")
+	assert.Equal(t, strconv.FormatUint(l.Fence, 10), c.Get(ctx, counter).Val(), "the refusal gave its fence back")
+	assert.Greater(t, c.PTTL(ctx, lock).Val(), 50*time.Second, "marking kept the TTL")
+	e, err := s.Extend(ctx, key, "A", time.Minute)
+	require.NoError(t, err)
+	assert.Equal(t, l.Fence, e.Fence, "a marked lock keeps its fence")
+	again, err := s.Acquire(ctx, key, "A", time.Minute)
+	require.NoError(t, err)
+	assert.Equal(t, l.Fence, again.Fence, "reacquired by its holder")
+	h, err := s.Handoff(ctx, key, "A", "C", time.Minute)
+	require.NoError(t, err)
+	assert.Equal(t, l.Fence+1, h.Fence, "consecutive: no fence was used up")
+	assert.Equal(t, "0"+strategy.LockValue(h.Fence, "C"), c.Get(ctx, lock).Val(), "the hand-off kept the mark")
+	drainHints(woken)
+	require.NoError(t, s.Release(ctx, key, "C"))
+	assert.Equal(t, 1, publishes(t, c), "the release of a lock someone waited for publishes")
+	select {
+	case <-woken:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the watcher was not woken by the release")
+	}
+
+	// A refusal on a slot whose counter is missing leaves it missing.
+	require.NoError(t, c.Set(ctx, lock, "7:D", time.Minute).Err())
+	require.NoError(t, c.Del(ctx, counter).Err())
+	_, err = s.Acquire(ctx, key, "E", time.Minute)
+	require.ErrorAs(t, err, &held)
+	assert.Zero(t, c.Exists(ctx, counter).Val())
+	assert.Equal(t, "07:D", c.Get(ctx, lock).Val())
+}
+
+// Redlock: a refusal marks the lock on the nodes that refused, and the
+// release then wakes a watcher.
+func TestRedlockReleaseWakesWaiter(t *testing.T) {
+	c := startCluster(t, 3)
+	ctx := context.Background()
+	r := c.redlock(t, strategy.WithTimeout(time.Second))
+	woken := make(chan struct{}, 8)
+	stop, err := r.WatchRelease(ctx, "k", func() { woken <- struct{}{} })
+	require.NoError(t, err)
+	defer stop()
+	_, err = r.Acquire(ctx, "k", "A", time.Minute)
+	require.NoError(t, err)
+	_, err = r.Acquire(ctx, "k", "B", time.Minute)
+	require.ErrorIs(t, err, dlm.ErrNotAcquired)
+	for i := range c.clients {
+		assert.True(t, strings.HasPrefix(c.clients[i].Get(ctx, lockKey("k")).Val(), "0"), "node %d marked", i)
+	}
+	drainHints(woken)
+	require.NoError(t, r.Release(ctx, "k", "A"))
+	select {
+	case <-woken:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the watcher was not woken by the release")
+	}
+}
+
+func drainHints(ch chan struct{}) {
+	for {
+		select {
+		case <-ch:
+		default:
+			return
+		}
+	}
+}
