@@ -111,7 +111,9 @@ func TestUnlockHandsOffToWaiter(t *testing.T) {
 	assert.Equal(t, acquires, s.acquires.Load(), "Acquire calls after the Unlock")
 	assert.Equal(t, held.Fence()+1, r.l.Fence())
 	lock, _ := strategy.Keys("h")
-	assert.Equal(t, strategy.LockValue(r.l.Fence(), r.l.Token()), c.Get(ctx, lock).Val())
+	// The waiter's refusal marked the lock (a leading 0: its release
+	// publishes), and the hand-off kept the mark.
+	assert.Equal(t, "0"+strategy.LockValue(r.l.Fence(), r.l.Token()), c.Get(ctx, lock).Val())
 	assert.ErrorIs(t, held.Unlock(ctx), dlm.ErrNotHeld, "second Unlock of the handed-off lock")
 	require.NoError(t, r.l.Extend(ctx, time.Minute))
 	require.NoError(t, r.l.Unlock(ctx))
