@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/dlmtest"
 	"github.com/dlmgo/dlm/driver/goredis"
 	"github.com/dlmgo/dlm/internal/redistest"
 	"github.com/dlmgo/dlm/strategy"
@@ -129,130 +130,148 @@ func ctxClient(t testing.TB, addr string) *redis.Client {
 }
 
 func TestContextDeadlineIsValidity(t *testing.T) {
-	m, _ := newManager(t, dlm.WithTTL(300*time.Millisecond))
-	l, err := m.TryLock(context.Background(), "validity")
-	require.NoError(t, err)
-	ctx := l.Context()
-	d, ok := ctx.Deadline()
-	require.True(t, ok)
-	assert.Equal(t, l.Until(), d)
-	assert.NoError(t, ctx.Err())
-	// Err checks the clock itself: at the validity it reports the end even
-	// if the timer that closes Done has not run yet.
-	time.Sleep(time.Until(l.Until()))
-	require.Error(t, ctx.Err())
-	assert.ErrorIs(t, context.Cause(ctx), dlm.ErrLost)
-	assert.NotErrorIs(t, context.Cause(ctx), dlm.ErrUnlocked)
-	<-ctx.Done()
-	// A child created afterwards is done at once.
-	child, cancel := context.WithCancel(ctx)
-	defer cancel()
-	<-child.Done()
-	assert.ErrorIs(t, context.Cause(child), dlm.ErrLost)
+	vtest(t, func(t *testing.T, srv *dlmtest.Server) {
+		const ttl = 300 * time.Millisecond
+		m := newVManager(t, srv, dlm.WithTTL(ttl))
+		start := time.Now()
+		l, err := m.TryLock(context.Background(), "validity")
+		require.NoError(t, err)
+		// The reply took no (virtual) time: the validity is the TTL less the
+		// drift margin (1% and 2ms), counted from the request.
+		assert.Equal(t, start.Add(ttl-ttl/100-2*time.Millisecond), l.Until())
+		ctx := l.Context()
+		d, ok := ctx.Deadline()
+		require.True(t, ok)
+		assert.Equal(t, l.Until(), d)
+		time.Sleep(time.Until(l.Until()) - time.Nanosecond)
+		assert.NoError(t, ctx.Err(), "live until the validity")
+		// Err checks the clock itself: at the validity it reports the end even
+		// if the timer that closes Done has not run yet.
+		time.Sleep(time.Nanosecond)
+		require.Error(t, ctx.Err())
+		assert.ErrorIs(t, context.Cause(ctx), dlm.ErrLost)
+		assert.NotErrorIs(t, context.Cause(ctx), dlm.ErrUnlocked)
+		<-ctx.Done()
+		assert.Equal(t, l.Until(), time.Now(), "Done closed at the validity")
+		// A child created afterwards is done at once.
+		child, cancel := context.WithCancel(ctx)
+		defer cancel()
+		<-child.Done()
+		assert.ErrorIs(t, context.Cause(child), dlm.ErrLost)
+	})
 }
 
 func TestAutoRenewKeepsLockPastSeveralTTLs(t *testing.T) {
-	const ttl = 300 * time.Millisecond
-	m, c := newManager(t, dlm.WithTTL(ttl), dlm.WithAutoRenew(1.0/3, time.Minute))
-	ctx := context.Background()
-	l, err := m.TryLock(ctx, "renewed")
-	require.NoError(t, err)
-	lctx := l.Context()
-	first := l.Until()
-	time.Sleep(5 * ttl)
-	require.NoError(t, lctx.Err(), "context alive after 5 TTLs")
-	assert.True(t, l.Until().After(first.Add(3*ttl)), "validity moved on")
-	d, _ := lctx.Deadline()
-	assert.True(t, d.After(time.Now()), "deadline is the current validity")
-	_, err = m.TryLock(ctx, "renewed")
-	assert.ErrorIs(t, err, dlm.ErrNotAcquired, "still held on the server")
-	pttl, err := c.PTTL(ctx, "dlm:{renewed}").Result()
-	require.NoError(t, err)
-	assert.Greater(t, pttl, time.Duration(0))
-	require.NoError(t, l.Unlock(ctx))
-	<-lctx.Done()
-	assert.ErrorIs(t, context.Cause(lctx), dlm.ErrUnlocked)
-	assert.NotErrorIs(t, context.Cause(lctx), dlm.ErrLost)
+	vtest(t, func(t *testing.T, srv *dlmtest.Server) {
+		const ttl = 300 * time.Millisecond
+		m := newVManager(t, srv, dlm.WithTTL(ttl), dlm.WithAutoRenew(1.0/3, time.Minute))
+		ctx := context.Background()
+		l, err := m.TryLock(ctx, "renewed")
+		require.NoError(t, err)
+		lctx := l.Context()
+		first := l.Until()
+		time.Sleep(5 * ttl)
+		require.NoError(t, lctx.Err(), "context alive after 5 TTLs")
+		assert.True(t, l.Until().After(first.Add(3*ttl)), "validity moved on")
+		d, _ := lctx.Deadline()
+		assert.True(t, d.After(time.Now()), "deadline is the current validity")
+		_, err = m.TryLock(ctx, "renewed")
+		assert.ErrorIs(t, err, dlm.ErrNotAcquired, "still held on the server")
+		assert.Greater(t, pttl(t, srv, lockKey("renewed")), time.Duration(0))
+		require.NoError(t, l.Unlock(ctx))
+		<-lctx.Done()
+		assert.ErrorIs(t, context.Cause(lctx), dlm.ErrUnlocked)
+		assert.NotErrorIs(t, context.Cause(lctx), dlm.ErrLost)
+	})
 }
 
 func TestRenewalRefusedEndsContextWithErrLost(t *testing.T) {
-	const ttl = 2 * time.Second
-	m, c := newManager(t, dlm.WithTTL(ttl), dlm.WithAutoRenew(0.1, time.Minute))
-	ctx := context.Background()
-	l, err := m.TryLock(ctx, "deleted")
-	require.NoError(t, err)
-	lctx := l.Context()
-	require.NoError(t, c.Del(ctx, "dlm:{deleted}").Err()) // someone deletes the key
-	select {
-	case <-lctx.Done():
-	case <-time.After(ttl):
-		t.Fatal("context still alive a TTL after the key was deleted")
-	}
-	cause := context.Cause(lctx)
-	assert.ErrorIs(t, cause, dlm.ErrLost)
-	assert.ErrorIs(t, cause, dlm.ErrNotHeld, "the servers' refusal is the cause")
-	assert.True(t, time.Now().Before(l.Until()), "ended by the renewal, before the validity ran out")
-	assert.ErrorIs(t, l.Extend(ctx, ttl), dlm.ErrNotHeld)
+	vtest(t, func(t *testing.T, srv *dlmtest.Server) {
+		const ttl = 2 * time.Second
+		m := newVManager(t, srv, dlm.WithTTL(ttl), dlm.WithAutoRenew(0.1, time.Minute))
+		ctx := context.Background()
+		l, err := m.TryLock(ctx, "deleted")
+		require.NoError(t, err)
+		lctx := l.Context()
+		do(t, srv, "DEL", lockKey("deleted")) // someone deletes the key
+		deleted := time.Now()
+		<-lctx.Done()
+		// The first renewal, a tenth of the TTL after the grant, is refused.
+		assert.Equal(t, ttl/10, time.Since(deleted), "ended by the first renewal")
+		cause := context.Cause(lctx)
+		assert.ErrorIs(t, cause, dlm.ErrLost)
+		assert.ErrorIs(t, cause, dlm.ErrNotHeld, "the servers' refusal is the cause")
+		assert.True(t, time.Now().Before(l.Until()), "ended by the renewal, before the validity ran out")
+		assert.ErrorIs(t, l.Extend(ctx, ttl), dlm.ErrNotHeld)
+	})
 }
 
 func TestRenewalFailingEndsContextAtValidity(t *testing.T) {
-	const ttl = 300 * time.Millisecond
-	srv := redistest.Start(t)
-	s := newSingle(t, goredis.New(ctxClient(t, srv.Addr)), strategy.WithTimeout(50*time.Millisecond))
-	m := newM(t, s, dlm.WithTTL(ttl), dlm.WithAutoRenew(1.0/3, time.Minute))
-	l, err := m.TryLock(context.Background(), "failing")
-	require.NoError(t, err)
-	lctx := l.Context()
-	srv.Kill(t)
-	<-lctx.Done()
-	ended := time.Now()
-	cause := context.Cause(lctx)
-	assert.ErrorIs(t, cause, dlm.ErrLost)
-	var ne *strategy.NodeError
-	assert.ErrorAs(t, cause, &ne, "the last renewal's error is kept: %v", cause)
-	assert.False(t, ended.Before(l.Until()), "not before the confirmed validity ran out")
-	assert.Less(t, ended.Sub(l.Until()), ttl, "and soon after it")
+	vtest(t, func(t *testing.T, srv *dlmtest.Server) {
+		const ttl = 300 * time.Millisecond
+		node := srv.Node()
+		s := newSingle(t, node, strategy.WithTimeout(50*time.Millisecond))
+		m := newM(t, s, dlm.WithTTL(ttl), dlm.WithAutoRenew(1.0/3, time.Minute))
+		l, err := m.TryLock(context.Background(), "failing")
+		require.NoError(t, err)
+		lctx := l.Context()
+		node.Partition(true) // every renewal times out
+		<-lctx.Done()
+		cause := context.Cause(lctx)
+		assert.ErrorIs(t, cause, dlm.ErrLost)
+		var ne *strategy.NodeError
+		assert.ErrorAs(t, cause, &ne, "the last renewal's error is kept: %v", cause)
+		assert.Equal(t, l.Until(), time.Now(), "ended exactly when the confirmed validity ran out")
+	})
 }
 
 func TestMaxHoldStopsRenewal(t *testing.T) {
-	const ttl = 200 * time.Millisecond
-	m, _ := newManager(t, dlm.WithTTL(ttl), dlm.WithAutoRenew(0.25, 300*time.Millisecond))
-	start := time.Now()
-	l, err := m.TryLock(context.Background(), "capped")
-	require.NoError(t, err)
-	lctx := l.Context()
-	<-lctx.Done()
-	held := time.Since(start)
-	assert.ErrorIs(t, context.Cause(lctx), dlm.ErrLost)
-	assert.Contains(t, context.Cause(lctx).Error(), "maximum hold time")
-	assert.GreaterOrEqual(t, held, 300*time.Millisecond)
-	assert.Less(t, held, 300*time.Millisecond+ttl+time.Second)
+	vtest(t, func(t *testing.T, srv *dlmtest.Server) {
+		const ttl, maxHold = 200 * time.Millisecond, 300 * time.Millisecond
+		m := newVManager(t, srv, dlm.WithTTL(ttl), dlm.WithAutoRenew(0.25, maxHold))
+		start := time.Now()
+		l, err := m.TryLock(context.Background(), "capped")
+		require.NoError(t, err)
+		lctx := l.Context()
+		<-lctx.Done()
+		held := time.Since(start)
+		assert.ErrorIs(t, context.Cause(lctx), dlm.ErrLost)
+		assert.Contains(t, context.Cause(lctx).Error(), "maximum hold time")
+		// Renewal stopped at the maximum hold; the last renewed lease runs out
+		// within one TTL after it, and the context ends exactly then.
+		assert.GreaterOrEqual(t, held, maxHold)
+		assert.Less(t, held, maxHold+ttl)
+		assert.Equal(t, l.Until(), time.Now(), "ended at the last renewed validity")
+	})
 }
 
 // The maximum hold time is the one bound on holding a lock: explicit
 // extensions are shortened to end at it and refused after it.
 func TestMaxHoldBoundsExtend(t *testing.T) {
-	const maxHold = 400 * time.Millisecond
-	// Renewal would come at 0.9 of the TTL: after the maximum hold.
-	m, c := newManager(t, dlm.WithTTL(time.Second), dlm.WithAutoRenew(0.9, maxHold))
-	ctx := context.Background()
-	short, err := m.TryLock(ctx, "extend-shortened")
-	require.NoError(t, err)
-	require.NoError(t, short.Extend(ctx, time.Minute))
-	assert.WithinDuration(t, time.Now(), short.Until(), maxHold, "the extension ends at the maximum hold")
-	pttl, err := c.PTTL(ctx, "dlm:{extend-shortened}").Result()
-	require.NoError(t, err)
-	assert.LessOrEqual(t, pttl, maxHold, "the servers' TTL is shortened too")
+	vtest(t, func(t *testing.T, srv *dlmtest.Server) {
+		const maxHold = 400 * time.Millisecond
+		// Renewal would come at 0.9 of the TTL: after the maximum hold.
+		m := newVManager(t, srv, dlm.WithTTL(time.Second), dlm.WithAutoRenew(0.9, maxHold))
+		ctx := context.Background()
+		start := time.Now()
+		short, err := m.TryLock(ctx, "extend-shortened")
+		require.NoError(t, err)
+		require.NoError(t, short.Extend(ctx, time.Minute))
+		// The extension is shortened to a TTL that ends at the maximum hold;
+		// the validity is that TTL less its drift margin.
+		assert.Equal(t, start.Add(maxHold-maxHold/100-2*time.Millisecond), short.Until(), "the extension ends at the maximum hold")
+		assert.Equal(t, maxHold, pttl(t, srv, lockKey("extend-shortened")), "the servers' TTL is shortened too")
 
-	refused, err := m.TryLock(ctx, "extend-refused")
-	require.NoError(t, err)
-	time.Sleep(maxHold + 50*time.Millisecond)
-	require.NoError(t, refused.Context().Err(), "the lease (1s) is still valid")
-	err = refused.Extend(ctx, time.Minute)
-	assert.ErrorIs(t, err, dlm.ErrNotHeld)
-	require.Error(t, refused.Context().Err(), "refusal ends the context")
-	assert.ErrorIs(t, context.Cause(refused.Context()), dlm.ErrLost)
-	assert.Contains(t, context.Cause(refused.Context()).Error(), "maximum hold time")
+		refused, err := m.TryLock(ctx, "extend-refused")
+		require.NoError(t, err)
+		time.Sleep(maxHold + 50*time.Millisecond)
+		require.NoError(t, refused.Context().Err(), "the lease (1s) is still valid")
+		err = refused.Extend(ctx, time.Minute)
+		assert.ErrorIs(t, err, dlm.ErrNotHeld)
+		require.Error(t, refused.Context().Err(), "refusal ends the context")
+		assert.ErrorIs(t, context.Cause(refused.Context()), dlm.ErrLost)
+		assert.Contains(t, context.Cause(refused.Context()).Error(), "maximum hold time")
+	})
 }
 
 func TestAutoRenewBadOptions(t *testing.T) {
