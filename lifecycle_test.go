@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -296,65 +297,54 @@ func TestAutoRenewBadOptions(t *testing.T) {
 // depend on the scheduler (a request can sit in the client for milliseconds
 // on a loaded machine), so they are reported, not asserted.
 func TestPartitionedHolderEndsBeforeOthersAcquire(t *testing.T) {
-	const ttl = 400 * time.Millisecond
-	srv := redistest.Start(t)
-	proxy := redistest.StartProxy(t, srv.Addr)
-	holderStrat := newSingle(t, goredis.New(ctxClient(t, proxy.Addr)), strategy.WithTimeout(100*time.Millisecond))
-	holder := newM(t, holderStrat, dlm.WithTTL(ttl), dlm.WithAutoRenew(1.0/3, time.Minute))
-	other := &countingStrategy{Strategy: newSingle(t, goredis.New(ctxClient(t, srv.Addr)))}
-	others := newM(t, other, dlm.WithTTL(ttl), dlm.WithRetryDelay(time.Millisecond, 20*time.Millisecond))
+	vtest(t, func(t *testing.T, srv *dlmtest.Server) {
+		const ttl = 400 * time.Millisecond
+		holderNode := srv.Node()
+		holderStrat := newSingle(t, holderNode, strategy.WithTimeout(100*time.Millisecond))
+		holder := newM(t, holderStrat, dlm.WithTTL(ttl), dlm.WithAutoRenew(1.0/3, time.Minute))
+		other := &countingStrategy{Strategy: newSingle(t, srv.Node())}
+		others := newM(t, other, dlm.WithTTL(ttl), dlm.WithRetryDelay(time.Millisecond, 20*time.Millisecond))
 
-	const trials = 10
-	endedFirst, doneFirst := 0, 0
-	for i := range trials {
-		proxy.Blackhole(false)
-		proxy.CloseConns()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		key := "partitioned"
-		var l *dlm.Lock
-		var err error
-		for range 50 { // the holder's pool may first meet closed connections
-			if l, err = holder.TryLock(ctx, key); err == nil {
-				break
-			}
-			time.Sleep(10 * time.Millisecond)
+		const trials = 10
+		for i := range trials {
+			holderNode.Partition(false)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			key := "partitioned"
+			l, err := holder.TryLock(ctx, key)
+			require.NoError(t, err, "trial %d", i)
+			lctx := l.Context()
+			probe := func() error { return lctx.Err() }
+			other.probe.Store(&probe)
+			endCh := make(chan time.Time, 1)
+			go func() { <-lctx.Done(); endCh <- time.Now() }()
+			time.Sleep(rand.N(ttl)) // cut it at any point of the renewal cycle
+			holderNode.Partition(true)
+			cut := time.Now()
+			won, err := others.Lock(ctx, key)
+			require.NoError(t, err, "trial %d", i)
+			other.mu.Lock()
+			w := other.lastWinner
+			other.mu.Unlock()
+			ended := <-endCh
+			deadline, _ := lctx.Deadline()
+			t.Logf("trial %d: cut %v into the lease; holder validity ended %v after the cut, %v before the winning request was sent",
+				i, cut.Sub(l.Until().Add(-ttl)), deadline.Sub(cut), w.sent.Sub(deadline))
+			assert.ErrorIs(t, context.Cause(lctx), dlm.ErrLost, "trial %d", i)
+			assert.True(t, deadline.Before(w.replied), "trial %d: holder valid until %v, other's winning reply at %v (overlap %v)",
+				i, deadline, w.replied, deadline.Sub(w.replied))
+			assert.ErrorIs(t, w.probed, context.Canceled, "trial %d: holder's ctx.Err() as the winning reply arrived", i)
+			// In virtual time no scheduler delays the end: the holder's Context
+			// had ended, and Done was closed, at its validity, before the
+			// winning request was even sent.
+			assert.True(t, deadline.Before(w.sent), "trial %d: validity ended before the winning request", i)
+			assert.ErrorIs(t, w.probeSent, context.Canceled, "trial %d: holder's ctx.Err() as the winning request was sent", i)
+			assert.Equal(t, deadline, ended, "trial %d: Done closed at the validity", i)
+			assert.Greater(t, won.Fence(), l.Fence())
+			other.probe.Store(nil)
+			require.NoError(t, won.Unlock(context.Background()))
+			cancel()
 		}
-		require.NoError(t, err, "trial %d", i)
-		lctx := l.Context()
-		probe := func() error { return lctx.Err() }
-		other.probe.Store(&probe)
-		endCh := make(chan time.Time, 1)
-		go func() { <-lctx.Done(); endCh <- time.Now() }()
-		time.Sleep(rand.N(ttl)) // cut it at any point of the renewal cycle
-		proxy.Blackhole(true)
-		cut := time.Now()
-		won, err := others.Lock(ctx, key)
-		require.NoError(t, err, "trial %d", i)
-		other.mu.Lock()
-		w := other.lastWinner
-		other.mu.Unlock()
-		ended := <-endCh
-		deadline, _ := lctx.Deadline()
-		if deadline.Before(w.sent) && w.probeSent != nil {
-			endedFirst++
-		}
-		if ended.Before(w.sent) {
-			doneFirst++
-		}
-		t.Logf("trial %d: cut %v into the lease; holder validity ended %v after the cut, %v before the winning request was sent (its reply took %v); Done seen %v after the validity",
-			i, cut.Sub(l.Until().Add(-ttl)).Round(time.Millisecond), deadline.Sub(cut).Round(time.Millisecond),
-			w.sent.Sub(deadline).Round(time.Millisecond), w.replied.Sub(w.sent).Round(time.Microsecond), ended.Sub(deadline).Round(time.Microsecond))
-		assert.ErrorIs(t, context.Cause(lctx), dlm.ErrLost, "trial %d", i)
-		assert.True(t, deadline.Before(w.replied), "trial %d: holder valid until %v, other's winning reply at %v (overlap %v)",
-			i, deadline, w.replied, deadline.Sub(w.replied))
-		assert.ErrorIs(t, w.probed, context.Canceled, "trial %d: holder's ctx.Err() as the winning reply arrived", i)
-		assert.Greater(t, won.Fence(), l.Fence())
-		other.probe.Store(nil)
-		require.NoError(t, won.Unlock(context.Background()))
-		cancel()
-	}
-	t.Logf("%d of %d trials: the holder's context had ended (Err non-nil) before the winning request was sent; %d: a goroutine blocked on Done saw it by then",
-		endedFirst, trials, doneFirst)
+	})
 }
 
 func TestWaiterWokenByRelease(t *testing.T) {
@@ -368,111 +358,125 @@ func TestWaiterWokenByRelease(t *testing.T) {
 		{"polling-strategy-cannot-notify", false, func(s dlm.Strategy) dlm.Strategy { return noWatchStrategy{s} }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := redistest.Start(t).Client(t)
-			var n dlm.Node = goredis.New(c)
-			if !tc.notify && tc.wrap == nil {
-				n = plainNode{n}
-			}
-			strat := &countingStrategy{Strategy: newSingle(t, n)}
-			var used dlm.Strategy = strat
-			if tc.wrap != nil {
-				used = tc.wrap(strat)
-			}
-			maxPoll := 3 * time.Second
-			if !tc.notify {
-				maxPoll = 100 * time.Millisecond
-			}
-			m := newM(t, used, dlm.WithTTL(time.Minute), dlm.WithRetryDelay(5*time.Millisecond, maxPoll))
-			ctx := context.Background()
-			held, err := m.TryLock(ctx, "woken")
-			require.NoError(t, err)
-			got := make(chan time.Time, 1)
-			go func() {
-				l, err := m.Lock(ctx, "woken")
-				if err == nil {
-					got <- time.Now()
-					_ = l.Unlock(ctx)
+			vtest(t, func(t *testing.T, srv *dlmtest.Server) {
+				var n dlm.Node = srv.Node()
+				if !tc.notify && tc.wrap == nil {
+					n = plainNode{n}
 				}
-				close(got)
-			}()
-			time.Sleep(300 * time.Millisecond) // let it park
-			before := strat.acquires.Load()
-			released := time.Now()
-			require.NoError(t, held.Unlock(ctx))
-			at, ok := <-got
-			require.True(t, ok, "waiter failed")
-			if tc.notify {
-				// Polling alone would take 1.5s or more here.
-				assert.Less(t, at.Sub(released), time.Second, "woken by the release")
-				assert.Equal(t, int64(1), strat.acquires.Load()-before, "one attempt after the release")
-			} else {
-				assert.Less(t, at.Sub(released), 2*time.Second)
-			}
+				strat := &countingStrategy{Strategy: newSingle(t, n)}
+				var used dlm.Strategy = strat
+				if tc.wrap != nil {
+					used = tc.wrap(strat)
+				}
+				maxPoll := 3 * time.Second
+				if !tc.notify {
+					maxPoll = 100 * time.Millisecond
+				}
+				m := newM(t, used, dlm.WithTTL(time.Minute), dlm.WithRetryDelay(5*time.Millisecond, maxPoll))
+				ctx := context.Background()
+				held, err := m.TryLock(ctx, "woken")
+				require.NoError(t, err)
+				got := make(chan time.Time, 1)
+				go func() {
+					l, err := m.Lock(ctx, "woken")
+					if err == nil {
+						got <- time.Now()
+						_ = l.Unlock(ctx)
+					}
+					close(got)
+				}()
+				time.Sleep(300 * time.Millisecond) // virtual: the waiter polls a while, then parks
+				synctest.Wait()
+				before := strat.acquires.Load()
+				released := time.Now()
+				require.NoError(t, held.Unlock(ctx))
+				at, ok := <-got
+				require.True(t, ok, "waiter failed")
+				if tc.notify {
+					// Polling alone would take 1.5s or more here.
+					assert.Equal(t, released, at, "woken by the release, at once")
+					assert.Equal(t, int64(1), strat.acquires.Load()-before, "one attempt after the release")
+				} else {
+					assert.LessOrEqual(t, at.Sub(released), maxPoll, "found at the next poll")
+				}
+			})
 		})
 	}
 }
 
 func TestWaiterNotParkedWithoutNotification(t *testing.T) {
-	c := redistest.Start(t).Client(t)
-	strat := newSingle(t, goredis.New(c))
-	ctx := context.Background()
+	vtest(t, func(t *testing.T, srv *dlmtest.Server) {
+		strat := newSingle(t, srv.Node())
+		ctx := context.Background()
 
-	// Expiry publishes nothing: the waiter tries when the holder's TTL ends.
-	m := newM(t, strat, dlm.WithTTL(300*time.Millisecond), dlm.WithRetryDelay(time.Millisecond, time.Minute))
-	_, err := m.TryLock(ctx, "expires")
-	require.NoError(t, err)
-	start := time.Now()
-	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	l, err := m.Lock(wctx, "expires")
-	require.NoError(t, err)
-	assert.Less(t, time.Since(start), 2*time.Second, "woken by the holder's TTL, not the one-minute poll")
-	require.NoError(t, l.Unlock(ctx))
+		// Expiry publishes nothing: the waiter tries when the holder's TTL ends.
+		const ttl = 300 * time.Millisecond
+		m := newM(t, strat, dlm.WithTTL(ttl), dlm.WithRetryDelay(time.Millisecond, time.Minute))
+		_, err := m.TryLock(ctx, "expires")
+		require.NoError(t, err)
+		start := time.Now()
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		l, err := m.Lock(wctx, "expires")
+		require.NoError(t, err)
+		// The first waiter tries 1-2ms after the holder's key expires.
+		assert.GreaterOrEqual(t, time.Since(start), ttl, "not before the holder's TTL ended")
+		assert.LessOrEqual(t, time.Since(start), ttl+2*time.Millisecond, "woken by the holder's TTL, not the one-minute poll")
+		require.NoError(t, l.Unlock(ctx))
 
-	// A deletion that publishes nothing (a lost notification): the poll bound.
-	m = newM(t, strat, dlm.WithTTL(time.Minute), dlm.WithRetryDelay(time.Millisecond, 200*time.Millisecond))
-	_, err = m.TryLock(ctx, "deleted")
-	require.NoError(t, err)
-	time.AfterFunc(100*time.Millisecond, func() { c.Del(context.Background(), "dlm:{deleted}") })
-	start = time.Now()
-	l, err = m.Lock(wctx, "deleted")
-	require.NoError(t, err)
-	assert.Less(t, time.Since(start), 3*time.Second)
-	require.NoError(t, l.Unlock(ctx))
+		// A deletion that publishes nothing (a lost notification): the poll bound.
+		const maxPoll = 200 * time.Millisecond
+		m = newM(t, strat, dlm.WithTTL(time.Minute), dlm.WithRetryDelay(time.Millisecond, maxPoll))
+		_, err = m.TryLock(ctx, "deleted")
+		require.NoError(t, err)
+		time.AfterFunc(100*time.Millisecond, func() { _, _ = srv.Do("DEL", lockKey("deleted")) })
+		start = time.Now()
+		l, err = m.Lock(wctx, "deleted")
+		require.NoError(t, err)
+		assert.GreaterOrEqual(t, time.Since(start), 100*time.Millisecond, "not before the deletion")
+		assert.LessOrEqual(t, time.Since(start), 100*time.Millisecond+maxPoll, "within a poll of the deletion")
+		require.NoError(t, l.Unlock(ctx))
+	})
 }
 
 func TestWaitCancelled(t *testing.T) {
-	m, _ := newManager(t, dlm.WithTTL(time.Minute))
-	ctx := context.Background()
-	held, err := m.TryLock(ctx, "cancelled")
-	require.NoError(t, err)
-	// Several queued waiters give up; a later one still gets the lock.
-	var wg sync.WaitGroup
-	for range 3 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-			defer cancel()
-			_, err := m.Lock(c, "cancelled")
-			assert.ErrorIs(t, err, dlm.ErrNotAcquired)
-			assert.ErrorIs(t, err, context.DeadlineExceeded)
-		}()
-	}
-	wg.Wait()
-	got := make(chan error, 1)
-	go func() {
-		c, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		l, err := m.Lock(c, "cancelled")
-		if err == nil {
-			err = l.Unlock(ctx)
+	vtest(t, func(t *testing.T, srv *dlmtest.Server) {
+		m := newVManager(t, srv, dlm.WithTTL(time.Minute))
+		ctx := context.Background()
+		held, err := m.TryLock(ctx, "cancelled")
+		require.NoError(t, err)
+		// Several queued waiters give up; a later one still gets the lock.
+		var wg sync.WaitGroup
+		for range 3 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				c, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+				defer cancel()
+				start := time.Now()
+				_, err := m.Lock(c, "cancelled")
+				assert.ErrorIs(t, err, dlm.ErrNotAcquired)
+				assert.ErrorIs(t, err, context.DeadlineExceeded)
+				assert.Equal(t, 100*time.Millisecond, time.Since(start), "gave up at its deadline")
+			}()
 		}
-		got <- err
-	}()
-	time.Sleep(50 * time.Millisecond)
-	require.NoError(t, held.Unlock(ctx))
-	require.NoError(t, <-got)
+		wg.Wait()
+		got := make(chan error, 1)
+		go func() {
+			c, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			l, err := m.Lock(c, "cancelled")
+			if err == nil {
+				err = l.Unlock(ctx)
+			}
+			got <- err
+		}()
+		synctest.Wait() // the waiter is parked
+		require.NoError(t, held.Unlock(ctx))
+		unlocked := time.Now()
+		require.NoError(t, <-got)
+		assert.Equal(t, unlocked, time.Now(), "handed the lock at once")
+	})
 }
 
 // TestRenewTenThousandLocks holds 10,000 locks on one node with
@@ -548,62 +552,67 @@ func (s *inFlight) Acquire(ctx context.Context, key, token string, ttl time.Dura
 // waiter at once, even when the strategy cannot notify, and they never race
 // each other (with Redlock such races split the votes so that nobody wins).
 func TestWaitersOfOneManagerTakeTurns(t *testing.T) {
-	c := redistest.Start(t).Client(t)
-	strat := &inFlight{Strategy: noWatchStrategy{newSingle(t, goredis.New(c))}}
-	// Polling alone would wait at least a second between attempts.
-	m := newM(t, strat, dlm.WithTTL(time.Minute), dlm.WithRetryDelay(2*time.Second, 4*time.Second))
-	ctx := context.Background()
-	held, err := m.TryLock(ctx, "turns")
-	require.NoError(t, err)
-	const waiters = 3
-	done := make(chan error, waiters)
-	for range waiters {
-		go func() {
-			l, err := m.Lock(ctx, "turns")
-			if err == nil {
-				time.Sleep(10 * time.Millisecond)
-				err = l.Unlock(ctx)
-			}
-			done <- err
-		}()
-	}
-	time.Sleep(300 * time.Millisecond) // every waiter made its first attempt and parked
-	strat.most.Store(0)
-	start := time.Now()
-	require.NoError(t, held.Unlock(ctx))
-	for range waiters {
-		require.NoError(t, <-done)
-	}
-	assert.Less(t, time.Since(start), 900*time.Millisecond, "each Unlock woke the next waiter")
-	assert.Equal(t, int64(1), strat.most.Load(), "one attempt at a time after the waiters queued")
+	vtest(t, func(t *testing.T, srv *dlmtest.Server) {
+		strat := &inFlight{Strategy: noWatchStrategy{newSingle(t, srv.Node())}}
+		// Polling alone would wait at least a second between attempts.
+		m := newM(t, strat, dlm.WithTTL(time.Minute), dlm.WithRetryDelay(2*time.Second, 4*time.Second))
+		ctx := context.Background()
+		held, err := m.TryLock(ctx, "turns")
+		require.NoError(t, err)
+		const waiters, work = 3, 10 * time.Millisecond
+		done := make(chan error, waiters)
+		for range waiters {
+			go func() {
+				l, err := m.Lock(ctx, "turns")
+				if err == nil {
+					time.Sleep(work) // virtual: work under the lock
+					err = l.Unlock(ctx)
+				}
+				done <- err
+			}()
+		}
+		synctest.Wait() // every waiter made its first attempt and parked
+		strat.most.Store(0)
+		start := time.Now()
+		require.NoError(t, held.Unlock(ctx))
+		for range waiters {
+			require.NoError(t, <-done)
+		}
+		assert.Equal(t, waiters*work, time.Since(start), "each Unlock woke the next waiter at once")
+		assert.Equal(t, int64(1), strat.most.Load(), "one attempt at a time after the waiters queued")
+	})
 }
 
 // A waiter that never made an attempt of its own (the first waiter of its
 // queue tries for all) still says why the lock was busy when it gives up:
 // the queue's last refusal.
 func TestWaiterGivesUpWithQueuesRefusal(t *testing.T) {
-	c := redistest.Start(t).Client(t)
-	holder := newM(t, newSingle(t, goredis.New(c)), dlm.WithTTL(time.Minute))
-	m := newM(t, newSingle(t, goredis.New(c)), dlm.WithTTL(time.Minute))
-	ctx := context.Background()
-	_, err := holder.TryLock(ctx, "busy")
-	require.NoError(t, err)
-	wctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
-	defer cancel()
-	errs := make(chan error, 3)
-	for i := range 3 {
-		go func() {
-			_, err := m.Lock(wctx, "busy")
-			errs <- err
-		}()
-		if i == 0 {
-			time.Sleep(100 * time.Millisecond) // the queue exists: the others join it without trying
+	vtest(t, func(t *testing.T, srv *dlmtest.Server) {
+		holder := newVManager(t, srv, dlm.WithTTL(time.Minute))
+		m := newVManager(t, srv, dlm.WithTTL(time.Minute))
+		ctx := context.Background()
+		_, err := holder.TryLock(ctx, "busy")
+		require.NoError(t, err)
+		const wait = 500 * time.Millisecond
+		start := time.Now()
+		wctx, cancel := context.WithTimeout(ctx, wait)
+		defer cancel()
+		errs := make(chan error, 3)
+		for i := range 3 {
+			go func() {
+				_, err := m.Lock(wctx, "busy")
+				errs <- err
+			}()
+			if i == 0 {
+				synctest.Wait() // the queue exists: the others join it without trying
+			}
 		}
-	}
-	for range 3 {
-		err := <-errs
-		var held *strategy.HeldError
-		assert.ErrorAs(t, err, &held, "error %v", err)
-		assert.ErrorIs(t, err, context.DeadlineExceeded)
-	}
+		for range 3 {
+			err := <-errs
+			var held *strategy.HeldError
+			assert.ErrorAs(t, err, &held, "error %v", err)
+			assert.ErrorIs(t, err, context.DeadlineExceeded)
+		}
+		assert.Equal(t, wait, time.Since(start), "all gave up at the deadline")
+	})
 }
