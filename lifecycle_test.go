@@ -18,7 +18,6 @@ import (
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/dlmtest"
 	"github.com/dlmgo/dlm/driver/goredis"
-	"github.com/dlmgo/dlm/internal/redistest"
 	"github.com/dlmgo/dlm/strategy"
 )
 
@@ -485,53 +484,54 @@ func TestRenewTenThousandLocks(t *testing.T) {
 	if testing.Short() {
 		t.Skip("10,000 locks")
 	}
-	const n, ttl, fraction = 10000, 3 * time.Second, 1.0 / 3
-	period := time.Duration(float64(ttl) * fraction)
-	srv := redistest.Start(t)
-	node := &countingNode{Node: goredis.New(ctxClient(t, srv.Addr))}
-	m := newM(t, newSingle(t, node), dlm.WithTTL(ttl), dlm.WithAutoRenew(fraction, time.Hour))
-	ctx := context.Background()
-	locks := make([]*dlm.Lock, n)
-	var wg sync.WaitGroup
-	var failed atomic.Int64
-	for w := range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := w; i < n; i += 16 {
-				l, err := m.TryLock(ctx, "many:"+strconv.Itoa(i))
-				if err != nil {
-					failed.Add(1)
-					continue
+	vtest(t, func(t *testing.T, srv *dlmtest.Server) {
+		const n, ttl, fraction = 10000, 3 * time.Second, 1.0 / 3
+		period := time.Duration(float64(ttl) * fraction)
+		node := &countingNode{Node: srv.Node()}
+		m := newM(t, newSingle(t, node), dlm.WithTTL(ttl), dlm.WithAutoRenew(fraction, time.Hour))
+		ctx := context.Background()
+		locks := make([]*dlm.Lock, n)
+		var wg sync.WaitGroup
+		var failed atomic.Int64
+		for w := range 16 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := w; i < n; i += 16 {
+					l, err := m.TryLock(ctx, "many:"+strconv.Itoa(i))
+					if err != nil {
+						failed.Add(1)
+						continue
+					}
+					locks[i] = l
 				}
-				locks[i] = l
-			}
-		}()
-	}
-	wg.Wait()
-	require.Zero(t, failed.Load())
-	time.Sleep(period) // let renewals fall into step
-	calls0, batches0, batched0 := node.calls.Load(), node.batches.Load(), node.batched.Load()
-	const periods = 3
-	time.Sleep(periods * period)
-	calls, batches, batched := node.calls.Load()-calls0, node.batches.Load()-batches0, node.batched.Load()-batched0
-	t.Logf("%d locks, TTL %v, renewal period %v: %.1f pipelined round trips and %.1f single calls per period, %.0f extensions per period; longest pipeline %v",
-		n, ttl, period, float64(batches)/periods, float64(calls)/periods, float64(batched)/periods, time.Duration(node.batchNs.Load()).Round(time.Millisecond))
-	assert.Zero(t, calls, "no per-lock round trips")
-	// Counted per round trip rather than per period: on a loaded machine
-	// a late renewal shifts its lock's phase, and a period of 10,000
-	// locks then saw 12,957 extensions in 13 pipelines.
-	assert.GreaterOrEqual(t, float64(batched)/float64(batches), float64(dlm.RenewBatchForTest)/2, "locks renewed in batches, one pipeline each")
-	assert.GreaterOrEqual(t, batched, int64(n*(periods-1)), "every lock renewed each period")
-	assert.LessOrEqual(t, batched, int64(2*n*periods), "no lock renewed much more than once a period")
-	for i, l := range locks {
-		if err := l.Context().Err(); err != nil {
-			t.Fatalf("lock %d lost: %v", i, context.Cause(l.Context()))
+			}()
 		}
-	}
-	for _, l := range locks {
-		_ = l.Unlock(ctx)
-	}
+		wg.Wait()
+		require.Zero(t, failed.Load())
+		// The locks were all granted at the same (virtual) instant: their
+		// renewals fall on whole periods. Count between them.
+		time.Sleep(period + period/2)
+		calls0, batches0, batched0 := node.calls.Load(), node.batches.Load(), node.batched.Load()
+		const periods = 3
+		time.Sleep(periods * period)
+		calls, batches, batched := node.calls.Load()-calls0, node.batches.Load()-batches0, node.batched.Load()-batched0
+		t.Logf("%d locks, TTL %v, renewal period %v: %.1f pipelined round trips and %.1f single calls per period, %.0f extensions per period",
+			n, ttl, period, float64(batches)/periods, float64(calls)/periods, float64(batched)/periods)
+		assert.Zero(t, calls, "no per-lock round trips")
+		// In virtual time no renewal is late: each lock once a period, in full
+		// batches of one pipeline each.
+		assert.Equal(t, int64(n*periods), batched, "every lock renewed once each period")
+		assert.Equal(t, int64(periods*((n+dlm.RenewBatchForTest-1)/dlm.RenewBatchForTest)), batches, "locks renewed in full batches, one pipeline each")
+		for i, l := range locks {
+			if err := l.Context().Err(); err != nil {
+				t.Fatalf("lock %d lost: %v", i, context.Cause(l.Context()))
+			}
+		}
+		for _, l := range locks {
+			_ = l.Unlock(ctx)
+		}
+	})
 }
 
 // inFlight counts concurrent Acquire calls and remembers the most seen.
