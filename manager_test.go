@@ -18,17 +18,6 @@ import (
 	"github.com/dlmgo/dlm/strategy"
 )
 
-// newManager returns a Manager over a fresh real redis-server.
-func newManager(t testing.TB, opts ...dlm.Option) (*dlm.Manager, *redis.Client) {
-	t.Helper()
-	c := redistest.Start(t).Client(t)
-	s, err := strategy.NewSingle(goredis.New(c))
-	require.NoError(t, err)
-	m, err := dlm.New(s, opts...)
-	require.NoError(t, err)
-	return m, c
-}
-
 func TestMutualExclusion32Goroutines(t *testing.T) {
 	vtest(t, func(t *testing.T, srv *dlmtest.Server) {
 		m := newVManager(t, srv, dlm.WithTTL(5*time.Second), dlm.WithRetryDelay(time.Millisecond, 10*time.Millisecond))
