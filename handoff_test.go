@@ -80,13 +80,26 @@ func park(t *testing.T, srv *dlmtest.Server, wctx context.Context, key string, g
 	m := newM(t, s, dlm.WithTTL(time.Minute), dlm.WithRetryDelay(5*time.Millisecond, 5*time.Second))
 	held, err := m.TryLock(context.Background(), key)
 	require.NoError(t, err)
-	return &parked{srv, s, m, held, parkWaiter(t, wctx, s, m, key)}
+	return &parked{srv, s, m, held, vparkWaiter(t, wctx, s, m, key)}
 }
 
 // parkWaiter starts a Lock call of m on key, which another call of m
-// holds, and returns once it waits (in a synctest bubble): it has made its two attempts (one
+// holds, and returns once it waits: it has made its two attempts (one
 // before it queued, one once its subscription was set up) and was refused.
+// It runs in real time (for the tests over real servers); vparkWaiter is
+// its synctest twin.
 func parkWaiter(t *testing.T, wctx context.Context, s *handoffCounting, m *dlm.Manager, key string) <-chan lockResult {
+	t.Helper()
+	before := s.acquires.Load()
+	got := waitFor(wctx, m, key)
+	require.Eventually(t, func() bool { return s.acquires.Load() >= before+2 }, 10*time.Second, time.Millisecond, "the waiter's two attempts")
+	time.Sleep(20 * time.Millisecond) // the second refusal is taken in
+	return got
+}
+
+// vparkWaiter is parkWaiter in a synctest bubble: it returns once the
+// waiter is parked, having made exactly its two attempts.
+func vparkWaiter(t *testing.T, wctx context.Context, s *handoffCounting, m *dlm.Manager, key string) <-chan lockResult {
 	t.Helper()
 	before := s.acquires.Load()
 	got := waitFor(wctx, m, key)
@@ -229,7 +242,7 @@ func TestHandoffReplyLost(t *testing.T) {
 		ctx := context.Background()
 		held, err := m.TryLock(ctx, "lost")
 		require.NoError(t, err)
-		got := parkWaiter(t, ctx, s, m, "lost")
+		got := vparkWaiter(t, ctx, s, m, "lost")
 
 		node.Set(conformance.Fault{LoseReply: true})
 		err = held.Unlock(ctx)
