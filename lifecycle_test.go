@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -15,8 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/dlmtest"
 	"github.com/dlmgo/dlm/driver/goredis"
-	"github.com/dlmgo/dlm/internal/redistest"
 	"github.com/dlmgo/dlm/strategy"
 )
 
@@ -31,13 +32,15 @@ type countingNode struct {
 	acquires, releases      atomic.Int64
 }
 
+func isNumber(s string) bool { _, err := strconv.Atoi(s); return err == nil }
+
 func (n *countingNode) Run(ctx context.Context, calls []dlm.Call) {
 	for _, c := range calls {
 		switch {
-		case len(c.Keys) == 3:
+		case len(c.Keys) >= 2: // the lock and its fence counter (and the quarantine marker)
 			n.acquires.Add(1)
-		case len(c.Keys) == 1 && len(c.Args) == 1:
-			n.releases.Add(1)
+		case len(c.Keys) == 1 && (len(c.Args) == 1 || len(c.Args) == 2 && !isNumber(c.Args[1])):
+			n.releases.Add(1) // a token and how to publish, where extend has a TTL
 		}
 	}
 	if len(calls) == 1 {
@@ -129,130 +132,148 @@ func ctxClient(t testing.TB, addr string) *redis.Client {
 }
 
 func TestContextDeadlineIsValidity(t *testing.T) {
-	m, _ := newManager(t, dlm.WithTTL(300*time.Millisecond))
-	l, err := m.TryLock(context.Background(), "validity")
-	require.NoError(t, err)
-	ctx := l.Context()
-	d, ok := ctx.Deadline()
-	require.True(t, ok)
-	assert.Equal(t, l.Until(), d)
-	assert.NoError(t, ctx.Err())
-	// Err checks the clock itself: at the validity it reports the end even
-	// if the timer that closes Done has not run yet.
-	time.Sleep(time.Until(l.Until()))
-	require.Error(t, ctx.Err())
-	assert.ErrorIs(t, context.Cause(ctx), dlm.ErrLost)
-	assert.NotErrorIs(t, context.Cause(ctx), dlm.ErrUnlocked)
-	<-ctx.Done()
-	// A child created afterwards is done at once.
-	child, cancel := context.WithCancel(ctx)
-	defer cancel()
-	<-child.Done()
-	assert.ErrorIs(t, context.Cause(child), dlm.ErrLost)
+	vtest(t, func(t *testing.T, srv *dlmtest.Server) {
+		const ttl = 300 * time.Millisecond
+		m := newVManager(t, srv, dlm.WithTTL(ttl))
+		start := time.Now()
+		l, err := m.TryLock(context.Background(), "validity")
+		require.NoError(t, err)
+		// The reply took no (virtual) time: the validity is the TTL less the
+		// drift margin (1% and 2ms), counted from the request.
+		assert.Equal(t, start.Add(ttl-ttl/100-2*time.Millisecond), l.Until())
+		ctx := l.Context()
+		d, ok := ctx.Deadline()
+		require.True(t, ok)
+		assert.Equal(t, l.Until(), d)
+		time.Sleep(time.Until(l.Until()) - time.Nanosecond)
+		assert.NoError(t, ctx.Err(), "live until the validity")
+		// Err checks the clock itself: at the validity it reports the end even
+		// if the timer that closes Done has not run yet.
+		time.Sleep(time.Nanosecond)
+		require.Error(t, ctx.Err())
+		assert.ErrorIs(t, context.Cause(ctx), dlm.ErrLost)
+		assert.NotErrorIs(t, context.Cause(ctx), dlm.ErrUnlocked)
+		<-ctx.Done()
+		assert.Equal(t, l.Until(), time.Now(), "Done closed at the validity")
+		// A child created afterwards is done at once.
+		child, cancel := context.WithCancel(ctx)
+		defer cancel()
+		<-child.Done()
+		assert.ErrorIs(t, context.Cause(child), dlm.ErrLost)
+	})
 }
 
 func TestAutoRenewKeepsLockPastSeveralTTLs(t *testing.T) {
-	const ttl = 300 * time.Millisecond
-	m, c := newManager(t, dlm.WithTTL(ttl), dlm.WithAutoRenew(1.0/3, time.Minute))
-	ctx := context.Background()
-	l, err := m.TryLock(ctx, "renewed")
-	require.NoError(t, err)
-	lctx := l.Context()
-	first := l.Until()
-	time.Sleep(5 * ttl)
-	require.NoError(t, lctx.Err(), "context alive after 5 TTLs")
-	assert.True(t, l.Until().After(first.Add(3*ttl)), "validity moved on")
-	d, _ := lctx.Deadline()
-	assert.True(t, d.After(time.Now()), "deadline is the current validity")
-	_, err = m.TryLock(ctx, "renewed")
-	assert.ErrorIs(t, err, dlm.ErrNotAcquired, "still held on the server")
-	pttl, err := c.PTTL(ctx, "dlm:{renewed}").Result()
-	require.NoError(t, err)
-	assert.Greater(t, pttl, time.Duration(0))
-	require.NoError(t, l.Unlock(ctx))
-	<-lctx.Done()
-	assert.ErrorIs(t, context.Cause(lctx), dlm.ErrUnlocked)
-	assert.NotErrorIs(t, context.Cause(lctx), dlm.ErrLost)
+	vtest(t, func(t *testing.T, srv *dlmtest.Server) {
+		const ttl = 300 * time.Millisecond
+		m := newVManager(t, srv, dlm.WithTTL(ttl), dlm.WithAutoRenew(1.0/3, time.Minute))
+		ctx := context.Background()
+		l, err := m.TryLock(ctx, "renewed")
+		require.NoError(t, err)
+		lctx := l.Context()
+		first := l.Until()
+		time.Sleep(5 * ttl)
+		require.NoError(t, lctx.Err(), "context alive after 5 TTLs")
+		assert.True(t, l.Until().After(first.Add(3*ttl)), "validity moved on")
+		d, _ := lctx.Deadline()
+		assert.True(t, d.After(time.Now()), "deadline is the current validity")
+		_, err = m.TryLock(ctx, "renewed")
+		assert.ErrorIs(t, err, dlm.ErrNotAcquired, "still held on the server")
+		assert.Greater(t, pttl(t, srv, lockKey("renewed")), time.Duration(0))
+		require.NoError(t, l.Unlock(ctx))
+		<-lctx.Done()
+		assert.ErrorIs(t, context.Cause(lctx), dlm.ErrUnlocked)
+		assert.NotErrorIs(t, context.Cause(lctx), dlm.ErrLost)
+	})
 }
 
 func TestRenewalRefusedEndsContextWithErrLost(t *testing.T) {
-	const ttl = 2 * time.Second
-	m, c := newManager(t, dlm.WithTTL(ttl), dlm.WithAutoRenew(0.1, time.Minute))
-	ctx := context.Background()
-	l, err := m.TryLock(ctx, "deleted")
-	require.NoError(t, err)
-	lctx := l.Context()
-	require.NoError(t, c.Del(ctx, "dlm:{deleted}").Err()) // someone deletes the key
-	select {
-	case <-lctx.Done():
-	case <-time.After(ttl):
-		t.Fatal("context still alive a TTL after the key was deleted")
-	}
-	cause := context.Cause(lctx)
-	assert.ErrorIs(t, cause, dlm.ErrLost)
-	assert.ErrorIs(t, cause, dlm.ErrNotHeld, "the servers' refusal is the cause")
-	assert.True(t, time.Now().Before(l.Until()), "ended by the renewal, before the validity ran out")
-	assert.ErrorIs(t, l.Extend(ctx, ttl), dlm.ErrNotHeld)
+	vtest(t, func(t *testing.T, srv *dlmtest.Server) {
+		const ttl = 2 * time.Second
+		m := newVManager(t, srv, dlm.WithTTL(ttl), dlm.WithAutoRenew(0.1, time.Minute))
+		ctx := context.Background()
+		l, err := m.TryLock(ctx, "deleted")
+		require.NoError(t, err)
+		lctx := l.Context()
+		do(t, srv, "DEL", lockKey("deleted")) // someone deletes the key
+		deleted := time.Now()
+		<-lctx.Done()
+		// The first renewal, a tenth of the TTL after the grant, is refused.
+		assert.Equal(t, ttl/10, time.Since(deleted), "ended by the first renewal")
+		cause := context.Cause(lctx)
+		assert.ErrorIs(t, cause, dlm.ErrLost)
+		assert.ErrorIs(t, cause, dlm.ErrNotHeld, "the servers' refusal is the cause")
+		assert.True(t, time.Now().Before(l.Until()), "ended by the renewal, before the validity ran out")
+		assert.ErrorIs(t, l.Extend(ctx, ttl), dlm.ErrNotHeld)
+	})
 }
 
 func TestRenewalFailingEndsContextAtValidity(t *testing.T) {
-	const ttl = 300 * time.Millisecond
-	srv := redistest.Start(t)
-	s := newSingle(t, goredis.New(ctxClient(t, srv.Addr)), strategy.WithTimeout(50*time.Millisecond))
-	m := newM(t, s, dlm.WithTTL(ttl), dlm.WithAutoRenew(1.0/3, time.Minute))
-	l, err := m.TryLock(context.Background(), "failing")
-	require.NoError(t, err)
-	lctx := l.Context()
-	srv.Kill(t)
-	<-lctx.Done()
-	ended := time.Now()
-	cause := context.Cause(lctx)
-	assert.ErrorIs(t, cause, dlm.ErrLost)
-	var ne *strategy.NodeError
-	assert.ErrorAs(t, cause, &ne, "the last renewal's error is kept: %v", cause)
-	assert.False(t, ended.Before(l.Until()), "not before the confirmed validity ran out")
-	assert.Less(t, ended.Sub(l.Until()), ttl, "and soon after it")
+	vtest(t, func(t *testing.T, srv *dlmtest.Server) {
+		const ttl = 300 * time.Millisecond
+		node := srv.Node()
+		s := newSingle(t, node, strategy.WithTimeout(50*time.Millisecond))
+		m := newM(t, s, dlm.WithTTL(ttl), dlm.WithAutoRenew(1.0/3, time.Minute))
+		l, err := m.TryLock(context.Background(), "failing")
+		require.NoError(t, err)
+		lctx := l.Context()
+		node.Partition(true) // every renewal times out
+		<-lctx.Done()
+		cause := context.Cause(lctx)
+		assert.ErrorIs(t, cause, dlm.ErrLost)
+		var ne *strategy.NodeError
+		assert.ErrorAs(t, cause, &ne, "the last renewal's error is kept: %v", cause)
+		assert.Equal(t, l.Until(), time.Now(), "ended exactly when the confirmed validity ran out")
+	})
 }
 
 func TestMaxHoldStopsRenewal(t *testing.T) {
-	const ttl = 200 * time.Millisecond
-	m, _ := newManager(t, dlm.WithTTL(ttl), dlm.WithAutoRenew(0.25, 300*time.Millisecond))
-	start := time.Now()
-	l, err := m.TryLock(context.Background(), "capped")
-	require.NoError(t, err)
-	lctx := l.Context()
-	<-lctx.Done()
-	held := time.Since(start)
-	assert.ErrorIs(t, context.Cause(lctx), dlm.ErrLost)
-	assert.Contains(t, context.Cause(lctx).Error(), "maximum hold time")
-	assert.GreaterOrEqual(t, held, 300*time.Millisecond)
-	assert.Less(t, held, 300*time.Millisecond+ttl+time.Second)
+	vtest(t, func(t *testing.T, srv *dlmtest.Server) {
+		const ttl, maxHold = 200 * time.Millisecond, 300 * time.Millisecond
+		m := newVManager(t, srv, dlm.WithTTL(ttl), dlm.WithAutoRenew(0.25, maxHold))
+		start := time.Now()
+		l, err := m.TryLock(context.Background(), "capped")
+		require.NoError(t, err)
+		lctx := l.Context()
+		<-lctx.Done()
+		held := time.Since(start)
+		assert.ErrorIs(t, context.Cause(lctx), dlm.ErrLost)
+		assert.Contains(t, context.Cause(lctx).Error(), "maximum hold time")
+		// Renewal stopped at the maximum hold; the last renewed lease runs out
+		// within one TTL after it, and the context ends exactly then.
+		assert.GreaterOrEqual(t, held, maxHold)
+		assert.Less(t, held, maxHold+ttl)
+		assert.Equal(t, l.Until(), time.Now(), "ended at the last renewed validity")
+	})
 }
 
 // The maximum hold time is the one bound on holding a lock: explicit
 // extensions are shortened to end at it and refused after it.
 func TestMaxHoldBoundsExtend(t *testing.T) {
-	const maxHold = 400 * time.Millisecond
-	// Renewal would come at 0.9 of the TTL: after the maximum hold.
-	m, c := newManager(t, dlm.WithTTL(time.Second), dlm.WithAutoRenew(0.9, maxHold))
-	ctx := context.Background()
-	short, err := m.TryLock(ctx, "extend-shortened")
-	require.NoError(t, err)
-	require.NoError(t, short.Extend(ctx, time.Minute))
-	assert.WithinDuration(t, time.Now(), short.Until(), maxHold, "the extension ends at the maximum hold")
-	pttl, err := c.PTTL(ctx, "dlm:{extend-shortened}").Result()
-	require.NoError(t, err)
-	assert.LessOrEqual(t, pttl, maxHold, "the servers' TTL is shortened too")
+	vtest(t, func(t *testing.T, srv *dlmtest.Server) {
+		const maxHold = 400 * time.Millisecond
+		// Renewal would come at 0.9 of the TTL: after the maximum hold.
+		m := newVManager(t, srv, dlm.WithTTL(time.Second), dlm.WithAutoRenew(0.9, maxHold))
+		ctx := context.Background()
+		start := time.Now()
+		short, err := m.TryLock(ctx, "extend-shortened")
+		require.NoError(t, err)
+		require.NoError(t, short.Extend(ctx, time.Minute))
+		// The extension is shortened to a TTL that ends at the maximum hold;
+		// the validity is that TTL less its drift margin.
+		assert.Equal(t, start.Add(maxHold-maxHold/100-2*time.Millisecond), short.Until(), "the extension ends at the maximum hold")
+		assert.Equal(t, maxHold, pttl(t, srv, lockKey("extend-shortened")), "the servers' TTL is shortened too")
 
-	refused, err := m.TryLock(ctx, "extend-refused")
-	require.NoError(t, err)
-	time.Sleep(maxHold + 50*time.Millisecond)
-	require.NoError(t, refused.Context().Err(), "the lease (1s) is still valid")
-	err = refused.Extend(ctx, time.Minute)
-	assert.ErrorIs(t, err, dlm.ErrNotHeld)
-	require.Error(t, refused.Context().Err(), "refusal ends the context")
-	assert.ErrorIs(t, context.Cause(refused.Context()), dlm.ErrLost)
-	assert.Contains(t, context.Cause(refused.Context()).Error(), "maximum hold time")
+		refused, err := m.TryLock(ctx, "extend-refused")
+		require.NoError(t, err)
+		time.Sleep(maxHold + 50*time.Millisecond)
+		require.NoError(t, refused.Context().Err(), "the lease (1s) is still valid")
+		err = refused.Extend(ctx, time.Minute)
+		assert.ErrorIs(t, err, dlm.ErrNotHeld)
+		require.Error(t, refused.Context().Err(), "refusal ends the context")
+		assert.ErrorIs(t, context.Cause(refused.Context()), dlm.ErrLost)
+		assert.Contains(t, context.Cause(refused.Context()).Error(), "maximum hold time")
+	})
 }
 
 func TestAutoRenewBadOptions(t *testing.T) {
@@ -277,65 +298,54 @@ func TestAutoRenewBadOptions(t *testing.T) {
 // depend on the scheduler (a request can sit in the client for milliseconds
 // on a loaded machine), so they are reported, not asserted.
 func TestPartitionedHolderEndsBeforeOthersAcquire(t *testing.T) {
-	const ttl = 400 * time.Millisecond
-	srv := redistest.Start(t)
-	proxy := redistest.StartProxy(t, srv.Addr)
-	holderStrat := newSingle(t, goredis.New(ctxClient(t, proxy.Addr)), strategy.WithTimeout(100*time.Millisecond))
-	holder := newM(t, holderStrat, dlm.WithTTL(ttl), dlm.WithAutoRenew(1.0/3, time.Minute))
-	other := &countingStrategy{Strategy: newSingle(t, goredis.New(ctxClient(t, srv.Addr)))}
-	others := newM(t, other, dlm.WithTTL(ttl), dlm.WithRetryDelay(time.Millisecond, 20*time.Millisecond))
+	vtest(t, func(t *testing.T, srv *dlmtest.Server) {
+		const ttl = 400 * time.Millisecond
+		holderNode := srv.Node()
+		holderStrat := newSingle(t, holderNode, strategy.WithTimeout(100*time.Millisecond))
+		holder := newM(t, holderStrat, dlm.WithTTL(ttl), dlm.WithAutoRenew(1.0/3, time.Minute))
+		other := &countingStrategy{Strategy: newSingle(t, srv.Node())}
+		others := newM(t, other, dlm.WithTTL(ttl), dlm.WithRetryDelay(time.Millisecond, 20*time.Millisecond))
 
-	const trials = 10
-	endedFirst, doneFirst := 0, 0
-	for i := range trials {
-		proxy.Blackhole(false)
-		proxy.CloseConns()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		key := "partitioned"
-		var l *dlm.Lock
-		var err error
-		for range 50 { // the holder's pool may first meet closed connections
-			if l, err = holder.TryLock(ctx, key); err == nil {
-				break
-			}
-			time.Sleep(10 * time.Millisecond)
+		const trials = 10
+		for i := range trials {
+			holderNode.Partition(false)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			key := "partitioned"
+			l, err := holder.TryLock(ctx, key)
+			require.NoError(t, err, "trial %d", i)
+			lctx := l.Context()
+			probe := func() error { return lctx.Err() }
+			other.probe.Store(&probe)
+			endCh := make(chan time.Time, 1)
+			go func() { <-lctx.Done(); endCh <- time.Now() }()
+			time.Sleep(rand.N(ttl)) // cut it at any point of the renewal cycle
+			holderNode.Partition(true)
+			cut := time.Now()
+			won, err := others.Lock(ctx, key)
+			require.NoError(t, err, "trial %d", i)
+			other.mu.Lock()
+			w := other.lastWinner
+			other.mu.Unlock()
+			ended := <-endCh
+			deadline, _ := lctx.Deadline()
+			t.Logf("trial %d: cut %v into the lease; holder validity ended %v after the cut, %v before the winning request was sent",
+				i, cut.Sub(l.Until().Add(-ttl)), deadline.Sub(cut), w.sent.Sub(deadline))
+			assert.ErrorIs(t, context.Cause(lctx), dlm.ErrLost, "trial %d", i)
+			assert.True(t, deadline.Before(w.replied), "trial %d: holder valid until %v, other's winning reply at %v (overlap %v)",
+				i, deadline, w.replied, deadline.Sub(w.replied))
+			assert.ErrorIs(t, w.probed, context.Canceled, "trial %d: holder's ctx.Err() as the winning reply arrived", i)
+			// In virtual time no scheduler delays the end: the holder's Context
+			// had ended, and Done was closed, at its validity, before the
+			// winning request was even sent.
+			assert.True(t, deadline.Before(w.sent), "trial %d: validity ended before the winning request", i)
+			assert.ErrorIs(t, w.probeSent, context.Canceled, "trial %d: holder's ctx.Err() as the winning request was sent", i)
+			assert.Equal(t, deadline, ended, "trial %d: Done closed at the validity", i)
+			assert.Greater(t, won.Fence(), l.Fence())
+			other.probe.Store(nil)
+			require.NoError(t, won.Unlock(context.Background()))
+			cancel()
 		}
-		require.NoError(t, err, "trial %d", i)
-		lctx := l.Context()
-		probe := func() error { return lctx.Err() }
-		other.probe.Store(&probe)
-		endCh := make(chan time.Time, 1)
-		go func() { <-lctx.Done(); endCh <- time.Now() }()
-		time.Sleep(rand.N(ttl)) // cut it at any point of the renewal cycle
-		proxy.Blackhole(true)
-		cut := time.Now()
-		won, err := others.Lock(ctx, key)
-		require.NoError(t, err, "trial %d", i)
-		other.mu.Lock()
-		w := other.lastWinner
-		other.mu.Unlock()
-		ended := <-endCh
-		deadline, _ := lctx.Deadline()
-		if deadline.Before(w.sent) && w.probeSent != nil {
-			endedFirst++
-		}
-		if ended.Before(w.sent) {
-			doneFirst++
-		}
-		t.Logf("trial %d: cut %v into the lease; holder validity ended %v after the cut, %v before the winning request was sent (its reply took %v); Done seen %v after the validity",
-			i, cut.Sub(l.Until().Add(-ttl)).Round(time.Millisecond), deadline.Sub(cut).Round(time.Millisecond),
-			w.sent.Sub(deadline).Round(time.Millisecond), w.replied.Sub(w.sent).Round(time.Microsecond), ended.Sub(deadline).Round(time.Microsecond))
-		assert.ErrorIs(t, context.Cause(lctx), dlm.ErrLost, "trial %d", i)
-		assert.True(t, deadline.Before(w.replied), "trial %d: holder valid until %v, other's winning reply at %v (overlap %v)",
-			i, deadline, w.replied, deadline.Sub(w.replied))
-		assert.ErrorIs(t, w.probed, context.Canceled, "trial %d: holder's ctx.Err() as the winning reply arrived", i)
-		assert.Greater(t, won.Fence(), l.Fence())
-		other.probe.Store(nil)
-		require.NoError(t, won.Unlock(context.Background()))
-		cancel()
-	}
-	t.Logf("%d of %d trials: the holder's context had ended (Err non-nil) before the winning request was sent; %d: a goroutine blocked on Done saw it by then",
-		endedFirst, trials, doneFirst)
+	})
 }
 
 func TestWaiterWokenByRelease(t *testing.T) {
@@ -349,111 +359,126 @@ func TestWaiterWokenByRelease(t *testing.T) {
 		{"polling-strategy-cannot-notify", false, func(s dlm.Strategy) dlm.Strategy { return noWatchStrategy{s} }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := redistest.Start(t).Client(t)
-			var n dlm.Node = goredis.New(c)
-			if !tc.notify && tc.wrap == nil {
-				n = plainNode{n}
-			}
-			strat := &countingStrategy{Strategy: newSingle(t, n)}
-			var used dlm.Strategy = strat
-			if tc.wrap != nil {
-				used = tc.wrap(strat)
-			}
-			maxPoll := 3 * time.Second
-			if !tc.notify {
-				maxPoll = 100 * time.Millisecond
-			}
-			m := newM(t, used, dlm.WithTTL(time.Minute), dlm.WithRetryDelay(5*time.Millisecond, maxPoll))
-			ctx := context.Background()
-			held, err := m.TryLock(ctx, "woken")
-			require.NoError(t, err)
-			got := make(chan time.Time, 1)
-			go func() {
-				l, err := m.Lock(ctx, "woken")
-				if err == nil {
-					got <- time.Now()
-					_ = l.Unlock(ctx)
+			vtest(t, func(t *testing.T, srv *dlmtest.Server) {
+				var n dlm.Node = srv.Node()
+				if !tc.notify && tc.wrap == nil {
+					n = plainNode{n}
 				}
-				close(got)
-			}()
-			time.Sleep(300 * time.Millisecond) // let it park
-			before := strat.acquires.Load()
-			released := time.Now()
-			require.NoError(t, held.Unlock(ctx))
-			at, ok := <-got
-			require.True(t, ok, "waiter failed")
-			if tc.notify {
-				// Polling alone would take 1.5s or more here.
-				assert.Less(t, at.Sub(released), time.Second, "woken by the release")
-				assert.Equal(t, int64(1), strat.acquires.Load()-before, "one attempt after the release")
-			} else {
-				assert.Less(t, at.Sub(released), 2*time.Second)
-			}
+				strat := &countingStrategy{Strategy: newSingle(t, n)}
+				var used dlm.Strategy = strat
+				if tc.wrap != nil {
+					used = tc.wrap(strat)
+				}
+				maxPoll := 3 * time.Second
+				if !tc.notify {
+					maxPoll = 100 * time.Millisecond
+				}
+				m := newM(t, used, dlm.WithTTL(time.Minute), dlm.WithRetryDelay(5*time.Millisecond, maxPoll))
+				ctx := context.Background()
+				held, err := m.TryLock(ctx, "woken")
+				require.NoError(t, err)
+				got := make(chan time.Time, 1)
+				go func() {
+					l, err := m.Lock(ctx, "woken")
+					if err == nil {
+						got <- time.Now()
+						_ = l.Unlock(ctx)
+					}
+					close(got)
+				}()
+				time.Sleep(300 * time.Millisecond) // virtual: the waiter polls a while, then parks
+				synctest.Wait()
+				before := strat.acquires.Load()
+				released := time.Now()
+				require.NoError(t, held.Unlock(ctx))
+				at, ok := <-got
+				require.True(t, ok, "waiter failed")
+				if tc.notify {
+					// Polling alone would take 1.5s or more here.
+					assert.Equal(t, released, at, "woken by the release, at once")
+					assert.Equal(t, int64(1), strat.acquires.Load()-before, "one attempt after the release")
+				} else {
+					assert.LessOrEqual(t, at.Sub(released), maxPoll, "found at the next poll")
+				}
+			})
 		})
 	}
 }
 
 func TestWaiterNotParkedWithoutNotification(t *testing.T) {
-	c := redistest.Start(t).Client(t)
-	strat := newSingle(t, goredis.New(c))
-	ctx := context.Background()
+	vtest(t, func(t *testing.T, srv *dlmtest.Server) {
+		strat := newSingle(t, srv.Node())
+		ctx := context.Background()
 
-	// Expiry publishes nothing: the waiter tries when the holder's TTL ends.
-	m := newM(t, strat, dlm.WithTTL(300*time.Millisecond), dlm.WithRetryDelay(time.Millisecond, time.Minute))
-	_, err := m.TryLock(ctx, "expires")
-	require.NoError(t, err)
-	start := time.Now()
-	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	l, err := m.Lock(wctx, "expires")
-	require.NoError(t, err)
-	assert.Less(t, time.Since(start), 2*time.Second, "woken by the holder's TTL, not the one-minute poll")
-	require.NoError(t, l.Unlock(ctx))
+		// Expiry publishes nothing: the waiter tries when the holder's TTL ends.
+		const ttl = 300 * time.Millisecond
+		m := newM(t, strat, dlm.WithTTL(ttl), dlm.WithRetryDelay(time.Millisecond, time.Minute))
+		_, err := m.TryLock(ctx, "expires")
+		require.NoError(t, err)
+		start := time.Now()
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		l, err := m.Lock(wctx, "expires")
+		require.NoError(t, err)
+		// The first waiter tries 1-2ms after the expiry the server reported
+		// (in whole milliseconds).
+		assert.GreaterOrEqual(t, time.Since(start), ttl, "not before the holder's TTL ended")
+		assert.LessOrEqual(t, time.Since(start), ttl+3*time.Millisecond, "woken by the holder's TTL, not the one-minute poll")
+		require.NoError(t, l.Unlock(ctx))
 
-	// A deletion that publishes nothing (a lost notification): the poll bound.
-	m = newM(t, strat, dlm.WithTTL(time.Minute), dlm.WithRetryDelay(time.Millisecond, 200*time.Millisecond))
-	_, err = m.TryLock(ctx, "deleted")
-	require.NoError(t, err)
-	time.AfterFunc(100*time.Millisecond, func() { c.Del(context.Background(), "dlm:{deleted}") })
-	start = time.Now()
-	l, err = m.Lock(wctx, "deleted")
-	require.NoError(t, err)
-	assert.Less(t, time.Since(start), 3*time.Second)
-	require.NoError(t, l.Unlock(ctx))
+		// A deletion that publishes nothing (a lost notification): the poll bound.
+		const maxPoll = 200 * time.Millisecond
+		m = newM(t, strat, dlm.WithTTL(time.Minute), dlm.WithRetryDelay(time.Millisecond, maxPoll))
+		_, err = m.TryLock(ctx, "deleted")
+		require.NoError(t, err)
+		time.AfterFunc(100*time.Millisecond, func() { _, _ = srv.Do("DEL", lockKey("deleted")) })
+		start = time.Now()
+		l, err = m.Lock(wctx, "deleted")
+		require.NoError(t, err)
+		assert.GreaterOrEqual(t, time.Since(start), 100*time.Millisecond, "not before the deletion")
+		assert.LessOrEqual(t, time.Since(start), 100*time.Millisecond+maxPoll, "within a poll of the deletion")
+		require.NoError(t, l.Unlock(ctx))
+	})
 }
 
 func TestWaitCancelled(t *testing.T) {
-	m, _ := newManager(t, dlm.WithTTL(time.Minute))
-	ctx := context.Background()
-	held, err := m.TryLock(ctx, "cancelled")
-	require.NoError(t, err)
-	// Several queued waiters give up; a later one still gets the lock.
-	var wg sync.WaitGroup
-	for range 3 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-			defer cancel()
-			_, err := m.Lock(c, "cancelled")
-			assert.ErrorIs(t, err, dlm.ErrNotAcquired)
-			assert.ErrorIs(t, err, context.DeadlineExceeded)
-		}()
-	}
-	wg.Wait()
-	got := make(chan error, 1)
-	go func() {
-		c, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		l, err := m.Lock(c, "cancelled")
-		if err == nil {
-			err = l.Unlock(ctx)
+	vtest(t, func(t *testing.T, srv *dlmtest.Server) {
+		m := newVManager(t, srv, dlm.WithTTL(time.Minute))
+		ctx := context.Background()
+		held, err := m.TryLock(ctx, "cancelled")
+		require.NoError(t, err)
+		// Several queued waiters give up; a later one still gets the lock.
+		var wg sync.WaitGroup
+		for range 3 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				c, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+				defer cancel()
+				start := time.Now()
+				_, err := m.Lock(c, "cancelled")
+				assert.ErrorIs(t, err, dlm.ErrNotAcquired)
+				assert.ErrorIs(t, err, context.DeadlineExceeded)
+				assert.Equal(t, 100*time.Millisecond, time.Since(start), "gave up at its deadline")
+			}()
 		}
-		got <- err
-	}()
-	time.Sleep(50 * time.Millisecond)
-	require.NoError(t, held.Unlock(ctx))
-	require.NoError(t, <-got)
+		wg.Wait()
+		got := make(chan error, 1)
+		go func() {
+			c, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			l, err := m.Lock(c, "cancelled")
+			if err == nil {
+				err = l.Unlock(ctx)
+			}
+			got <- err
+		}()
+		synctest.Wait() // the waiter is parked
+		require.NoError(t, held.Unlock(ctx))
+		unlocked := time.Now()
+		require.NoError(t, <-got)
+		assert.Equal(t, unlocked, time.Now(), "handed the lock at once")
+	})
 }
 
 // TestRenewTenThousandLocks holds 10,000 locks on one node with
@@ -462,53 +487,54 @@ func TestRenewTenThousandLocks(t *testing.T) {
 	if testing.Short() {
 		t.Skip("10,000 locks")
 	}
-	const n, ttl, fraction = 10000, 3 * time.Second, 1.0 / 3
-	period := time.Duration(float64(ttl) * fraction)
-	srv := redistest.Start(t)
-	node := &countingNode{Node: goredis.New(ctxClient(t, srv.Addr))}
-	m := newM(t, newSingle(t, node), dlm.WithTTL(ttl), dlm.WithAutoRenew(fraction, time.Hour))
-	ctx := context.Background()
-	locks := make([]*dlm.Lock, n)
-	var wg sync.WaitGroup
-	var failed atomic.Int64
-	for w := range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := w; i < n; i += 16 {
-				l, err := m.TryLock(ctx, "many:"+strconv.Itoa(i))
-				if err != nil {
-					failed.Add(1)
-					continue
+	vtest(t, func(t *testing.T, srv *dlmtest.Server) {
+		const n, ttl, fraction = 10000, 3 * time.Second, 1.0 / 3
+		period := time.Duration(float64(ttl) * fraction)
+		node := &countingNode{Node: srv.Node()}
+		m := newM(t, newSingle(t, node), dlm.WithTTL(ttl), dlm.WithAutoRenew(fraction, time.Hour))
+		ctx := context.Background()
+		locks := make([]*dlm.Lock, n)
+		var wg sync.WaitGroup
+		var failed atomic.Int64
+		for w := range 16 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := w; i < n; i += 16 {
+					l, err := m.TryLock(ctx, "many:"+strconv.Itoa(i))
+					if err != nil {
+						failed.Add(1)
+						continue
+					}
+					locks[i] = l
 				}
-				locks[i] = l
-			}
-		}()
-	}
-	wg.Wait()
-	require.Zero(t, failed.Load())
-	time.Sleep(period) // let renewals fall into step
-	calls0, batches0, batched0 := node.calls.Load(), node.batches.Load(), node.batched.Load()
-	const periods = 3
-	time.Sleep(periods * period)
-	calls, batches, batched := node.calls.Load()-calls0, node.batches.Load()-batches0, node.batched.Load()-batched0
-	t.Logf("%d locks, TTL %v, renewal period %v: %.1f pipelined round trips and %.1f single calls per period, %.0f extensions per period; longest pipeline %v",
-		n, ttl, period, float64(batches)/periods, float64(calls)/periods, float64(batched)/periods, time.Duration(node.batchNs.Load()).Round(time.Millisecond))
-	assert.Zero(t, calls, "no per-lock round trips")
-	// Counted per round trip rather than per period: on a loaded machine
-	// a late renewal shifts its lock's phase, and a period of 10,000
-	// locks then saw 12,957 extensions in 13 pipelines.
-	assert.GreaterOrEqual(t, float64(batched)/float64(batches), float64(dlm.RenewBatchForTest)/2, "locks renewed in batches, one pipeline each")
-	assert.GreaterOrEqual(t, batched, int64(n*(periods-1)), "every lock renewed each period")
-	assert.LessOrEqual(t, batched, int64(2*n*periods), "no lock renewed much more than once a period")
-	for i, l := range locks {
-		if err := l.Context().Err(); err != nil {
-			t.Fatalf("lock %d lost: %v", i, context.Cause(l.Context()))
+			}()
 		}
-	}
-	for _, l := range locks {
-		_ = l.Unlock(ctx)
-	}
+		wg.Wait()
+		require.Zero(t, failed.Load())
+		// The locks were all granted at the same (virtual) instant: their
+		// renewals fall on whole periods. Count between them.
+		time.Sleep(period + period/2)
+		calls0, batches0, batched0 := node.calls.Load(), node.batches.Load(), node.batched.Load()
+		const periods = 3
+		time.Sleep(periods * period)
+		calls, batches, batched := node.calls.Load()-calls0, node.batches.Load()-batches0, node.batched.Load()-batched0
+		t.Logf("%d locks, TTL %v, renewal period %v: %.1f pipelined round trips and %.1f single calls per period, %.0f extensions per period",
+			n, ttl, period, float64(batches)/periods, float64(calls)/periods, float64(batched)/periods)
+		assert.Zero(t, calls, "no per-lock round trips")
+		// In virtual time no renewal is late: each lock once a period, in full
+		// batches of one pipeline each.
+		assert.Equal(t, int64(n*periods), batched, "every lock renewed once each period")
+		assert.Equal(t, int64(periods*((n+dlm.RenewBatchForTest-1)/dlm.RenewBatchForTest)), batches, "locks renewed in full batches, one pipeline each")
+		for i, l := range locks {
+			if err := l.Context().Err(); err != nil {
+				t.Fatalf("lock %d lost: %v", i, context.Cause(l.Context()))
+			}
+		}
+		for _, l := range locks {
+			_ = l.Unlock(ctx)
+		}
+	})
 }
 
 // inFlight counts concurrent Acquire calls and remembers the most seen.
@@ -529,62 +555,67 @@ func (s *inFlight) Acquire(ctx context.Context, key, token string, ttl time.Dura
 // waiter at once, even when the strategy cannot notify, and they never race
 // each other (with Redlock such races split the votes so that nobody wins).
 func TestWaitersOfOneManagerTakeTurns(t *testing.T) {
-	c := redistest.Start(t).Client(t)
-	strat := &inFlight{Strategy: noWatchStrategy{newSingle(t, goredis.New(c))}}
-	// Polling alone would wait at least a second between attempts.
-	m := newM(t, strat, dlm.WithTTL(time.Minute), dlm.WithRetryDelay(2*time.Second, 4*time.Second))
-	ctx := context.Background()
-	held, err := m.TryLock(ctx, "turns")
-	require.NoError(t, err)
-	const waiters = 3
-	done := make(chan error, waiters)
-	for range waiters {
-		go func() {
-			l, err := m.Lock(ctx, "turns")
-			if err == nil {
-				time.Sleep(10 * time.Millisecond)
-				err = l.Unlock(ctx)
-			}
-			done <- err
-		}()
-	}
-	time.Sleep(300 * time.Millisecond) // every waiter made its first attempt and parked
-	strat.most.Store(0)
-	start := time.Now()
-	require.NoError(t, held.Unlock(ctx))
-	for range waiters {
-		require.NoError(t, <-done)
-	}
-	assert.Less(t, time.Since(start), 900*time.Millisecond, "each Unlock woke the next waiter")
-	assert.Equal(t, int64(1), strat.most.Load(), "one attempt at a time after the waiters queued")
+	vtest(t, func(t *testing.T, srv *dlmtest.Server) {
+		strat := &inFlight{Strategy: noWatchStrategy{newSingle(t, srv.Node())}}
+		// Polling alone would wait at least a second between attempts.
+		m := newM(t, strat, dlm.WithTTL(time.Minute), dlm.WithRetryDelay(2*time.Second, 4*time.Second))
+		ctx := context.Background()
+		held, err := m.TryLock(ctx, "turns")
+		require.NoError(t, err)
+		const waiters, work = 3, 10 * time.Millisecond
+		done := make(chan error, waiters)
+		for range waiters {
+			go func() {
+				l, err := m.Lock(ctx, "turns")
+				if err == nil {
+					time.Sleep(work) // virtual: work under the lock
+					err = l.Unlock(ctx)
+				}
+				done <- err
+			}()
+		}
+		synctest.Wait() // every waiter made its first attempt and parked
+		strat.most.Store(0)
+		start := time.Now()
+		require.NoError(t, held.Unlock(ctx))
+		for range waiters {
+			require.NoError(t, <-done)
+		}
+		assert.Equal(t, waiters*work, time.Since(start), "each Unlock woke the next waiter at once")
+		assert.Equal(t, int64(1), strat.most.Load(), "one attempt at a time after the waiters queued")
+	})
 }
 
 // A waiter that never made an attempt of its own (the first waiter of its
 // queue tries for all) still says why the lock was busy when it gives up:
 // the queue's last refusal.
 func TestWaiterGivesUpWithQueuesRefusal(t *testing.T) {
-	c := redistest.Start(t).Client(t)
-	holder := newM(t, newSingle(t, goredis.New(c)), dlm.WithTTL(time.Minute))
-	m := newM(t, newSingle(t, goredis.New(c)), dlm.WithTTL(time.Minute))
-	ctx := context.Background()
-	_, err := holder.TryLock(ctx, "busy")
-	require.NoError(t, err)
-	wctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
-	defer cancel()
-	errs := make(chan error, 3)
-	for i := range 3 {
-		go func() {
-			_, err := m.Lock(wctx, "busy")
-			errs <- err
-		}()
-		if i == 0 {
-			time.Sleep(100 * time.Millisecond) // the queue exists: the others join it without trying
+	vtest(t, func(t *testing.T, srv *dlmtest.Server) {
+		holder := newVManager(t, srv, dlm.WithTTL(time.Minute))
+		m := newVManager(t, srv, dlm.WithTTL(time.Minute))
+		ctx := context.Background()
+		_, err := holder.TryLock(ctx, "busy")
+		require.NoError(t, err)
+		const wait = 500 * time.Millisecond
+		start := time.Now()
+		wctx, cancel := context.WithTimeout(ctx, wait)
+		defer cancel()
+		errs := make(chan error, 3)
+		for i := range 3 {
+			go func() {
+				_, err := m.Lock(wctx, "busy")
+				errs <- err
+			}()
+			if i == 0 {
+				synctest.Wait() // the queue exists: the others join it without trying
+			}
 		}
-	}
-	for range 3 {
-		err := <-errs
-		var held *strategy.HeldError
-		assert.ErrorAs(t, err, &held, "error %v", err)
-		assert.ErrorIs(t, err, context.DeadlineExceeded)
-	}
+		for range 3 {
+			err := <-errs
+			var held *strategy.HeldError
+			assert.ErrorAs(t, err, &held, "error %v", err)
+			assert.ErrorIs(t, err, context.DeadlineExceeded)
+		}
+		assert.Equal(t, wait, time.Since(start), "all gave up at the deadline")
+	})
 }

@@ -11,161 +11,168 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlmgo/dlm"
-
+	"github.com/dlmgo/dlm/dlmtest"
 	"github.com/dlmgo/dlm/driver/goredis"
 	"github.com/dlmgo/dlm/inspect"
 	"github.com/dlmgo/dlm/internal/redistest"
 	"github.com/dlmgo/dlm/strategy"
 )
 
-// newManager returns a Manager over a fresh real redis-server.
-func newManager(t testing.TB, opts ...dlm.Option) (*dlm.Manager, *redis.Client) {
-	t.Helper()
-	c := redistest.Start(t).Client(t)
-	s, err := strategy.NewSingle(goredis.New(c))
-	require.NoError(t, err)
-	m, err := dlm.New(s, opts...)
-	require.NoError(t, err)
-	return m, c
-}
-
 func TestMutualExclusion32Goroutines(t *testing.T) {
-	m, _ := newManager(t, dlm.WithTTL(5*time.Second), dlm.WithRetryDelay(time.Millisecond, 10*time.Millisecond))
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	const workers, rounds = 32, 20
-	res := redistest.Contend(t, workers, rounds, 50*time.Microsecond, func() (uint64, func() error, error) {
-		l, err := m.Lock(ctx, "counter")
-		if err != nil {
-			return 0, nil, err
+	vtest(t, func(t *testing.T, srv *dlmtest.Server) {
+		m := newVManager(t, srv, dlm.WithTTL(5*time.Second), dlm.WithRetryDelay(time.Millisecond, 10*time.Millisecond))
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		const workers, rounds = 32, 20
+		res := redistest.Contend(t, workers, rounds, 50*time.Microsecond, func() (uint64, func() error, error) {
+			l, err := m.Lock(ctx, "counter")
+			if err != nil {
+				return 0, nil, err
+			}
+			return l.Fence(), func() error { return l.Unlock(context.Background()) }, nil
+		})
+		assert.Equal(t, int32(1), res.MaxHolders, "most holders at once")
+		assert.Equal(t, workers*rounds, res.Counter, "shared counter")
+		for i := 1; i < len(res.Fences); i++ {
+			assert.Greater(t, res.Fences[i], res.Fences[i-1], "fence %d did not increase", i)
 		}
-		return l.Fence(), func() error { return l.Unlock(context.Background()) }, nil
+		assert.Equal(t, []uint64{1, workers * rounds}, []uint64{res.Fences[0], res.Fences[len(res.Fences)-1]}, "first and last fence")
 	})
-	assert.Equal(t, int32(1), res.MaxHolders, "most holders at once")
-	assert.Equal(t, workers*rounds, res.Counter, "shared counter")
-	for i := 1; i < len(res.Fences); i++ {
-		assert.Greater(t, res.Fences[i], res.Fences[i-1], "fence %d did not increase", i)
-	}
-	assert.Equal(t, []uint64{1, workers * rounds}, []uint64{res.Fences[0], res.Fences[len(res.Fences)-1]}, "first and last fence")
 }
 
 func TestLockExpiresAndPassesOn(t *testing.T) {
-	m, _ := newManager(t, dlm.WithTTL(200*time.Millisecond))
-	ctx := context.Background()
-	first, err := m.TryLock(ctx, "expiring")
-	require.NoError(t, err)
+	vtest(t, func(t *testing.T, srv *dlmtest.Server) {
+		const ttl = 200 * time.Millisecond
+		m := newVManager(t, srv, dlm.WithTTL(ttl))
+		ctx := context.Background()
+		start := time.Now()
+		first, err := m.TryLock(ctx, "expiring")
+		require.NoError(t, err)
 
-	_, err = m.TryLock(ctx, "expiring")
-	require.ErrorIs(t, err, dlm.ErrNotAcquired)
-	var held *strategy.HeldError
-	require.ErrorAs(t, err, &held)
-	assert.Greater(t, held.Remaining, time.Duration(0))
-	assert.LessOrEqual(t, held.Remaining, 200*time.Millisecond)
+		_, err = m.TryLock(ctx, "expiring")
+		require.ErrorIs(t, err, dlm.ErrNotAcquired)
+		var held *strategy.HeldError
+		require.ErrorAs(t, err, &held)
+		assert.Equal(t, ttl, held.Remaining, "no time has passed")
 
-	// Never unlocked: Lock waits for the TTL to run out, no longer.
-	start := time.Now()
-	second, err := m.Lock(ctx, "expiring")
-	require.NoError(t, err)
-	assert.Less(t, time.Since(start), 2*time.Second)
-	assert.Greater(t, second.Fence(), first.Fence())
+		// Never unlocked: Lock waits for the TTL to run out, no longer (the
+		// first waiter tries 1-2ms after the expiry the server reported, in
+		// whole milliseconds).
+		second, err := m.Lock(ctx, "expiring")
+		require.NoError(t, err)
+		granted := time.Now()
+		assert.GreaterOrEqual(t, granted.Sub(start), ttl)
+		assert.LessOrEqual(t, granted.Sub(start), ttl+3*time.Millisecond)
+		assert.Greater(t, second.Fence(), first.Fence())
 
-	// The first holder's lease is gone: its context ended and it can neither
-	// extend nor release.
-	<-first.Context().Done()
-	assert.ErrorIs(t, context.Cause(first.Context()), dlm.ErrLost)
-	assert.ErrorIs(t, first.Extend(ctx, time.Second), dlm.ErrNotHeld)
-	assert.ErrorIs(t, first.Unlock(ctx), dlm.ErrNotHeld)
-	require.NoError(t, second.Unlock(ctx))
+		// The first holder's lease is gone: its context ended (before the
+		// second was granted) and it can neither extend nor release.
+		<-first.Context().Done()
+		assert.True(t, first.Until().Before(granted), "first valid until %v, second granted at %v", first.Until(), granted)
+		assert.ErrorIs(t, context.Cause(first.Context()), dlm.ErrLost)
+		assert.ErrorIs(t, first.Extend(ctx, time.Second), dlm.ErrNotHeld)
+		assert.ErrorIs(t, first.Unlock(ctx), dlm.ErrNotHeld)
+		require.NoError(t, second.Unlock(ctx))
+	})
 }
 
 func TestOnlyOwnerExtendsAndReleases(t *testing.T) {
-	m, c := newManager(t, dlm.WithTTL(time.Second))
-	ctx := context.Background()
-	l, err := m.TryLock(ctx, "owned")
-	require.NoError(t, err)
-	assert.Equal(t, "owned", l.Key())
-	h, ok := inspect.HolderOf(l.Token())
-	assert.True(t, ok, "the token carries its holder")
-	assert.Equal(t, time.Second, h.TTL)
+	vtest(t, func(t *testing.T, srv *dlmtest.Server) {
+		m := newVManager(t, srv, dlm.WithTTL(time.Second))
+		ctx := context.Background()
+		l, err := m.TryLock(ctx, "owned")
+		require.NoError(t, err)
+		assert.Equal(t, "owned", l.Key())
+		h, ok := inspect.HolderOf(l.Token())
+		assert.True(t, ok, "the token carries its holder")
+		assert.Equal(t, time.Second, h.TTL)
 
-	// Another token can neither extend nor release it.
-	s, err := strategy.NewSingle(goredis.New(c))
-	require.NoError(t, err)
-	_, err = s.Extend(ctx, "owned", "intruder", time.Minute)
-	assert.ErrorIs(t, err, dlm.ErrNotHeld)
-	assert.ErrorIs(t, s.Release(ctx, "owned", "intruder"), dlm.ErrNotHeld)
-	// A token that shares a prefix with the owner's is still another token.
-	assert.ErrorIs(t, s.Release(ctx, "owned", l.Token()[:39]), dlm.ErrNotHeld)
+		// Another token can neither extend nor release it.
+		s, err := strategy.NewSingle(srv.Node())
+		require.NoError(t, err)
+		_, err = s.Extend(ctx, "owned", "intruder", time.Minute)
+		assert.ErrorIs(t, err, dlm.ErrNotHeld)
+		assert.ErrorIs(t, s.Release(ctx, "owned", "intruder"), dlm.ErrNotHeld)
+		// A token that shares a prefix with the owner's is still another token.
+		assert.ErrorIs(t, s.Release(ctx, "owned", l.Token()[:39]), dlm.ErrNotHeld)
 
-	before := l.Until()
-	time.Sleep(10 * time.Millisecond)
-	require.NoError(t, l.Extend(ctx, 5*time.Second))
-	assert.True(t, l.Until().After(before.Add(3*time.Second)), "Until moved forward")
-	pttl, err := c.PTTL(ctx, "dlm:{owned}").Result()
-	require.NoError(t, err)
-	assert.Greater(t, pttl, 4*time.Second)
+		time.Sleep(10 * time.Millisecond) // virtual
+		require.NoError(t, l.Extend(ctx, 5*time.Second))
+		// The new validity: 5s less the drift margin (1% and 2ms), from now.
+		assert.Equal(t, time.Now().Add(5*time.Second-52*time.Millisecond), l.Until(), "Until moved forward")
+		assert.Equal(t, 5*time.Second, pttl(t, srv, lockKey("owned")))
 
-	lctx := l.Context()
-	require.NoError(t, l.Unlock(ctx))
-	<-lctx.Done()
-	assert.ErrorIs(t, context.Cause(lctx), dlm.ErrUnlocked)
-	assert.ErrorIs(t, l.Unlock(ctx), dlm.ErrNotHeld, "second unlock")
-	assert.ErrorIs(t, l.Extend(ctx, time.Second), dlm.ErrNotHeld, "extend after unlock")
-	n, err := c.Exists(ctx, "dlm:{owned}").Result()
-	require.NoError(t, err)
-	assert.Zero(t, n)
+		lctx := l.Context()
+		require.NoError(t, l.Unlock(ctx))
+		<-lctx.Done()
+		assert.ErrorIs(t, context.Cause(lctx), dlm.ErrUnlocked)
+		assert.ErrorIs(t, l.Unlock(ctx), dlm.ErrNotHeld, "second unlock")
+		assert.ErrorIs(t, l.Extend(ctx, time.Second), dlm.ErrNotHeld, "extend after unlock")
+		assert.Equal(t, int64(0), do(t, srv, "EXISTS", lockKey("owned")))
+	})
 }
 
 func TestReleaseAfterExpiry(t *testing.T) {
-	m, _ := newManager(t, dlm.WithTTL(50*time.Millisecond))
-	ctx := context.Background()
-	l, err := m.TryLock(ctx, "short")
-	require.NoError(t, err)
-	time.Sleep(150 * time.Millisecond)
-	assert.ErrorIs(t, l.Unlock(ctx), dlm.ErrNotHeld)
+	vtest(t, func(t *testing.T, srv *dlmtest.Server) {
+		m := newVManager(t, srv, dlm.WithTTL(50*time.Millisecond))
+		ctx := context.Background()
+		l, err := m.TryLock(ctx, "short")
+		require.NoError(t, err)
+		time.Sleep(150 * time.Millisecond) // virtual
+		assert.ErrorIs(t, l.Unlock(ctx), dlm.ErrNotHeld)
+	})
 }
 
 func TestCancelledContext(t *testing.T) {
-	m, _ := newManager(t)
-	held, err := m.TryLock(context.Background(), "busy")
-	require.NoError(t, err)
-	defer held.Unlock(context.Background())
+	vtest(t, func(t *testing.T, srv *dlmtest.Server) {
+		m := newVManager(t, srv)
+		held, err := m.TryLock(context.Background(), "busy")
+		require.NoError(t, err)
+		defer held.Unlock(context.Background())
 
-	ctx, cancel := context.WithCancel(context.Background())
-	time.AfterFunc(30*time.Millisecond, cancel)
-	_, err = m.Lock(ctx, "busy")
-	assert.ErrorIs(t, err, dlm.ErrNotAcquired)
-	assert.ErrorIs(t, err, context.Canceled)
+		const after = 30 * time.Millisecond
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(after, cancel)
+		start := time.Now()
+		_, err = m.Lock(ctx, "busy")
+		assert.ErrorIs(t, err, dlm.ErrNotAcquired)
+		assert.ErrorIs(t, err, context.Canceled)
+		assert.Equal(t, after, time.Since(start), "returned when cancelled")
 
-	// Already cancelled: TryLock reports both too.
-	_, err = m.TryLock(ctx, "free")
-	assert.ErrorIs(t, err, dlm.ErrNotAcquired)
-	assert.ErrorIs(t, err, context.Canceled)
+		// Already cancelled: TryLock reports both too.
+		_, err = m.TryLock(ctx, "free")
+		assert.ErrorIs(t, err, dlm.ErrNotAcquired)
+		assert.ErrorIs(t, err, context.Canceled)
 
-	dctx, dcancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
-	defer dcancel()
-	_, err = m.Lock(dctx, "busy")
-	assert.ErrorIs(t, err, dlm.ErrNotAcquired)
-	assert.ErrorIs(t, err, context.DeadlineExceeded)
-	var heldErr *strategy.HeldError
-	assert.ErrorAs(t, err, &heldErr, "the last attempt's error is kept")
+		dctx, dcancel := context.WithTimeout(context.Background(), after)
+		defer dcancel()
+		start = time.Now()
+		_, err = m.Lock(dctx, "busy")
+		assert.ErrorIs(t, err, dlm.ErrNotAcquired)
+		assert.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.Equal(t, after, time.Since(start), "returned at the deadline")
+		var heldErr *strategy.HeldError
+		assert.ErrorAs(t, err, &heldErr, "the last attempt's error is kept")
+	})
 }
 
 func TestFencesIncrease(t *testing.T) {
-	m, _ := newManager(t)
-	ctx := context.Background()
-	var last uint64
-	for i := range 20 {
-		l, err := m.TryLock(ctx, "fenced")
+	vtest(t, func(t *testing.T, srv *dlmtest.Server) {
+		m := newVManager(t, srv)
+		ctx := context.Background()
+		var last uint64
+		for i := range 20 {
+			l, err := m.TryLock(ctx, "fenced")
+			require.NoError(t, err)
+			require.Greater(t, l.Fence(), last, "acquisition %d", i)
+			last = l.Fence()
+			require.NoError(t, l.Unlock(ctx))
+		}
+		// A different key has a counter of its own.
+		l, err := m.TryLock(ctx, "other")
 		require.NoError(t, err)
-		require.Greater(t, l.Fence(), last, "acquisition %d", i)
-		last = l.Fence()
-		require.NoError(t, l.Unlock(ctx))
-	}
-	// A different key has a counter of its own.
-	l, err := m.TryLock(ctx, "other")
-	require.NoError(t, err)
-	assert.Equal(t, uint64(1), l.Fence())
+		assert.Equal(t, uint64(1), l.Fence())
+	})
 }
 
 func TestBadInput(t *testing.T) {
