@@ -69,13 +69,33 @@ func (p *plantState) get(token string) (uint64, bool) {
 	return f, ok
 }
 
-// Which script a call runs, from its shape (coalescing is off under a bug).
-func isAcquire(c *dlm.Call) bool { return strings.Contains(c.Source, "INCR") && len(c.Keys) >= 3 }
+// sources maps a script's SHA1 to its source: a call sent by EVALSHA
+// carries only the digest, and the first call of a script on a server
+// (answered NOSCRIPT) is sent again with its source.
+var sources sync.Map
+
+// source returns the source of c's script, when known.
+func source(c *dlm.Call) string {
+	if c.Source != "" {
+		sources.LoadOrStore(c.SHA1, c.Source)
+		return c.Source
+	}
+	if v, ok := sources.Load(c.SHA1); ok {
+		return v.(string)
+	}
+	return ""
+}
+
+// Which script a call runs, from its source and shape (coalescing is off
+// under a bug, so that calls are not merged).
+func isAcquire(c *dlm.Call) bool { return strings.Contains(source(c), "INCR") && len(c.Keys) >= 3 }
 func isExtend(c *dlm.Call) bool {
-	return strings.Contains(c.Source, "PEXPIRE") && !strings.Contains(c.Source, "INCR") && len(c.Keys) == 1 && len(c.Args) == 2
+	src := source(c)
+	return strings.Contains(src, "PEXPIRE") && !strings.Contains(src, "INCR") && len(c.Keys) == 1 && len(c.Args) == 2
 }
 func isFenceWrite(c *dlm.Call) bool {
-	return !strings.Contains(c.Source, "INCR") && len(c.Keys) == 2 && len(c.Args) == 2
+	src := source(c)
+	return src != "" && !strings.Contains(src, "INCR") && len(c.Keys) == 2 && len(c.Args) == 2
 }
 
 // bugNode is a dlm.Node with a bug planted.

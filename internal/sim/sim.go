@@ -54,6 +54,7 @@ type Config struct {
 	Clients    int           // Managers, each with its own Nodes
 	Workers    int           // goroutines per Manager taking the lock
 	Renew      bool          // auto-renewal (every client)
+	LongHolds  bool          // every hold lasts 2 to 5 TTLs
 	TTL        time.Duration // the locks' TTL
 	Faulty     time.Duration // how long faults may strike; all heal then
 	Bug        Bug           // a planted bug (None: the real strategies)
@@ -172,6 +173,9 @@ type Options struct {
 	Guard      *bool       // nil: drawn
 	Within     bool        // only faults within the promise
 	Workers    int         // 0: drawn (1 or 2)
+	Renew      *bool       // nil: drawn
+	Kinds      []FaultKind // the kinds of fault drawn; nil: all
+	LongHolds  bool        // every hold lasts 2 to 5 TTLs
 	Bug        Bug
 }
 
@@ -197,12 +201,19 @@ func Plan(seed uint64, o Options) (Config, Schedule) {
 	if o.Workers > 0 {
 		c.Workers = o.Workers
 	}
+	c.LongHolds = o.LongHolds
+	if o.Renew != nil {
+		c.Renew = *o.Renew
+	}
 	n := c.Deployment.servers()
 	dur := func(lo, hi time.Duration) time.Duration { return lo + time.Duration(r.Int64N(int64(hi-lo)+1)) }
 	var s Schedule
 	for range 1 + r.IntN(5) {
 		f := Fault{At: dur(0, c.Faulty*3/4), For: dur(c.TTL/5, 3*c.TTL), Server: r.IntN(n), Client: r.IntN(c.Clients)}
 		f.Kind = FaultKind(r.IntN(int(numFaultKinds)))
+		if o.Kinds != nil {
+			f.Kind = o.Kinds[r.IntN(len(o.Kinds))]
+		}
 		if !c.Deployment.failover() && f.Kind >= Promote {
 			f.Kind = HolderPause
 		}
@@ -488,6 +499,9 @@ func (w *world) work(client, worker int, r *rand.Rand, stop time.Time) {
 		default:
 			hold = time.Duration(r.Int64N(int64(3 * w.c.TTL))) // renewed, when the client renews
 		}
+		if w.c.LongHolds {
+			hold = 2*w.c.TTL + time.Duration(r.Int64N(int64(3*w.c.TTL)))
+		}
 		select {
 		case <-time.After(hold):
 		case <-l.Context().Done():
@@ -698,4 +712,5 @@ func (r *handoffRecorder) Handoff(ctx context.Context, key, from, to string, ttl
 	}
 	return l, r.hide(err)
 }
+
 var debugGrants = os.Getenv("SIMDEBUG") != ""
