@@ -100,3 +100,59 @@ func TestPlanted(t *testing.T) {
 		})
 	}
 }
+
+// TestFigures measures (with -sim.figures) the server clock rate at which
+// single and Redlock leases start to overlap, against Bound, and what
+// server clock jumps forward of given sizes do. Holders stop past their
+// lease (no renewal) while the other clients wait, so every lease's end
+// races the next grant.
+func TestFigures(t *testing.T) {
+	if !*figures {
+		t.Skip("run with -sim.figures")
+	}
+	off := false
+	for _, d := range []Deployment{Single, Redlock3, Redlock5} {
+		var first float64
+		for i := 0; i <= 30; i++ {
+			rate := 1 + float64(i)/1000
+			overlaps, runs := 0, 6
+			for s := range runs {
+				c, _ := Plan(uint64(s), Options{Deployment: &d, Guard: &off, Renew: &off, Workers: 1})
+				c.LongHolds = true
+				var sc Schedule
+				for j := range d.servers() {
+					sc = append(sc, Fault{Kind: Drift, Server: j, Rate: rate, For: c.Faulty, Beyond: rate > Bound(c.TTL)})
+				}
+				if r := RunPlan(t, uint64(s), c, sc); len(r.Violations) > 0 {
+					overlaps++
+				}
+			}
+			if overlaps > 0 && first == 0 {
+				first = rate
+			}
+			if testing.Verbose() {
+				t.Logf("%v: server clocks at rate %.3f: %d of %d runs broke", d, rate, overlaps, runs)
+			}
+		}
+		t.Logf("%v: first rate with an overlap %.3f; the drift margin covers up to %.4f (factor %v, TTL 1s)", d, first, Bound(time.Second), 0.01)
+	}
+	for _, d := range []Deployment{Single, Redlock3} {
+		for _, j := range []time.Duration{time.Millisecond, 5 * time.Millisecond, 10 * time.Millisecond, 15 * time.Millisecond, 20 * time.Millisecond, 50 * time.Millisecond, 200 * time.Millisecond, 500 * time.Millisecond} {
+			broke, runs := 0, 6
+			for s := range runs {
+				c, _ := Plan(uint64(s), Options{Deployment: &d, Guard: &off, Renew: &off, Workers: 1})
+				c.LongHolds = true
+				var sc Schedule
+				for k := range 10 {
+					for srv := range d.servers() {
+						sc = append(sc, Fault{Kind: Jump, At: time.Duration(k+1) * c.Faulty / 12, Server: srv, Size: j, Beyond: true})
+					}
+				}
+				if r := RunPlan(t, uint64(s), c, sc); len(r.Violations) > 0 {
+					broke++
+				}
+			}
+			t.Logf("%v: every server's clock jumped forward by %v ten times: %d of %d runs saw an overlap", d, j, broke, runs)
+		}
+	}
+}
