@@ -2,6 +2,8 @@ package sim
 
 import (
 	"context"
+	"crypto/sha1"
+	"encoding/hex"
 	"strconv"
 	"strings"
 	"sync"
@@ -77,7 +79,8 @@ var sources sync.Map
 // source returns the source of c's script, when known.
 func source(c *dlm.Call) string {
 	if c.Source != "" {
-		sources.LoadOrStore(c.SHA1, c.Source)
+		sum := sha1.Sum([]byte(c.Source))
+		sources.LoadOrStore(hex.EncodeToString(sum[:]), c.Source)
 		return c.Source
 	}
 	if v, ok := sources.Load(c.SHA1); ok {

@@ -67,12 +67,9 @@ func TestPlanted(t *testing.T) {
 		skip  string
 	}{
 		{NoDrift, Options{Deployment: &single, Guard: &off, Renew: &off, Kinds: []FaultKind{Drift, HolderPause, Partition}}, 300, ""},
-		{OneNodeFence, Options{Deployment: &r5, Guard: &off, Kinds: []FaultKind{Partition, ServerPause, LinkDelay, ServerDelay}}, 300,
-			"not found in 300 seeds yet: the first node to answer is mostly the same low-latency node, whose counter rarely lags"},
-		{RenewIgnoresRefusal, Options{Deployment: &single, Guard: &on, Renew: &on, LongHolds: true, Kinds: []FaultKind{Restart}}, 300,
-			"not found in 300 seeds yet: the rewritten refusal is seen, the overlap that should follow is not; not diagnosed"},
-		{HandoffNoCheck, Options{Deployment: &r3, Guard: &off, Workers: 2, Kinds: []FaultKind{HolderPause, Partition}}, 300,
-			"not found in 300 seeds yet: a Manager that sees other processes contend stops handing over, so a stale holder's hand-off is rare"},
+		{OneNodeFence, Options{Deployment: &r5, Guard: &off, Kinds: []FaultKind{Partition, ServerPause, LinkDelay, ServerDelay}}, 300, ""},
+		{RenewIgnoresRefusal, Options{Deployment: &single, Guard: &on, Renew: &on, LongHolds: true, Kinds: []FaultKind{Restart}}, 300, ""},
+		{HandoffNoCheck, Options{Deployment: &r3, Guard: &off, Workers: 2, Kinds: []FaultKind{HolderPause, Partition}}, 300, ""},
 		{GuardVotesAtOnce, Options{Deployment: &single, Guard: &on, Kinds: []FaultKind{Restart, HolderPause}}, 300, ""},
 	}
 	base := rand.Uint64()
