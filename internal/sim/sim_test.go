@@ -8,7 +8,7 @@ import (
 )
 
 var (
-	seeds   = flag.Int("sim.seeds", 60, "how many fresh seeds TestSeeds runs")
+	seeds   = flag.Int("sim.seeds", 0, "how many fresh seeds TestSeeds runs (default 60, 10 under -race)")
 	oneSeed = flag.Uint64("seed", 0, "run this seed only (TestSeeds)")
 	trace   = flag.Bool("sim.trace", false, "log every run")
 	figures = flag.Bool("sim.figures", false, "measure the drift and clock-jump figures (TestFigures)")
@@ -19,9 +19,16 @@ var (
 func TestSeeds(t *testing.T) {
 	list := []uint64{*oneSeed}
 	if *oneSeed == 0 {
+		n := *seeds
+		if n == 0 {
+			n = 60
+			if raceOn {
+				n = 10
+			}
+		}
 		base := rand.Uint64()
 		list = list[:0]
-		for i := range *seeds {
+		for i := range n {
 			list = append(list, base+uint64(i))
 		}
 	}
