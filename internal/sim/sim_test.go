@@ -160,3 +160,22 @@ func TestFigures(t *testing.T) {
 		}
 	}
 }
+
+// TestPromotedReplicaClockAhead reproduces what soak seed
+// 5032804244753940639 found (failover-all, guard on: the primary's clock
+// jumped back 1.48s, a replica was promoted 2.5s later, and a lease was
+// granted while another was valid for 108ms more): the promoted replica
+// expires the lock at the absolute time the old primary wrote, by its own
+// clock, which is ahead. Within the documented promise (AckAll, a clock
+// jump back), but broken: the guarantees say nothing of clock offsets
+// between a primary and its replicas.
+func TestPromotedReplicaClockAhead(t *testing.T) {
+	if !*figures {
+		t.Skip("known gap (seed 5032804244753940639): under failover, a primary whose clock is behind its replicas' by more than the drift margin loses its locks early at promotion; run with -sim.figures to see it")
+	}
+	r := Run(t, 5032804244753940639, Options{})
+	t.Logf("%v", r)
+	if len(r.Violations) > 0 {
+		t.Errorf("leases overlapped after a promotion: the promoted replica's clock was ahead of the primary's")
+	}
+}
