@@ -3,6 +3,8 @@ package sim
 import (
 	"flag"
 	"math/rand/v2"
+	"strconv"
+	"sync"
 	"testing"
 	"time"
 )
@@ -33,29 +35,39 @@ func TestSeeds(t *testing.T) {
 		}
 	}
 	start := time.Now()
+	var mu sync.Mutex
 	var beyond, broke int
-	for _, s := range list {
-		t0 := time.Now()
-		if *trace {
-			c, sc := Plan(s, Options{})
-			t.Logf("seed %d: %v %v", s, c, sc)
+	// Seeds run in parallel (each in a bubble of its own), -test.parallel
+	// at a time: GOMAXPROCS by default.
+	t.Run("seeds", func(t *testing.T) {
+		for _, s := range list {
+			t.Run(strconv.FormatUint(s, 10), func(t *testing.T) {
+				t.Parallel()
+				t0 := time.Now()
+				if *trace {
+					c, sc := Plan(s, Options{})
+					t.Logf("seed %d: %v %v", s, c, sc)
+				}
+				r := Run(t, s, Options{})
+				if *trace {
+					t.Logf("%v: %v", time.Since(t0), r)
+				}
+				mu.Lock()
+				if r.Schedule.Beyond() {
+					beyond++
+					if len(r.Violations) > 0 {
+						broke++
+					}
+				}
+				mu.Unlock()
+				if r.Failed() {
+					t.Errorf("%v\n  run it again: go test ./internal/sim/ -run TestSeeds -seed %d -v", r, s)
+				} else if testing.Verbose() && *oneSeed != 0 {
+					t.Logf("%v", r)
+				}
+			})
 		}
-		r := Run(t, s, Options{})
-		if *trace {
-			t.Logf("%v: %v", time.Since(t0), r)
-		}
-		if r.Schedule.Beyond() {
-			beyond++
-			if len(r.Violations) > 0 {
-				broke++
-			}
-		}
-		if r.Failed() {
-			t.Errorf("%v\n  run it again: go test ./internal/sim/ -run TestSeeds -seed %d -v", r, s)
-		} else if testing.Verbose() && *oneSeed != 0 {
-			t.Logf("%v", r)
-		}
-	}
+	})
 	el := time.Since(start)
 	t.Logf("%d seeds in %v (%.0f/minute); %d beyond the promise, %d of them broke safety as allowed",
 		len(list), el.Round(time.Millisecond), float64(len(list))/el.Minutes(), beyond, broke)
