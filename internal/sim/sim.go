@@ -1,0 +1,736 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/dlmtest"
+	"github.com/dlmgo/dlm/strategy"
+)
+
+// A Deployment is a strategy over its servers.
+type Deployment int
+
+const (
+	Single Deployment = iota
+	Redlock3
+	Redlock5
+	FailoverAll      // a primary with 2 replicas, AckAll
+	FailoverMajority // AckMajority
+	FailoverNone     // AckNone
+	numDeployments
+)
+
+func (d Deployment) String() string {
+	return [...]string{"single", "redlock3", "redlock5", "failover-all", "failover-majority", "failover-none"}[d]
+}
+
+func (d Deployment) servers() int {
+	switch d {
+	case Redlock3:
+		return 3
+	case Redlock5:
+		return 5
+	}
+	return 1
+}
+
+func (d Deployment) failover() bool { return d >= FailoverAll }
+
+// A Config says what a run deploys; Plan draws one from a seed.
+type Config struct {
+	Deployment Deployment
+	Guard      bool          // the amnesia guard (strategy.WithMaxTTL(TTL))
+	Clients    int           // Managers, each with its own Nodes
+	Workers    int           // goroutines per Manager taking the lock
+	Renew      bool          // auto-renewal (every client)
+	LongHolds  bool          // every hold lasts 2 to 5 TTLs
+	TTL        time.Duration // the locks' TTL
+	Faulty     time.Duration // how long faults may strike; all heal then
+	Bug        Bug           // a planted bug (None: the real strategies)
+}
+
+func (c Config) String() string {
+	return fmt.Sprintf("%s guard=%v clients=%d workers=%d renew=%v ttl=%v faulty=%v bug=%s",
+		c.Deployment, c.Guard, c.Clients, c.Workers, c.Renew, c.TTL, c.Faulty, c.Bug)
+}
+
+// FaultKind names a fault.
+type FaultKind int
+
+const (
+	ServerDelay   FaultKind = iota // every reply of a server late by Size
+	ServerDrop                     // the next N replies of a server lost
+	ServerPause                    // a server stopped for For
+	ServerSlow                     // every command holds a server for Size
+	LinkDelay                      // one client's replies from one server late by Size
+	Partition                      // one client cut from Servers for For
+	Restart                        // a server restarted with its data (Keep) or without
+	Drift                          // a server's clock at Rate for For
+	Jump                           // a server's clock moved by Size
+	HolderPause                    // holders granted in [At, At+For) stop for For, ignoring their Context
+	Promote                        // failover: a replica (Target) promoted
+	ReplicaLag                     // failover: writes reach replica Target Size late for For
+	ReplicaFreeze                  // failover: replica Target receives nothing for For
+	numFaultKinds
+)
+
+var faultNames = [...]string{"server-delay", "server-drop", "server-pause", "server-slow", "link-delay", "partition",
+	"restart", "drift", "jump", "holder-pause", "promote", "replica-lag", "replica-freeze"}
+
+func (k FaultKind) String() string { return faultNames[k] }
+
+// A Fault strikes at At (from the run's start) and heals after For.
+type Fault struct {
+	Kind    FaultKind
+	At, For time.Duration
+	Server  int   // the server (or replica, for the replica faults)
+	Client  int   // LinkDelay, Partition
+	Servers []int // Partition: the servers cut off
+	Size    time.Duration
+	N       int     // ServerDrop
+	Keep    bool    // Restart
+	Rate    float64 // Drift
+	Beyond  bool    // outside what dlm promises
+}
+
+func (f Fault) String() string {
+	s := fmt.Sprintf("%v@%v", f.Kind, f.At)
+	switch f.Kind {
+	case ServerDelay, ServerSlow:
+		s += fmt.Sprintf(" s%d %v for %v", f.Server, f.Size, f.For)
+	case ServerDrop:
+		s += fmt.Sprintf(" s%d n=%d", f.Server, f.N)
+	case ServerPause:
+		s += fmt.Sprintf(" s%d for %v", f.Server, f.For)
+	case LinkDelay:
+		s += fmt.Sprintf(" c%d-s%d %v for %v", f.Client, f.Server, f.Size, f.For)
+	case Partition:
+		s += fmt.Sprintf(" c%d from %v for %v", f.Client, f.Servers, f.For)
+	case Restart:
+		s += fmt.Sprintf(" s%d keep=%v", f.Server, f.Keep)
+	case Drift:
+		s += fmt.Sprintf(" s%d rate=%.4f for %v", f.Server, f.Rate, f.For)
+	case Jump:
+		s += fmt.Sprintf(" s%d by %v", f.Server, f.Size)
+	case HolderPause:
+		s += fmt.Sprintf(" for %v", f.For)
+	case Promote:
+		s += fmt.Sprintf(" replica %d", f.Server)
+	case ReplicaLag:
+		s += fmt.Sprintf(" replica %d %v for %v", f.Server, f.Size, f.For)
+	case ReplicaFreeze:
+		s += fmt.Sprintf(" replica %d for %v", f.Server, f.For)
+	}
+	if f.Beyond {
+		s += " (beyond the promise)"
+	}
+	return s
+}
+
+// A Schedule is a run's faults, in the order they strike.
+type Schedule []Fault
+
+func (s Schedule) String() string {
+	parts := make([]string, len(s))
+	for i, f := range s {
+		parts[i] = f.String()
+	}
+	return "[" + strings.Join(parts, "; ") + "]"
+}
+
+// Beyond reports whether a fault of s is outside what dlm promises, so that
+// safety may break (liveness must still hold).
+func (s Schedule) Beyond() bool {
+	for _, f := range s {
+		if f.Beyond {
+			return true
+		}
+	}
+	return false
+}
+
+// Bound is the fastest server clock rate dlm's drift margin covers for ttl:
+// a key set for ttl on a clock running at rate r expires after ttl/r, and a
+// lease is trusted for ttl·(1−DefaultDriftFactor) − 2ms.
+func Bound(ttl time.Duration) float64 {
+	return float64(ttl) / (float64(ttl)*(1-strategy.DefaultDriftFactor) - float64(2*time.Millisecond))
+}
+
+// Options restrict what Plan draws.
+type Options struct {
+	Deployment *Deployment // nil: drawn
+	Guard      *bool       // nil: drawn
+	Within     bool        // only faults within the promise
+	Workers    int         // 0: drawn (1 or 2)
+	Renew      *bool       // nil: drawn
+	Kinds      []FaultKind // the kinds of fault drawn; nil: all
+	LongHolds  bool        // every hold lasts 2 to 5 TTLs
+	Bug        Bug
+}
+
+// Plan draws a run's configuration and fault schedule from seed.
+func Plan(seed uint64, o Options) (Config, Schedule) {
+	r := rand.New(rand.NewPCG(seed, 0x5eed))
+	c := Config{
+		Deployment: Deployment(r.IntN(int(numDeployments))),
+		Guard:      r.IntN(2) == 0,
+		Clients:    2 + r.IntN(2),
+		Workers:    1 + r.IntN(2),
+		Renew:      r.IntN(3) > 0,
+		TTL:        time.Second,
+		Faulty:     12 * time.Second,
+		Bug:        o.Bug,
+	}
+	if o.Deployment != nil {
+		c.Deployment = *o.Deployment
+	}
+	if o.Guard != nil {
+		c.Guard = *o.Guard
+	}
+	if o.Workers > 0 {
+		c.Workers = o.Workers
+	}
+	c.LongHolds = o.LongHolds
+	if o.Renew != nil {
+		c.Renew = *o.Renew
+	}
+	n := c.Deployment.servers()
+	dur := func(lo, hi time.Duration) time.Duration { return lo + time.Duration(r.Int64N(int64(hi-lo)+1)) }
+	var s Schedule
+	for range 1 + r.IntN(5) {
+		f := Fault{At: dur(0, c.Faulty*3/4), For: dur(c.TTL/5, 3*c.TTL), Server: r.IntN(n), Client: r.IntN(c.Clients)}
+		f.Kind = FaultKind(r.IntN(int(numFaultKinds)))
+		if o.Kinds != nil {
+			f.Kind = o.Kinds[r.IntN(len(o.Kinds))]
+		}
+		if !c.Deployment.failover() && f.Kind >= Promote {
+			f.Kind = HolderPause
+		}
+		if c.Deployment.failover() && f.Kind >= Promote {
+			f.Server = r.IntN(2)
+		}
+		switch f.Kind {
+		case ServerDelay, LinkDelay, ServerSlow:
+			f.Size = dur(0, 150*time.Millisecond)
+		case ServerDrop:
+			f.N = 1 + r.IntN(5)
+		case Partition:
+			k := 1 + r.IntN(n)
+			f.Servers = r.Perm(n)[:k]
+			sort.Ints(f.Servers)
+		case Restart:
+			f.Keep = r.IntN(2) == 0
+			// Without data and without the guard, a restarted server
+			// forgets the locks it granted: not promised.
+			f.Beyond = !f.Keep && !c.Guard
+		case Drift:
+			b := Bound(c.TTL)
+			if r.IntN(3) == 0 {
+				f.Rate = b + (0.2)*r.Float64() + 0.0005
+				f.Beyond = true
+			} else {
+				f.Rate = 0.9 + (b-0.0005-0.9)*r.Float64()
+			}
+			f.For = dur(c.TTL, 6*c.TTL)
+		case Jump:
+			f.Size = dur(-2*c.TTL, 2*c.TTL)
+			f.Beyond = f.Size > 0 // a jump forward frees keys early
+		case ReplicaLag:
+			f.Size = dur(0, 200*time.Millisecond)
+		case Promote:
+			// Sentinel may promote any replica: only AckAll waits for
+			// every replica to have the lock.
+			f.Beyond = c.Deployment != FailoverAll
+		}
+		if f.Beyond && o.Within {
+			continue
+		}
+		s = append(s, f)
+	}
+	sort.SliceStable(s, func(i, j int) bool { return s[i].At < s[j].At })
+	// A promoted replica expires keys by its own clock, at the absolute
+	// times the primary wrote (Redis 7 propagates expiries as PXAT): a
+	// primary clock that fell behind the replicas' (a jump back, a slow
+	// drift) shortens every lease at promotion. Not in the documented
+	// promise: see TestPromotedReplicaClockAhead.
+	promoted := false
+	for _, f := range s {
+		promoted = promoted || f.Kind == Promote
+	}
+	if promoted {
+		for i := range s {
+			if s[i].Kind == Jump || s[i].Kind == Drift {
+				s[i].Beyond = true
+			}
+		}
+	}
+	if o.Within && s.Beyond() {
+		s = slices.DeleteFunc(s, func(f Fault) bool { return f.Beyond })
+	}
+	return c, s
+}
+
+// A Grant is one Lock a worker held.
+type Grant struct {
+	Client, Worker int
+	Fence          uint64
+	Start          time.Duration // when Lock returned
+	End            time.Duration // when its Context ended
+	Until          time.Duration // its validity when the Context ended
+	Cause          error
+}
+
+// valid is when the lease stopped being trustworthy.
+func (g *Grant) valid() time.Duration { return min(g.End, g.Until) }
+
+// An acq is one successful Acquire or Handoff of a strategy.
+type acq struct {
+	start, done time.Duration
+	fence       uint64
+	client      int
+}
+
+// A Result is what a run saw.
+type Result struct {
+	Seed       uint64
+	Config     Config
+	Schedule   Schedule
+	Grants     int
+	Violations []string // safety: overlaps, fences back, Contexts late
+	Liveness   string   // non-empty: no grant after the faults healed
+}
+
+// Failed reports whether the run broke a check it must keep: liveness
+// always, safety unless the schedule went beyond the promise.
+func (r *Result) Failed() bool {
+	return r.Liveness != "" || (len(r.Violations) > 0 && !r.Schedule.Beyond())
+}
+
+func (r *Result) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "seed %d: %v\n  schedule %v\n  %d grants", r.Seed, r.Config, r.Schedule, r.Grants)
+	for i, v := range r.Violations {
+		if i == 10 {
+			fmt.Fprintf(&b, "\n  ... %d more", len(r.Violations)-10)
+			break
+		}
+		fmt.Fprintf(&b, "\n  %s", v)
+	}
+	if r.Liveness != "" {
+		fmt.Fprintf(&b, "\n  liveness: %s", r.Liveness)
+	}
+	return b.String()
+}
+
+const key = "sim:key"
+
+// Run runs seed's plan in a synctest bubble of its own and returns what it saw.
+func Run(t *testing.T, seed uint64, o Options) *Result {
+	c, s := Plan(seed, o)
+	return RunPlan(t, seed, c, s)
+}
+
+// RunPlan runs the configuration and schedule given.
+func RunPlan(t *testing.T, seed uint64, c Config, s Schedule) *Result {
+	res := &Result{Seed: seed, Config: c, Schedule: s}
+	synctest.Test(t, func(t *testing.T) { run(t, res, seed) })
+	return res
+}
+
+type world struct {
+	c       Config
+	seed    uint64
+	t0      time.Time
+	servers []*dlmtest.Server
+	nodes   [][]*dlmtest.Node // [client][server]
+	mans    []*dlm.Manager
+
+	mu     sync.Mutex
+	grants []*Grant
+	acqs   []acq
+	pauses []Fault
+	wg     sync.WaitGroup // grant watchers
+}
+
+func (w *world) now() time.Duration { return time.Since(w.t0) }
+
+func run(t *testing.T, res *Result, seed uint64) {
+	c := res.Config
+	w := &world{c: c, seed: seed, t0: time.Now()}
+	n := c.Deployment.servers()
+	for i := range n {
+		var opts []dlmtest.Option
+		opts = append(opts, dlmtest.WithName(fmt.Sprintf("s%d", i)))
+		if c.Deployment.failover() {
+			opts = append(opts, dlmtest.WithReplicas(2))
+		}
+		w.servers = append(w.servers, dlmtest.NewServer(opts...))
+	}
+	defer func() {
+		for _, srv := range w.servers {
+			srv.Close()
+		}
+	}()
+	shared := newPlantState()
+	for i := range c.Clients {
+		var nodes []*dlmtest.Node
+		var dn []dlm.Node
+		for j, srv := range w.servers {
+			nd := srv.Node()
+			nd.SetDelay(linkDelay(seed, i, j))
+			nodes = append(nodes, nd)
+			dn = append(dn, plantNode(c.Bug, nd, srv, j, shared))
+		}
+		w.nodes = append(w.nodes, nodes)
+		st, err := newStrategy(c, dn)
+		if err != nil {
+			t.Fatalf("strategy: %v", err)
+		}
+		st = plantStrategy(c.Bug, st, c.TTL, shared)
+		rec := &recorder{Strategy: st, w: w, client: i}
+		opts := []dlm.Option{dlm.WithTTL(c.TTL), dlm.WithRetryDelay(5*time.Millisecond, c.TTL/4)}
+		if c.Renew {
+			opts = append(opts, dlm.WithAutoRenew(1.0/3, 20*c.TTL))
+		}
+		var ds dlm.Strategy = rec
+		if h, ok := st.(dlm.Handoff); ok {
+			ds = &handoffRecorder{recorder: rec, h: h}
+		}
+		m, err := dlm.New(ds, opts...)
+		if err != nil {
+			t.Fatalf("manager: %v", err)
+		}
+		w.mans = append(w.mans, m)
+	}
+
+	// Faults.
+	var fwg sync.WaitGroup
+	for _, f := range res.Schedule {
+		fwg.Add(1)
+		go func() {
+			defer fwg.Done()
+			time.Sleep(f.At)
+			w.strike(f)
+		}()
+	}
+
+	// Workers, until the faults heal.
+	stop := w.t0.Add(c.Faulty)
+	var wwg sync.WaitGroup
+	for i := range c.Clients {
+		for k := range c.Workers {
+			wwg.Add(1)
+			r := rand.New(rand.NewPCG(seed, uint64(i*16+k+1)))
+			go func() {
+				defer wwg.Done()
+				w.work(i, k, r, stop)
+			}()
+		}
+	}
+	fwg.Wait()
+	wwg.Wait()
+	w.heal()
+
+	// Liveness: once everything healed, the lock is granted again.
+	limit := 10 * c.TTL
+	if c.Guard {
+		limit += 2*c.TTL + time.Second
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	l, err := w.mans[0].Lock(ctx, key)
+	cancel()
+	if err != nil {
+		res.Liveness = fmt.Sprintf("no grant within %v after the faults healed: %v", limit, err)
+	} else {
+		w.watch(l, 0, -1)
+		w.unlock(l)
+	}
+	time.Sleep(time.Minute) // background work of the strategies ends
+	w.wg.Wait()
+	w.check(res)
+}
+
+// linkDelay is the round trip of client's link to server: 100µs to 2ms.
+// Without one, calls would take no virtual time, and Managers that wake
+// each other (a failed Redlock acquisition undoes its minority of grants,
+// whose release notifications wake the other Manager's waiter, whose
+// attempt fails likewise...) would loop at one virtual instant forever.
+func linkDelay(seed uint64, client, server int) time.Duration {
+	r := rand.New(rand.NewPCG(seed, uint64(1000+client*64+server)))
+	return 100*time.Microsecond + time.Duration(r.Int64N(int64(1900*time.Microsecond)))
+}
+
+func newStrategy(c Config, nodes []dlm.Node) (dlm.Strategy, error) {
+	var opts []strategy.Option
+	if c.Guard {
+		opts = append(opts, strategy.WithMaxTTL(c.TTL))
+	}
+	if c.Bug != None {
+		opts = append(opts, strategy.WithCoalescing(false)) // the bugs' wrappers read single calls
+	}
+	switch c.Deployment {
+	case Single:
+		return strategy.NewSingle(nodes[0], opts...)
+	case Redlock3, Redlock5:
+		return strategy.NewRedlock(nodes, opts...)
+	case FailoverAll:
+		opts = append(opts, strategy.WithAcks(strategy.AckAll()))
+	case FailoverMajority:
+		opts = append(opts, strategy.WithAcks(strategy.AckMajority()))
+	case FailoverNone:
+		opts = append(opts, strategy.WithAcks(strategy.AckNone()))
+	}
+	return strategy.NewFailover(nodes[0], append(opts, strategy.WithReplicas(2))...)
+}
+
+// work takes the lock again and again until stop.
+func (w *world) work(client, worker int, r *rand.Rand, stop time.Time) {
+	m := w.mans[client]
+	for time.Now().Before(stop) {
+		ctx, cancel := context.WithTimeout(context.Background(), 4*w.c.TTL)
+		l, err := m.Lock(ctx, key)
+		cancel()
+		if err != nil {
+			if !errors.Is(err, dlm.ErrNotAcquired) || dlm.Permanent(err) {
+				time.Sleep(w.c.TTL / 10)
+			}
+			continue
+		}
+		start := time.Now()
+		w.watch(l, client, worker)
+		var hold time.Duration
+		switch r.IntN(4) {
+		case 0:
+			hold = 0
+		case 1, 2:
+			hold = time.Duration(r.Int64N(int64(w.c.TTL / 2)))
+		default:
+			hold = time.Duration(r.Int64N(int64(3 * w.c.TTL))) // renewed, when the client renews
+		}
+		if w.c.LongHolds {
+			hold = 2*w.c.TTL + time.Duration(r.Int64N(int64(3*w.c.TTL)))
+		}
+		select {
+		case <-time.After(hold):
+		case <-l.Context().Done():
+		}
+		// A holder paused: it stops for a while whatever its Context says,
+		// then unlocks (a hand-off, when a worker of its Manager waits).
+		if p := w.pausing(start); p > 0 {
+			time.Sleep(p)
+		}
+		w.unlock(l)
+		if r.IntN(3) == 0 {
+			time.Sleep(time.Duration(r.Int64N(int64(w.c.TTL / 4))))
+		}
+	}
+}
+
+// unlock unlocks l, bounded: a strategy without a timeout of its own
+// (single, failover) waits for a lost reply as long as its context lets it.
+func (w *world) unlock(l *dlm.Lock) {
+	ctx, cancel := context.WithTimeout(context.Background(), w.c.TTL)
+	defer cancel()
+	_ = l.Unlock(ctx)
+}
+
+// pausing returns how long a holder granted at start stops.
+func (w *world) pausing(start time.Time) time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	at := start.Sub(w.t0)
+	for _, f := range w.pauses {
+		if at >= f.At && at < f.At+f.For {
+			return f.For
+		}
+	}
+	return 0
+}
+
+// watch records l's grant and, in the background, the end of its Context.
+func (w *world) watch(l *dlm.Lock, client, worker int) {
+	g := &Grant{Client: client, Worker: worker, Fence: l.Fence(), Start: w.now()}
+	if debugGrants {
+		println("grant", g.Start.String(), client, worker, g.Fence)
+	}
+	w.mu.Lock()
+	w.grants = append(w.grants, g)
+	w.mu.Unlock()
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		<-l.Context().Done()
+		end, until := w.now(), l.Until().Sub(w.t0)
+		w.mu.Lock()
+		g.End, g.Until, g.Cause = end, until, context.Cause(l.Context())
+		w.mu.Unlock()
+	}()
+}
+
+func (w *world) strike(f Fault) {
+	srv := w.servers[f.Server%len(w.servers)]
+	switch f.Kind {
+	case ServerDelay:
+		srv.SetDelay(f.Size)
+		time.Sleep(f.For)
+		srv.SetDelay(0)
+	case ServerDrop:
+		srv.DropReplies(f.N)
+	case ServerPause:
+		srv.Pause()
+		time.Sleep(f.For)
+		srv.Resume()
+	case ServerSlow:
+		srv.SetSlow(f.Size)
+		time.Sleep(f.For)
+		srv.SetSlow(0)
+	case LinkDelay:
+		nd := w.nodes[f.Client][f.Server]
+		base := linkDelay(w.seed, f.Client, f.Server)
+		nd.SetDelay(base + f.Size)
+		time.Sleep(f.For)
+		nd.SetDelay(base)
+	case Partition:
+		for _, j := range f.Servers {
+			w.nodes[f.Client][j].Partition(true)
+		}
+		time.Sleep(f.For)
+		for _, j := range f.Servers {
+			w.nodes[f.Client][j].Partition(false)
+		}
+	case Restart:
+		srv.Restart(f.Keep)
+	case Drift:
+		srv.Clock().SetRate(f.Rate)
+		time.Sleep(f.For)
+		srv.Clock().SetRate(1)
+	case Jump:
+		srv.Clock().Jump(f.Size)
+	case HolderPause:
+		w.mu.Lock()
+		w.pauses = append(w.pauses, f)
+		w.mu.Unlock()
+	case Promote:
+		srv = w.servers[0]
+		srv.Promote(srv.Replicas()[f.Server])
+	case ReplicaLag:
+		r := w.servers[0].Replicas()[f.Server]
+		r.SetLag(f.Size)
+		time.Sleep(f.For)
+		r.SetLag(0)
+	case ReplicaFreeze:
+		r := w.servers[0].Replicas()[f.Server]
+		r.Freeze(true)
+		time.Sleep(f.For)
+		r.Freeze(false)
+	}
+}
+
+// heal ends every fault still on (they all end by themselves; this is a
+// safety net that also resets clock rates).
+func (w *world) heal() {
+	for _, srv := range w.servers {
+		srv.Clock().SetRate(1)
+	}
+}
+
+// check fills res with what the run broke.
+func (w *world) check(res *Result) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	gs := w.grants
+	res.Grants = len(gs)
+	sort.Slice(gs, func(i, j int) bool { return gs[i].Start < gs[j].Start })
+	for i, a := range gs {
+		if a.End > a.Until {
+			res.Violations = append(res.Violations, fmt.Sprintf("context late: c%d/w%d fence %d: Context ended at %v, after its validity %v (%v)",
+				a.Client, a.Worker, a.Fence, a.End, a.Until, a.Cause))
+		}
+		for _, b := range gs[i+1:] {
+			if b.Start >= a.valid() {
+				continue
+			}
+			res.Violations = append(res.Violations, fmt.Sprintf("overlap: c%d/w%d fence %d granted at %v while c%d/w%d fence %d was valid [%v, %v)",
+				b.Client, b.Worker, b.Fence, b.Start, a.Client, a.Worker, a.Fence, a.Start, a.valid()))
+		}
+	}
+	as := w.acqs
+	for _, b := range as {
+		for _, a := range as {
+			if a.done < b.start && a.fence >= b.fence {
+				res.Violations = append(res.Violations, fmt.Sprintf("fence back: c%d's acquisition begun at %v got fence %d, not above fence %d granted to c%d at %v",
+					b.client, b.start, b.fence, a.fence, a.client, a.done))
+				break
+			}
+		}
+	}
+}
+
+// recorder records a client's successful acquisitions.
+type recorder struct {
+	dlm.Strategy
+	w      *world
+	client int
+}
+
+func (r *recorder) note(start time.Duration, l dlm.Lease) {
+	r.w.mu.Lock()
+	r.w.acqs = append(r.w.acqs, acq{start: start, done: r.w.now(), fence: l.Fence, client: r.client})
+	r.w.mu.Unlock()
+}
+
+func (r *recorder) Acquire(ctx context.Context, key, token string, ttl time.Duration) (dlm.Lease, error) {
+	start := r.w.now()
+	l, err := r.Strategy.Acquire(ctx, key, token, ttl)
+	if err == nil {
+		r.note(start, l)
+	}
+	return l, r.hide(err)
+}
+
+// hide hides, when the run has several workers per Manager, what an
+// error says of the holder's remaining TTL (RetryAfter): a Manager whose
+// first waiter's attempt is slow while the reported TTL has passed spins
+// its other waiters at one instant (wait.go: pause returns 0 and timedOut
+// refuses them), which in virtual time never ends. See TestSpinningWaiter.
+func (r *recorder) hide(err error) error {
+	if err == nil || r.w.c.Workers < 2 {
+		return err
+	}
+	return opaque{err}
+}
+
+// opaque is an error that matches what err matches (errors.Is) but hides
+// its types from errors.As.
+type opaque struct{ err error }
+
+func (o opaque) Error() string        { return o.err.Error() }
+func (o opaque) Is(target error) bool { return errors.Is(o.err, target) }
+
+type handoffRecorder struct {
+	*recorder
+	h dlm.Handoff
+}
+
+func (r *handoffRecorder) Handoff(ctx context.Context, key, from, to string, ttl time.Duration) (dlm.Lease, error) {
+	start := r.w.now()
+	l, err := r.h.Handoff(ctx, key, from, to, ttl)
+	if err == nil {
+		r.note(start, l)
+	}
+	return l, r.hide(err)
+}
+
+var debugGrants = os.Getenv("SIMDEBUG") != ""
