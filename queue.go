@@ -488,7 +488,12 @@ func (w *queues) pause(q *queue, me *waiter, delay *time.Duration) time.Duration
 	if !q.expires.IsZero() {
 		pos := max(slices.Index(q.waiters, me), 0)
 		rem := time.Until(q.expires) + time.Millisecond + time.Duration(pos)*time.Millisecond + rand.N(time.Millisecond)
-		d = max(min(d, rem), 0)
+		if rem > 0 {
+			d = min(d, rem)
+		}
+		// Once the expiry has passed, the first waiter is trying or about
+		// to: the others wait a poll interval, or until woken, instead of
+		// looping on timers that fire at once until its attempt returns.
 	}
 	return d
 }

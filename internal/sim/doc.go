@@ -29,7 +29,7 @@
 //	go test ./internal/sim/                  # CI: 60 fresh seeds (10 under -race) and the planted bugs
 //	go test ./internal/sim/ -run TestSeeds -sim.seeds=20000 -timeout 0   # a soak
 //	go test ./internal/sim/ -run TestSeeds -seed=12345 -v                # one seed again
-//	go test ./internal/sim/ -run 'TestFigures|TestSpinningWaiter' -sim.figures -v
+//	go test ./internal/sim/ -run TestFigures -sim.figures -v
 //
 // SIMDEBUG=1 in the environment prints every grant (virtual time, client,
 // worker, fence). (The package comes before the flags: go test reads a value after an
@@ -40,8 +40,7 @@
 // Every link has a round trip of 100µs to 2ms (drawn per link): with none,
 // calls take no virtual time, and Managers whose Redlock attempts split the
 // votes wake each other through the undo's release notifications at one
-// virtual instant forever. With two workers per Manager, the recorder hides
-// RetryAfter from the Manager (TestSpinningWaiter shows why).
+// virtual instant forever.
 //
 // Bugs can be planted (Bug) by wrappers around the Nodes and the Strategy;
 // TestPlanted shows each is found, and that the seed that found it passes

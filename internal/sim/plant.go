@@ -91,7 +91,7 @@ func source(c *dlm.Call) string {
 
 // Which script a call runs, from its source and shape (coalescing is off
 // under a bug, so that calls are not merged).
-func isAcquire(c *dlm.Call) bool { return strings.Contains(source(c), "INCR") && len(c.Keys) >= 3 }
+func isAcquire(c *dlm.Call) bool { return strings.Contains(source(c), "INCR") && len(c.Keys) >= 2 }
 func isExtend(c *dlm.Call) bool {
 	src := source(c)
 	return strings.Contains(src, "PEXPIRE") && !strings.Contains(src, "INCR") && len(c.Keys) == 1 && len(c.Args) == 2

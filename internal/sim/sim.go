@@ -697,27 +697,8 @@ func (r *recorder) Acquire(ctx context.Context, key, token string, ttl time.Dura
 	if err == nil {
 		r.note(start, l)
 	}
-	return l, r.hide(err)
+	return l, err
 }
-
-// hide hides, when the run has several workers per Manager, what an
-// error says of the holder's remaining TTL (RetryAfter): a Manager whose
-// first waiter's attempt is slow while the reported TTL has passed spins
-// its other waiters at one instant (wait.go: pause returns 0 and timedOut
-// refuses them), which in virtual time never ends. See TestSpinningWaiter.
-func (r *recorder) hide(err error) error {
-	if err == nil || r.w.c.Workers < 2 {
-		return err
-	}
-	return opaque{err}
-}
-
-// opaque is an error that matches what err matches (errors.Is) but hides
-// its types from errors.As.
-type opaque struct{ err error }
-
-func (o opaque) Error() string        { return o.err.Error() }
-func (o opaque) Is(target error) bool { return errors.Is(o.err, target) }
 
 type handoffRecorder struct {
 	*recorder
@@ -730,7 +711,7 @@ func (r *handoffRecorder) Handoff(ctx context.Context, key, from, to string, ttl
 	if err == nil {
 		r.note(start, l)
 	}
-	return l, r.hide(err)
+	return l, err
 }
 
 var debugGrants = os.Getenv("SIMDEBUG") != ""
