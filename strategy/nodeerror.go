@@ -1,6 +1,7 @@
 package strategy
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -21,7 +22,8 @@ func (e *NodeError) Unwrap() error { return e.Err }
 // running it because its keys' Cluster hash slot is being moved between
 // masters (a TRYAGAIN reply): 10ms, for the move may end at any moment.
 func (e *NodeError) RetryAfter() (time.Duration, bool) {
-	if anyReply(e.Err, func(r *dlm.ReplyError) bool { return r.Code == "TRYAGAIN" }) {
+	var r *dlm.ReplyError
+	if errors.As(e.Err, &r) && r.Code == "TRYAGAIN" {
 		return slotMovingRetry, true
 	}
 	return 0, false
@@ -30,26 +32,6 @@ func (e *NodeError) RetryAfter() (time.Duration, bool) {
 // slotMovingRetry is how long NodeError.RetryAfter says to wait after a
 // TRYAGAIN reply.
 const slotMovingRetry = 10 * time.Millisecond
-
-// anyReply reports whether f holds for a *dlm.ReplyError in err's tree.
-func anyReply(err error, f func(*dlm.ReplyError) bool) bool {
-	if r, ok := err.(*dlm.ReplyError); ok && f(r) {
-		return true
-	}
-	switch u := err.(type) {
-	case interface{ Unwrap() error }:
-		if inner := u.Unwrap(); inner != nil {
-			return anyReply(inner, f)
-		}
-	case interface{ Unwrap() []error }:
-		for _, e := range u.Unwrap() {
-			if e != nil && anyReply(e, f) {
-				return true
-			}
-		}
-	}
-	return false
-}
 
 // HeldError reports that another owner holds a key. It matches
 // dlm.ErrNotAcquired.
