@@ -273,22 +273,7 @@ func WriteResults(dir string, results []Result, header string) error {
 	md.WriteString("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
 	for _, r := range results {
 		c := r.Counts
-		p := "exclusion, fences"
-		switch {
-		case !r.Promise.Exclusion && !r.Promise.Fences:
-			p = "none: " + r.Promise.Why
-		case !r.Promise.Fences:
-			p = "exclusion only: " + r.Promise.Why
-		}
-		verdict := "kept"
-		switch {
-		case r.Err != "":
-			verdict = "error: " + r.Err
-		case !r.Kept:
-			verdict = "**BROKEN**"
-		case !r.Promise.Exclusion || !r.Promise.Fences:
-			verdict = "expected"
-		}
+		p, verdict := promiseAndVerdict(r)
 		granted := fmt.Sprintf("%d / %d", c.Grants, c.Attempts)
 		if c.Handoffs > 0 {
 			granted += fmt.Sprintf(" (%d handed over)", c.Handoffs)
@@ -324,4 +309,26 @@ func keepLogs(cell, dir string) error {
 		}
 	}
 	return nil
+}
+
+// promiseAndVerdict says what a cell's result promised and whether it was
+// kept, as the results tables write it.
+func promiseAndVerdict(r Result) (promise, verdict string) {
+	promise = "exclusion, fences"
+	switch {
+	case !r.Promise.Exclusion && !r.Promise.Fences:
+		promise = "none: " + r.Promise.Why
+	case !r.Promise.Fences:
+		promise = "exclusion only: " + r.Promise.Why
+	}
+	verdict = "kept"
+	switch {
+	case r.Err != "":
+		verdict = "error: " + r.Err
+	case !r.Kept:
+		verdict = "**BROKEN**"
+	case !r.Promise.Exclusion || !r.Promise.Fences:
+		verdict = "expected"
+	}
+	return promise, verdict
 }

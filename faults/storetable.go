@@ -13,22 +13,7 @@ func writeStoreTable(md *strings.Builder, results []Result) {
 	md.WriteString("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
 	for _, r := range results {
 		c := r.Counts
-		p := "exclusion, fences"
-		switch {
-		case !r.Promise.Exclusion && !r.Promise.Fences:
-			p = "none: " + r.Promise.Why
-		case !r.Promise.Fences:
-			p = "exclusion only: " + r.Promise.Why
-		}
-		verdict := "kept"
-		switch {
-		case r.Err != "":
-			verdict = "error: " + r.Err
-		case !r.Kept:
-			verdict = "**BROKEN**"
-		case !r.Promise.Exclusion || !r.Promise.Fences:
-			verdict = "expected"
-		}
+		p, verdict := promiseAndVerdict(r)
 		taken := r.Cell.Taken()
 		if r.Cell.Register == "" {
 			taken += "@memory"
