@@ -13,7 +13,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/dlmgo/dlm"
-	"github.com/dlmgo/dlm/internal/coalesce"
 	"github.com/dlmgo/dlm/nodekit"
 )
 
@@ -124,23 +123,24 @@ func (n *Node) report(ctx context.Context, op string, calls []dlm.Call, err erro
 	if err != nil && failed == 0 {
 		n.count(ctx, err) // the wait failed, not the calls
 	}
-	batch := 0
-	coalesce.Callers(ctx, func(context.Context, int, []int) { batch++ })
-	if coalesce.Callers(ctx, func(cctx context.Context, own int, carried []int) {
-		if own == 0 {
-			return // none of this caller's calls in this run
-		}
-		pf, pfirst := 0, err
-		for _, i := range carried {
-			if e := calls[i].Err; e != nil && !errors.Is(e, dlm.ErrNoScript) {
-				pf++
-				if pfirst == nil {
-					pfirst = e
+	if b, ok := nodekit.BatchOf(ctx); ok {
+		batch := 0
+		b.Callers(func(context.Context, int, []int) { batch++ })
+		b.Callers(func(cctx context.Context, own int, carried []int) {
+			if own == 0 {
+				return // none of this caller's calls in this run
+			}
+			pf, pfirst := 0, err
+			for _, i := range carried {
+				if e := calls[i].Err; e != nil && !errors.Is(e, dlm.ErrNoScript) {
+					pf++
+					if pfirst == nil {
+						pfirst = e
+					}
 				}
 			}
-		}
-		n.event(cctx, op, own, batch, pf, pfirst, start)
-	}) {
+			n.event(cctx, op, own, batch, pf, pfirst, start)
+		})
 		return
 	}
 	n.event(ctx, op, len(calls), 1, failed, first, start)

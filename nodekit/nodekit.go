@@ -272,3 +272,24 @@ func RoutingOf(n dlm.Node) Routing {
 	}
 	return RoutingUnknown
 }
+
+// A Batch is what a layer that merges several callers' calls into one Run
+// (the strategies' coalescing) puts in the Run's context under BatchKey,
+// so that a Node wrapper (metrics, tracing) can tell each caller its part.
+type Batch interface {
+	// Callers calls f, in order, for each caller whose calls the Run
+	// carries, with the caller's context (which may have ended), how many
+	// of its calls the Run carries, and the indexes, in the Run's calls,
+	// of the calls that carry them.
+	Callers(f func(ctx context.Context, own int, calls []int))
+}
+
+// BatchKey is the context key of a Run's Batch.
+type BatchKey struct{}
+
+// BatchOf returns the Batch of a Run's context, if a coalescing layer made
+// the Run.
+func BatchOf(ctx context.Context) (Batch, bool) {
+	b, ok := ctx.Value(BatchKey{}).(Batch)
+	return b, ok
+}

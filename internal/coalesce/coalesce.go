@@ -169,7 +169,7 @@ func (n *Node) send(ctx context.Context, calls []dlm.Call, w *dlm.Wait) (dlm.Ack
 	if n.merge == nil || len(calls) < 2 {
 		return n.runOn(ctx, calls, w)
 	}
-	root, _ := ctx.Value(callersKey{}).(*batchRoot)
+	root, _ := ctx.Value(nodekit.BatchKey{}).(*batchRoot)
 	return n.merge.runMerged(ctx, calls, w != nil, func(sent []dlm.Call, where []int) (dlm.Acks, error) {
 		if root != nil {
 			root.where = where // read by Callers during the Run; Runs of a batch are sequential
@@ -332,34 +332,24 @@ func batchContext(ws []*waiter) (context.Context, context.CancelFunc) {
 func (n *Node) Stats() (runs, carried int64) { return n.runs.Load(), n.batched.Load() }
 
 // A batchRoot is the parent of a batch's context: never done, without
-// values but the batch's callers (Callers). It is the batch's first waiter,
-// so that making it allocates nothing.
+// values but the batch itself, a nodekit.Batch under nodekit.BatchKey. It
+// is the batch's first waiter, so that making it allocates nothing.
 type batchRoot waiter
-
-type callersKey struct{}
 
 func (*batchRoot) Deadline() (time.Time, bool) { return time.Time{}, false }
 func (*batchRoot) Done() <-chan struct{}       { return nil }
 func (*batchRoot) Err() error                  { return nil }
 func (r *batchRoot) Value(key any) any {
-	if key == (callersKey{}) {
+	if key == (nodekit.BatchKey{}) {
 		return r
 	}
 	return nil
 }
 func (*batchRoot) String() string { return "coalesce.batch" }
 
-// Callers reports whether ctx is the context of a coalesced Run or RunWait,
-// and then calls f, in order, for each caller whose calls it carries, with
-// the caller's context, how many of its calls the Run carries, and the
-// indexes, in the Run's calls, of the calls that carry them (one call may
-// carry several callers' calls: see Merging). A caller's context may have
-// ended.
-func Callers(ctx context.Context, f func(ctx context.Context, own int, calls []int)) bool {
-	r, ok := ctx.Value(callersKey{}).(*batchRoot)
-	if !ok {
-		return false
-	}
+// Callers implements nodekit.Batch (one call may carry several callers'
+// calls: see Merging).
+func (r *batchRoot) Callers(f func(ctx context.Context, own int, calls []int)) {
 	at := 0
 	for _, w := range r.batch {
 		var idx []int
@@ -384,7 +374,6 @@ func Callers(ctx context.Context, f func(ctx context.Context, own int, calls []i
 		at += len(w.calls)
 		f(w.ctx, own, idx)
 	}
-	return true
 }
 
 // Merging: calls of one script with the same number of keys and arguments,
