@@ -29,8 +29,10 @@ end
 -- body
 
 local from, maxttl = ARGV[4], ARGV[3]
-if not from and not (maxttl and maxttl ~= '0') then
+if not from and not (maxttl and maxttl ~= '0') and redis.REDIS_VERSION_NUM then
   -- The usual case: one INCR, one SET that also answers what it found.
+  -- SET takes NX and GET together from Redis 7.0, which is also where
+  -- redis.REDIS_VERSION_NUM begins: an older server takes the path below.
   local fence = redis.call('INCR', KEYS[2])
   local v = redis.call('SET', KEYS[1], string.format('%d', fence) .. ':' .. ARGV[1], 'NX', 'PX', ARGV[2], 'GET')
   if not v then
@@ -48,8 +50,8 @@ if not from and not (maxttl and maxttl ~= '0') then
   end
   return refuse(KEYS[1], v)
 end
--- A hand-off, or the amnesia guard, whose counter must be read before an
--- INCR creates it: read the lock first.
+-- A hand-off, the amnesia guard (whose counter must be read before an INCR
+-- creates it), or a server before 7.0: read the lock first.
 local v = redis.call('GET', KEYS[1])
 if from then
   if not holds(v, from) then
