@@ -55,18 +55,22 @@ func TestReplies(t *testing.T) {
 	defer srv.Close()
 	n := srv.Node()
 	k := []string{"k"}
-	for src, want := range map[string][]int64{
-		"return {1.9, -1.9, 2^53}":                                                                      {1, -1, 1 << 53},
-		"return {1, 2, nil, 4}":                                                                         {1, 2}, // up to the first nil
-		"return {redis.call('INCRBY', KEYS[1], -3)}":                                                    {-3},
-		"return {redis.call('EXISTS', KEYS[1], 'missing', KEYS[1])}":                                    {2},
-		"local t = redis.call('TIME') return {#t, tonumber(t[2]) < 1000000 and 1 or 0}":                 {2, 1},
-		"local ok, e = pcall(redis.call, 'NOPE') return {ok and 1 or 0, type(e) == 'table' and 1 or 0}": {0, 1},
-		"return {type(redis.pcall('NOPE')) == 'table' and 1 or 0}":                                      {1},
-		"redis.call('SET', 'big', 1700000000123456) return {tonumber(redis.call('GET', 'big'))}":        {1700000000123456},
+	// In order: EXISTS counts the key the INCRBY before it made.
+	for _, tc := range []struct {
+		src  string
+		want []int64
+	}{
+		{"return {1.9, -1.9, 2^53}", []int64{1, -1, 1 << 53}},
+		{"return {1, 2, nil, 4}", []int64{1, 2}}, // up to the first nil
+		{"return {redis.call('INCRBY', KEYS[1], -3)}", []int64{-3}},
+		{"return {redis.call('EXISTS', KEYS[1], 'missing', KEYS[1])}", []int64{2}},
+		{"local t = redis.call('TIME') return {#t, tonumber(t[2]) < 1000000 and 1 or 0}", []int64{2, 1}},
+		{"local ok, e = pcall(redis.call, 'NOPE') return {ok and 1 or 0, type(e) == 'table' and 1 or 0}", []int64{0, 1}},
+		{"return {type(redis.pcall('NOPE')) == 'table' and 1 or 0}", []int64{1}},
+		{"redis.call('SET', 'big', 1700000000123456) return {tonumber(redis.call('GET', 'big'))}", []int64{1700000000123456}},
 	} {
-		if got := mustEval(t, n, src, k); !slices.Equal(got, want) {
-			t.Errorf("%s: reply %v, want %v", src, got, want)
+		if got := mustEval(t, n, tc.src, k); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: reply %v, want %v", tc.src, got, tc.want)
 		}
 	}
 	for src, code := range map[string]string{
