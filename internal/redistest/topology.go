@@ -124,6 +124,21 @@ func startCluster(t testing.TB, certs *Certs, replicas []int) *Cluster {
 		}
 		return true
 	})
+	total := 0
+	for _, r := range cl.Replicas {
+		total += len(r)
+	}
+	waitFor(t, 30*time.Second, "every node knowing every replica as one", func() bool {
+		for _, s := range nodes { // gossip: a node may still list a new replica as a master
+			c := redis.NewClient(s.options())
+			out, err := c.ClusterNodes(ctx).Result()
+			_ = c.Close()
+			if err != nil || strings.Count(out, " slave ")+strings.Count(out, ",slave ") != total {
+				return false
+			}
+		}
+		return true
+	})
 	for i, m := range cl.Masters {
 		mc := m.Client(t)
 		waitFor(t, 30*time.Second, m.Addr+" reporting its replicas online", func() bool {
