@@ -12,84 +12,33 @@ import (
 	"github.com/dlmgo/dlm/strategy"
 )
 
-// (The examples are compiled, not run: they need a server at
-// 127.0.0.1:6379; the driver's tests run it on servers they start.)
-//
-// Watch returns once the subscription is confirmed: a message published
-// right afterwards arrives.
-func ExampleNode_Watch() {
+// A lock over a valkey-go client the program already has. (Compiled, not
+// run: it needs a server at 127.0.0.1:6379; the driver's tests start their
+// own.) The Node's Run, RunWait and Watch are nodekit.PipeNode's, the same
+// as driver/rueidis's: its examples show them.
+func ExampleNew() {
 	client, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{"127.0.0.1:6379"}, DisableCache: true})
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
 	defer client.Close()
-	node := valkeynode.New(client)
-
-	got := make(chan string, 1)
-	stop, err := node.Watch(context.Background(), "dlm:{orders:42}", func(payload string) { got <- payload })
+	single, err := strategy.NewSingle(valkeynode.New(client))
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	defer stop()
-	client.Do(context.Background(), client.B().Publish().Channel("dlm:{orders:42}").Message("released").Build())
-	fmt.Println(<-got)
-	// Prints: released
-}
-
-// Run sends several calls in one round trip (one per primary on a
-// Cluster) and sets each call's Reply or Err.
-func ExampleNode_Run() {
-	client, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{"127.0.0.1:6379"}, DisableCache: true})
+	m, err := dlm.New(single, dlm.WithTTL(10*time.Second))
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	defer client.Close()
-	const incr = "return {redis.call('INCRBY', KEYS[1], ARGV[1])}"
-	calls := []dlm.Call{
-		{Source: incr, Keys: []string{"a"}, Args: []string{"1"}},
-		{Source: incr, Keys: []string{"a"}, Args: []string{"2"}},
-		{Source: incr, Keys: []string{"b"}, Args: []string{"5"}},
-	}
-	valkeynode.New(client).Run(context.Background(), calls)
-	for _, c := range calls {
-		fmt.Println(c.Reply, c.Err)
-	}
-	// Prints, on a server without keys a and b:
-	// [1] <nil>
-	// [3] <nil>
-	// [5] <nil>
-}
-
-// The failover strategy over a valkey-go Sentinel client: every lock is
-// acknowledged by the primary's replicas (WAIT on the script's connection)
-// before it is granted.
-func ExampleNode_RunWait() {
-	client, err := valkey.NewClient(valkey.ClientOption{
-		InitAddress: []string{"127.0.0.1:26379", "127.0.0.1:26380", "127.0.0.1:26381"},
-		Sentinel:    valkey.SentinelOption{MasterSet: "mymaster"},
-	})
+	ctx := context.Background()
+	lock, err := m.Lock(ctx, "orders:42")
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	defer client.Close()
-	failover, err := strategy.NewFailover(valkeynode.New(client), strategy.WithWaitTimeout(100*time.Millisecond))
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	m, err := dlm.New(failover, dlm.WithTTL(10*time.Second))
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	lock, err := m.TryLock(context.Background(), "orders:42")
-	if err != nil {
-		fmt.Println(err) // an *strategy.AckError when replicas did not acknowledge
-		return
-	}
-	defer lock.Unlock(context.Background())
+	defer lock.Unlock(context.WithoutCancel(ctx))
+	fmt.Println("fence", lock.Fence())
 }
