@@ -13,12 +13,15 @@ import (
 // parallel, and returns once every subscription was
 // confirmed or failed, or the per-node timeout passed, with at least one
 // active; subscriptions confirmed later are kept too. A release publishes on
-// every node that held the lock, so messages from other nodes within the
-// per-node timeout of one that notified are taken for the same release and
-// do not notify again; a second message from one node always does. Every
-// notification is a hint. When no node could subscribe the error joins the
-// nodes' errors (matching errors.ErrUnsupported when the nodes cannot
-// watch). stop ends every subscription, including those still being made.
+// every node that held the lock and saw a refused acquisition, and the key
+// can be taken again once a quorum of nodes released it: messages from
+// distinct nodes are taken for one release, which notifies once, when a
+// quorum of them has come, or when the per-node timeout has passed since
+// the first (some nodes may not publish). A second message from one node
+// begins another release. Every notification is a hint. When no node could
+// subscribe the error joins the nodes' errors (matching
+// errors.ErrUnsupported when the nodes cannot watch). stop ends every
+// subscription, including those still being made.
 func (s *Redlock) WatchRelease(ctx context.Context, key string, notify func()) (func(), error) {
 	if err := s.cfg.checkCall(key, "-", 0, false); err != nil {
 		return nil, err
@@ -27,7 +30,7 @@ func (s *Redlock) WatchRelease(ctx context.Context, key string, notify func()) (
 	// Watches still being made end when ctx ends or stop is called.
 	wctx, cancel := context.WithCancel(ctx)
 	w := &watches{cancel: cancel}
-	co := &coalescer{window: s.cfg.timeout, notify: notify}
+	co := &coalescer{window: s.cfg.timeout, quorum: s.quorum, notify: notify}
 	results := make(chan error, len(s.nodes))
 	for i, n := range s.nodes {
 		go func() {
@@ -108,32 +111,58 @@ func (w *watches) stop() {
 }
 
 // coalescer turns the messages one release publishes on several nodes into
-// one notification: a message notifies unless another node's message
-// notified within the window and this node has not sent since.
+// one notification, sent when messages from a quorum of distinct nodes have
+// come, or a window after the first message when fewer came. Notifying at
+// the first message would wake a waiter while the release was still on its
+// way to the other nodes: refused there, it would wait for the messages
+// that follow, which then could not notify again.
 type coalescer struct {
 	window time.Duration
+	quorum int
 	notify func()
 
-	mu   sync.Mutex
-	last time.Time // when a message last notified
-	seen uint64    // bit i: node i sent since then (nodes past 63 always notify)
+	mu       sync.Mutex
+	round    uint64    // counts releases; a round's timer checks it is still current
+	first    time.Time // of the round's first message
+	seen     uint64    // bit i: node i sent in this round
+	n        int       // messages in this round (nodes past 63 always count)
+	notified bool      // this round notified
 }
 
 func (c *coalescer) message(i int) {
-	c.mu.Lock()
-	now := time.Now()
 	var bit uint64
 	if i < 64 {
 		bit = 1 << i
 	}
-	same := bit != 0 && c.seen&bit == 0 && now.Sub(c.last) < c.window
-	if same {
-		c.seen |= bit
-	} else {
-		c.last, c.seen = now, bit
+	c.mu.Lock()
+	now := time.Now()
+	notify := false
+	if c.n == 0 || c.seen&bit != 0 || now.Sub(c.first) >= c.window {
+		// Another release: one whose round did not notify yet has ended.
+		notify = c.n > 0 && !c.notified
+		c.round++
+		c.first, c.seen, c.n, c.notified = now, 0, 0, false
+		round := c.round
+		time.AfterFunc(c.window, func() { c.timeout(round) })
+	}
+	c.seen |= bit
+	c.n++
+	if !c.notified && c.n >= c.quorum {
+		c.notified, notify = true, true
 	}
 	c.mu.Unlock()
-	if !same {
+	if notify {
+		c.notify()
+	}
+}
+
+// timeout notifies for round when fewer than a quorum of nodes sent.
+func (c *coalescer) timeout(round uint64) {
+	c.mu.Lock()
+	notify := c.round == round && !c.notified
+	c.notified = c.notified || notify
+	c.mu.Unlock()
+	if notify {
 		c.notify()
 	}
 }
