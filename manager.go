@@ -127,12 +127,14 @@ var processOwner = sync.OnceValue(func() string {
 	if err != nil {
 		host = "unknown"
 	}
-	return fitOwner(fmt.Sprintf("%s@%s:%d", prog, host, os.Getpid()))
+	return FitOwner(fmt.Sprintf("%s@%s:%d", prog, host, os.Getpid()))
 })
 
-// fitOwner returns s made fit for WithOwner: invalid UTF-8 and control
+// FitOwner returns s made fit for WithOwner: invalid UTF-8 and control
 // characters replaced by '?', cut to MaxOwnerLen bytes, "unknown" if empty.
-func fitOwner(s string) string {
+// It is for owners made from what a program does not control, such as a
+// command's name.
+func FitOwner(s string) string {
 	s = strings.Map(func(r rune) rune {
 		if r == utf8.RuneError || unicode.IsControl(r) {
 			return '?'

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -67,4 +68,14 @@ type fixedStrategy struct {
 func (s *fixedStrategy) Acquire(_ context.Context, _, token string, _ time.Duration) (dlm.Lease, error) {
 	s.token = token
 	return dlm.Lease{Fence: 1, Until: time.Now().Add(time.Minute)}, nil
+}
+
+func TestFitOwner(t *testing.T) {
+	assert.Equal(t, "a?b", dlm.FitOwner("a\nb"))
+	assert.Equal(t, "unknown", dlm.FitOwner(""))
+	long := dlm.FitOwner(strings.Repeat("é", dlm.MaxOwnerLen))
+	assert.LessOrEqual(t, len(long), dlm.MaxOwnerLen)
+	assert.True(t, utf8.ValidString(long))
+	_, err := dlm.New(&fixedStrategy{}, dlm.WithOwner(dlm.FitOwner("x\x00\xffy")))
+	assert.NoError(t, err, "fit for WithOwner")
 }

@@ -12,11 +12,8 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/rwlock"
@@ -372,30 +369,11 @@ func exitStatus(ps *os.ProcessState) int {
 }
 
 // runOwner names a dlm run or dlm elect process for dlm ls and inspect:
-// "dlm run COMMAND@HOST:PID", with COMMAND's base name (fitOwner).
+// "dlm run COMMAND@HOST:PID", with COMMAND's base name (dlm.FitOwner).
 func runOwner(name, command string) string {
 	host, err := os.Hostname()
 	if err != nil {
 		host = "unknown"
 	}
-	return fitOwner(fmt.Sprintf("%s %s@%s:%d", name, filepath.Base(command), host, os.Getpid()))
-}
-
-// fitOwner returns s made fit for dlm.WithOwner: invalid UTF-8 and control
-// characters replaced by '?', cut to dlm.MaxOwnerLen bytes, "unknown" if
-// empty.
-func fitOwner(s string) string {
-	s = strings.Map(func(r rune) rune {
-		if r == utf8.RuneError || unicode.IsControl(r) {
-			return '?'
-		}
-		return r
-	}, s)
-	for len(s) > dlm.MaxOwnerLen || !utf8.ValidString(s) {
-		s = s[:min(len(s), dlm.MaxOwnerLen)-1]
-	}
-	if s == "" {
-		s = "unknown"
-	}
-	return s
+	return dlm.FitOwner(fmt.Sprintf("%s %s@%s:%d", name, filepath.Base(command), host, os.Getpid()))
 }
