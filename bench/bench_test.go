@@ -274,6 +274,35 @@ func TestRatios(t *testing.T) {
 	}
 }
 
+// TestRatiosWithinRepetitions: with a sample of every repetition in every
+// row, a ratio is the median of the ratios within each repetition, against
+// each repetition's best peer: a machine that slowed down in one
+// repetition slowed every contender of it.
+func TestRatiosWithinRepetitions(t *testing.T) {
+	s := ScenarioResult{
+		Reps:    3,
+		Metrics: []Metric{{Key: "ops", Higher: true}},
+		Rows: []Row{
+			{Contender: "dlm", Lib: "dlm", Nodes: 1, Samples: map[string][]float64{"ops": {100, 50, 90}}},
+			{Contender: "a", Lib: "a", Nodes: 1, Samples: map[string][]float64{"ops": {100, 25, 100}}},
+			{Contender: "b", Lib: "b", Nodes: 1, Samples: map[string][]float64{"ops": {50, 40, 120}}},
+		},
+	}
+	for i := range s.Rows {
+		s.Rows[i].Median = map[string]float64{"ops": median(s.Rows[i].Samples["ops"])}
+	}
+	s.ratios()
+	// Within repetitions: 100/100, 50/40, 90/120 → median 1. Of the medians: 90/100.
+	if got := s.Rows[0].Ratio["ops"]; got != 1 {
+		t.Errorf("ratio = %v, want 1 (median of 1, 1.25, 0.75)", got)
+	}
+	s.Rows[2].Samples["ops"] = s.Rows[2].Samples["ops"][:2] // a failed repetition
+	s.ratios()
+	if got := s.Rows[0].Ratio["ops"]; got != 0.9 {
+		t.Errorf("ratio with a repetition missing = %v, want 0.9 (of the medians)", got)
+	}
+}
+
 // TestRegistry: dlm runs single and Redlock over every driver, with
 // auto-renewing variants of single on each driver and of Redlock over
 // go-redis, and names are unique (rows are matched by name).
@@ -336,6 +365,45 @@ func TestInstructions(t *testing.T) {
 		// a few hundred would mean the counts missed the pairs.
 		if rows[name] < 5000 {
 			t.Errorf("%s: %v instructions per pair", name, rows[name])
+		}
+	}
+}
+
+// TestCommittedResults: the committed tables, and the summary in
+// docs/performance.md, are what this version of the code renders from the
+// committed results.json files, so that no figure or ratio in them is
+// stale. After a run, or a change to how results are shown:
+// `cd bench && go run . -render results/results.json -doc ../docs/performance.md`
+// (and -render for each results/*/results.json).
+func TestCommittedResults(t *testing.T) {
+	files, err := filepath.Glob("results/*/results.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, file := range append(files, "results/results.json") {
+		rep, err := loadReport(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var md strings.Builder
+		rep.WriteMarkdown(&md)
+		md.WriteString("\n![chart](chart.svg)\n")
+		got, err := os.ReadFile(filepath.Join(filepath.Dir(file), "results.md"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != md.String() {
+			t.Errorf("%s is not what %s renders: go run . -render %s", filepath.Join(filepath.Dir(file), "results.md"), file, file)
+		}
+		if file != "results/results.json" {
+			continue
+		}
+		doc, err := os.ReadFile("../docs/performance.md")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(doc), rep.docSummary()) {
+			t.Errorf("docs/performance.md does not carry the summary of %s: go run . -render %s -doc ../docs/performance.md", file, file)
 		}
 	}
 }

@@ -56,6 +56,7 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 	instructions := fs.Int("instructions", 0, "count the server's instructions per lock+unlock pair instead, under valgrind's callgrind: this many pairs per one-node contender (-only selects them), on a server of its own")
 	instrGoroutines := fs.Int("instructions-goroutines", 16, "goroutines making the pairs of -instructions")
 	render := fs.String("render", "", "write results.md and chart.svg again from this results.json (into -out, default its directory), without measuring")
+	doc := fs.String("doc", "", "with -render, also rewrite the bench summary in this Markdown file (docs/performance.md)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -64,7 +65,7 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 		if dir == "" {
 			dir = filepath.Dir(*render)
 		}
-		return rerender(*render, dir, stdout)
+		return rerender(*render, dir, *doc, stdout)
 	}
 	cfg := fullConfig()
 	if *smoke {
@@ -203,14 +204,30 @@ func writeResults(dir string, rep *Report) error {
 
 // rerender reads a results.json and writes its tables and chart again, with
 // the metric definitions of this version of the code.
-func rerender(file, dir string, stdout io.Writer) error {
-	b, err := os.ReadFile(file)
+func rerender(file, dir, doc string, stdout io.Writer) error {
+	rep, err := loadReport(file)
 	if err != nil {
 		return err
 	}
+	rep.WriteMarkdown(stdout)
+	if doc != "" {
+		if err := rep.updateDoc(doc); err != nil {
+			return err
+		}
+	}
+	return writeResults(dir, rep)
+}
+
+// loadReport reads a results.json, with the metric definitions and ratios
+// of this version of the code.
+func loadReport(file string) (*Report, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
 	var rep Report
 	if err := json.Unmarshal(b, &rep); err != nil {
-		return fmt.Errorf("%s: %w", file, err)
+		return nil, fmt.Errorf("%s: %w", file, err)
 	}
 	for i := range rep.Scenarios {
 		s := &rep.Scenarios[i]
@@ -224,6 +241,5 @@ func rerender(file, dir string, stdout io.Writer) error {
 		}
 		s.ratios()
 	}
-	rep.WriteMarkdown(stdout)
-	return writeResults(dir, &rep)
+	return &rep, nil
 }

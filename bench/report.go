@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -68,21 +69,43 @@ type Row struct {
 }
 
 // ratios sets each row's figures as a ratio to the best peer (a contender
-// of another library than dlm) on the same number of nodes.
+// of another library than dlm) on the same number of nodes: taken within
+// each repetition and their median when every row has a sample of every
+// repetition (contenders alternate within a repetition, so the machine's
+// drift between repetitions cancels), else the ratio of the medians.
 func (s *ScenarioResult) ratios() {
 	for _, m := range s.Metrics {
 		if m.Reference {
 			continue
 		}
-		best := map[int]float64{}
+		better := func(v, b float64) bool { return m.Higher && v > b || !m.Higher && v < b }
+		perRep := s.Reps > 0
+		for _, r := range s.Rows {
+			if _, ok := r.Median[m.Key]; ok && len(r.Samples[m.Key]) != s.Reps {
+				perRep = false
+			}
+		}
+		best := map[int]float64{}      // of the medians, per number of nodes
+		bestRep := map[int][]float64{} // per repetition, per number of nodes
 		for _, r := range s.Rows {
 			v, ok := r.Median[m.Key]
 			if !ok || r.Lib == "dlm" {
 				continue
 			}
-			b, seen := best[r.Nodes]
-			if !seen || (m.Higher && v > b) || (!m.Higher && v < b) {
+			if b, seen := best[r.Nodes]; !seen || better(v, b) {
 				best[r.Nodes] = v
+			}
+			if perRep {
+				br, seen := bestRep[r.Nodes]
+				if !seen {
+					bestRep[r.Nodes] = slices.Clone(r.Samples[m.Key])
+					continue
+				}
+				for k, x := range r.Samples[m.Key] {
+					if better(x, br[k]) {
+						br[k] = x
+					}
+				}
 			}
 		}
 		for i := range s.Rows {
@@ -96,8 +119,29 @@ func (s *ScenarioResult) ratios() {
 				r.Ratio = map[string]float64{}
 			}
 			r.Ratio[m.Key] = v / b
+			if perRep {
+				if q, ok := repRatio(r.Samples[m.Key], bestRep[r.Nodes]); ok {
+					r.Ratio[m.Key] = q
+				}
+			}
 		}
 	}
+}
+
+// repRatio is the median over repetitions of a[k]/b[k], false when a
+// repetition has no ratio.
+func repRatio(a, b []float64) (float64, bool) {
+	if len(a) == 0 || len(a) != len(b) {
+		return 0, false
+	}
+	q := make([]float64, len(a))
+	for k := range a {
+		if b[k] == 0 {
+			return 0, false
+		}
+		q[k] = a[k] / b[k]
+	}
+	return median(q), true
 }
 
 // Errors returns every error recorded in the report.
@@ -199,7 +243,8 @@ func (r *Report) WriteMarkdown(w io.Writer) {
 	fmt.Fprintf(w, "- Same for all: TTL %v, per-node timeout %v, retry pause %v doubling to %v (jittered), wait budget %v, pool %d connections per node\n",
 		c.TTL, c.NodeTimeout, c.RetryMin, c.RetryMax, c.WaitBudget, c.PoolSize)
 	fmt.Fprintf(w, "- Each figure is the median of %d repetitions (silent-node: %d%s); contenders alternate within each repetition.\n", c.Reps, c.SilentReps, renewReps(c))
-	fmt.Fprintf(w, "- In parentheses: the ratio to the best peer (another library) on the same number of nodes; ↑ higher is better, ↓ lower is better.\n\n")
+	fmt.Fprintf(w, "- In parentheses: the ratio to the best peer (another library) on the same number of nodes, taken within each repetition, median; ↑ higher is better, ↓ lower is better.\n\n")
+	r.WriteSummary(w)
 	for _, s := range r.Scenarios {
 		fmt.Fprintf(w, "## %s\n\n%s\n\n", s.Title, scenarioDetail(s.Name, c))
 		fmt.Fprintf(w, "| Contender | nodes |")
@@ -261,6 +306,7 @@ func scenarioDetail(name string, c Config) string {
 	case "distinct":
 		return fmt.Sprintf("%d goroutines, each on its own key, TryLock+Unlock in a loop for %v. "+
 			"A call that fails (say, a node call timing out on a loaded machine) is counted and the loop goes on. "+
+			"Client CPU/op: this process's CPU time (getrusage) over the loop, per pair. "+
 			"Server CPU/op: the servers' used_cpu_sys+used_cpu_user over the loop, summed over the nodes, per lock+unlock pair; "+
 			"server cmds/op: total_commands_processed likewise (commands run inside scripts count).", c.DistinctG, c.DistinctDur)
 	case "contended":

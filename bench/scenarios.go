@@ -142,6 +142,7 @@ var scenarios = []Scenario{
 		Name: "distinct", Title: "Parallel lock+unlock on distinct keys",
 		Metrics: []Metric{
 			{Key: "ops_s", Label: "ops/s", Unit: "", Higher: true, Chart: true},
+			{Key: "client_us_op", Label: "client CPU/op", Unit: "µs"},
 			{Key: "server_us_op", Label: "server CPU/op", Unit: "µs"},
 			{Key: "server_cmds_op", Label: "server cmds/op (incl. in scripts)", Unit: ""},
 			{Key: "failed", Label: "failed calls", Unit: ""},
@@ -334,6 +335,7 @@ func runDistinct(ctx context.Context, r *runner, c *entry, rep int) (map[string]
 	if err != nil {
 		return nil, err
 	}
+	cpu0 := cpuTime()
 	start := time.Now()
 	end := start.Add(r.cfg.DistinctDur)
 	var wg sync.WaitGroup
@@ -355,7 +357,7 @@ func runDistinct(ctx context.Context, r *runner, c *entry, rep int) (map[string]
 		})
 	}
 	wg.Wait()
-	took := time.Since(start)
+	took, cpu := time.Since(start), cpuTime()-cpu0
 	if failed.Load() > ops.Load() {
 		return nil, fmt.Errorf("%d of %d calls failed, first: %w", failed.Load(), failed.Load()+ops.Load(), firstErr)
 	}
@@ -366,6 +368,8 @@ func runDistinct(ctx context.Context, r *runner, c *entry, rep int) (map[string]
 	n := float64(max(ops.Load(), 1))
 	return map[string]float64{
 		"ops_s": float64(ops.Load()) / took.Seconds(),
+		// This process's CPU per pair: the contender's client and library.
+		"client_us_op": float64(cpu.Nanoseconds()) / 1e3 / n,
 		// Server CPU per lock+unlock pair, summed over the nodes, from the
 		// servers' own counters (used_cpu_sys + used_cpu_user); a library
 		// that renews in the background would count that too.
