@@ -21,7 +21,11 @@ type Promise struct {
 	Exclusion bool `json:"exclusion"`
 	// Fences: every grant's fence is above those of the grants completed
 	// before it began, so the register never accepts a stale holder's
-	// write.
+	// write. Without Exclusion, a write accepted from a holder after a
+	// larger fence was granted (LostWrites) does not break it: two holders
+	// then write at once, and a store accepts the older's write until it
+	// has seen the newer fence (docs/fencing.md: what a fence cannot
+	// refuse).
 	Fences bool `json:"fences"`
 	// Holders is, with Exclusion, the most holds that may be valid at
 	// once: a semaphore's permits, a read-write lock's readers; 1 for the
@@ -55,6 +59,21 @@ func promise(strategy, nemesis string) Promise {
 		return p
 	}
 	all := Promise{Exclusion: true, Fences: true}
+	// Clocks (docs/guarantees.md: clock drift and jumps): a server whose
+	// clock gets ahead by more than the drift margin ends leases early, on
+	// a minority of Redlock's masters harmlessly; fence counters have no
+	// TTL.
+	switch nemesis {
+	case "clock-jump":
+		if unguarded(strategy) == "redlock" {
+			return all // one of five masters: a minority
+		}
+		return Promise{Fences: true, Why: "a server clock jumping forward by more than the drift margin frees a lock early (guarantees.md: clock drift and jumps)"}
+	case "clock-drift-beyond":
+		return Promise{Fences: true, Why: "clocks running faster than the drift margin allows, on a majority, end leases early (guarantees.md: clock drift and jumps)"}
+	case "clock-drift", "clock-drift-within":
+		return all
+	}
 	if strategy != unguarded(strategy) {
 		return all // README: Amnesia
 	}
@@ -114,7 +133,7 @@ func keeps(p Promise, c Counts) bool {
 	if p.Exclusion && (c.Overlaps > 0 || !p.LateWrites && c.LateAccepted > 0 || p.Holders > 0 && c.MostHolders > p.Holders) {
 		return false
 	}
-	if p.Fences && (c.FenceRegressions > 0 || c.LostWrites > 0) {
+	if p.Fences && (c.FenceRegressions > 0 || p.Exclusion && c.LostWrites > 0) {
 		return false
 	}
 	return true
@@ -320,6 +339,8 @@ func promiseAndVerdict(r Result) (promise, verdict string) {
 		promise = "none: " + r.Promise.Why
 	case !r.Promise.Fences:
 		promise = "exclusion only: " + r.Promise.Why
+	case !r.Promise.Exclusion:
+		promise = "fences only: " + r.Promise.Why
 	}
 	verdict = "kept"
 	switch {

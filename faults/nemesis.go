@@ -21,6 +21,9 @@ type nemesis struct {
 	persist bool
 	// proxied puts a proxy (in the runner) in front of each data server.
 	proxied bool
+	// clocked gives each data server a wall clock of its own that the
+	// fault moves (redistest.Clock).
+	clocked bool
 	// onHolder: the fault picks the holder itself; other faults strike
 	// while a client is in a long hold.
 	onHolder bool
@@ -198,6 +201,25 @@ var nemeses = []*nemesis{
 		fault: func(r *run) (string, func(), error) {
 			return slowDown(r, len(r.topo.Data)/2+1)
 		}, hold: fixed(3 * time.Second)},
+	{Name: "clock-jump", Doc: "one server's wall clock (the one server; 1 of 5 masters; the primary; the key's master) jumps 2 TTLs forward while a lock is held, and stays ahead", clocked: true, applies: always,
+		fault: func(r *run) (string, func(), error) {
+			s := r.oneServer()
+			s.clock.Jump(2 * r.cell.TTL)
+			return fmt.Sprintf("%s's clock jumps %v forward (now %v ahead)", s.host.Name, 2*r.cell.TTL, s.clock.Offset().Round(time.Millisecond)), func() {}, nil
+		}, hold: ttls(1)},
+	{Name: "clock-drift", Doc: fmt.Sprintf("the clocks of a minority (2 of 5 masters) run fast, %v× and %v×, for 5s", minorityRates[0], minorityRates[1]), clocked: true,
+		applies: func(s string) bool { return unguarded(s) == "redlock" },
+		fault: func(r *run) (string, func(), error) {
+			return drift(minority(r.topo), minorityRates...)
+		}, hold: fixed(5 * time.Second)},
+	{Name: "clock-drift-within", Doc: fmt.Sprintf("the clocks of a majority (the one server; 3 of 5 masters; the primary; the key's master) run %v× fast for 5s: within the drift margin (1/(1-0.01-2ms/TTL) = 1.0121× at TTL 1s)", withinRate), clocked: true, applies: always,
+		fault: func(r *run) (string, func(), error) {
+			return drift(majority(r.topo), withinRate)
+		}, hold: fixed(5 * time.Second)},
+	{Name: "clock-drift-beyond", Doc: fmt.Sprintf("the clocks of a majority run %v× fast for 5s: beyond the drift margin", beyondRate), clocked: true, applies: always,
+		fault: func(r *run) (string, func(), error) {
+			return drift(majority(r.topo), beyondRate)
+		}, hold: fixed(5 * time.Second)},
 	{Name: "cluster-failover", Doc: "kill -9 the master of the key's slot; its replica takes over; the old master restarts as a replica",
 		applies: func(s string) bool { return s == "cluster" }, fault: clusterFailover, hold: fixed(0)},
 	{Name: "slot-migration", Doc: "move the key's slot (and 200 keys of data in it) to another master, 10 keys every 20ms",
@@ -241,6 +263,7 @@ func combined(name string) *nemesis {
 	for _, p := range parts {
 		docs = append(docs, p.Doc)
 		c.persist, c.proxied, c.onHolder = c.persist || p.persist, c.proxied || p.proxied, c.onHolder || p.onHolder
+		c.clocked = c.clocked || p.clocked
 	}
 	c.Doc = "at once: " + strings.Join(docs, "; ")
 	c.applies = func(s string) bool {
@@ -338,6 +361,50 @@ func clusterFailover(r *run) (string, func(), error) {
 		_ = until(15*time.Second, func() bool { k := r.topo.keyMaster(); return k != nil && k != m })
 		if err := m.start(); err != nil {
 			panic(err)
+		}
+	}, nil
+}
+
+// The clock nemeses' rates: a minority's (any rate keeps Redlock's promise),
+// and a majority's within and beyond the drift margin that dlm takes off
+// every lease by default (TTL×0.01 + 2ms: a server clock up to 1.0121× fast
+// at TTL 1s).
+var (
+	minorityRates = []float64{1.5, 3}
+	withinRate    = 1.01
+	beyondRate    = 1.5
+)
+
+// oneServer returns the server whose clock clock-jump moves: the one
+// server, the first Redlock master, the primary, the master of the key's
+// slot.
+func (r *run) oneServer() *server {
+	switch {
+	case r.topo.Strategy == "cluster":
+		if m := r.topo.keyMaster(); m != nil {
+			return m
+		}
+	case strings.HasPrefix(r.topo.Strategy, "failover"):
+		if p := r.primary(); p != nil {
+			return p
+		}
+	}
+	return r.topo.Data[0]
+}
+
+// drift makes the clocks of ss run fast, ss[i] at rates[i] (the last rate
+// for the rest); heal sets them back to real speed, as far ahead as they
+// got.
+func drift(ss []*server, rates ...float64) (string, func(), error) {
+	var desc []string
+	for i, s := range ss {
+		rate := rates[min(i, len(rates)-1)]
+		s.clock.SetRate(rate)
+		desc = append(desc, fmt.Sprintf("%s %v×", s.host.Name, rate))
+	}
+	return "clocks fast: " + strings.Join(desc, ", "), func() {
+		for _, s := range ss {
+			s.clock.SetRate(1)
 		}
 	}, nil
 }

@@ -146,7 +146,7 @@ func RunCell(cell Cell, dir string) ([]Event, error) {
 		return nil, err
 	}
 	defer r.reg.close()
-	r.topo, err = startTopology(r.net, dir, cell.Strategy, nem.persist, nem.proxied, cell.TTL)
+	r.topo, err = startTopology(r.net, dir, cell.Strategy, nem.persist, nem.proxied, nem.clocked, cell.TTL)
 	defer r.topo.stop()
 	if err != nil {
 		return nil, err

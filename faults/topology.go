@@ -24,6 +24,9 @@ type server struct {
 	dir  string
 	cfg  redistest.Config
 	srv  *redistest.Server // nil until the first start
+	// clock is the server's wall clock, when the nemesis moves it; nil
+	// otherwise.
+	clock *redistest.Clock
 }
 
 func (s *server) addr() string { return fmt.Sprintf("%s:%d", s.host.IP, s.port) }
@@ -107,8 +110,9 @@ func unguarded(strategy string) string { return strings.TrimSuffix(strategy, "-g
 // startTopology starts strategy's servers on hosts of n, files in dir; with
 // persist, every data server writes an append-only file and fsyncs it on
 // every write; with proxied (single and redlock only), the clients reach
-// each data server through a proxy in this process.
-func startTopology(n *Net, dir, strategy string, persist, proxied bool, ttl time.Duration) (*topology, error) {
+// each data server through a proxy in this process; with clocked, each data
+// server has a wall clock of its own (server.clock), at real time.
+func startTopology(n *Net, dir, strategy string, persist, proxied, clocked bool, ttl time.Duration) (*topology, error) {
 	t := &topology{Strategy: strategy}
 	data := []string{"--save", "", "--appendonly", "no", "--repl-diskless-sync-delay", "0"}
 	if persist {
@@ -126,6 +130,14 @@ func startTopology(n *Net, dir, strategy string, persist, proxied bool, ttl time
 		s := &server{host: h, port: port, dir: d, cfg: redistest.Config{
 			Bin: bin, Dir: d, Host: h.IP, Ports: []int{port}, Conf: conf, Args: args, Command: h.Command,
 		}}
+		if clocked && bin == "redis-server" {
+			// In dir, not d: a wipe empties d, and a restarted server
+			// must find its clock.
+			if s.clock, err = redistest.NewClock(dir); err != nil {
+				return nil, err
+			}
+			s.cfg.Clock = s.clock
+		}
 		return s, s.start()
 	}
 	var addrs []string
@@ -305,6 +317,9 @@ func (t *topology) stop() {
 	}
 	for _, s := range append(t.Data, t.Sentinels...) {
 		s.kill()
+		if s.clock != nil {
+			_ = s.clock.Close()
+		}
 	}
 }
 

@@ -23,7 +23,7 @@ func TestTopologyKillRestart(t *testing.T) {
 	}
 	defer n.Close()
 	dir := t.TempDir()
-	topo, err := startTopology(n, dir, "single", false, true, time.Second)
+	topo, err := startTopology(n, dir, "single", false, true, false, time.Second)
 	if topo != nil {
 		defer topo.stop()
 	}

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	_ "embed"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,32 +26,62 @@ type Clock struct {
 	mu   sync.Mutex
 	mem  []byte
 	vals *[4]int64 // sequence, anchor, offset, rate (ppb): see clockshim/clock.c
+	env  []string  // what a server needs in its environment to follow it
 }
 
 // StartClocked starts a redis-server as Start does, with a wall clock the
 // test controls through the returned Clock; it begins at real time.
 func StartClocked(t testing.TB, args ...string) (*Server, *Clock) {
 	t.Helper()
-	lib := clockLib(t)
-	f, err := os.CreateTemp(t.TempDir(), "clock")
+	Binary(t, "cc") // skips (or fails, in CI) without a C compiler
+	c, err := NewClock(t.TempDir())
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("redistest: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	args = append([]string{"--repl-diskless-sync-delay", "0"}, args...)
+	s := &Server{bin: Binary(t, "redis-server"), dir: t.TempDir(), args: args, env: c.env}
+	return launch(t, s), c
+}
+
+// NewClock makes a Clock, at real time, for servers that Launch starts with
+// Config.Clock (a tool's, without a testing.TB): its setting lives in a file
+// in dir, which every such server maps. It builds the shim with cc on first
+// use. Close unmaps the file; the servers' clocks then stay as they were.
+func NewClock(dir string) (*Clock, error) {
+	lib, err := clockLib()
+	if err != nil {
+		return nil, fmt.Errorf("build the clock shim: %w", err)
+	}
+	f, err := os.CreateTemp(dir, "clock")
+	if err != nil {
+		return nil, err
 	}
 	defer f.Close()
-	if err := f.Truncate(int64(unsafe.Sizeof([4]int64{}))); err != nil {
-		t.Fatal(err)
+	size := int(unsafe.Sizeof([4]int64{}))
+	if err := f.Truncate(int64(size)); err != nil {
+		return nil, err
 	}
-	mem, err := syscall.Mmap(int(f.Fd()), 0, int(unsafe.Sizeof([4]int64{})), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+	mem, err := syscall.Mmap(int(f.Fd()), 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	c := &Clock{mem: mem, vals: (*[4]int64)(unsafe.Pointer(&mem[0]))}
-	c.write(time.Now().UnixNano(), 0, 1e9)
-	t.Cleanup(func() { _ = syscall.Munmap(mem) })
-	args = append([]string{"--repl-diskless-sync-delay", "0"}, args...)
-	s := &Server{bin: Binary(t, "redis-server"), dir: t.TempDir(), args: args,
+	c := &Clock{mem: mem, vals: (*[4]int64)(unsafe.Pointer(&mem[0])),
 		env: []string{"LD_PRELOAD=" + lib, "DLM_CLOCK_FILE=" + f.Name()}}
-	return launch(t, s), c
+	c.write(time.Now().UnixNano(), 0, 1e9)
+	return c, nil
+}
+
+// Close unmaps the clock's file; call it after its servers stopped.
+func (c *Clock) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.mem == nil {
+		return nil
+	}
+	err := syscall.Munmap(c.mem)
+	c.mem, c.vals = nil, new([4]int64) // later calls act on nothing
+	return err
 }
 
 // Jump moves the server's clock by d at once (forward when d > 0).
@@ -95,12 +126,15 @@ var clockBuild struct {
 	err  error
 }
 
-// clockLib builds clockshim/clock.c into a shared library once per test binary, in
-// a directory named for its source's hash.
-func clockLib(t testing.TB) string {
-	t.Helper()
-	cc := Binary(t, "cc")
+// clockLib builds clockshim/clock.c into a shared library once per process,
+// in a directory named for its source's hash.
+func clockLib() (string, error) {
 	clockBuild.once.Do(func() {
+		cc, err := exec.LookPath("cc")
+		if err != nil {
+			clockBuild.err = err
+			return
+		}
 		sum := sha256.Sum256(clockSource)
 		dir := filepath.Join(os.TempDir(), "dlm-clock-"+hex.EncodeToString(sum[:8]))
 		clockBuild.path = filepath.Join(dir, "libdlmclock.so")
@@ -127,10 +161,7 @@ func clockLib(t testing.TB) string {
 		}
 		clockBuild.err = os.Rename(tmp.Name(), clockBuild.path) // atomic: other test binaries may build it too
 	})
-	if clockBuild.err != nil {
-		t.Fatalf("redistest: build the clock shim: %v", clockBuild.err)
-	}
-	return clockBuild.path
+	return clockBuild.path, clockBuild.err
 }
 
 type buildError struct {

@@ -84,6 +84,9 @@ type Config struct {
 	// Ready is how long a start may take until the server answers PING;
 	// default 10s.
 	Ready time.Duration
+	// Clock, when set, is the server's wall clock (NewClock), in every
+	// start and restart.
+	Clock *Clock
 }
 
 // Launch starts a server as c says, with persistence off, and returns it
@@ -92,6 +95,9 @@ type Config struct {
 // fault suite start their servers with it.
 func Launch(c Config) (*Server, error) {
 	s := &Server{bin: c.Bin, dir: c.Dir, host: c.Host, args: c.Args, conf: c.Conf, command: c.Command, ready: c.Ready}
+	if c.Clock != nil {
+		s.env = c.Clock.env
+	}
 	if s.bin == "" {
 		p, err := exec.LookPath("redis-server")
 		if err != nil {

@@ -77,7 +77,7 @@ func main() {
 		os.Exit(2)
 	}
 	defer os.RemoveAll(tmp)
-	start := time.Now()
+	start, loadBefore := time.Now(), loadAverage()
 	results := faults.Matrix(cells, tmp, *out, os.Stdout)
 	var args []string
 	flag.Visit(func(f *flag.Flag) {
@@ -87,6 +87,9 @@ func main() {
 	})
 	header := fmt.Sprintf("Fault matrix: `go run ./faults/cmd/dlmfaults %s` (%d clients, %v per cell, TTL %v), %s, %d CPUs, %v in all.",
 		strings.Join(args, " "), *clients, *duration, *ttl, start.UTC().Format("2006-01-02"), runtime.NumCPU(), time.Since(start).Round(time.Second))
+	if loadBefore != "" {
+		header += fmt.Sprintf(" Load average (/proc/loadavg, 1, 5, 15 min): %s at the start, %s at the end.", loadBefore, loadAverage())
+	}
 	if *note != "" {
 		header += " " + *note
 	}
@@ -99,6 +102,16 @@ func main() {
 			os.Exit(1)
 		}
 	}
+}
+
+// loadAverage returns the machine's load averages over 1, 5 and 15
+// minutes, "" where /proc/loadavg is not.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); err == nil && len(f) >= 3 {
+		return strings.Join(f[:3], " ")
+	}
+	return ""
 }
 
 // rejudgeResults rewrites dir's results with today's promises, keeping the
