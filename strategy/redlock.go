@@ -41,9 +41,11 @@ const (
 // majorities. This needs counters that never go back: run the nodes with
 // persistence that survives a crash (appendonly yes, appendfsync always), or
 // seed a node that lost its data with the counters of a majority before it
-// rejoins. The mutual exclusion of Redlock itself rests on the same
-// assumption plus bounded clock drift between the nodes (see the Redlock
-// specification).
+// rejoins. The mutual exclusion of Redlock itself rests on every node that
+// granted a lock keeping it: its data (or the amnesia guard) and a clock
+// within the drift margin. One node of a bare majority that frees the lock
+// early lets another client win it through that node and the nodes the
+// holder never had.
 //
 // Acquiring again with the token that holds the lock refreshes it on every
 // node and returns the same fence.
