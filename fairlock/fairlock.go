@@ -50,7 +50,7 @@ type FairLock struct {
 	m    *dlm.Manager
 	node dlm.Node
 	key  string
-	keys []string // queue, deadlines, arrival counter
+	keys []string // queue, deadlines, arrival counter, lock
 }
 
 // New returns the fair lock on key, taken through m. m's strategy must keep
@@ -70,7 +70,7 @@ func New(m *dlm.Manager, key string) (*FairLock, error) {
 	}
 	lock, _ := strategy.Keys(key)
 	return &FairLock{m: m, node: one.Node(), key: key,
-		keys: []string{lock + ":fair:queue", lock + ":fair:deadlines", lock + ":fair:arrivals"}}, nil
+		keys: []string{lock + ":fair:queue", lock + ":fair:deadlines", lock + ":fair:arrivals", lock}}, nil
 }
 
 // Key returns the locked key.

@@ -1,0 +1,55 @@
+// Package vtest runs the lock family's tests in virtual time: in a
+// testing/synctest bubble, over an in-process server (package dlmtest), so
+// that waits, leases and renewals take no wall time and a test asserts what
+// is promised, not how long a busy machine took.
+package vtest
+
+import (
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/dlmtest"
+	"github.com/dlmgo/dlm/strategy"
+)
+
+// TTL is the lease of a Manager's locks unless its options say otherwise.
+const TTL = 10 * time.Second
+
+// Run runs f in a synctest bubble with a fresh dlmtest.Server made with
+// opts. However f ends, the strategies' and Managers' background work is
+// given a minute of virtual time to settle, then the server is closed.
+func Run(t *testing.T, f func(t *testing.T, srv *dlmtest.Server), opts ...dlmtest.Option) {
+	t.Helper()
+	synctest.Test(t, func(t *testing.T) {
+		srv := dlmtest.NewServer(opts...)
+		defer func() {
+			time.Sleep(time.Minute)
+			srv.Close()
+		}()
+		f(t, srv)
+	})
+}
+
+// Manager returns a Manager (lease TTL, then opts) over a Single strategy
+// on n. A Manager per srv.Node() is a client of its own, as another
+// process's, with its own hand-off queue.
+func Manager(t testing.TB, n *dlmtest.Node, opts ...dlm.Option) *dlm.Manager {
+	t.Helper()
+	s, err := strategy.NewSingle(n)
+	if err != nil {
+		t.Fatalf("strategy.NewSingle: %v", err)
+	}
+	return Over(t, s, opts...)
+}
+
+// Over returns a Manager (lease TTL, then opts) over s.
+func Over(t testing.TB, s dlm.Strategy, opts ...dlm.Option) *dlm.Manager {
+	t.Helper()
+	m, err := dlm.New(s, append([]dlm.Option{dlm.WithTTL(TTL)}, opts...)...)
+	if err != nil {
+		t.Fatalf("dlm.New: %v", err)
+	}
+	return m
+}
