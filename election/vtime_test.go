@@ -15,15 +15,11 @@ import (
 	"github.com/dlmgo/dlm/internal/vtest"
 )
 
-// poll is the retry delay of these tests' Managers: a candidate woken by
-// polling is woken this long after the change it missed.
-const poll = 2 * time.Second
-
 // velection returns the election name of a new Manager on n (a client of
 // its own, as another process's).
 func velection(t *testing.T, n *dlmtest.Node, name string, opts ...dlm.Option) *Election {
 	t.Helper()
-	e, err := New(vtest.Manager(t, n, append([]dlm.Option{dlm.WithRetryDelay(time.Millisecond, poll)}, opts...)...), name)
+	e, err := New(vtest.Manager(t, n, opts...), name)
 	require.NoError(t, err)
 	return e
 }
@@ -126,7 +122,7 @@ func TestResignHandsOver(t *testing.T) {
 		require.ErrorIs(t, context.Cause(a.Context()), dlm.ErrUnlocked)
 		b := <-bDone
 		require.NotNil(t, b)
-		require.Less(t, time.Since(resigned), poll/10, "b learned of the resignation by polling")
+		require.Less(t, time.Since(resigned), vtest.Poll/10, "b learned of the resignation by polling")
 		require.Equal(t, Leader{}, <-observed)
 		require.Equal(t, Leader{Term: b.Term(), Value: "b"}, <-observed)
 		got, err := e.Leader(ctx)

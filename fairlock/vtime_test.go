@@ -17,15 +17,11 @@ import (
 	"github.com/dlmgo/dlm/strategy"
 )
 
-// poll is the waiters' retry delay in these tests: a waiter woken by
-// polling is woken this long after the release it missed.
-const poll = 2 * time.Second
-
 // vfair returns the FairLock on key of a new Manager on n (a client of its
-// own, as another process's), polling at most every poll.
+// own, as another process's), polling at most every vtest.Poll.
 func vfair(t *testing.T, n *dlmtest.Node, key string, opts ...dlm.Option) *FairLock {
 	t.Helper()
-	f, err := New(vtest.Manager(t, n, append([]dlm.Option{dlm.WithRetryDelay(time.Millisecond, poll)}, opts...)...), key)
+	f, err := New(vtest.Manager(t, n, opts...), key)
 	require.NoError(t, err)
 	return f
 }
@@ -82,7 +78,7 @@ func TestReleaseWakesWaiterBehindHead(t *testing.T) {
 		require.True(t, ok)
 		woken := time.Since(released)
 		require.Greater(t, l2.Fence(), l1.Fence())
-		require.Less(t, woken, poll/10, "the waiter behind the head learned of the release by polling (its poll: %v)", poll)
+		require.Less(t, woken, vtest.Poll/10, "the waiter behind the head learned of the release by polling (its poll: %v)", vtest.Poll)
 		require.NoError(t, l2.Unlock(ctx))
 	})
 }
@@ -141,10 +137,10 @@ func TestArrivalOrder(t *testing.T) {
 			require.NotEqual(t, a.fence, b.fence, "fence granted twice")
 			require.Greater(t, b.arrival, a.arrival, "grant %d (fence %d) out of arrival order", i, b.fence)
 			require.False(t, b.got.Before(a.released), "fence %d granted before fence %d was released", b.fence, a.fence)
-			require.Less(t, b.got.Sub(a.released), poll/10, "fence %d granted %v after fence %d's release: a waiter polled", b.fence, b.got.Sub(a.released), a.fence)
+			require.Less(t, b.got.Sub(a.released), vtest.Poll/10, "fence %d granted %v after fence %d's release: a waiter polled", b.fence, b.got.Sub(a.released), a.fence)
 		}
 		// Each waits for the others' turns, in a queue of every client.
-		require.LessOrEqual(t, longest, clients*hold+poll/10)
+		require.LessOrEqual(t, longest, clients*hold+vtest.Poll/10)
 	})
 }
 
@@ -205,7 +201,7 @@ func TestCancelledWaiterLeaves(t *testing.T) {
 		require.NoError(t, holder.Unlock(ctx))
 		l, ok := <-got
 		require.True(t, ok)
-		require.Less(t, time.Since(released), poll/10, "granted long after the release")
+		require.Less(t, time.Since(released), vtest.Poll/10, "granted long after the release")
 		require.NoError(t, l.Unlock(ctx))
 		require.Zero(t, queued(t, srv, f), "waiters left in the queue")
 	})

@@ -14,8 +14,13 @@ import (
 	"github.com/dlmgo/dlm/strategy"
 )
 
-// TTL is the lease of a Manager's locks unless its options say otherwise.
-const TTL = 10 * time.Second
+// The defaults of a Manager's options (Manager, Over): its TTL, and its
+// longest retry delay, Poll, so that a test tells a waiter woken by a
+// release (at once) from one that polled (up to Poll later).
+const (
+	TTL  = 10 * time.Second
+	Poll = 2 * time.Second
+)
 
 // Run runs f in a synctest bubble with a fresh dlmtest.Server made with
 // opts. However f ends, the strategies' and Managers' background work is
@@ -32,7 +37,7 @@ func Run(t *testing.T, f func(t *testing.T, srv *dlmtest.Server), opts ...dlmtes
 	})
 }
 
-// Manager returns a Manager (lease TTL, then opts) over a Single strategy
+// Manager returns a Manager (TTL, Poll, then opts) over a Single strategy
 // on n. A Manager per srv.Node() is a client of its own, as another
 // process's, with its own hand-off queue.
 func Manager(t testing.TB, n *dlmtest.Node, opts ...dlm.Option) *dlm.Manager {
@@ -44,10 +49,10 @@ func Manager(t testing.TB, n *dlmtest.Node, opts ...dlm.Option) *dlm.Manager {
 	return Over(t, s, opts...)
 }
 
-// Over returns a Manager (lease TTL, then opts) over s.
+// Over returns a Manager (TTL, Poll, then opts) over s.
 func Over(t testing.TB, s dlm.Strategy, opts ...dlm.Option) *dlm.Manager {
 	t.Helper()
-	m, err := dlm.New(s, append([]dlm.Option{dlm.WithTTL(TTL)}, opts...)...)
+	m, err := dlm.New(s, append([]dlm.Option{dlm.WithTTL(TTL), dlm.WithRetryDelay(time.Millisecond, Poll)}, opts...)...)
 	if err != nil {
 		t.Fatalf("dlm.New: %v", err)
 	}
