@@ -151,3 +151,28 @@ func TestNotOverRedlock(t *testing.T) {
 	_, err = New(nil, "k")
 	require.ErrorIs(t, err, dlm.ErrInvalid)
 }
+
+// TestLeaveMarks: the queue script on a real server: a waiter that leaves
+// while others wait marks the held lock (keeping its TTL), so that its
+// release publishes; one that leaves an empty queue does not.
+func TestLeaveMarks(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	f := newFair(t, c, "marks", 10*time.Second)
+	ctx := context.Background()
+	l, err := f.TryLock(ctx) // joins, takes the lock, leaves an empty queue
+	require.NoError(t, err)
+	lock := f.keys[3]
+	require.Equal(t, strategy.LockValue(l.Fence(), l.Token()), c.Get(ctx, lock).Val(), "marked, though nobody waits")
+	for _, w := range []string{"w1", "w2"} {
+		_, err := f.queue(ctx, w, false)
+		require.NoError(t, err)
+	}
+	_, err = f.queue(ctx, "w1", true)
+	require.NoError(t, err)
+	require.Equal(t, "0"+strategy.LockValue(l.Fence(), l.Token()), c.Get(ctx, lock).Val(), "w2 waits: the lock is not marked")
+	require.Greater(t, c.PTTL(ctx, lock).Val(), 9*time.Second, "marking lost the lock's TTL")
+	_, err = f.queue(ctx, "w2", true)
+	require.NoError(t, err)
+	require.NoError(t, l.Unlock(ctx))
+}

@@ -227,3 +227,17 @@ func TestOverFailover(t *testing.T) {
 		require.NoError(t, l.Unlock(ctx))
 	}, dlmtest.WithReplicas(1))
 }
+
+// TestPermanentErrorEndsWait: a queue key holding another type (WRONGTYPE,
+// a permanent error) ends Lock at once instead of waiting.
+func TestPermanentErrorEndsWait(t *testing.T) {
+	vtest.Run(t, func(t *testing.T, srv *dlmtest.Server) {
+		f := vfair(t, srv.Node(), "k")
+		_, err := srv.Do("SET", f.keys[0], "not a queue")
+		require.NoError(t, err)
+		start := time.Now()
+		_, err = f.Lock(context.Background())
+		require.True(t, dlm.Permanent(err), "%v", err)
+		require.Zero(t, time.Since(start), "Lock waited on a permanent error")
+	})
+}

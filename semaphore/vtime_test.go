@@ -12,6 +12,7 @@ import (
 	"github.com/dlmgo/dlm/dlmtest"
 	"github.com/dlmgo/dlm/internal/vtest"
 	"github.com/dlmgo/dlm/semaphore"
+	"github.com/dlmgo/dlm/strategy"
 )
 
 // vsem returns the semaphore name of permits of a new Manager on a new
@@ -98,5 +99,46 @@ func TestAcquireEndsWithContext(t *testing.T) {
 		p, err := vsem(t, srv, "jobs", 1).TryAcquire(ctx)
 		require.NoError(t, err, "the waiter that gave up holds the permit")
 		require.NoError(t, p.Unlock(ctx))
+	})
+}
+
+// TestRenewedPermitUntilMaxHold: a permit of a Manager that renews is kept
+// past its TTL, its Context live and its fence unchanged, until its
+// maximum hold, when its Context ends (ErrMaxHold) and a waiter gets the
+// permit within one TTL.
+func TestRenewedPermitUntilMaxHold(t *testing.T) {
+	const ttl, maxHold = time.Second, 5 * time.Second
+	vtest.Run(t, func(t *testing.T, srv *dlmtest.Server) {
+		ctx := context.Background()
+		p, err := vsem(t, srv, "jobs", 1, dlm.WithTTL(ttl), dlm.WithAutoRenew(0.5, maxHold)).TryAcquire(ctx)
+		require.NoError(t, err)
+		taken, work := time.Now(), p.Context()
+		other := vsem(t, srv, "jobs", 1, dlm.WithTTL(ttl))
+		time.Sleep(3 * ttl) // virtual: three leases
+		require.NoError(t, work.Err(), "the renewed permit's Context ended")
+		_, err = other.TryAcquire(ctx)
+		require.ErrorIs(t, err, dlm.ErrNotAcquired, "the renewed permit was free")
+
+		next, err := other.Acquire(ctx)
+		require.NoError(t, err)
+		require.ErrorIs(t, context.Cause(work), dlm.ErrMaxHold)
+		require.Greater(t, next.Fence(), p.Fence())
+		require.LessOrEqual(t, time.Since(taken), maxHold+ttl+5*time.Millisecond, "granted later than one TTL after the holder's maximum hold")
+		require.NoError(t, next.Unlock(ctx))
+	})
+}
+
+// TestPermanentErrorEndsWait: a permit key holding another type (WRONGTYPE,
+// a permanent error) ends Acquire at once instead of waiting.
+func TestPermanentErrorEndsWait(t *testing.T) {
+	vtest.Run(t, func(t *testing.T, srv *dlmtest.Server) {
+		sem := vsem(t, srv, "jobs", 1)
+		lock, _ := strategy.Keys(semaphore.PermitKey("jobs", 0))
+		_, err := srv.Do("HSET", lock, "f", "v")
+		require.NoError(t, err)
+		start := time.Now()
+		_, err = sem.Acquire(context.Background())
+		require.True(t, dlm.Permanent(err), "%v", err)
+		require.Zero(t, time.Since(start), "Acquire waited on a permanent error")
 	})
 }
