@@ -108,20 +108,14 @@ func TestResignHandsOver(t *testing.T) {
 		a, err := e.Campaign(ctx, "a")
 		require.NoError(t, err)
 		require.Equal(t, Leader{Term: a.Term(), Value: "a"}, <-observed)
-		bDone := make(chan *Leadership, 1)
-		go func() {
-			b, err := velection(t, srv.Node(), "resign").Campaign(ctx, "b")
-			if err != nil {
-				t.Error(err)
-			}
-			bDone <- b
-		}()
+		eb := velection(t, srv.Node(), "resign")
+		bDone := vtest.Async(t, func() (*Leadership, error) { return eb.Campaign(ctx, "b") })
 		synctest.Wait() // b waits
 		resigned := time.Now()
 		require.NoError(t, a.Resign(ctx))
 		require.ErrorIs(t, context.Cause(a.Context()), dlm.ErrUnlocked)
-		b := <-bDone
-		require.NotNil(t, b)
+		b, ok := <-bDone
+		require.True(t, ok)
 		require.Less(t, time.Since(resigned), vtest.Poll/10, "b learned of the resignation by polling")
 		require.Equal(t, Leader{}, <-observed)
 		require.Equal(t, Leader{Term: b.Term(), Value: "b"}, <-observed)

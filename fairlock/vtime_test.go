@@ -36,22 +36,6 @@ func queued(t *testing.T, srv *dlmtest.Server, f *FairLock) int64 {
 	return n.(int64)
 }
 
-// lockAsync takes f's lock in a goroutine; the channel receives the lock,
-// or is closed when Lock failed.
-func lockAsync(t *testing.T, ctx context.Context, f *FairLock) <-chan *dlm.Lock {
-	got := make(chan *dlm.Lock, 1)
-	go func() {
-		l, err := f.Lock(ctx)
-		if err != nil {
-			t.Error(err)
-			close(got)
-			return
-		}
-		got <- l
-	}()
-	return got
-}
-
 // TestReleaseWakesWaiterBehindHead: a waiter that queued behind the head
 // while the head took the lock (so it never tried the lock itself) is woken
 // by the head's release, not by its next poll.
@@ -63,10 +47,10 @@ func TestReleaseWakesWaiterBehindHead(t *testing.T) {
 		w1, w2 := vfair(t, slow, "k"), vfair(t, srv.Node(), "k")
 		held, err := x.TryLock(ctx)
 		require.NoError(t, err)
-		got1 := lockAsync(t, ctx, w1)
+		got1 := vtest.Async(t, func() (*dlm.Lock, error) { return w1.Lock(ctx) })
 		require.EqualValues(t, 1, queued(t, srv, x))
 		slow.SetDelay(10 * time.Millisecond) // w2 queues while w1 takes the lock
-		got2 := lockAsync(t, ctx, w2)
+		got2 := vtest.Async(t, func() (*dlm.Lock, error) { return w2.Lock(ctx) })
 		require.EqualValues(t, 2, queued(t, srv, x))
 
 		require.NoError(t, held.Unlock(ctx))
@@ -158,12 +142,13 @@ func TestKilledWaiterDelaysQueueByItsLease(t *testing.T) {
 		dead := srv.Node()
 		dctx, kill := context.WithCancel(ctx)
 		defer kill()
-		go func() { _, _ = vfair(t, dead, "dead", dlm.WithTTL(lease)).Lock(dctx) }()
+		dying := vfair(t, dead, "dead", dlm.WithTTL(lease))
+		go func() { _, _ = dying.Lock(dctx) }()
 		require.EqualValues(t, 1, queued(t, srv, f))
 		dead.Partition(true) // the waiter's place is renewed no more
 		died := time.Now()
 
-		got := lockAsync(t, ctx, f)
+		got := vtest.Async(t, func() (*dlm.Lock, error) { return f.Lock(ctx) })
 		require.EqualValues(t, 2, queued(t, srv, f))
 		require.NoError(t, holder.Unlock(ctx))
 		l, ok := <-got
@@ -185,7 +170,8 @@ func TestCancelledWaiterLeaves(t *testing.T) {
 
 		cctx, cancel := context.WithCancel(ctx)
 		gaveUp := make(chan error, 1)
-		go func() { _, err := vfair(t, srv.Node(), "cancel").Lock(cctx); gaveUp <- err }()
+		quitter := vfair(t, srv.Node(), "cancel")
+		go func() { _, err := quitter.Lock(cctx); gaveUp <- err }()
 		require.EqualValues(t, 1, queued(t, srv, f))
 		cancel()
 		err = <-gaveUp
@@ -195,7 +181,8 @@ func TestCancelledWaiterLeaves(t *testing.T) {
 
 		_, err = f.TryLock(ctx) // held, though nobody waits
 		require.ErrorIs(t, err, dlm.ErrNotAcquired)
-		got := lockAsync(t, ctx, vfair(t, srv.Node(), "cancel"))
+		next := vfair(t, srv.Node(), "cancel")
+		got := vtest.Async(t, func() (*dlm.Lock, error) { return next.Lock(ctx) })
 		require.EqualValues(t, 1, queued(t, srv, f))
 		released := time.Now()
 		require.NoError(t, holder.Unlock(ctx))
@@ -218,7 +205,7 @@ func TestOverFailover(t *testing.T) {
 		ctx := context.Background()
 		first, err := f.Lock(ctx)
 		require.NoError(t, err)
-		got := lockAsync(t, ctx, f)
+		got := vtest.Async(t, func() (*dlm.Lock, error) { return f.Lock(ctx) })
 		require.EqualValues(t, 1, queued(t, srv, f))
 		require.NoError(t, first.Unlock(ctx))
 		l, ok := <-got

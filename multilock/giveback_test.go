@@ -49,14 +49,8 @@ func TestReleaseWakesWaiter(t *testing.T) {
 		ctx := context.Background()
 		b, err := vtest.Manager(t, srv.Node()).TryLock(ctx, "b")
 		require.NoError(t, err)
-		got := make(chan *multilock.Set, 1)
-		go func() {
-			s, err := multilock.Lock(ctx, vtest.Manager(t, srv.Node()), "c", "b", "a")
-			if err != nil {
-				t.Error(err)
-			}
-			got <- s
-		}()
+		m := vtest.Manager(t, srv.Node())
+		got := vtest.Async(t, func() (*multilock.Set, error) { return multilock.Lock(ctx, m, "c", "b", "a") })
 		synctest.Wait()
 		select {
 		case <-got:
@@ -65,8 +59,8 @@ func TestReleaseWakesWaiter(t *testing.T) {
 		}
 		released := time.Now()
 		require.NoError(t, b.Unlock(ctx))
-		s := <-got
-		require.NotNil(t, s)
+		s, ok := <-got
+		require.True(t, ok)
 		require.Less(t, time.Since(released), vtest.Poll/10, "the set learned of b's release by polling")
 		require.Equal(t, []string{"a", "b", "c"}, s.Keys())
 		require.Greater(t, s.Fence("b"), b.Fence())

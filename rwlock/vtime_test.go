@@ -24,22 +24,6 @@ func vrw(t *testing.T, srv *dlmtest.Server, name string, opts ...dlm.Option) *rw
 	return rw
 }
 
-// async runs take in a goroutine; the channel receives its hold, or is
-// closed when take failed.
-func async(t *testing.T, take func() (*rwlock.Hold, error)) <-chan *rwlock.Hold {
-	got := make(chan *rwlock.Hold, 1)
-	go func() {
-		h, err := take()
-		if err != nil {
-			t.Error(err)
-			close(got)
-			return
-		}
-		got <- h
-	}()
-	return got
-}
-
 // TestReleaseWakesOtherClients: a writer of another client waiting for a
 // reader, and readers of other clients waiting for that writer, get in at
 // the release they wait for, not at their next poll; the writer's fence
@@ -49,7 +33,8 @@ func TestReleaseWakesOtherClients(t *testing.T) {
 		ctx := context.Background()
 		r, err := vrw(t, srv, "doc").RLock(ctx)
 		require.NoError(t, err)
-		wrote := async(t, func() (*rwlock.Hold, error) { return vrw(t, srv, "doc").Lock(ctx) })
+		writer := vrw(t, srv, "doc")
+		wrote := vtest.Async(t, func() (*rwlock.Hold, error) { return writer.Lock(ctx) })
 		synctest.Wait()
 		released := time.Now()
 		require.NoError(t, r.Unlock(ctx))
@@ -61,7 +46,8 @@ func TestReleaseWakesOtherClients(t *testing.T) {
 
 		var readers []<-chan *rwlock.Hold
 		for range 2 {
-			readers = append(readers, async(t, func() (*rwlock.Hold, error) { return vrw(t, srv, "doc").RLock(ctx) }))
+			reader := vrw(t, srv, "doc")
+			readers = append(readers, vtest.Async(t, func() (*rwlock.Hold, error) { return reader.RLock(ctx) }))
 		}
 		synctest.Wait()
 		released = time.Now()

@@ -35,19 +35,13 @@ func TestReleaseWakesWaiter(t *testing.T) {
 		b, err := holders.TryAcquire(ctx)
 		require.NoError(t, err)
 
-		got := make(chan *dlm.Lock, 1)
-		go func() {
-			p, err := vsem(t, srv, "jobs", 2).Acquire(ctx)
-			if err != nil {
-				t.Error(err)
-			}
-			got <- p
-		}()
+		waiter := vsem(t, srv, "jobs", 2)
+		got := vtest.Async(t, func() (*dlm.Lock, error) { return waiter.Acquire(ctx) })
 		synctest.Wait() // the waiter has tried, subscribed and waits
 		released := time.Now()
 		require.NoError(t, b.Unlock(ctx))
-		p := <-got
-		require.NotNil(t, p)
+		p, ok := <-got
+		require.True(t, ok)
 		require.Less(t, time.Since(released), vtest.Poll/10, "the waiter learned of the release by polling")
 		require.Equal(t, b.Key(), p.Key())
 		require.Greater(t, p.Fence(), b.Fence())

@@ -58,3 +58,19 @@ func Over(t testing.TB, s dlm.Strategy, opts ...dlm.Option) *dlm.Manager {
 	}
 	return m
 }
+
+// Async runs take in a goroutine. The channel receives what it took, or
+// is closed, the test marked failed, when take returned an error.
+func Async[T any](t testing.TB, take func() (T, error)) <-chan T {
+	got := make(chan T, 1)
+	go func() {
+		v, err := take()
+		if err != nil {
+			t.Error(err)
+			close(got)
+			return
+		}
+		got <- v
+	}()
+	return got
+}
