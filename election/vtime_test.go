@@ -27,7 +27,8 @@ func velection(t *testing.T, n *dlmtest.Node, name string, opts ...dlm.Option) *
 // TestLeaderKilledReplaced: four candidates, each a client of its own;
 // the leader dies (its client cut off) three times, and each time another
 // leads within the TTL (and the millisecond or two a waiter adds to the
-// holder's remaining lease before it tries again). An observer sees every leader, in order.
+// holder's remaining lease before it tries again). An observer sees every
+// leader, in order.
 func TestLeaderKilledReplaced(t *testing.T) {
 	const ttl = time.Second
 	vtest.Run(t, func(t *testing.T, srv *dlmtest.Server) {
