@@ -19,6 +19,10 @@
 // on one arrival order without a consensus protocol of their own, and a
 // queue kept on one of them would be lost with it.
 //
+// A release wakes the waiters at once (the strategy's release
+// notifications): the head's refused attempt marks the lock as waited for,
+// and so does a holder leaving the queue while others wait in it.
+//
 // Cost: a waiter calls a queue script on arrival, on each release it is
 // notified of, and at least every retry delay (dlm.WithRetryDelay's
 // maximum) while it waits, and once to leave; the head's lock attempt is
@@ -50,7 +54,7 @@ type FairLock struct {
 	m    *dlm.Manager
 	node dlm.Node
 	key  string
-	keys []string // queue, deadlines, arrival counter
+	keys []string // queue, deadlines, arrival counter, lock
 }
 
 // New returns the fair lock on key, taken through m. m's strategy must keep
@@ -70,7 +74,7 @@ func New(m *dlm.Manager, key string) (*FairLock, error) {
 	}
 	lock, _ := strategy.Keys(key)
 	return &FairLock{m: m, node: one.Node(), key: key,
-		keys: []string{lock + ":fair:queue", lock + ":fair:deadlines", lock + ":fair:arrivals"}}, nil
+		keys: []string{lock + ":fair:queue", lock + ":fair:deadlines", lock + ":fair:arrivals", lock}}, nil
 }
 
 // Key returns the locked key.
