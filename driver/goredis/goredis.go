@@ -35,6 +35,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/redis/go-redis/v9"
 
@@ -196,52 +197,81 @@ func (n *Node) bounded(ctx context.Context, calls []dlm.Call, w *dlm.Wait) (_ dl
 		}
 		return acks, deadlineErr(ctx, err)
 	}
-	own := slices.Clone(calls)
-	type result struct {
-		acks dlm.Acks
-		err  error
-	}
-	ch := make(chan result, 1)
-	var (
-		mu        sync.Mutex
-		done      int // own[:done] hold their replies and are no longer written
-		abandoned bool
-	)
-	go func() {
-		if w != nil || len(own) <= chunk {
-			acks, err := n.do(ctx, own, w, wcmd)
-			ch <- result{acks, err}
-			return
-		}
-		for lo := 0; lo < len(own); lo += chunk {
-			if err := ctx.Err(); err != nil {
-				nodekit.Fail(own[lo:], err)
-				break
-			}
-			hi := min(lo+chunk, len(own))
-			_, _ = n.do(ctx, own[lo:hi], nil, nil)
-			mu.Lock()
-			done = hi
-			stop := abandoned
-			mu.Unlock()
-			if stop {
-				return
-			}
-		}
-		ch <- result{}
-	}()
+	f := flights.Get().(*flight)
+	f.n, f.ctx, f.w, f.wcmd = n, ctx, w, wcmd
+	f.own = append(f.own[:0], calls...)
+	go f.run()
 	select {
-	case r := <-ch:
-		copy(calls, own)
-		return r.acks, r.err
+	case <-f.end:
+		copy(calls, f.own)
+		acks, err := f.acks, f.err
+		f.reset()
+		flights.Put(f)
+		return acks, err
 	case <-ctx.Done():
-		mu.Lock()
-		abandoned = true
-		copy(calls, own[:done])
-		nodekit.Fail(calls[done:], ctx.Err())
-		mu.Unlock()
+		f.mu.Lock()
+		f.abandoned = true
+		copy(calls, f.own[:f.done])
+		nodekit.Fail(calls[f.done:], ctx.Err())
+		f.mu.Unlock()
 		return dlm.Acks{}, ctx.Err()
 	}
+}
+
+// A flight is a batch that runs in a goroutine of its own (see bounded),
+// on a private copy of its calls. The goroutine signals end last and then
+// no longer touches the flight, so a flight whose end was received is
+// reused; an abandoned one is left to the goroutine.
+type flight struct {
+	n    *Node
+	ctx  context.Context
+	w    *dlm.Wait
+	wcmd []string
+	own  []dlm.Call
+	acks dlm.Acks
+	err  error
+	end  chan struct{} // buffered: the goroutine never waits on it
+
+	mu        sync.Mutex
+	done      int // own[:done] hold their replies and are no longer written
+	abandoned bool
+}
+
+var flights = sync.Pool{New: func() any { return &flight{end: make(chan struct{}, 1)} }}
+
+func (f *flight) run() {
+	if f.w != nil || len(f.own) <= chunk {
+		f.acks, f.err = f.n.do(f.ctx, f.own, f.w, f.wcmd)
+		f.end <- struct{}{}
+		return
+	}
+	for lo := 0; lo < len(f.own); lo += chunk {
+		if err := f.ctx.Err(); err != nil {
+			nodekit.Fail(f.own[lo:], err)
+			break
+		}
+		hi := min(lo+chunk, len(f.own))
+		_, _ = f.n.do(f.ctx, f.own[lo:hi], nil, nil)
+		f.mu.Lock()
+		f.done = hi
+		stop := f.abandoned
+		f.mu.Unlock()
+		if stop {
+			return
+		}
+	}
+	f.end <- struct{}{}
+}
+
+// reset clears a finished flight for reuse; a large copy of calls is
+// dropped rather than kept.
+func (f *flight) reset() {
+	clear(f.own)
+	f.own = f.own[:0]
+	if cap(f.own) > 16 {
+		f.own = nil
+	}
+	f.n, f.ctx, f.w, f.wcmd, f.acks, f.err, f.done, f.abandoned = nil, nil, nil, nil, dlm.Acks{}, nil, 0, false
 }
 
 // chunk is how many calls of a batch one pipeline sends when the batch
@@ -368,21 +398,30 @@ type scriptCmd struct{ *redis.Cmd }
 
 func (scriptCmd) NoRetry() bool { return true }
 
-// newCmd returns c as an EVALSHA or EVAL command, its arguments in one
-// slice.
+// newCmd returns c as an EVALSHA or EVAL command. Its arguments are boxed
+// without an allocation each: the strings are copied into one buffer, with
+// the argument list, and each argument is a string held there (see box).
 func newCmd(ctx context.Context, c *dlm.Call) *redis.Cmd {
-	args := make([]any, 3, 3+len(c.Keys)+len(c.Args))
-	if c.Source == "" {
-		args[0], args[1] = "evalsha", c.SHA1
+	n := 1 + len(c.Keys) + len(c.Args)
+	var (
+		args []any
+		strs []string
+	)
+	if n <= len(cmdBuf{}.strs) {
+		b := new(cmdBuf)
+		args, strs = b.args[:0], b.strs[:0]
 	} else {
-		args[0], args[1] = "eval", c.Source
+		args, strs = make([]any, 0, n+2), make([]string, 0, n)
 	}
-	args[2] = len(c.Keys)
-	for _, k := range c.Keys {
-		args = append(args, k)
+	if c.Source == "" {
+		args, strs = append(args, "evalsha"), append(strs, c.SHA1) // a constant is boxed statically
+	} else {
+		args, strs = append(args, "eval"), append(strs, c.Source)
 	}
-	for _, a := range c.Args {
-		args = append(args, a)
+	strs = append(append(strs, c.Keys...), c.Args...)
+	args = append(args, box(&strs[0]), len(c.Keys))
+	for i := 1; i < len(strs); i++ {
+		args = append(args, box(&strs[i]))
 	}
 	cmd := redis.NewCmd(ctx, args...)
 	if len(c.Keys) > 0 {
@@ -390,6 +429,30 @@ func newCmd(ctx context.Context, c *dlm.Call) *redis.Cmd {
 	}
 	return cmd
 }
+
+// A cmdBuf holds a script command's arguments: the name, the SHA1 or
+// source, the key count, and up to 3 keys and 4 arguments (every script of
+// the strategies' plain lock and unlock).
+type cmdBuf struct {
+	args [10]any
+	strs [8]string
+}
+
+// box returns *s as an interface value that holds the string at s rather
+// than a copy of it (which any(*s) would allocate): to go-redis and any
+// hook it is a string like any other. *s must not change afterwards.
+func box(s *string) any {
+	var v any
+	e := (*[2]unsafe.Pointer)(unsafe.Pointer(&v))
+	e[0], e[1] = stringType, unsafe.Pointer(s)
+	return v
+}
+
+// stringType is the type word of an interface value that holds a string.
+var stringType = func() unsafe.Pointer {
+	v := any("")
+	return (*[2]unsafe.Pointer)(unsafe.Pointer(&v))[0]
+}()
 
 var errNilReply = errors.New("dlm: script replied nil, want an array of integers")
 
@@ -401,6 +464,15 @@ var errNilReply = errors.New("dlm: script replied nil, want an array of integers
 // array, so an array value is the command's own reply.
 func (n *Node) setReply(c *dlm.Call, cmd *redis.Cmd) {
 	v, err := cmd.Result()
+	if err == nil {
+		c.Reply, c.Err = nodekit.Ints(v)
+		return
+	}
+	n.setFailed(c, v, err)
+}
+
+// setFailed is setReply's path for a command with an error.
+func (n *Node) setFailed(c *dlm.Call, v any, err error) {
 	var re redis.Error
 	if _, ok := v.([]any); ok && err != nil && !errors.As(err, &re) {
 		err = nil
