@@ -191,7 +191,10 @@ func (n *Node) bounded(ctx context.Context, calls []dlm.Call, w *dlm.Wait) (_ dl
 		return dlm.Acks{}, err
 	}
 	if _, ok := ctx.Deadline(); ctx.Done() == nil || ok && n.ctxOnWire {
-		acks, err := n.do(ctx, calls, w, wcmd)
+		b := argBufs.Get().(*argBuf)
+		acks, err := n.do(ctx, calls, w, wcmd, b)
+		b.reset()
+		argBufs.Put(b)
 		for i := range calls {
 			calls[i].Err = deadlineErr(ctx, calls[i].Err)
 		}
@@ -219,15 +222,17 @@ func (n *Node) bounded(ctx context.Context, calls []dlm.Call, w *dlm.Wait) (_ dl
 }
 
 // A flight is a batch that runs in a goroutine of its own (see bounded),
-// on a private copy of its calls. The goroutine signals end last and then
-// no longer touches the flight, so a flight whose end was received is
-// reused; an abandoned one is left to the goroutine.
+// on a private copy of its calls, its commands' arguments in buf. The
+// goroutine signals end last and then no longer touches the flight, so a
+// flight whose end was received is reused; an abandoned one, whose
+// commands go-redis may still read, is left to the goroutine.
 type flight struct {
 	n    *Node
 	ctx  context.Context
 	w    *dlm.Wait
 	wcmd []string
 	own  []dlm.Call
+	buf  argBuf
 	acks dlm.Acks
 	err  error
 	end  chan struct{} // buffered: the goroutine never waits on it
@@ -241,7 +246,7 @@ var flights = sync.Pool{New: func() any { return &flight{end: make(chan struct{}
 
 func (f *flight) run() {
 	if f.w != nil || len(f.own) <= chunk {
-		f.acks, f.err = f.n.do(f.ctx, f.own, f.w, f.wcmd)
+		f.acks, f.err = f.n.do(f.ctx, f.own, f.w, f.wcmd, &f.buf)
 		f.end <- struct{}{}
 		return
 	}
@@ -251,7 +256,7 @@ func (f *flight) run() {
 			break
 		}
 		hi := min(lo+chunk, len(f.own))
-		_, _ = f.n.do(f.ctx, f.own[lo:hi], nil, nil)
+		_, _ = f.n.do(f.ctx, f.own[lo:hi], nil, nil, &f.buf)
 		f.mu.Lock()
 		f.done = hi
 		stop := f.abandoned
@@ -271,6 +276,7 @@ func (f *flight) reset() {
 	if cap(f.own) > 16 {
 		f.own = nil
 	}
+	f.buf.reset()
 	f.n, f.ctx, f.w, f.wcmd, f.acks, f.err, f.done, f.abandoned = nil, nil, nil, nil, dlm.Acks{}, nil, 0, false
 }
 
@@ -283,9 +289,10 @@ const chunk = 128
 // do sends calls, and w's command wcmd after them unless it is nil, and
 // sets every call's Reply or Err. With wcmd it returns the wait's reply, or
 // the first failed call's error, or the wait's.
-func (n *Node) do(ctx context.Context, calls []dlm.Call, w *dlm.Wait, wcmd []string) (dlm.Acks, error) {
+func (n *Node) do(ctx context.Context, calls []dlm.Call, w *dlm.Wait, wcmd []string, b *argBuf) (dlm.Acks, error) {
+	b.grow(calls)
 	if wcmd == nil && len(calls) == 1 {
-		cmd := newCmd(ctx, &calls[0])
+		cmd := b.newCmd(ctx, &calls[0])
 		_ = n.c.Process(ctx, scriptCmd{cmd})
 		n.setReply(&calls[0], cmd)
 		return dlm.Acks{}, nil
@@ -301,7 +308,7 @@ func (n *Node) do(ctx context.Context, calls []dlm.Call, w *dlm.Wait, wcmd []str
 	}
 	cmds := make([]*redis.Cmd, len(calls))
 	for i := range calls {
-		cmds[i] = newCmd(ctx, &calls[i])
+		cmds[i] = b.newCmd(ctx, &calls[i])
 		_ = p.Process(ctx, scriptCmd{cmds[i]})
 	}
 	var wc *redis.Cmd
@@ -398,44 +405,58 @@ type scriptCmd struct{ *redis.Cmd }
 
 func (scriptCmd) NoRetry() bool { return true }
 
-// newCmd returns c as an EVALSHA or EVAL command. Its arguments are boxed
-// without an allocation each: the strings are copied into one buffer, with
-// the argument list, and each argument is a string held there (see box).
-func newCmd(ctx context.Context, c *dlm.Call) *redis.Cmd {
-	n := 1 + len(c.Keys) + len(c.Args)
-	var (
-		args []any
-		strs []string
-	)
-	if n <= len(cmdBuf{}.strs) {
-		b := new(cmdBuf)
-		args, strs = b.args[:0], b.strs[:0]
-	} else {
-		args, strs = make([]any, 0, n+2), make([]string, 0, n)
+// An argBuf holds the arguments of a batch's script commands: the command
+// lists and the strings they hold (see box). It is reused once the
+// commands completed: go-redis reads a command's arguments until then.
+type argBuf struct {
+	args []any
+	strs []string
+}
+
+var argBufs = sync.Pool{New: func() any { return new(argBuf) }}
+
+// grow makes room for the commands of calls, so that appending them moves
+// neither array (the commands made first keep pointing into them).
+func (b *argBuf) grow(calls []dlm.Call) {
+	n := 0
+	for i := range calls {
+		n += 1 + len(calls[i].Keys) + len(calls[i].Args)
 	}
+	b.args = slices.Grow(b.args, n+2*len(calls))
+	b.strs = slices.Grow(b.strs, n)
+}
+
+// reset empties b; large arrays are dropped rather than kept.
+func (b *argBuf) reset() {
+	clear(b.args)
+	clear(b.strs)
+	b.args, b.strs = b.args[:0], b.strs[:0]
+	if cap(b.strs) > 1024 {
+		b.args, b.strs = nil, nil
+	}
+}
+
+// newCmd returns c as an EVALSHA or EVAL command, its arguments appended
+// to b: its strings copied there and boxed in place, not one allocation
+// each (the caller may reuse c's slices when an abandoned command is still
+// being read).
+func (b *argBuf) newCmd(ctx context.Context, c *dlm.Call) *redis.Cmd {
+	a0, s0 := len(b.args), len(b.strs)
 	if c.Source == "" {
-		args, strs = append(args, "evalsha"), append(strs, c.SHA1) // a constant is boxed statically
+		b.args, b.strs = append(b.args, "evalsha"), append(b.strs, c.SHA1) // a constant is boxed statically
 	} else {
-		args, strs = append(args, "eval"), append(strs, c.Source)
+		b.args, b.strs = append(b.args, "eval"), append(b.strs, c.Source)
 	}
-	strs = append(append(strs, c.Keys...), c.Args...)
-	args = append(args, box(&strs[0]), len(c.Keys))
-	for i := 1; i < len(strs); i++ {
-		args = append(args, box(&strs[i]))
+	b.strs = append(append(b.strs, c.Keys...), c.Args...)
+	b.args = append(b.args, box(&b.strs[s0]), len(c.Keys))
+	for i := s0 + 1; i < len(b.strs); i++ {
+		b.args = append(b.args, box(&b.strs[i]))
 	}
-	cmd := redis.NewCmd(ctx, args...)
+	cmd := redis.NewCmd(ctx, b.args[a0:len(b.args):len(b.args)]...)
 	if len(c.Keys) > 0 {
 		cmd.SetFirstKeyPos(3) // the Cluster routes by the first key
 	}
 	return cmd
-}
-
-// A cmdBuf holds a script command's arguments: the name, the SHA1 or
-// source, the key count, and up to 3 keys and 4 arguments (every script of
-// the strategies' plain lock and unlock).
-type cmdBuf struct {
-	args [10]any
-	strs [8]string
 }
 
 // box returns *s as an interface value that holds the string at s rather
