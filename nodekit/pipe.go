@@ -43,14 +43,20 @@ type Pipe[C any, R any] interface {
 	Slot(cmd C) uint16
 }
 
-// RunPipe implements dlm.Node.Run over p: one Do for one call under a
-// context that cannot end (no goroutine, no slice), otherwise one DoMulti
-// awaited under ctx (Await) — on a Cluster, one per hash slot side by side,
-// so that a master stalling past ctx does not take the others' replies.
+// RunPipe implements dlm.Node.Run over p: one Do for one call (awaited
+// under ctx when ctx can end), otherwise one DoMulti awaited under ctx
+// (Await) — on a Cluster, one per hash slot side by side, so that a master
+// stalling past ctx does not take the others' replies.
 func RunPipe[C any, R any](ctx context.Context, p Pipe[C, R], calls []dlm.Call) {
-	if len(calls) == 1 && ctx.Done() == nil {
+	runPipe(ctx, p, calls, nil)
+}
+
+// runPipe is RunPipe, with one call's goroutine state taken from ones (a
+// pool of *awaitOne[C, R]) unless ones is nil.
+func runPipe[C any, R any](ctx context.Context, p Pipe[C, R], calls []dlm.Call, ones *sync.Pool) {
+	if len(calls) == 1 {
 		if cmd, ok := script(p, &calls[0]); ok {
-			calls[0].Reply, calls[0].Err = p.Ints(p.Do(ctx, cmd))
+			calls[0].Reply, calls[0].Err = doOne(ctx, p, cmd, ones)
 		}
 		return
 	}
@@ -89,6 +95,51 @@ func RunWaitPipe[C any, R any](ctx context.Context, p Pipe[C, R], calls []dlm.Ca
 		return dlm.Acks{}, fmt.Errorf("dlm: %s after the scripts: %w", wcmd[0], err)
 	}
 	return acks, nil
+}
+
+// doOne sends cmd with Do and returns its script's reply; when ctx can end,
+// Do runs in a goroutine of its own (see Await) and doOne returns ctx's
+// error as soon as ctx ends.
+func doOne[C any, R any](ctx context.Context, p Pipe[C, R], cmd C, ones *sync.Pool) ([]int64, error) {
+	if ctx.Done() == nil {
+		return p.Ints(p.Do(ctx, cmd))
+	}
+	var o *awaitOne[C, R]
+	if ones != nil {
+		o, _ = ones.Get().(*awaitOne[C, R])
+	}
+	if o == nil {
+		o = &awaitOne[C, R]{end: make(chan struct{}, 1)}
+	}
+	o.ctx, o.p, o.cmd = ctx, p, cmd
+	go o.run()
+	select {
+	case <-o.end:
+	case <-ctx.Done():
+		return nil, ctx.Err() // o is the goroutine's now
+	}
+	reply, err := p.Ints(o.r)
+	if ones != nil {
+		*o = awaitOne[C, R]{end: o.end}
+		ones.Put(o)
+	}
+	return reply, err
+}
+
+// An awaitOne is doOne's command in flight. Its goroutine signals end
+// last and then no longer touches it, so one whose end was received is
+// reused.
+type awaitOne[C any, R any] struct {
+	ctx context.Context
+	p   Pipe[C, R]
+	cmd C
+	r   R
+	end chan struct{} // buffered: the goroutine never waits on it
+}
+
+func (o *awaitOne[C, R]) run() {
+	o.r = o.p.Do(o.ctx, o.cmd)
+	o.end <- struct{}{}
 }
 
 // execPipe runs calls in one DoMulti, with the command wait, if any, last,

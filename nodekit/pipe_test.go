@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -31,8 +32,14 @@ func (p fakePipe) Script(c *dlm.Call) fakeCmd {
 	}
 	return fakeCmd{c.Keys[0]}
 }
-func (p fakePipe) Blocking(args ...string) fakeCmd            { return fakeCmd{} }
-func (p fakePipe) Do(ctx context.Context, cmd fakeCmd) string { return cmd.key }
+func (p fakePipe) Blocking(args ...string) fakeCmd { return fakeCmd{} }
+func (p fakePipe) Do(ctx context.Context, cmd fakeCmd) string {
+	if cmd.key == "stall" {
+		<-ctx.Done()
+		return canceled
+	}
+	return cmd.key
+}
 func (p fakePipe) DoMulti(ctx context.Context, cmds []fakeCmd, _ bool) []string {
 	out, stalled := make([]string, len(cmds)), false
 	for i, c := range cmds {
@@ -73,6 +80,31 @@ func calls(keys ...string) []dlm.Call {
 		out[i] = dlm.Call{SHA1: "x", Keys: []string{k}}
 	}
 	return out
+}
+
+// TestPipeNodeRunOne: one call under a context that can end returns its
+// reply, or the context's error as soon as the context ends while the
+// client stalls; the state a call's goroutine used is reused only after
+// the goroutine finished (an abandoned call's late result reaches no other
+// call: run with -race).
+func TestPipeNodeRunOne(t *testing.T) {
+	n := nodekit.NewPipeNode("fake", fakePipe{}, nodekit.Receiver{})
+	for i := range 50 {
+		ctx, cancel := context.WithCancel(context.Background())
+		key := strings.Repeat("x", i%7+1)
+		c := calls(key)
+		n.Run(ctx, c)
+		require.NoError(t, c[0].Err)
+		assert.Equal(t, []int64{int64(len(key))}, c[0].Reply)
+
+		c = calls("stall")
+		done := make(chan struct{})
+		go func() { n.Run(ctx, c); close(done) }()
+		cancel()
+		<-done
+		assert.ErrorIs(t, c[0].Err, context.Canceled)
+		assert.Nil(t, c[0].Reply)
+	}
 }
 
 func TestRunPipe(t *testing.T) {

@@ -2,6 +2,7 @@ package nodekit
 
 import (
 	"context"
+	"sync"
 
 	"github.com/dlmgo/dlm"
 )
@@ -19,6 +20,7 @@ type PipeNode[C, R any] struct {
 	p    Pipe[C, R]
 	name string
 	hub  *Hub
+	ones sync.Pool // of *awaitOne[C, R]: one call's state in flight, reused
 }
 
 // NewPipeNode returns a PipeNode named name over p, which watches
@@ -42,7 +44,9 @@ func (n *PipeNode[C, R]) Routing() Routing {
 // Run implements dlm.Node (RunPipe): one Do for one call, one DoMulti for
 // several (on a Cluster, one per hash slot, side by side). A call whose
 // keys span slots fails unsent.
-func (n *PipeNode[C, R]) Run(ctx context.Context, calls []dlm.Call) { RunPipe(ctx, n.p, calls) }
+func (n *PipeNode[C, R]) Run(ctx context.Context, calls []dlm.Call) {
+	runPipe(ctx, n.p, calls, &n.ones)
+}
 
 // RunWait implements dlm.Node (RunWaitPipe): the calls and the WAIT,
 // marked blocking, in one dedicated DoMulti, which the client sends on a

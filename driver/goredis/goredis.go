@@ -35,6 +35,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/redis/go-redis/v9"
 
@@ -190,58 +191,93 @@ func (n *Node) bounded(ctx context.Context, calls []dlm.Call, w *dlm.Wait) (_ dl
 		return dlm.Acks{}, err
 	}
 	if _, ok := ctx.Deadline(); ctx.Done() == nil || ok && n.ctxOnWire {
-		acks, err := n.do(ctx, calls, w, wcmd)
+		b := argBufs.Get().(*argBuf)
+		acks, err := n.do(ctx, calls, w, wcmd, b)
+		b.reset()
+		argBufs.Put(b)
 		for i := range calls {
 			calls[i].Err = deadlineErr(ctx, calls[i].Err)
 		}
 		return acks, deadlineErr(ctx, err)
 	}
-	own := slices.Clone(calls)
-	type result struct {
-		acks dlm.Acks
-		err  error
-	}
-	ch := make(chan result, 1)
-	var (
-		mu        sync.Mutex
-		done      int // own[:done] hold their replies and are no longer written
-		abandoned bool
-	)
-	go func() {
-		if w != nil || len(own) <= chunk {
-			acks, err := n.do(ctx, own, w, wcmd)
-			ch <- result{acks, err}
-			return
-		}
-		for lo := 0; lo < len(own); lo += chunk {
-			if err := ctx.Err(); err != nil {
-				nodekit.Fail(own[lo:], err)
-				break
-			}
-			hi := min(lo+chunk, len(own))
-			_, _ = n.do(ctx, own[lo:hi], nil, nil)
-			mu.Lock()
-			done = hi
-			stop := abandoned
-			mu.Unlock()
-			if stop {
-				return
-			}
-		}
-		ch <- result{}
-	}()
+	f := flights.Get().(*flight)
+	f.n, f.ctx, f.w, f.wcmd = n, ctx, w, wcmd
+	f.own = append(f.own[:0], calls...)
+	go f.run()
 	select {
-	case r := <-ch:
-		copy(calls, own)
-		return r.acks, r.err
+	case <-f.end:
+		copy(calls, f.own)
+		acks, err := f.acks, f.err
+		f.reset()
+		flights.Put(f)
+		return acks, err
 	case <-ctx.Done():
-		mu.Lock()
-		abandoned = true
-		copy(calls, own[:done])
-		nodekit.Fail(calls[done:], ctx.Err())
-		mu.Unlock()
+		f.mu.Lock()
+		f.abandoned = true
+		copy(calls, f.own[:f.done])
+		nodekit.Fail(calls[f.done:], ctx.Err())
+		f.mu.Unlock()
 		return dlm.Acks{}, ctx.Err()
 	}
+}
+
+// A flight is a batch that runs in a goroutine of its own (see bounded),
+// on a private copy of its calls, its commands' arguments in buf. The
+// goroutine signals end last and then no longer touches the flight, so a
+// flight whose end was received is reused; an abandoned one, whose
+// commands go-redis may still read, is left to the goroutine.
+type flight struct {
+	n    *Node
+	ctx  context.Context
+	w    *dlm.Wait
+	wcmd []string
+	own  []dlm.Call
+	buf  argBuf
+	acks dlm.Acks
+	err  error
+	end  chan struct{} // buffered: the goroutine never waits on it
+
+	mu        sync.Mutex
+	done      int // own[:done] hold their replies and are no longer written
+	abandoned bool
+}
+
+var flights = sync.Pool{New: func() any { return &flight{end: make(chan struct{}, 1)} }}
+
+func (f *flight) run() {
+	if f.w != nil || len(f.own) <= chunk {
+		f.acks, f.err = f.n.do(f.ctx, f.own, f.w, f.wcmd, &f.buf)
+		f.end <- struct{}{}
+		return
+	}
+	for lo := 0; lo < len(f.own); lo += chunk {
+		if err := f.ctx.Err(); err != nil {
+			nodekit.Fail(f.own[lo:], err)
+			break
+		}
+		hi := min(lo+chunk, len(f.own))
+		_, _ = f.n.do(f.ctx, f.own[lo:hi], nil, nil, &f.buf)
+		f.mu.Lock()
+		f.done = hi
+		stop := f.abandoned
+		f.mu.Unlock()
+		if stop {
+			return
+		}
+	}
+	f.end <- struct{}{}
+}
+
+// reset clears a finished flight for reuse; a large copy of calls is
+// dropped rather than kept.
+func (f *flight) reset() {
+	clear(f.own)
+	f.own = f.own[:0]
+	if cap(f.own) > 16 {
+		f.own = nil
+	}
+	f.buf.reset()
+	f.n, f.ctx, f.w, f.wcmd, f.acks, f.err, f.done, f.abandoned = nil, nil, nil, nil, dlm.Acks{}, nil, 0, false
 }
 
 // chunk is how many calls of a batch one pipeline sends when the batch
@@ -253,9 +289,10 @@ const chunk = 128
 // do sends calls, and w's command wcmd after them unless it is nil, and
 // sets every call's Reply or Err. With wcmd it returns the wait's reply, or
 // the first failed call's error, or the wait's.
-func (n *Node) do(ctx context.Context, calls []dlm.Call, w *dlm.Wait, wcmd []string) (dlm.Acks, error) {
+func (n *Node) do(ctx context.Context, calls []dlm.Call, w *dlm.Wait, wcmd []string, b *argBuf) (dlm.Acks, error) {
+	b.grow(calls)
 	if wcmd == nil && len(calls) == 1 {
-		cmd := newCmd(ctx, &calls[0])
+		cmd := b.newCmd(ctx, &calls[0])
 		_ = n.c.Process(ctx, scriptCmd{cmd})
 		n.setReply(&calls[0], cmd)
 		return dlm.Acks{}, nil
@@ -271,7 +308,7 @@ func (n *Node) do(ctx context.Context, calls []dlm.Call, w *dlm.Wait, wcmd []str
 	}
 	cmds := make([]*redis.Cmd, len(calls))
 	for i := range calls {
-		cmds[i] = newCmd(ctx, &calls[i])
+		cmds[i] = b.newCmd(ctx, &calls[i])
 		_ = p.Process(ctx, scriptCmd{cmds[i]})
 	}
 	var wc *redis.Cmd
@@ -368,28 +405,75 @@ type scriptCmd struct{ *redis.Cmd }
 
 func (scriptCmd) NoRetry() bool { return true }
 
-// newCmd returns c as an EVALSHA or EVAL command, its arguments in one
-// slice.
-func newCmd(ctx context.Context, c *dlm.Call) *redis.Cmd {
-	args := make([]any, 3, 3+len(c.Keys)+len(c.Args))
+// An argBuf holds the arguments of a batch's script commands: the command
+// lists and the strings they hold (see box). It is reused once the
+// commands completed: go-redis reads a command's arguments until then.
+type argBuf struct {
+	args []any
+	strs []string
+}
+
+var argBufs = sync.Pool{New: func() any { return new(argBuf) }}
+
+// grow makes room for the commands of calls, so that appending them moves
+// neither array (the commands made first keep pointing into them).
+func (b *argBuf) grow(calls []dlm.Call) {
+	n := 0
+	for i := range calls {
+		n += 1 + len(calls[i].Keys) + len(calls[i].Args)
+	}
+	b.args = slices.Grow(b.args, n+2*len(calls))
+	b.strs = slices.Grow(b.strs, n)
+}
+
+// reset empties b; large arrays are dropped rather than kept.
+func (b *argBuf) reset() {
+	clear(b.args)
+	clear(b.strs)
+	b.args, b.strs = b.args[:0], b.strs[:0]
+	if cap(b.strs) > 1024 {
+		b.args, b.strs = nil, nil
+	}
+}
+
+// newCmd returns c as an EVALSHA or EVAL command, its arguments appended
+// to b: its strings copied there and boxed in place, not one allocation
+// each (the caller may reuse c's slices when an abandoned command is still
+// being read).
+func (b *argBuf) newCmd(ctx context.Context, c *dlm.Call) *redis.Cmd {
+	a0, s0 := len(b.args), len(b.strs)
 	if c.Source == "" {
-		args[0], args[1] = "evalsha", c.SHA1
+		b.args, b.strs = append(b.args, "evalsha"), append(b.strs, c.SHA1) // a constant is boxed statically
 	} else {
-		args[0], args[1] = "eval", c.Source
+		b.args, b.strs = append(b.args, "eval"), append(b.strs, c.Source)
 	}
-	args[2] = len(c.Keys)
-	for _, k := range c.Keys {
-		args = append(args, k)
+	b.strs = append(append(b.strs, c.Keys...), c.Args...)
+	b.args = append(b.args, box(&b.strs[s0]), len(c.Keys))
+	for i := s0 + 1; i < len(b.strs); i++ {
+		b.args = append(b.args, box(&b.strs[i]))
 	}
-	for _, a := range c.Args {
-		args = append(args, a)
-	}
-	cmd := redis.NewCmd(ctx, args...)
+	cmd := redis.NewCmd(ctx, b.args[a0:len(b.args):len(b.args)]...)
 	if len(c.Keys) > 0 {
 		cmd.SetFirstKeyPos(3) // the Cluster routes by the first key
 	}
 	return cmd
 }
+
+// box returns *s as an interface value that holds the string at s rather
+// than a copy of it (which any(*s) would allocate): to go-redis and any
+// hook it is a string like any other. *s must not change afterwards.
+func box(s *string) any {
+	var v any
+	e := (*[2]unsafe.Pointer)(unsafe.Pointer(&v))
+	e[0], e[1] = stringType, unsafe.Pointer(s)
+	return v
+}
+
+// stringType is the type word of an interface value that holds a string.
+var stringType = func() unsafe.Pointer {
+	v := any("")
+	return (*[2]unsafe.Pointer)(unsafe.Pointer(&v))[0]
+}()
 
 var errNilReply = errors.New("dlm: script replied nil, want an array of integers")
 
@@ -401,6 +485,15 @@ var errNilReply = errors.New("dlm: script replied nil, want an array of integers
 // array, so an array value is the command's own reply.
 func (n *Node) setReply(c *dlm.Call, cmd *redis.Cmd) {
 	v, err := cmd.Result()
+	if err == nil {
+		c.Reply, c.Err = nodekit.Ints(v)
+		return
+	}
+	n.setFailed(c, v, err)
+}
+
+// setFailed is setReply's path for a command with an error.
+func (n *Node) setFailed(c *dlm.Call, v any, err error) {
 	var re redis.Error
 	if _, ok := v.([]any); ok && err != nil && !errors.As(err, &re) {
 		err = nil

@@ -1,12 +1,12 @@
 // Package redigo adapts a redigo pool (github.com/gomodule/redigo) to
 // dlm.Node; a pool with Sentinels.Dial as its DialContext follows a primary.
 //
-// Deadlines: a call takes its connection with Pool.GetContext and reads each
-// reply with redis.ReceiveContext, whose read deadline is ctx's (or the read
-// timeout, when sooner) and which closes the connection when ctx ends first:
-// a call returns by ctx's deadline even if the server stopped answering, and
-// a connection with replies unread is never reused. Writes are bounded by
-// the connection's write timeout.
+// Deadlines: a call takes its connection with Pool.GetContext and reads its
+// replies within the connection's read timeout; when ctx ends first (its
+// deadline passes or it is cancelled), the connection is closed at once, as
+// redis.ReceiveContext closes it: a call returns by ctx's deadline even if
+// the server stopped answering, and a connection with replies unread is
+// never reused. Writes are bounded by the connection's write timeout.
 package redigo
 
 import (
@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/gomodule/redigo/redis"
 
@@ -171,12 +172,27 @@ func (n *Node) run(ctx context.Context, calls []dlm.Call, wait []string, err err
 		return nil, err
 	}
 	defer c.Close() // redigo's pool discards a connection that failed
+	if ctx.Done() != nil {
+		w := watches.Get().(*watch)
+		w.c = c
+		stop := context.AfterFunc(ctx, w.kill)
+		defer func() {
+			if stop() { // w.kill never runs: w is free again
+				w.c = nil
+				watches.Put(w)
+				return
+			}
+			w.mu.Lock() // wait for w.kill, and keep it off c from now on
+			w.c = nil
+			w.mu.Unlock()
+		}()
+	}
 	ap := argvPool.Get().(*[]any)
 	argv := (*ap)[:0]
 	for i := 0; i < len(calls) && err == nil; i++ {
-		cmd, script := "EVAL", any(calls[i].Source)
+		cmd, script := "EVAL", box(&calls[i].Source)
 		if calls[i].Source == "" {
-			cmd, script = "EVALSHA", boxSHA(calls[i].SHA1)
+			cmd, script = "EVALSHA", box(&calls[i].SHA1)
 		}
 		argv = append(argv[:0], script, len(calls[i].Keys))
 		argv = appendStrings(appendStrings(argv, calls[i].Keys), calls[i].Args)
@@ -193,7 +209,7 @@ func (n *Node) run(ctx context.Context, calls []dlm.Call, wait []string, err err
 	}
 	for i := 0; i < len(calls) && err == nil; i++ {
 		var r any
-		if r, err = receive(ctx, c); err == nil {
+		if r, err = c.Receive(); err == nil {
 			calls[i].Reply, calls[i].Err = nodekit.Ints(r)
 		} else if _, ok := err.(redis.Error); ok { // the connection is in step
 			calls[i].Err, err = replyErr(err), nil
@@ -207,36 +223,82 @@ func (n *Node) run(ctx context.Context, calls []dlm.Call, wait []string, err err
 	if wait == nil {
 		return nil, nil
 	}
-	r, err := receive(ctx, c)
+	r, err := c.Receive()
 	return r, replyErr(withCtxErr(ctx, err))
 }
+
+// A watch closes a call's connection when the call's context ends
+// (context.AfterFunc), so that a read in progress fails at once; run
+// takes it off the connection before putting the connection back.
+type watch struct {
+	mu   sync.Mutex
+	c    redis.Conn // nil once the call is over
+	kill func()     // the method value, made once
+}
+
+var watches = sync.Pool{New: func() any {
+	w := new(watch)
+	w.kill = w.close
+	return w
+}}
+
+// close fails w's connection as redis.ReceiveContext does when its context
+// ends first: it is a receive under a context whose deadline has passed,
+// which marks the connection failed and closes its socket (the read in
+// progress fails) without reading anything; the pool then discards it.
+func (w *watch) close() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.c != nil {
+		_, _ = redis.ReceiveContext(w.c, expired)
+	}
+}
+
+// expired is a context whose deadline has passed.
+var expired = func() context.Context {
+	ctx, cancel := context.WithDeadline(context.Background(), time.Unix(0, 0))
+	defer cancel() // it has ended already; its Err stays DeadlineExceeded
+	return ctx
+}()
 
 // replyErr returns an error reply of redigo (a redis.Error, which err is
 // or wraps) as a *dlm.ReplyError; an error that matches
 // dlm.ErrUnknownMaster is left as it is.
 func replyErr(err error) error {
+	if err == nil {
+		return nil
+	}
 	var re redis.Error
-	if err == nil || errors.Is(err, dlm.ErrUnknownMaster) || !errors.As(err, &re) {
+	if errors.Is(err, dlm.ErrUnknownMaster) || !errors.As(err, &re) {
 		return err
 	}
 	return nodekit.Reply(string(re), err)
 }
 
-// receive reads a reply within ctx; redis.ReceiveContext costs a goroutine
-// per reply, which a context that cannot end does without.
-func receive(ctx context.Context, c redis.Conn) (any, error) {
-	if ctx.Done() == nil {
-		return c.Receive()
-	}
-	return redis.ReceiveContext(c, ctx)
-}
-
+// appendStrings appends the strings of s, boxed in place (see box): Send
+// has written them to the connection's buffer before run returns.
 func appendStrings(argv []any, s []string) []any {
-	for _, x := range s {
-		argv = append(argv, x)
+	for i := range s {
+		argv = append(argv, box(&s[i]))
 	}
 	return argv
 }
+
+// box returns *s as an interface value that holds the string at s rather
+// than a copy of it (which any(*s) would allocate): to redigo it is a
+// string like any other. *s must not change while the value is used.
+func box(s *string) any {
+	var v any
+	e := (*[2]unsafe.Pointer)(unsafe.Pointer(&v))
+	e[0], e[1] = stringType, unsafe.Pointer(s)
+	return v
+}
+
+// stringType is the type word of an interface value that holds a string.
+var stringType = func() unsafe.Pointer {
+	v := any("")
+	return (*[2]unsafe.Pointer)(unsafe.Pointer(&v))[0]
+}()
 
 // withCtxErr wraps an I/O error with ctx's when ctx ended or its deadline
 // passed (the read deadline, set from ctx's, may fire first).
@@ -253,15 +315,3 @@ func withCtxErr(ctx context.Context, err error) error {
 
 // argvPool recycles argument lists: redigo takes arguments as []any.
 var argvPool = sync.Pool{New: func() any { return new([]any) }}
-
-// shas holds script digests boxed as interface values, not to box them on
-// every call; like the server's script cache, it keeps all it sees.
-var shas sync.Map
-
-func boxSHA(sha string) any {
-	if v, ok := shas.Load(sha); ok {
-		return v
-	}
-	shas.Store(sha, any(sha))
-	return sha
-}

@@ -14,10 +14,11 @@ import (
 // benchmark runs.
 const BenchGoroutines = 64
 
-// BenchLockUnlock runs two sub-benchmarks of m's TryLock and Unlock of one
-// lock: "serial", on one key, and "parallel", from BenchGoroutines
+// BenchLockUnlock runs sub-benchmarks of m's TryLock and Unlock of one
+// lock: "serial", on one key ("serial-cancelable" with a context that can
+// end, as a server's request has), and "parallel", from BenchGoroutines
 // goroutines (rounded down to a multiple of GOMAXPROCS) on distinct keys.
-// Both report allocations and ops/s (lock+unlock pairs per second).
+// All report allocations and ops/s (lock+unlock pairs per second).
 func BenchLockUnlock(b *testing.B, m *dlm.Manager) {
 	lockUnlock := func(ctx context.Context, key string) error {
 		l, err := m.TryLock(ctx, key)
@@ -28,6 +29,18 @@ func BenchLockUnlock(b *testing.B, m *dlm.Manager) {
 	}
 	b.Run("serial", func(b *testing.B) {
 		ctx := context.Background()
+		b.ReportAllocs()
+		start := time.Now()
+		for b.Loop() {
+			if err := lockUnlock(ctx, "bench:serial"); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "ops/s")
+	})
+	b.Run("serial-cancelable", func(b *testing.B) { // a live Done channel, as a server's request has
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
 		b.ReportAllocs()
 		start := time.Now()
 		for b.Loop() {
