@@ -83,7 +83,7 @@ func scriptSource(head, name string, prelude ...string) string {
 
 var (
 	acquireScript = mustScript("acquire.lua", "held.lua", "amnesia.lua")
-	extendScript  = mustScript("extend.lua", "held.lua")
+	extendScript  = mustScript("extend.lua")
 	fenceScript   = mustScript("redlock_fence.lua", "held.lua") // Redlock's write-back
 )
 
