@@ -20,11 +20,15 @@ import (
 
 // publishes returns how many PUBLISH commands the server ran, scripts'
 // included.
-func publishes(t *testing.T, c *redis.Client) int {
+func publishes(t *testing.T, c *redis.Client) int { return calls(t, c, "publish") }
+
+// calls returns how many times the server ran the command cmd (lower
+// case), scripts' calls included.
+func calls(t *testing.T, c *redis.Client, cmd string) int {
 	t.Helper()
 	info, err := c.Info(context.Background(), "commandstats").Result()
 	require.NoError(t, err)
-	m := regexp.MustCompile(`cmdstat_publish:calls=(\d+)`).FindStringSubmatch(info)
+	m := regexp.MustCompile(`cmdstat_` + cmd + `:calls=(\d+)`).FindStringSubmatch(info)
 	if m == nil {
 		return 0
 	}
@@ -35,8 +39,25 @@ func publishes(t *testing.T, c *redis.Client) int {
 // A release publishes only when an acquisition was refused on the lock: the
 // refusal marks the lock in the same script; an extension and a hand-off
 // keep the mark; a refusal gives back the fence it took, so the slot's
-// fences stay consecutive.
+// fences stay consecutive. Likewise on a server before Redis 7.0, whose
+// acquisitions read the lock first; from 7.0 an acquisition that is
+// granted reads nothing but what its SET answers.
 func TestReleasePublishesOnlyForWaiters(t *testing.T) {
+	for _, before70 := range []bool{false, true} {
+		name := "Redis 7.0"
+		if before70 {
+			name = "before Redis 7.0"
+		}
+		t.Run(name, func(t *testing.T) {
+			if before70 {
+				strategy.Before70ForTest(t)
+			}
+			testReleasePublishes(t, before70)
+		})
+	}
+}
+
+func testReleasePublishes(t *testing.T, before70 bool) {
 	c := redistest.Start(t).Client(t)
 	ctx := context.Background()
 	s, err := strategy.NewSingle(goredis.New(c), strategy.WithCoalescing(false))
@@ -50,6 +71,11 @@ func TestReleasePublishesOnlyForWaiters(t *testing.T) {
 
 	l, err := s.Acquire(ctx, key, "A", time.Minute)
 	require.NoError(t, err)
+	if before70 {
+		assert.Equal(t, 1, calls(t, c, "get"), "the lock was read first")
+	} else {
+		assert.Zero(t, calls(t, c, "get"), "a grant read nothing: INCR, then SET NX GET")
+	}
 	assert.Equal(t, strategy.LockValue(l.Fence, "A"), c.Get(ctx, lock).Val(), "not marked: nobody waits")
 	require.NoError(t, s.Release(ctx, key, "A"))
 	assert.Zero(t, publishes(t, c), "a release nobody waited for publishes nothing")

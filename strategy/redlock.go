@@ -57,7 +57,7 @@ type Redlock struct {
 	cfg      config
 	flights  flights
 	slow     []atomic.Bool // node i's last call ran into the per-node timeout
-	publish  string        // release.lua's ARGV[2], shared by every node; "" when they differ
+	publish  string        // announce.lua's mode, shared by every node; "" when they differ
 	latency  latency
 	distinct distinct
 	workers  workers // run a round's node calls
@@ -330,11 +330,7 @@ func (s *Redlock) fenceRound(ctx context.Context, keys []string, token string, f
 // release sends the release of key by token to the listed nodes: a node
 // that released it grants, one where token does not hold it refuses.
 func (s *Redlock) release(ctx context.Context, key, token string, nodes []int) *round {
-	args := []string{token}
-	if s.publish != "" {
-		args = append(args, s.publish)
-	}
-	return s.round(ctx, "release", releaseScript, []dlm.Call{{Keys: []string{lockName(key)}, Args: args}}, nodes, s.nodeTimeout(0),
+	return s.round(ctx, "release", releaseScript(s.publish), []dlm.Call{{Keys: []string{lockName(key)}, Args: []string{token}}}, nodes, s.nodeTimeout(0),
 		func(_ *tally, _ int, r []int64) (Outcome, error) {
 			switch {
 			case len(r) != 1:

@@ -230,8 +230,8 @@ func (o *one) release(ctx context.Context, key, token string) error {
 	}
 	cctx, cancel := o.cfg.withTimeout(ctx)
 	defer cancel()
-	keys, args := releaseCall(key, token, o.node)
-	r, err := releaseScript.Run(cctx, o.node, keys, args...)
+	script, keys, args := releaseCall(key, token, o.node)
+	r, err := script.Run(cctx, o.node, keys, args...)
 	if err == nil && len(r) != 1 {
 		err = errReply(r)
 	}
@@ -278,12 +278,12 @@ func refusal(key, from, node string, r []int64) error {
 // cannot delete it.
 func (o *one) undo(ctx context.Context, key, token string, expires time.Time) {
 	c, node := &o.cfg, o.node
-	keys, args := releaseCall(key, token, node)
+	script, keys, args := releaseCall(key, token, node)
 	go func() {
 		refused := false
 		for pause := 10 * time.Millisecond; ; pause = min(2*pause, time.Second) {
 			rctx, cancel := c.cleanupContext(ctx)
-			r, err := releaseScript.Run(rctx, node, keys, args...)
+			r, err := script.Run(rctx, node, keys, args...)
 			cancel()
 			switch {
 			case err == nil && len(r) == 1 && r[0] == 1, err == nil && refused:

@@ -40,30 +40,73 @@ import (
 //go:embed scripts/*.lua
 var scriptFS embed.FS
 
-// mustScript returns the embedded script file name, after the files of
-// prelude (a script reading a lock's value starts with "held.lua") and,
-// unless the file has one of its own, the line coalesce.BodyMark.
+// mustScript returns the embedded script file name with the files of
+// prelude (helper functions: a script reading a lock's value uses
+// "held.lua"), and the line coalesce.BodyMark unless the file has one of
+// its own. The prelude goes at the file's line preludeMark when it has one
+// (so that its functions are made only on the runs that reach it), else
+// before the file.
 func mustScript(name string, prelude ...string) *nodekit.Script {
-	var src []byte
-	for i, n := range append(prelude, name) {
+	return nodekit.NewScript(scriptSource("", name, prelude...))
+}
+
+// preludeMark is the line of a script file where mustScript puts its
+// prelude.
+const preludeMark = "-- prelude\n"
+
+// scriptSource is mustScript's source, with head put at the start of the
+// body.
+func scriptSource(head, name string, prelude ...string) string {
+	read := func(n string) string {
 		b, err := scriptFS.ReadFile("scripts/" + n)
 		if err != nil {
 			panic(err) // the file is embedded at build time
 		}
-		if i == len(prelude) && !strings.Contains(string(b), coalesce.BodyMark) {
-			src = append(src, coalesce.BodyMark...)
-		}
-		src = append(src, b...)
+		return string(b)
 	}
-	return nodekit.NewScript(string(src))
+	var pre strings.Builder
+	for _, n := range prelude {
+		pre.WriteString(read(n))
+	}
+	body := read(name)
+	if strings.Contains(body, preludeMark) {
+		body = strings.Replace(body, preludeMark, pre.String(), 1)
+		pre.Reset()
+	}
+	if !strings.Contains(body, coalesce.BodyMark) {
+		body = coalesce.BodyMark + head + body
+	} else if head != "" {
+		panic("strategy: a head for " + name + ", which has a body mark")
+	}
+	return pre.String() + body
 }
 
 var (
 	acquireScript = mustScript("acquire.lua", "held.lua", "amnesia.lua")
-	extendScript  = mustScript("extend.lua", "held.lua")
-	releaseScript = mustScript("release.lua", "held.lua", "announce.lua")
+	extendScript  = mustScript("extend.lua")
 	fenceScript   = mustScript("redlock_fence.lua", "held.lua") // Redlock's write-back
 )
+
+// releaseScripts are release.lua for each announce mode (announce.lua):
+// asking the server, 'p' and 's'. The mode is in the script rather than an
+// argument, which the server would turn into a Lua string on every run.
+var releaseScripts = [...]*nodekit.Script{
+	nodekit.NewScript(scriptSource("local mode = nil\n", "release.lua", "announce.lua")),
+	nodekit.NewScript(scriptSource("local mode = 'p'\n", "release.lua", "announce.lua")),
+	nodekit.NewScript(scriptSource("local mode = 's'\n", "release.lua", "announce.lua")),
+}
+
+// releaseScript returns the release script for the announce mode given
+// (publishArg's).
+func releaseScript(mode string) *nodekit.Script {
+	switch mode {
+	case "p":
+		return releaseScripts[1]
+	case "s":
+		return releaseScripts[2]
+	}
+	return releaseScripts[0]
+}
 
 // The failover strategy's scripts are the single-instance scripts, wrapped
 // so that they also report how many replicas the primary has connected.
@@ -84,7 +127,7 @@ func (c *config) coalesced(node dlm.Node) dlm.Node {
 	if c.alone {
 		return node
 	}
-	return coalesce.New(node, 0, acquireScript, extendScript, releaseScript)
+	return coalesce.New(node, 0, acquireScript, extendScript, releaseScripts[0], releaseScripts[1], releaseScripts[2])
 }
 
 // isNil reports whether n is nil or a nil pointer in an interface.
@@ -222,19 +265,16 @@ func heldCall(key, token string, ttl time.Duration) (keys, args []string) {
 	return lockCall(key, token, ttl, 1)
 }
 
-// releaseCall returns the keys and arguments of a release of key by token
-// over node: with how node's client reaches its server, when it says, so
-// that the release script publishes where its waiters listen without
-// asking the server (release.lua).
-func releaseCall(key, token string, node dlm.Node) (keys, args []string) {
+// releaseCall returns the script, keys and arguments of a release of key
+// by token over node: the script for how node's client reaches its
+// server, when it says, so that it publishes where its waiters listen
+// without asking the server (release.lua).
+func releaseCall(key, token string, node dlm.Node) (s *nodekit.Script, keys, args []string) {
 	keys, args = lockCall(key, token, 0, 1)
-	if p := publishArg(nodekit.RoutingOf(node)); p != "" {
-		args = append(args, p) // within lockCall's allocation
-	}
-	return keys, args
+	return releaseScript(publishArg(nodekit.RoutingOf(node))), keys, args
 }
 
-// publishArg is release.lua's ARGV[2] for a node of the given routing.
+// publishArg is announce.lua's mode for a node of the given routing.
 func publishArg(r nodekit.Routing) string {
 	switch r {
 	case nodekit.RoutingBySlot:

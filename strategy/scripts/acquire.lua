@@ -18,6 +18,25 @@
 -- is free, and gives it back when it is not (no other call runs in
 -- between): the fences of a slot stay consecutive, which the Manager reads
 -- as a sign that no other process took the key.
+--
+-- The usual case (two arguments: no hand-off, no amnesia guard) on Redis
+-- 7.0 or later comes first and, when it grants, returns before the helper
+-- functions below are defined: a Lua function made is a closure made on
+-- every run, which the server pays for.
+local v, fence
+if not ARGV[3] and redis.REDIS_VERSION_NUM then
+  -- One INCR, one SET that also answers what it found. SET takes NX and
+  -- GET together from Redis 7.0, which is also where
+  -- redis.REDIS_VERSION_NUM begins: an older server takes the path below.
+  -- string.format, not .., makes the fence's text: Lua writes a number
+  -- above 1e14 (the amnesia guard's counters) in exponent form.
+  fence = redis.call('INCR', KEYS[2])
+  v = redis.call('SET', KEYS[1], string.format('%d', fence) .. ':' .. ARGV[1], 'NX', 'PX', ARGV[2], 'GET')
+  if not v then
+    return {1, fence}
+  end
+end
+-- prelude
 
 -- refuse marks the lock key, whose value is v, and replies its TTL.
 local function refuse(key, v)
@@ -26,18 +45,8 @@ local function refuse(key, v)
   end
   return {0, redis.call('PTTL', key)}
 end
--- body
 
-local from, maxttl = ARGV[4], ARGV[3]
-if not from and not (maxttl and maxttl ~= '0') and redis.REDIS_VERSION_NUM then
-  -- The usual case: one INCR, one SET that also answers what it found.
-  -- SET takes NX and GET together from Redis 7.0, which is also where
-  -- redis.REDIS_VERSION_NUM begins: an older server takes the path below.
-  local fence = redis.call('INCR', KEYS[2])
-  local v = redis.call('SET', KEYS[1], string.format('%d', fence) .. ':' .. ARGV[1], 'NX', 'PX', ARGV[2], 'GET')
-  if not v then
-    return {1, fence}
-  end
+if fence then -- the usual case, refused by the lock it found
   if fence == 1 then
     redis.call('DEL', KEYS[2]) -- the counter was missing: it stays so
   else
@@ -52,16 +61,17 @@ if not from and not (maxttl and maxttl ~= '0') and redis.REDIS_VERSION_NUM then
 end
 -- A hand-off, the amnesia guard (whose counter must be read before an INCR
 -- creates it), or a server before 7.0: read the lock first.
-local v = redis.call('GET', KEYS[1])
+local from, maxttl = ARGV[4], ARGV[3]
+v = redis.call('GET', KEYS[1])
 if from then
   if not holds(v, from) then
     return {0, redis.call('PTTL', KEYS[1])}
   end
 else
-  local fence = held(v, ARGV[1])
-  if fence then
+  local f = held(v, ARGV[1])
+  if f then
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    return {1, fence}
+    return {1, f}
   end
   if v then
     return refuse(KEYS[1], v)
@@ -73,7 +83,7 @@ if maxttl and maxttl ~= '0' then -- tonumber costs a strtod: only when set
     return {2, q}
   end
 end
-local fence = redis.call('INCR', KEYS[2])
+fence = redis.call('INCR', KEYS[2])
 local value = string.format('%d', fence) .. ':' .. ARGV[1]
 if from and marked(v) then
   value = '0' .. value -- whoever waited for from's lock waits for this one
