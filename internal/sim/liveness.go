@@ -126,23 +126,23 @@ func contend(t *testing.T, seed uint64, c Contention) Tally {
 			defer mu.Unlock()
 			s.client = i
 			attempts = append(attempts, s)
+			var qe *strategy.QuorumError
+			failed := errors.As(err, &qe)
 			if debugGrants && s.start < 3*time.Second {
-				var qe *strategy.QuorumError
-				o := "GRANT"
-				if errors.As(err, &qe) {
+				o := "granted"
+				if failed {
 					o = ""
 					for _, n := range qe.Nodes {
-						o += n.Outcome.String()[:1]
+						o += n.Outcome.String()[:1] // g, r, f or p
 					}
 					o += " " + qe.Reason
 				}
 				println("attempt", i, s.start.String(), s.end.String(), o)
 			}
 			res.Attempts++
-			var qe *strategy.QuorumError
 			switch {
 			case err == nil:
-			case errors.As(err, &qe) && qe.Count(strategy.Granted) > 0:
+			case failed && qe.Count(strategy.Granted) > 0:
 				res.Split++
 			default:
 				res.Refused++
@@ -166,6 +166,9 @@ func contend(t *testing.T, seed uint64, c Contention) Tally {
 				if err != nil {
 					continue
 				}
+				if debugGrants && now() < 3*time.Second {
+					println("grant", i, now().String(), l.Fence())
+				}
 				mu.Lock()
 				res.Grants++
 				if !time.Now().Before(l.Until()) {
@@ -181,13 +184,7 @@ func contend(t *testing.T, seed uint64, c Contention) Tally {
 				mu.Lock()
 				valid[k].end = min(valid[k].end, now())
 				mu.Unlock()
-				if debugGrants && now() < 3*time.Second {
-					println("unlock", i, now().String())
-				}
 				_ = l.Unlock(uctx)
-				if debugGrants && now() < 3*time.Second {
-					println("unlocked", i, now().String())
-				}
 				ucancel()
 			}
 		}()
