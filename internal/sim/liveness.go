@@ -20,16 +20,17 @@ import (
 // its own Nodes of the servers, default options over Redlock of Servers
 // nodes) whose one worker each takes one key, holds it for Hold and unlocks
 // it, again and again for For of virtual time, while the first Slow
-// servers delay every request (each message on each client's link) as
-// Delay draws.
+// servers delay every request (each message on each client's link), or
+// with Replies every reply and published message, as Delay draws.
 type Contention struct {
 	Clients int
 	Servers int
 	Slow    int
 	// Delay draws one request's delay on a slow server's link.
-	Delay func(r *rand.Rand) time.Duration
-	Hold  time.Duration
-	For   time.Duration
+	Delay   func(r *rand.Rand) time.Duration
+	Replies bool
+	Hold    time.Duration
+	For     time.Duration
 }
 
 // Uniform draws delays uniformly in [0, max].
@@ -107,7 +108,7 @@ func contend(t *testing.T, seed uint64, c Contention) Tally {
 				var rmu sync.Mutex
 				r := rand.New(rand.NewPCG(seed, uint64(5000+i*64+j)))
 				nd.SetFaults(func(reply bool) dlmtest.Fault {
-					if reply {
+					if reply != c.Replies {
 						return dlmtest.Fault{}
 					}
 					rmu.Lock()

@@ -27,6 +27,7 @@ func TestContention(t *testing.T) {
 	}{
 		{"uniform 0-150ms", Contention{Delay: Uniform(150 * time.Millisecond)}, 66, 40},
 		{"fixed 100ms", Contention{Delay: Fixed(100 * time.Millisecond)}, 66, 40},
+		{"replies 0-150ms", Contention{Delay: Uniform(150 * time.Millisecond), Replies: true}, 66, 40},
 	} {
 		t.Run(d.name, func(t *testing.T) {
 			all := 0
