@@ -22,12 +22,13 @@ import (
 // the same winner every time, and so that attempts over slow nodes (which
 // split the votes when they overlap) follow each other. On such a key,
 // each failed attempt is followed by a random back-off whose span doubles
-// with each failure (up to 16 attempt durations, at most 4 maximum retry
+// with each failure (up to 32 attempt durations, at most 8 maximum retry
 // delays), whatever notifications come meanwhile: on Redlock each failed
 // attempt undoes its partial grants, whose release announcements woke
 // every other process's waiter, which tried at once and split the votes
-// again (8 processes over 5 nodes, 3 of them 0–150ms slow: 9–27 grants
-// in 20s; TestContention in internal/sim).
+// again (8 processes over 5 nodes, 3 of them delaying requests 0–150ms:
+// 9–12 grants in 20s, and 80–90 with the back-off; TestContention in
+// internal/sim).
 //
 // When this Manager unlocks a key its own Lock calls wait for, and the
 // strategy is a Handoff, the lock passes straight to the first waiter in
@@ -130,8 +131,8 @@ type handedLock struct {
 const (
 	contendedFor     = time.Second
 	contendJitter    = 300 * time.Microsecond
-	backoffDoublings = 4
-	backoffCap       = 4
+	backoffDoublings = 5
+	backoffCap       = 8
 )
 
 func (w *queues) init(m *Manager) {
@@ -295,8 +296,8 @@ func (w *queues) releasedHere(key string) {
 
 // wakeLaterLocked wakes q's first waiter after a random delay of up to
 // the span: the longest recent attempt (at least 300µs), doubled for each
-// attempt that failed since this Manager last took the key (up to 16
-// times), at most 4 maximum retry delays. A wake already scheduled is kept:
+// attempt that failed since this Manager last took the key (up to 32
+// times), at most 8 maximum retry delays. A wake already scheduled is kept:
 // the notifications that come meanwhile do not bring it forward.
 func (w *queues) wakeLaterLocked(q *queue) {
 	if q.wakeAt.After(time.Now()) {
