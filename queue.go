@@ -27,7 +27,7 @@ import (
 // attempt undoes its partial grants, whose release announcements woke
 // every other process's waiter, which tried at once and split the votes
 // again (8 processes over 5 nodes, 3 of them delaying requests 0–150ms:
-// 9–12 grants in 20s, and 80–90 with the back-off; TestContention in
+// 9–12 grants in 20s, and 72–91 with the back-off; TestContention in
 // internal/sim).
 //
 // When this Manager unlocks a key its own Lock calls wait for, and the
@@ -223,7 +223,7 @@ func (w *queues) leave(q *queue, me *waiter, won *Lock) {
 // w.seen, dropping what is older than contendedFor once seen has grown.
 func (w *queues) rememberLocked(q *queue) {
 	now := time.Now()
-	if q.lastFence == 0 && !now.Before(q.contended) && q.slot == 0 {
+	if q.lastFence == 0 && !now.Before(q.contended) {
 		return
 	}
 	if len(w.seen) >= w.pruneAt {

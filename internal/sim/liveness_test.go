@@ -13,21 +13,21 @@ import (
 // requests case gave 9–12 grants (seeds 1–4; fixed 100ms: 112–174): each
 // failed attempt's undo announced a release that woke every other
 // process, whose attempts overlapped and split the votes again; with it,
-// 79–84. The bound on that case (66 on average, the aim, and 55
+// 65–92. The bound on that case (66 on average, the aim, and 50
 // per seed) leaves room for the count's variation from run to run:
 // goroutines that run at one virtual instant do so in the Go scheduler's
 // order.
 func TestContention(t *testing.T) {
 	seeds := uint64(4)
 	if raceOn {
-		seeds = 2
+		seeds = 3
 	}
 	for _, d := range []struct {
 		name       string
 		delay      Contention
 		mean, each int
 	}{
-		{"uniform 0-150ms", Contention{Delay: Uniform(150 * time.Millisecond)}, 66, 55},
+		{"uniform 0-150ms", Contention{Delay: Uniform(150 * time.Millisecond)}, 66, 50},
 		{"fixed 100ms", Contention{Delay: Fixed(100 * time.Millisecond)}, 100, 80},
 		{"replies 0-150ms", Contention{Delay: Uniform(150 * time.Millisecond), Replies: true}, 100, 80},
 	} {
