@@ -22,12 +22,12 @@ import (
 // the same winner every time, and so that attempts over slow nodes (which
 // split the votes when they overlap) follow each other. On such a key,
 // each failed attempt is followed by a random back-off whose span doubles
-// with each failure (up to 32 attempt durations, at most 8 maximum retry
+// with each failure (up to 32 attempt durations, at most 4 maximum retry
 // delays), whatever notifications come meanwhile: on Redlock each failed
 // attempt undoes its partial grants, whose release announcements woke
 // every other process's waiter, which tried at once and split the votes
 // again (8 processes over 5 nodes, 3 of them delaying requests 0–150ms:
-// 9–12 grants in 20s, and 72–91 with the back-off; TestContention in
+// 9–12 grants in 20s, and 59–87 with the back-off; TestContention in
 // internal/sim).
 //
 // When this Manager unlocks a key its own Lock calls wait for, and the
@@ -70,6 +70,7 @@ type seenKey struct {
 	contended time.Time
 	lastFence uint64
 	slot      time.Duration
+	fails     int
 }
 
 // A queue is the Lock calls of one Manager waiting for one key, in arrival
@@ -98,8 +99,8 @@ type queue struct {
 	lastFence uint64 // of this Manager's last acquisition while the queue lived
 	// On a contended key each failed attempt is followed by a random
 	// back-off (see wakeLaterLocked): slot is a decaying maximum of the
-	// attempts' durations, fails counts the attempts that failed since this
-	// Manager last took the key, and wakeAt is when the scheduled wake
+	// attempts' durations, fails counts the attempts refused while the key
+	// is contended, and wakeAt is when the scheduled wake
 	// fires (zero: none), which further notifications do not bring forward.
 	slot   time.Duration
 	fails  int
@@ -132,7 +133,7 @@ const (
 	contendedFor     = time.Second
 	contendJitter    = 300 * time.Microsecond
 	backoffDoublings = 5
-	backoffCap       = 8
+	backoffCap       = 4
 )
 
 func (w *queues) init(m *Manager) {
@@ -161,6 +162,9 @@ func (w *queues) join(ctx context.Context, key string) (q *queue, me *waiter, cr
 			delete(w.seen, key)
 			if time.Since(s.ended) < contendedFor {
 				q.contended, q.lastFence, q.slot = s.contended, s.lastFence, s.slot
+				if time.Now().Before(s.contended) {
+					q.fails = s.fails
+				}
 			}
 		}
 		w.q[key] = q
@@ -234,7 +238,7 @@ func (w *queues) rememberLocked(q *queue) {
 		}
 		w.pruneAt = max(64, 2*len(w.seen))
 	}
-	w.seen[q.key] = seenKey{ended: now, contended: q.contended, lastFence: q.lastFence, slot: q.slot}
+	w.seen[q.key] = seenKey{ended: now, contended: q.contended, lastFence: q.lastFence, slot: q.slot, fails: q.fails}
 }
 
 // acquired records an acquisition of key by this Manager (Lock or
@@ -259,7 +263,6 @@ func (w *queues) acquired(key string, fence uint64) {
 	}
 	q.lastFence = fence
 	q.heldHere, q.yielding = true, false
-	q.fails = 0
 }
 
 // released is called when the key of q may have been released.
@@ -296,8 +299,10 @@ func (w *queues) releasedHere(key string) {
 
 // wakeLaterLocked wakes q's first waiter after a random delay of up to
 // the span: the longest recent attempt (at least 300µs), doubled for each
-// attempt that failed since this Manager last took the key (up to 32
-// times), at most 8 maximum retry delays. A wake already scheduled is kept:
+// attempt refused while the key is contended (up to 32 times; not reset
+// when this Manager takes the key, so that the processes' spans stay
+// alike and the last winner does not keep winning), at most 4 maximum
+// retry delays. A wake already scheduled is kept:
 // the notifications that come meanwhile do not bring it forward.
 func (w *queues) wakeLaterLocked(q *queue) {
 	if q.wakeAt.After(time.Now()) {
@@ -476,10 +481,19 @@ func (w *queues) timedOut(q *queue, me *waiter) bool {
 func (w *queues) tried(q *queue, me *waiter, err error, took time.Duration) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	q.slot = max(took, q.slot-q.slot/8)
-	q.fails++
 	if !timedOut(err) || q.lastErr == nil {
 		q.lastErr = err
+	}
+	// Refused, or given up on (not an error a server replied): a sign of
+	// other attempts, when processes contend.
+	var re *ReplyError
+	refused := !errors.As(err, &re)
+	if refused {
+		q.slot = max(took, q.slot-q.slot/8)
+		q.fails++
+	}
+	if !time.Now().Before(q.contended) {
+		q.fails = 0
 	}
 	if d, ok := RetryAfter(err); ok {
 		q.expires = time.Now().Add(d)
@@ -497,11 +511,12 @@ func (w *queues) tried(q *queue, me *waiter, err error, took time.Duration) bool
 		again, me.trying = true, true
 	default:
 	}
-	if time.Now().Before(q.contended) && !q.heldHere {
+	if refused && time.Now().Before(q.contended) && !q.heldHere {
 		// Other processes contend: not again at once, even when a release
 		// was announced meanwhile (on Redlock, most announcements are other
 		// processes' failed attempts undoing their partial grants), but
-		// after a back-off.
+		// after a back-off. (Not after an error a server replied, such as
+		// TRYAGAIN while a Cluster slot moves: no sign of other attempts.)
 		me.trying = false
 		w.wakeLaterLocked(q)
 		return false
