@@ -73,7 +73,9 @@ func WithTTL(ttl time.Duration) Option {
 // is jittered, and is never longer than the holder's remaining TTL when the
 // strategy reports it. When the strategy can watch releases, a
 // waiter is woken by the release and max is only the safety net: no wait
-// is longer than max, or than the holder's remaining TTL.
+// is longer than max, or than the holder's remaining TTL, except on a key
+// other processes contend for, where each failed attempt is followed by a
+// random back-off of up to 4×max.
 // The defaults are DefaultRetryMinDelay (5ms) and DefaultRetryMaxDelay (250ms).
 func WithRetryDelay(min, max time.Duration) Option {
 	return Option{func(o *options) error {

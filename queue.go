@@ -17,11 +17,18 @@ import (
 // the first waiter only, which then tries within one round trip of the
 // release. Other processes' waiters each get their own notification; when
 // other processes contend, the first waiter is woken after a random delay
-// of up to 300µs or the time its last attempt took (at most the maximum
-// retry delay), whichever is longer, so that the fixed order in which Redis
-// notifies subscribers does not pick the same winner every time, and so
-// that attempts over slow nodes (which split the votes when they overlap)
-// follow each other.
+// of up to 300µs or the longest recent attempt, whichever is longer, so
+// that the fixed order in which Redis notifies subscribers does not pick
+// the same winner every time, and so that attempts over slow nodes (which
+// split the votes when they overlap) follow each other. On such a key,
+// each failed attempt is followed by a random back-off whose span doubles
+// with each failure (up to 32 attempt durations, at most 4 maximum retry
+// delays), whatever notifications come meanwhile: on Redlock each failed
+// attempt undoes its partial grants, whose release announcements woke
+// every other process's waiter, which tried at once and split the votes
+// again (8 processes over 5 nodes, 3 of them delaying requests 0–150ms:
+// 9–12 grants in 20s, and 59–87 with the back-off; TestContention in
+// internal/sim).
 //
 // When this Manager unlocks a key its own Lock calls wait for, and the
 // strategy is a Handoff, the lock passes straight to the first waiter in
@@ -35,7 +42,8 @@ import (
 // Notifications are only hints: the first waiter's wait is also bounded by
 // the holder's remaining TTL (as the strategy reports it, see RetryAfter),
 // so expiry is noticed at once, and by the maximum retry delay
-// (WithRetryDelay), so a lost notification never parks the queue; every
+// (WithRetryDelay), so a lost notification never parks the queue (on a
+// contended key, by the back-off when that is longer); every
 // waiter becomes the first within the time the others ahead of it take.
 // Without notifications (the strategy or its nodes cannot notify) the first
 // waiter polls with jittered exponential backoff between the bounds of
@@ -61,6 +69,8 @@ type seenKey struct {
 	ended     time.Time
 	contended time.Time
 	lastFence uint64
+	slot      time.Duration
+	fails     int
 }
 
 // A queue is the Lock calls of one Manager waiting for one key, in arrival
@@ -85,9 +95,16 @@ type queue struct {
 	// subscription order (Redis notifies subscribers in a fixed order) does
 	// not decide every race between processes.
 	contended time.Time
-	tookLast  time.Duration // how long this queue's last failed attempt took
-	lastErr   error         // why this queue's last failed attempt failed
-	lastFence uint64        // of this Manager's last acquisition while the queue lived
+	lastErr   error  // why this queue's last failed attempt failed
+	lastFence uint64 // of this Manager's last acquisition while the queue lived
+	// On a contended key each failed attempt is followed by a random
+	// back-off (see wakeLaterLocked): slot is a decaying maximum of the
+	// attempts' durations, fails counts the attempts refused while the key
+	// is contended, and wakeAt is when the scheduled wake
+	// fires (zero: none), which further notifications do not bring forward.
+	slot   time.Duration
+	fails  int
+	wakeAt time.Time
 }
 
 // A waiter is one Lock call in a queue.
@@ -108,11 +125,15 @@ type handedLock struct {
 	lease Lease
 }
 
-// Cross-process fairness: how long contention is remembered, and the
-// largest random delay before a notification wakes the first waiter.
+// Cross-process fairness: how long contention is remembered, the least
+// span of the random delay before a notification wakes the first waiter
+// of a contended key, how many times the span doubles with failed
+// attempts, and its cap in maximum retry delays.
 const (
-	contendedFor  = time.Second
-	contendJitter = 300 * time.Microsecond
+	contendedFor     = time.Second
+	contendJitter    = 300 * time.Microsecond
+	backoffDoublings = 5
+	backoffCap       = 4
 )
 
 func (w *queues) init(m *Manager) {
@@ -140,7 +161,10 @@ func (w *queues) join(ctx context.Context, key string) (q *queue, me *waiter, cr
 		if s, ok := w.seen[key]; ok {
 			delete(w.seen, key)
 			if time.Since(s.ended) < contendedFor {
-				q.contended, q.lastFence = s.contended, s.lastFence
+				q.contended, q.lastFence, q.slot = s.contended, s.lastFence, s.slot
+				if time.Now().Before(s.contended) {
+					q.fails = s.fails
+				}
 			}
 		}
 		w.q[key] = q
@@ -214,7 +238,7 @@ func (w *queues) rememberLocked(q *queue) {
 		}
 		w.pruneAt = max(64, 2*len(w.seen))
 	}
-	w.seen[q.key] = seenKey{ended: now, contended: q.contended, lastFence: q.lastFence}
+	w.seen[q.key] = seenKey{ended: now, contended: q.contended, lastFence: q.lastFence, slot: q.slot, fails: q.fails}
 }
 
 // acquired records an acquisition of key by this Manager (Lock or
@@ -274,12 +298,23 @@ func (w *queues) releasedHere(key string) {
 }
 
 // wakeLaterLocked wakes q's first waiter after a random delay of up to
-// 300µs, or up to the time its last attempt took when that is longer (at
-// most the maximum retry delay).
+// the span: the longest recent attempt (at least 300µs), doubled for each
+// attempt refused while the key is contended (up to 32 times; not reset
+// when this Manager takes the key, so that the processes' spans stay
+// alike and the last winner does not keep winning), at most 4 maximum
+// retry delays. A wake already scheduled is kept:
+// the notifications that come meanwhile do not bring it forward.
 func (w *queues) wakeLaterLocked(q *queue) {
-	time.AfterFunc(rand.N(max(contendJitter, min(q.tookLast, w.m.o.retryMax))), func() {
+	if q.wakeAt.After(time.Now()) {
+		return // a wake is scheduled already
+	}
+	span := max(contendJitter, q.slot) << min(q.fails, backoffDoublings)
+	d := rand.N(min(span, backoffCap*w.m.o.retryMax))
+	q.wakeAt = time.Now().Add(d)
+	time.AfterFunc(d, func() {
 		w.mu.Lock()
 		defer w.mu.Unlock()
+		q.wakeAt = time.Time{}
 		if w.q[q.key] == q {
 			w.wakeLocked(q)
 		}
@@ -446,9 +481,19 @@ func (w *queues) timedOut(q *queue, me *waiter) bool {
 func (w *queues) tried(q *queue, me *waiter, err error, took time.Duration) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	q.tookLast = took
 	if !timedOut(err) || q.lastErr == nil {
 		q.lastErr = err
+	}
+	// Refused, or given up on (not an error a server replied): a sign of
+	// other attempts, when processes contend.
+	var re *ReplyError
+	refused := !errors.As(err, &re)
+	if refused {
+		q.slot = max(took, q.slot-q.slot/8)
+		q.fails++
+	}
+	if !time.Now().Before(q.contended) {
+		q.fails = 0
 	}
 	if d, ok := RetryAfter(err); ok {
 		q.expires = time.Now().Add(d)
@@ -466,6 +511,16 @@ func (w *queues) tried(q *queue, me *waiter, err error, took time.Duration) bool
 		again, me.trying = true, true
 	default:
 	}
+	if refused && time.Now().Before(q.contended) && !q.heldHere {
+		// Other processes contend: not again at once, even when a release
+		// was announced meanwhile (on Redlock, most announcements are other
+		// processes' failed attempts undoing their partial grants), but
+		// after a back-off. (Not after an error a server replied, such as
+		// TRYAGAIN while a Cluster slot moves: no sign of other attempts.)
+		me.trying = false
+		w.wakeLaterLocked(q)
+		return false
+	}
 	return again
 }
 
@@ -473,7 +528,8 @@ func (w *queues) tried(q *queue, me *waiter, err error, took time.Duration) bool
 // interval (the retry delay, doubling, when there are no notifications; the
 // maximum retry delay when there are), capped by the holder's remaining TTL.
 // Waiters further back in the queue wait a little longer past the TTL, so
-// that an expiry does not make them all try at once.
+// that an expiry does not make them all try at once. It is never shorter
+// than a scheduled wake (a back-off).
 func (w *queues) pause(q *queue, me *waiter, delay *time.Duration) time.Duration {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -494,6 +550,9 @@ func (w *queues) pause(q *queue, me *waiter, delay *time.Duration) time.Duration
 		// Once the expiry has passed, the first waiter is trying or about
 		// to: the others wait a poll interval, or until woken, instead of
 		// looping on timers that fire at once until its attempt returns.
+	}
+	if u := time.Until(q.wakeAt); u > 0 {
+		d = max(d, u) // the wake comes first: the timer is the safety net
 	}
 	return d
 }

@@ -31,8 +31,16 @@
 //	go test ./internal/sim/ -run TestSeeds -seed=12345 -v                # one seed again
 //	go test ./internal/sim/ -run TestFigures -sim.figures -v
 //
+// Liveness under contention (RunContention, TestContention): several
+// Managers take one key over Redlock while some nodes delay each request
+// by a drawn amount, counting grants, attempts and split votes in a span
+// of virtual time.
+//
+//	go test ./internal/sim/ -run TestContention -v
+//
 // SIMDEBUG=1 in the environment prints every grant (virtual time, client,
-// worker, fence). (The package comes before the flags: go test reads a value after an
+// worker, fence), and TestContention's attempts of the first 3s (start,
+// end, each node's answer). (The package comes before the flags: go test reads a value after an
 // unknown flag as a package.) A run costs about 0.1 to 0.2s of CPU: 12s of
 // virtual faults, then the liveness check and a minute for the strategies'
 // background work; scripts run in gopher-lua, which is most of the cost.
