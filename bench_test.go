@@ -2,7 +2,9 @@ package dlm_test
 
 import (
 	"context"
+	"io"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,15 +13,38 @@ import (
 
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/driver/goredis"
+	"github.com/dlmgo/dlm/driver/redigo"
+	"github.com/dlmgo/dlm/driver/rueidis"
 	"github.com/dlmgo/dlm/internal/redistest"
+	"github.com/dlmgo/dlm/nodekit"
 	"github.com/dlmgo/dlm/strategy"
 )
 
 func benchManager(b *testing.B, ctxOnWire bool, opts ...strategy.Option) *dlm.Manager {
+	return benchManagerOn(b, "goredis", ctxOnWire, opts...)
+}
+
+// benchManagerOn is benchManager over the named driver: goredis, redigo
+// or rueidis (ctxOnWire matters to goredis only).
+func benchManagerOn(b *testing.B, driver string, ctxOnWire bool, opts ...strategy.Option) *dlm.Manager {
 	srv := redistest.Start(b)
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 128, ContextTimeoutEnabled: ctxOnWire})
-	b.Cleanup(func() { c.Close() })
-	s, err := strategy.NewSingle(goredis.New(c), opts...)
+	var node dlm.Node
+	switch driver {
+	case "goredis":
+		c := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 128, ContextTimeoutEnabled: ctxOnWire})
+		b.Cleanup(func() { c.Close() })
+		node = goredis.New(c)
+	default:
+		dial := map[string]func(context.Context, nodekit.Endpoint) (dlm.Node, io.Closer, error){
+			"redigo": redigo.Dial, "rueidis": rueidis.Dial}[driver]
+		n, closer, err := dial(context.Background(), nodekit.Endpoint{Addr: srv.Addr})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { closer.Close() })
+		node = n
+	}
+	s, err := strategy.NewSingle(node, opts...)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -39,9 +64,11 @@ func BenchmarkLockUnlock(b *testing.B) {
 		ctxOnWire bool
 		opts      []strategy.Option
 	}{{"goredis", true, nil}, {"goredis-noctxtimeout", false, nil}, {"goredis-maxttl", true, []strategy.Option{strategy.WithMaxTTL(time.Second)}},
-		{"goredis-alone", true, []strategy.Option{strategy.WithCoalescing(false)}}} {
+		{"goredis-alone", true, []strategy.Option{strategy.WithCoalescing(false)}},
+		{"redigo", false, nil}, {"rueidis", false, nil}} {
 		b.Run(tc.name, func(b *testing.B) {
-			m := benchManager(b, tc.ctxOnWire, tc.opts...)
+			driver, _, _ := strings.Cut(tc.name, "-")
+			m := benchManagerOn(b, driver, tc.ctxOnWire, tc.opts...)
 			ctx, cancel := context.WithCancel(context.Background()) // a live Done channel, as in a server
 			defer cancel()
 			l, err := m.Lock(ctx, "bench") // a fresh server's quarantine, with the guard
