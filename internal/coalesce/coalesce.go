@@ -5,7 +5,11 @@
 // longer) in a run of their own: a run stuck on one connection does not
 // hold back the node. An uncontended call goes out at once, on its caller's goroutine:
 // nothing waits for company, and the batch size follows the load (how many
-// calls arrived during one round trip). On a node that routes every call
+// calls arrived during one round trip). A serial caller's call makes no
+// allocation and no goroutine or channel hop here. Coalescing is on only
+// while it pays (Mode Auto, the default): the Node measures, while more
+// callers than slots are in it, how many calls complete per second with
+// and without, and keeps the better (see controller). On a node that routes every call
 // to one server (nodekit.RoutingOneServer), RunWait calls with the same
 // Wait are coalesced likewise: their calls, then one WAIT that covers them
 // all. Calls of the scripts New was given are merged where the node's
@@ -53,9 +57,31 @@ type Node struct {
 	busy  int       // runs in flight (beyond inFlight after a spill)
 	queue []*waiter // calls waiting for a slot; non-empty only when busy >= inFlight
 
+	mode Mode
+	on   bool       // calls wait for a slot (Auto: its current choice)
+	ctl  controller // Auto's measurements
+
 	runs, batched atomic.Int64 // Runs sent to the node, and callers' runs they carried
 	runTime       atomic.Int64 // a running average of a run's duration, in ns
 }
+
+// A Mode says when a Node coalesces calls.
+type Mode int32
+
+const (
+	// Auto coalesces while that completes more callers' runs per second
+	// than sending each by itself, as measured on the node (see
+	// controller); calls go out by themselves until then.
+	Auto Mode = iota
+	// On always coalesces: calls wait while inFlight runs are in flight.
+	On
+	// Off never does: every call goes out at once, by itself.
+	Off
+)
+
+// DefaultMode is the Mode of the Nodes New makes. Tests and benchmarks of
+// this module set it before they make their Nodes; nothing else should.
+var DefaultMode = Auto
 
 // New returns a Node that coalesces node's calls, with at most inFlight
 // runs in flight (DefaultInFlight when inFlight < 1), and merges calls of
@@ -65,7 +91,95 @@ func New(node dlm.Node, inFlight int, merge ...*nodekit.Script) *Node {
 		inFlight = DefaultInFlight
 	}
 	routing := nodekit.RoutingOf(node)
-	return &Node{Node: node, inFlight: inFlight, waits: routing == nodekit.RoutingOneServer, merge: newMerger(routing, merge)}
+	mode := DefaultMode
+	return &Node{Node: node, inFlight: inFlight, waits: routing == nodekit.RoutingOneServer, merge: newMerger(routing, merge),
+		mode: mode, on: mode == On, ctl: controller{phase: 1}}
+}
+
+// SetMode sets when n coalesces calls (New gives it DefaultMode).
+func (n *Node) SetMode(m Mode) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.mode, n.on, n.ctl = m, m == On, controller{phase: 1, start: n.ctl.start}
+}
+
+// Coalescing reports whether calls that find every slot busy now wait to
+// be coalesced (always true with On, false with Off).
+func (n *Node) Coalescing() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.on
+}
+
+// Auto's controller measures the node in epochs: an epoch counts the
+// callers' runs completed and the most callers in the node at once. An
+// epoch is contended when more callers than inFlight were in the node at
+// once; only then does coalescing change anything, and only contended
+// epochs count. A probe measures four contended epochs, without
+// coalescing, with, with, without (so that a trend in the load weighs on
+// both alike), and coalesces from then on only if the epochs with
+// completed more runs per second than those without by more than
+// probeMargin; a tie goes to sending each call by itself. The choice
+// holds for minHold contended epochs, then the node probes again, so
+// that it follows a load that changes; each probe that confirms the
+// choice doubles the hold, up to maxHold. The cost of probing is then at
+// most two epochs of the worse mode in minHold+4, and falls as the load
+// stays the same.
+const (
+	epoch         = 50 * time.Millisecond
+	minEpochCalls = 32 // an epoch with fewer completed runs tells nothing
+	minHold       = 20
+	maxHold       = 320
+	probeMargin   = 0.03
+)
+
+type controller struct {
+	start time.Time // of the epoch
+	done  int64     // callers' runs completed in the epoch
+	peak  int       // the most callers in the node at once in the epoch
+	phase int       // 0: holding a choice; 1 to 4: the epoch of a probe under way
+	held  int       // contended epochs since the choice was made
+	hold  int       // how many to hold it for
+	was   bool      // the choice before the probe under way
+	rates [2]float64
+}
+
+// endEpoch ends the controller's epoch at now. Called with n.mu held.
+func (n *Node) endEpoch(now time.Time) {
+	c := &n.ctl
+	contended := c.peak > n.inFlight && c.done >= minEpochCalls
+	rate := float64(c.done) / now.Sub(c.start).Seconds()
+	c.start, c.done, c.peak = now, 0, n.busy+len(n.queue)
+	if n.mode != Auto || !contended {
+		return
+	}
+	if c.phase == 0 {
+		if c.held++; c.held >= c.hold {
+			c.held, c.phase, c.rates, c.was = 0, 1, [2]float64{}, n.on
+			n.on = false
+		}
+		return
+	}
+	if n.on {
+		c.rates[1] += rate
+	} else {
+		c.rates[0] += rate
+	}
+	c.phase++
+	switch c.phase {
+	case 2, 3:
+		n.on = true
+	case 4:
+		n.on = false
+	default:
+		n.on = c.rates[1] > c.rates[0]*(1+probeMargin)
+		c.phase = 0
+		if n.on == c.was && c.hold > 0 {
+			c.hold = min(2*c.hold, maxHold)
+		} else {
+			c.hold = minHold
+		}
+	}
 }
 
 // Routing implements nodekit.Router: the node beneath's.
@@ -108,13 +222,19 @@ func (n *Node) RunWait(ctx context.Context, calls []dlm.Call, w dlm.Wait) (dlm.A
 }
 
 // run sends calls, and w's wait when w is not nil, at once when a slot is
-// free, else with the next batch.
+// free or coalescing is off, else with the next batch.
 func (n *Node) run(ctx context.Context, calls []dlm.Call, w *dlm.Wait) (dlm.Acks, error) {
 	n.mu.Lock()
-	if n.busy < n.inFlight {
+	if in := n.busy + len(n.queue) + 1; in > n.ctl.peak {
+		n.ctl.peak = in
+	}
+	if n.busy < n.inFlight || !n.on {
 		n.busy++
 		n.mu.Unlock()
 		n.batched.Add(1)
+		// Nothing here allocates: a serial caller pays for coalescing
+		// no more than two uncontended lock operations and a clock read.
+		defer n.finish(time.Now(), 1)
 		return n.send(ctx, calls, w)
 	}
 	wt := &waiter{ctx: ctx, calls: calls, wait: w, done: make(chan struct{})}
@@ -146,26 +266,18 @@ func (n *Node) run(ctx context.Context, calls []dlm.Call, w *dlm.Wait) (dlm.Acks
 	return dlm.Acks{}, ctx.Err()
 }
 
-// send runs calls (and w's wait) on the node in a slot the caller took, and
-// hands the slot on when the run returns or, if sooner, when ctx ends: a
-// node that keeps a call past its context (a driver ignoring deadlines)
-// does not hold back the calls behind it.
+// finish records a run that began at start and carried callers' runs,
+// and frees its slot or hands it on.
+func (n *Node) finish(start time.Time, callers int) {
+	now := time.Now()
+	avg := n.runTime.Load()
+	n.runTime.Store(avg + (int64(now.Sub(start))-avg)/8) // races lose an update, no more
+	n.next(callers, now)
+}
+
+// send runs calls (and w's wait) on the node, in a slot the caller holds.
 func (n *Node) send(ctx context.Context, calls []dlm.Call, w *dlm.Wait) (dlm.Acks, error) {
 	n.runs.Add(1)
-	var freed atomic.Bool
-	free := func() {
-		if freed.CompareAndSwap(false, true) {
-			n.next()
-		}
-	}
-	if ctx.Done() != nil {
-		defer context.AfterFunc(ctx, free)()
-	}
-	defer free()
-	defer func(start time.Time) {
-		avg := n.runTime.Load()
-		n.runTime.Store(avg + (int64(time.Since(start))-avg)/8) // races lose an update, no more
-	}(time.Now())
 	if n.merge == nil || len(calls) < 2 {
 		return n.runOn(ctx, calls, w)
 	}
@@ -205,10 +317,17 @@ func (n *Node) spill() {
 	n.dispatch() // unlocks
 }
 
-// next frees a slot, or hands it to the calls that wait.
-func (n *Node) next() {
+// next frees a slot of a run that carried callers' runs and ended at now,
+// or hands the slot to the calls that wait. A slot beyond inFlight (a
+// spill's, or one taken while coalescing was off) is freed while
+// coalescing is on, so that the runs in flight come back to inFlight.
+func (n *Node) next(callers int, now time.Time) {
 	n.mu.Lock()
-	if len(n.queue) == 0 {
+	n.ctl.done += int64(callers)
+	if now.Sub(n.ctl.start) >= epoch {
+		n.endEpoch(now)
+	}
+	if len(n.queue) == 0 || n.on && n.busy > n.inFlight {
 		n.busy--
 		n.mu.Unlock()
 		return
@@ -260,13 +379,13 @@ func (n *Node) runBatch(batch []*waiter, size int) {
 		w.mu.Unlock()
 	}
 	if len(live) == 0 {
-		n.next()
+		n.next(0, time.Now())
 		return
 	}
 	ctx, cancel := batchContext(live)
 	defer cancel()
 	n.batched.Add(int64(len(live)))
-	acks, err := n.send(ctx, calls, live[0].wait)
+	acks, err := n.sendBatch(ctx, calls, live[0].wait, len(live))
 	i := 0
 	for _, w := range live {
 		w.mu.Lock()
@@ -290,6 +409,29 @@ func (n *Node) runBatch(batch []*waiter, size int) {
 		w.mu.Unlock()
 		i += len(w.calls)
 	}
+}
+
+// sendBatch sends a batch that carries callers' runs in a slot taken for
+// it, and hands the slot on when the run returns or, if sooner, when ctx
+// ends: a node that keeps a batch past its context (a driver ignoring
+// deadlines) does not hold back the calls behind it. (A caller's own run,
+// sent at once, frees its slot when the node returns; a node that keeps it
+// holds back the calls that wait for the slot until they spill.)
+func (n *Node) sendBatch(ctx context.Context, calls []dlm.Call, w *dlm.Wait, callers int) (dlm.Acks, error) {
+	start := time.Now()
+	var freed atomic.Bool
+	free := func() {
+		if freed.CompareAndSwap(false, true) {
+			n.next(callers, time.Now())
+		}
+	}
+	defer context.AfterFunc(ctx, free)()
+	defer func() {
+		avg := n.runTime.Load()
+		n.runTime.Store(avg + (int64(time.Since(start))-avg)/8)
+		free()
+	}()
+	return n.send(ctx, calls, w)
 }
 
 // batchContext ends when the latest of the waiters' deadlines passes (never,
