@@ -3,6 +3,7 @@ package dlm_test
 import (
 	"context"
 	"io"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -15,6 +16,7 @@ import (
 	"github.com/dlmgo/dlm/driver/goredis"
 	"github.com/dlmgo/dlm/driver/redigo"
 	"github.com/dlmgo/dlm/driver/rueidis"
+	"github.com/dlmgo/dlm/internal/coalesce"
 	"github.com/dlmgo/dlm/internal/redistest"
 	"github.com/dlmgo/dlm/nodekit"
 	"github.com/dlmgo/dlm/strategy"
@@ -93,33 +95,43 @@ func BenchmarkLockUnlock(b *testing.B) {
 }
 
 // BenchmarkLockUnlockParallel runs TryLock and Unlock on distinct keys from
-// GOMAXPROCS×16 goroutines, with calls coalesced (the default) and each
-// call by itself.
+// 64 goroutines, per driver, with coalescing decided at run time (auto, the
+// default), always on (on), and without a coalescing layer (alone); it
+// reports the share of callers' runs that went in a batch with others.
 func BenchmarkLockUnlockParallel(b *testing.B) {
-	for _, tc := range []struct {
-		name string
-		on   bool
-	}{{"coalesced", true}, {"alone", false}} {
-		b.Run(tc.name, func(b *testing.B) {
-			m := benchManager(b, true, strategy.WithCoalescing(tc.on))
-			ctx := context.Background()
-			var next atomic.Int64
-			b.ReportAllocs()
-			b.SetParallelism(16)
-			b.RunParallel(func(pb *testing.PB) {
-				key := "bench:" + strconv.FormatInt(next.Add(1), 10)
-				for pb.Next() {
-					l, err := m.TryLock(ctx, key)
-					if err != nil {
-						b.Error(err)
-						return
-					}
-					if err := l.Unlock(ctx); err != nil {
-						b.Error(err)
-						return
-					}
+	for _, driver := range []string{"goredis", "rueidis"} {
+		for _, mode := range []string{"auto", "on", "alone"} {
+			b.Run(driver+"/"+mode, func(b *testing.B) {
+				var opts []strategy.Option
+				switch mode {
+				case "on":
+					coalesce.DefaultMode = coalesce.On
+					defer func() { coalesce.DefaultMode = coalesce.Auto }()
+				case "alone":
+					opts = append(opts, strategy.WithCoalescing(false))
 				}
+				m := benchManagerOn(b, driver, true, opts...)
+				ctx := context.Background()
+				var next atomic.Int64
+				b.ReportAllocs()
+				b.SetParallelism(max(1, 64/runtime.GOMAXPROCS(0)))
+				start := time.Now()
+				b.RunParallel(func(pb *testing.PB) {
+					key := "bench:" + strconv.FormatInt(next.Add(1), 10)
+					for pb.Next() {
+						l, err := m.TryLock(ctx, key)
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						if err := l.Unlock(ctx); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+				b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "ops/s")
 			})
-		})
+		}
 	}
 }
