@@ -67,7 +67,9 @@ func TestPlainLockMakesNoContext(t *testing.T) {
 	plain := testing.AllocsPerRun(100, pair(false))
 	asked := testing.AllocsPerRun(100, pair(true))
 	t.Logf("allocations per pair: plain %v, with Context %v", plain, asked)
-	assert.LessOrEqual(t, plain, 2.0, "allocations per plain pair")
+	if !raceOn {
+		assert.LessOrEqual(t, plain, 2.0, "allocations per plain pair")
+	}
 	assert.GreaterOrEqual(t, asked-plain, 3.0, "allocations the Context, its cancellation and its timer take (plain %v, asked %v)", plain, asked)
 }
 
