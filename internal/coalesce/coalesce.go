@@ -197,6 +197,9 @@ type waiter struct {
 
 	mu   sync.Mutex
 	gone bool // the caller returned on its context: leave calls alone
+	// in is the batch the waiter's calls went in, once they did: a caller
+	// that returns on its context counts itself out of it.
+	in *batchLeft
 
 	batch []*waiter // of the first waiter of a batch: the batch's live waiters
 	// where, of the first waiter of a batch, maps each of the batch's
@@ -260,6 +263,9 @@ func (n *Node) run(ctx context.Context, calls []dlm.Call, w *dlm.Wait) (dlm.Acks
 	default:
 	}
 	wt.gone = true
+	if wt.in != nil && wt.in.n.Add(-1) == 0 {
+		wt.in.cancel() // every caller of the batch has gone
+	}
 	for i := range calls {
 		calls[i].Reply, calls[i].Err = nil, ctx.Err()
 	}
@@ -434,39 +440,47 @@ func (n *Node) sendBatch(ctx context.Context, calls []dlm.Call, w *dlm.Wait, cal
 	return n.send(ctx, calls, w)
 }
 
+// A batchLeft counts the callers of a batch that have not gone.
+type batchLeft struct {
+	n      atomic.Int64
+	cancel context.CancelFunc
+}
+
 // batchContext ends when the latest of the waiters' deadlines passes (never,
-// if one of them has none) or when every waiter's context has ended.
+// if one of them has none) or when every waiter's caller has gone (each
+// counts itself out in run). It is called before any of ws's callers can
+// see the batch, and marks them as in it.
 func batchContext(ws []*waiter) (context.Context, context.CancelFunc) {
 	ws[0].batch = ws
 	ctx, cancel := context.WithCancel((*batchRoot)(ws[0]))
+	left := &batchLeft{cancel: cancel}
+	left.n.Store(int64(len(ws)))
 	var latest time.Time
 	bounded := true
-	left := atomic.Int64{}
-	left.Store(int64(len(ws)))
-	stops := make([]func() bool, 0, len(ws))
 	for _, w := range ws {
 		if d, ok := w.ctx.Deadline(); !ok {
 			bounded = false
 		} else if d.After(latest) {
 			latest = d
 		}
-		stops = append(stops, context.AfterFunc(w.ctx, func() {
-			if left.Add(-1) == 0 {
-				cancel()
-			}
-		}))
 	}
-	stop := func() {
-		for _, s := range stops {
-			s()
+	for _, w := range ws {
+		w.mu.Lock()
+		if w.gone { // went since runBatch looked
+			left.n.Add(-1)
+		} else {
+			w.in = left
 		}
+		w.mu.Unlock()
+	}
+	if left.n.Load() == 0 {
 		cancel()
 	}
 	if !bounded {
-		return ctx, stop
+		return ctx, cancel
 	}
 	dctx, dcancel := context.WithDeadline(ctx, latest)
-	return dctx, func() { dcancel(); stop() }
+	return dctx, func() { dcancel(); cancel() }
 }
 
 // Stats reports how many Runs went to the node and how many callers' runs
