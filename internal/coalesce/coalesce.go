@@ -112,7 +112,7 @@ func (n *Node) Coalescing() bool {
 }
 
 // Auto's controller measures the node in epochs: an epoch counts the
-// callers' runs completed and the most callers in the node at once. An
+// callers' runs that succeeded and the most callers in the node at once. An
 // epoch is contended when more callers than inFlight were in the node at
 // once; only then does coalescing change anything, and only contended
 // epochs count. A probe measures four contended epochs, without
@@ -126,8 +126,9 @@ func (n *Node) Coalescing() bool {
 // most two epochs of the worse mode in minHold+4, and falls as the load
 // stays the same.
 const (
-	epoch         = 50 * time.Millisecond
-	minEpochCalls = 32 // an epoch with fewer completed runs tells nothing
+	epoch         = 50 * time.Millisecond // at least; until minEpochCalls runs succeeded
+	maxEpoch      = 2 * time.Second       // at most
+	minEpochCalls = 32                    // an epoch with fewer tells nothing
 	minHold       = 20
 	maxHold       = 320
 	probeMargin   = 0.03
@@ -237,8 +238,13 @@ func (n *Node) run(ctx context.Context, calls []dlm.Call, w *dlm.Wait) (dlm.Acks
 		n.batched.Add(1)
 		// Nothing here allocates: a serial caller pays for coalescing
 		// no more than two uncontended lock operations and a clock read.
-		defer n.finish(time.Now(), 1)
-		return n.send(ctx, calls, w)
+		start, ok := time.Now(), 0
+		defer func() { n.finish(start, ok) }()
+		acks, err := n.send(ctx, calls, w)
+		if err == nil && succeeded(calls) {
+			ok = 1
+		}
+		return acks, err
 	}
 	wt := &waiter{ctx: ctx, calls: calls, wait: w, done: make(chan struct{})}
 	n.queue = append(n.queue, wt)
@@ -272,8 +278,18 @@ func (n *Node) run(ctx context.Context, calls []dlm.Call, w *dlm.Wait) (dlm.Acks
 	return dlm.Acks{}, ctx.Err()
 }
 
-// finish records a run that began at start and carried callers' runs,
-// and frees its slot or hands it on.
+// succeeded reports whether every call has a reply.
+func succeeded(calls []dlm.Call) bool {
+	for i := range calls {
+		if calls[i].Err != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// finish records a run that began at start and carried callers' runs
+// that succeeded, and frees its slot or hands it on.
 func (n *Node) finish(start time.Time, callers int) {
 	now := time.Now()
 	avg := n.runTime.Load()
@@ -330,7 +346,7 @@ func (n *Node) spill() {
 func (n *Node) next(callers int, now time.Time) {
 	n.mu.Lock()
 	n.ctl.done += int64(callers)
-	if now.Sub(n.ctl.start) >= epoch {
+	if e := now.Sub(n.ctl.start); e >= epoch && (n.ctl.done >= minEpochCalls || e >= maxEpoch) {
 		n.endEpoch(now)
 	}
 	if len(n.queue) == 0 || n.on && n.busy > n.inFlight {
@@ -391,7 +407,7 @@ func (n *Node) runBatch(batch []*waiter, size int) {
 	ctx, cancel := batchContext(live)
 	defer cancel()
 	n.batched.Add(int64(len(live)))
-	acks, err := n.sendBatch(ctx, calls, live[0].wait, len(live))
+	acks, err := n.sendBatch(ctx, calls, live[0].wait, live)
 	i := 0
 	for _, w := range live {
 		w.mu.Lock()
@@ -423,21 +439,30 @@ func (n *Node) runBatch(batch []*waiter, size int) {
 // deadlines) does not hold back the calls behind it. (A caller's own run,
 // sent at once, frees its slot when the node returns; a node that keeps it
 // holds back the calls that wait for the slot until they spill.)
-func (n *Node) sendBatch(ctx context.Context, calls []dlm.Call, w *dlm.Wait, callers int) (dlm.Acks, error) {
+func (n *Node) sendBatch(ctx context.Context, calls []dlm.Call, w *dlm.Wait, live []*waiter) (dlm.Acks, error) {
 	start := time.Now()
 	var freed atomic.Bool
+	var ok atomic.Int64 // callers whose calls all succeeded; 0 if the slot is freed before the run returns
 	free := func() {
 		if freed.CompareAndSwap(false, true) {
-			n.next(callers, time.Now())
+			n.next(int(ok.Load()), time.Now())
 		}
 	}
 	defer context.AfterFunc(ctx, free)()
-	defer func() {
-		avg := n.runTime.Load()
-		n.runTime.Store(avg + (int64(time.Since(start))-avg)/8)
-		free()
-	}()
-	return n.send(ctx, calls, w)
+	acks, err := n.send(ctx, calls, w)
+	avg := n.runTime.Load()
+	n.runTime.Store(avg + (int64(time.Since(start))-avg)/8)
+	if err == nil {
+		i := 0
+		for _, wt := range live {
+			if succeeded(calls[i : i+len(wt.calls)]) {
+				ok.Add(1)
+			}
+			i += len(wt.calls)
+		}
+	}
+	free()
+	return acks, err
 }
 
 // A batchLeft counts the callers of a batch that have not gone.
