@@ -93,14 +93,14 @@ func New(node dlm.Node, inFlight int, merge ...*nodekit.Script) *Node {
 	routing := nodekit.RoutingOf(node)
 	mode := DefaultMode
 	return &Node{Node: node, inFlight: inFlight, waits: routing == nodekit.RoutingOneServer, merge: newMerger(routing, merge),
-		mode: mode, on: mode == On, ctl: controller{phase: 1}}
+		mode: mode, on: mode != Off, ctl: controller{hold: firstHold}}
 }
 
 // SetMode sets when n coalesces calls (New gives it DefaultMode).
 func (n *Node) SetMode(m Mode) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	n.mode, n.on, n.ctl = m, m == On, controller{phase: 1, start: n.ctl.start}
+	n.mode, n.on, n.ctl = m, m != Off, controller{hold: firstHold, start: n.ctl.start}
 }
 
 // Coalescing reports whether calls that find every slot busy now wait to
@@ -112,7 +112,9 @@ func (n *Node) Coalescing() bool {
 }
 
 // Auto's controller measures the node in epochs: an epoch counts the
-// callers' runs that succeeded and the most callers in the node at once. An
+// callers' runs that succeeded and the most callers in the node at once.
+// Auto begins coalescing (as a Node always did before it measured), and
+// probes after firstHold contended epochs. An
 // epoch is contended when more callers than inFlight were in the node at
 // once; only then does coalescing change anything, and only contended
 // epochs count. A probe measures four contended epochs, without
@@ -126,9 +128,10 @@ func (n *Node) Coalescing() bool {
 // most two epochs of the worse mode in minHold+4, and falls as the load
 // stays the same.
 const (
-	epoch         = 50 * time.Millisecond // at least; until minEpochCalls runs succeeded
-	maxEpoch      = 2 * time.Second       // at most
-	minEpochCalls = 32                    // an epoch with fewer tells nothing
+	epoch         = 50 * time.Millisecond  // at least; until minEpochCalls runs succeeded
+	maxEpoch      = 500 * time.Millisecond // at most
+	minEpochCalls = 32                     // an epoch with fewer before maxEpoch tells nothing
+	firstHold     = 5                      // Auto begins coalescing, and probes after this many
 	minHold       = 20
 	maxHold       = 320
 	probeMargin   = 0.03
@@ -148,8 +151,12 @@ type controller struct {
 // endEpoch ends the controller's epoch at now. Called with n.mu held.
 func (n *Node) endEpoch(now time.Time) {
 	c := &n.ctl
-	contended := c.peak > n.inFlight && c.done >= minEpochCalls
-	rate := float64(c.done) / now.Sub(c.start).Seconds()
+	e := now.Sub(c.start)
+	// An epoch that ran to maxEpoch counts even with few runs done: a mode
+	// under which runs fail (a slow node's calls queue past their
+	// timeout) must not keep itself from being measured.
+	contended := c.peak > n.inFlight && (c.done >= minEpochCalls || e >= maxEpoch)
+	rate := float64(c.done) / e.Seconds()
 	c.start, c.done, c.peak = now, 0, n.busy+len(n.queue)
 	if n.mode != Auto || !contended {
 		return
