@@ -47,10 +47,10 @@ func (n *timedNode) Watch(context.Context, string, func(string)) (func(), error)
 }
 
 // A serial caller's call costs no allocation in any mode, with a context
-// that can end (whose end a slot would once have been freed on, through
-// an allocating context.AfterFunc).
+// that can end and has a deadline (whose end a slot would once have been
+// freed on, through an allocating context.AfterFunc).
 func TestSerialCallAllocatesNothing(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 	defer cancel()
 	for _, mode := range []coalesce.Mode{coalesce.Auto, coalesce.On, coalesce.Off} {
 		n := coalesce.New(&timedNode{reply: []int64{1}}, 0)

@@ -2,8 +2,9 @@
 // together: while a node's calls are in flight, the calls that arrive wait,
 // and go out as one Run — one pipelined round trip — as soon as a slot
 // frees, or after 10ms (or four times the node's typical run time, if
-// longer) in a run of their own: a run stuck on one connection does not
-// hold back the node. An uncontended call goes out at once, on its caller's goroutine:
+// longer, but not past half the time a caller's context leaves it) in a
+// run of their own: a run stuck on one connection, or kept past its
+// context by a driver, does not hold back the node. An uncontended call goes out at once, on its caller's goroutine:
 // nothing waits for company, and the batch size follows the load (how many
 // calls arrived during one round trip). A serial caller's call makes no
 // allocation and no goroutine or channel hop here. Coalescing is on only
@@ -56,6 +57,9 @@ type Node struct {
 	mu    sync.Mutex
 	busy  int       // runs in flight (beyond inFlight after a spill)
 	queue []*waiter // calls waiting for a slot; non-empty only when busy >= inFlight
+
+	flights []flight // callers' own runs in flight with a deadline
+	seq     uint64   // of the last flight
 
 	mode Mode
 	on   bool       // calls wait for a slot (Auto: its current choice)
@@ -239,14 +243,21 @@ func (n *Node) run(ctx context.Context, calls []dlm.Call, w *dlm.Wait) (dlm.Acks
 	if in := n.busy + len(n.queue) + 1; in > n.ctl.peak {
 		n.ctl.peak = in
 	}
-	if n.busy < n.inFlight || !n.on {
+	if !n.on || n.busy < n.inFlight || n.busy-n.overdueLocked() < n.inFlight {
 		n.busy++
+		var seq uint64 // of this run in n.flights; 0: not there
+		if d, ok := ctx.Deadline(); ok {
+			n.seq++
+			seq = n.seq
+			n.flights = append(n.flights, flight{deadline: d, seq: seq})
+		}
 		n.mu.Unlock()
 		n.batched.Add(1)
-		// Nothing here allocates: a serial caller pays for coalescing
-		// no more than two uncontended lock operations and a clock read.
+		// Nothing here allocates (once n.flights has grown): a serial
+		// caller pays for coalescing no more than two uncontended lock
+		// operations and a clock read.
 		start, ok := time.Now(), 0
-		defer func() { n.finish(start, ok) }()
+		defer func() { n.finish(start, ok, seq) }()
 		acks, err := n.send(ctx, calls, w)
 		if err == nil && succeeded(calls) {
 			ok = 1
@@ -256,7 +267,15 @@ func (n *Node) run(ctx context.Context, calls []dlm.Call, w *dlm.Wait) (dlm.Acks
 	wt := &waiter{ctx: ctx, calls: calls, wait: w, done: make(chan struct{})}
 	n.queue = append(n.queue, wt)
 	n.mu.Unlock()
-	spill := time.NewTimer(max(spillAfter, 4*time.Duration(n.runTime.Load())))
+	// A node whose runs take long waits longer before spilling, but never
+	// past half the time the caller has: runs kept past their callers'
+	// deadlines (a driver ignoring them) hold their slots, and a call with
+	// a short deadline would otherwise never be sent.
+	wait := 4 * time.Duration(n.runTime.Load())
+	if d, ok := ctx.Deadline(); ok {
+		wait = min(wait, time.Until(d)/2)
+	}
+	spill := time.NewTimer(max(spillAfter, wait))
 	defer spill.Stop()
 	for done := false; !done; {
 		select {
@@ -297,11 +316,46 @@ func succeeded(calls []dlm.Call) bool {
 
 // finish records a run that began at start and carried callers' runs
 // that succeeded, and frees its slot or hands it on.
-func (n *Node) finish(start time.Time, callers int) {
+func (n *Node) finish(start time.Time, callers int, seq uint64) {
 	now := time.Now()
 	avg := n.runTime.Load()
 	n.runTime.Store(avg + (int64(now.Sub(start))-avg)/8) // races lose an update, no more
+	if seq != 0 {
+		n.mu.Lock()
+		for i, f := range n.flights {
+			if f.seq == seq {
+				last := len(n.flights) - 1
+				n.flights[i] = n.flights[last]
+				n.flights = n.flights[:last]
+				break
+			}
+		}
+		n.mu.Unlock()
+	}
 	n.next(callers, now)
+}
+
+// A flight is a caller's own run in flight, with its context's deadline.
+type flight struct {
+	deadline time.Time
+	seq      uint64
+}
+
+// overdueLocked counts the callers' own runs still in flight past their
+// contexts' deadlines (a driver that ignores them): their slots count as
+// free, as a batch's slot is freed when its context ends. Called with
+// n.mu held.
+func (n *Node) overdueLocked() int {
+	if len(n.flights) == 0 {
+		return 0
+	}
+	now, k := time.Now(), 0
+	for _, f := range n.flights {
+		if now.After(f.deadline) {
+			k++
+		}
+	}
+	return k
 }
 
 // send runs calls (and w's wait) on the node, in a slot the caller holds.
