@@ -498,8 +498,8 @@ func (n *Node) runBatch(batch []*waiter, size int) {
 // it, and hands the slot on when the run returns or, if sooner, when ctx
 // ends: a node that keeps a batch past its context (a driver ignoring
 // deadlines) does not hold back the calls behind it. (A caller's own run,
-// sent at once, frees its slot when the node returns; a node that keeps it
-// holds back the calls that wait for the slot until they spill.)
+// sent at once, registers nothing on its context: once past its deadline
+// its slot counts as free for the calls that arrive, see overdueLocked.)
 func (n *Node) sendBatch(ctx context.Context, calls []dlm.Call, w *dlm.Wait, live []*waiter) (dlm.Acks, error) {
 	start := time.Now()
 	var freed atomic.Bool
