@@ -155,6 +155,10 @@ type controller struct {
 // endEpoch ends the controller's epoch at now. Called with n.mu held.
 func (n *Node) endEpoch(now time.Time) {
 	c := &n.ctl
+	if c.start.IsZero() { // the first epoch begins
+		c.start, c.done, c.peak = now, 0, n.busy+len(n.queue)
+		return
+	}
 	e := now.Sub(c.start)
 	// An epoch that ran to maxEpoch counts even with few runs done: a mode
 	// under which runs fail (a slow node's calls queue past their
@@ -186,8 +190,8 @@ func (n *Node) endEpoch(now time.Time) {
 	default:
 		n.on = c.rates[1] > c.rates[0]*(1+probeMargin)
 		c.phase = 0
-		if n.on == c.was && c.hold > 0 {
-			c.hold = min(2*c.hold, maxHold)
+		if n.on == c.was {
+			c.hold = min(max(2*c.hold, minHold), maxHold)
 		} else {
 			c.hold = minHold
 		}
