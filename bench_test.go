@@ -2,7 +2,10 @@ package dlm_test
 
 import (
 	"context"
+	"io"
+	"runtime"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,15 +14,39 @@ import (
 
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/driver/goredis"
+	"github.com/dlmgo/dlm/driver/redigo"
+	"github.com/dlmgo/dlm/driver/rueidis"
+	"github.com/dlmgo/dlm/internal/coalesce"
 	"github.com/dlmgo/dlm/internal/redistest"
+	"github.com/dlmgo/dlm/nodekit"
 	"github.com/dlmgo/dlm/strategy"
 )
 
 func benchManager(b *testing.B, ctxOnWire bool, opts ...strategy.Option) *dlm.Manager {
+	return benchManagerOn(b, "goredis", ctxOnWire, opts...)
+}
+
+// benchManagerOn is benchManager over the named driver: goredis, redigo
+// or rueidis (ctxOnWire matters to goredis only).
+func benchManagerOn(b *testing.B, driver string, ctxOnWire bool, opts ...strategy.Option) *dlm.Manager {
 	srv := redistest.Start(b)
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 128, ContextTimeoutEnabled: ctxOnWire})
-	b.Cleanup(func() { c.Close() })
-	s, err := strategy.NewSingle(goredis.New(c), opts...)
+	var node dlm.Node
+	switch driver {
+	case "goredis":
+		c := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 128, ContextTimeoutEnabled: ctxOnWire})
+		b.Cleanup(func() { c.Close() })
+		node = goredis.New(c)
+	default:
+		dial := map[string]func(context.Context, nodekit.Endpoint) (dlm.Node, io.Closer, error){
+			"redigo": redigo.Dial, "rueidis": rueidis.Dial}[driver]
+		n, closer, err := dial(context.Background(), nodekit.Endpoint{Addr: srv.Addr})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { closer.Close() })
+		node = n
+	}
+	s, err := strategy.NewSingle(node, opts...)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -39,9 +66,11 @@ func BenchmarkLockUnlock(b *testing.B) {
 		ctxOnWire bool
 		opts      []strategy.Option
 	}{{"goredis", true, nil}, {"goredis-noctxtimeout", false, nil}, {"goredis-maxttl", true, []strategy.Option{strategy.WithMaxTTL(time.Second)}},
-		{"goredis-alone", true, []strategy.Option{strategy.WithCoalescing(false)}}} {
+		{"goredis-alone", true, []strategy.Option{strategy.WithCoalescing(false)}},
+		{"redigo", false, nil}, {"rueidis", false, nil}} {
 		b.Run(tc.name, func(b *testing.B) {
-			m := benchManager(b, tc.ctxOnWire, tc.opts...)
+			driver, _, _ := strings.Cut(tc.name, "-")
+			m := benchManagerOn(b, driver, tc.ctxOnWire, tc.opts...)
 			ctx, cancel := context.WithCancel(context.Background()) // a live Done channel, as in a server
 			defer cancel()
 			l, err := m.Lock(ctx, "bench") // a fresh server's quarantine, with the guard
@@ -66,33 +95,44 @@ func BenchmarkLockUnlock(b *testing.B) {
 }
 
 // BenchmarkLockUnlockParallel runs TryLock and Unlock on distinct keys from
-// GOMAXPROCS×16 goroutines, with calls coalesced (the default) and each
-// call by itself.
+// 64 goroutines, per driver, with coalescing decided at run time (auto, the
+// default), always on (on), and without a coalescing layer (alone); it
+// reports the share of callers' runs that went in a batch with others.
 func BenchmarkLockUnlockParallel(b *testing.B) {
-	for _, tc := range []struct {
-		name string
-		on   bool
-	}{{"coalesced", true}, {"alone", false}} {
-		b.Run(tc.name, func(b *testing.B) {
-			m := benchManager(b, true, strategy.WithCoalescing(tc.on))
-			ctx := context.Background()
-			var next atomic.Int64
-			b.ReportAllocs()
-			b.SetParallelism(16)
-			b.RunParallel(func(pb *testing.PB) {
-				key := "bench:" + strconv.FormatInt(next.Add(1), 10)
-				for pb.Next() {
-					l, err := m.TryLock(ctx, key)
-					if err != nil {
-						b.Error(err)
-						return
-					}
-					if err := l.Unlock(ctx); err != nil {
-						b.Error(err)
-						return
-					}
+	for _, driver := range []string{"goredis", "rueidis"} {
+		for _, mode := range []string{"auto", "on", "alone"} {
+			b.Run(driver+"/"+mode, func(b *testing.B) {
+				var opts []strategy.Option
+				switch mode {
+				case "on":
+					coalesce.DefaultMode = coalesce.On
+					defer func() { coalesce.DefaultMode = coalesce.Auto }()
+				case "alone":
+					opts = append(opts, strategy.WithCoalescing(false))
 				}
+				m := benchManagerOn(b, driver, true, opts...)
+				ctx := context.Background()
+				var next atomic.Int64
+				b.ReportAllocs()
+				b.SetParallelism(max(1, 64/runtime.GOMAXPROCS(0)))
+				b.ResetTimer() // not the server's start
+				start := time.Now()
+				b.RunParallel(func(pb *testing.PB) {
+					key := "bench:" + strconv.FormatInt(next.Add(1), 10)
+					for pb.Next() {
+						l, err := m.TryLock(ctx, key)
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						if err := l.Unlock(ctx); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+				b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "ops/s")
 			})
-		})
+		}
 	}
 }

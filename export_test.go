@@ -25,3 +25,11 @@ func AgeMemoryForTest(m *Manager, d time.Duration) {
 		w.seen[k] = s
 	}
 }
+
+// ContextMadeForTest reports whether l has made its Context or the timer
+// that ends it.
+func ContextMadeForTest(l *Lock) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ctx != nil || l.timer != nil
+}

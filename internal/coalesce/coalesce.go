@@ -2,10 +2,15 @@
 // together: while a node's calls are in flight, the calls that arrive wait,
 // and go out as one Run — one pipelined round trip — as soon as a slot
 // frees, or after 10ms (or four times the node's typical run time, if
-// longer) in a run of their own: a run stuck on one connection does not
-// hold back the node. An uncontended call goes out at once, on its caller's goroutine:
+// longer, but not past half the time a caller's context leaves it) in a
+// run of their own: a run stuck on one connection, or kept past its
+// context by a driver, does not hold back the node. An uncontended call goes out at once, on its caller's goroutine:
 // nothing waits for company, and the batch size follows the load (how many
-// calls arrived during one round trip). On a node that routes every call
+// calls arrived during one round trip). A serial caller's call makes no
+// allocation and no goroutine or channel hop here. Coalescing is on only
+// while it pays (Mode Auto, the default): the Node measures, while more
+// callers than slots are in it, how many calls complete per second with
+// and without, and keeps the better (see controller). On a node that routes every call
 // to one server (nodekit.RoutingOneServer), RunWait calls with the same
 // Wait are coalesced likewise: their calls, then one WAIT that covers them
 // all. Calls of the scripts New was given are merged where the node's
@@ -52,9 +57,34 @@ type Node struct {
 	busy  int       // runs in flight (beyond inFlight after a spill)
 	queue []*waiter // calls waiting for a slot; non-empty only when busy >= inFlight
 
+	flights []flight // callers' own runs in flight with a deadline
+	seq     uint64   // of the last flight
+
+	mode Mode
+	on   bool       // calls wait for a slot (Auto: its current choice)
+	ctl  controller // Auto's measurements
+
 	runs, batched atomic.Int64 // Runs sent to the node, and callers' runs they carried
 	runTime       atomic.Int64 // a running average of a run's duration, in ns
 }
+
+// A Mode says when a Node coalesces calls.
+type Mode int32
+
+const (
+	// Auto coalesces while that completes more callers' runs per second
+	// than sending each by itself, as measured on the node (see
+	// controller); calls go out by themselves until then.
+	Auto Mode = iota
+	// On always coalesces: calls wait while inFlight runs are in flight.
+	On
+	// Off never does: every call goes out at once, by itself.
+	Off
+)
+
+// DefaultMode is the Mode of the Nodes New makes. Tests and benchmarks of
+// this module set it before they make their Nodes; nothing else should.
+var DefaultMode = Auto
 
 // New returns a Node that coalesces node's calls, with at most inFlight
 // runs in flight (DefaultInFlight when inFlight < 1), and merges calls of
@@ -64,7 +94,107 @@ func New(node dlm.Node, inFlight int, merge ...*nodekit.Script) *Node {
 		inFlight = DefaultInFlight
 	}
 	routing := nodekit.RoutingOf(node)
-	return &Node{Node: node, inFlight: inFlight, waits: routing == nodekit.RoutingOneServer, merge: newMerger(routing, merge)}
+	mode := DefaultMode
+	return &Node{Node: node, inFlight: inFlight, waits: routing == nodekit.RoutingOneServer, merge: newMerger(routing, merge),
+		mode: mode, on: mode != Off, ctl: controller{hold: firstHold}}
+}
+
+// SetMode sets when n coalesces calls (New gives it DefaultMode).
+func (n *Node) SetMode(m Mode) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.mode, n.on, n.ctl = m, m != Off, controller{hold: firstHold, start: n.ctl.start}
+}
+
+// Coalescing reports whether calls that find every slot busy now wait to
+// be coalesced (always true with On, false with Off).
+func (n *Node) Coalescing() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.on
+}
+
+// Auto's controller measures the node in epochs: an epoch counts the
+// callers' runs that succeeded and the most callers in the node at once.
+// Auto begins coalescing (as a Node always did before it measured), and
+// probes after firstHold contended epochs. An
+// epoch is contended when more callers than inFlight were in the node at
+// once; only then does coalescing change anything, and only contended
+// epochs count. A probe measures four contended epochs, without
+// coalescing, with, with, without (so that a trend in the load weighs on
+// both alike), and coalesces from then on only if the epochs with
+// completed more runs per second than those without by more than
+// probeMargin; a tie goes to sending each call by itself. The choice
+// holds for minHold contended epochs, then the node probes again, so
+// that it follows a load that changes; each probe that confirms the
+// choice doubles the hold, up to maxHold. The cost of probing is then at
+// most two epochs of the worse mode in minHold+4, and falls as the load
+// stays the same.
+const (
+	epoch         = 50 * time.Millisecond  // at least; until minEpochCalls runs succeeded
+	maxEpoch      = 500 * time.Millisecond // at most
+	minEpochCalls = 32                     // an epoch with fewer before maxEpoch tells nothing
+	firstHold     = 5                      // Auto begins coalescing, and probes after this many
+	minHold       = 20
+	maxHold       = 320
+	probeMargin   = 0.03
+)
+
+type controller struct {
+	start time.Time // of the epoch
+	done  int64     // callers' runs completed in the epoch
+	peak  int       // the most callers in the node at once in the epoch
+	phase int       // 0: holding a choice; 1 to 4: the epoch of a probe under way
+	held  int       // contended epochs since the choice was made
+	hold  int       // how many to hold it for
+	was   bool      // the choice before the probe under way
+	rates [2]float64
+}
+
+// endEpoch ends the controller's epoch at now. Called with n.mu held.
+func (n *Node) endEpoch(now time.Time) {
+	c := &n.ctl
+	if c.start.IsZero() { // the first epoch begins
+		c.start, c.done, c.peak = now, 0, n.busy+len(n.queue)
+		return
+	}
+	e := now.Sub(c.start)
+	// An epoch that ran to maxEpoch counts even with few runs done: a mode
+	// under which runs fail (a slow node's calls queue past their
+	// timeout) must not keep itself from being measured.
+	contended := c.peak > n.inFlight && (c.done >= minEpochCalls || e >= maxEpoch)
+	rate := float64(c.done) / e.Seconds()
+	c.start, c.done, c.peak = now, 0, n.busy+len(n.queue)
+	if n.mode != Auto || !contended {
+		return
+	}
+	if c.phase == 0 {
+		if c.held++; c.held >= c.hold {
+			c.held, c.phase, c.rates, c.was = 0, 1, [2]float64{}, n.on
+			n.on = false
+		}
+		return
+	}
+	if n.on {
+		c.rates[1] += rate
+	} else {
+		c.rates[0] += rate
+	}
+	c.phase++
+	switch c.phase {
+	case 2, 3:
+		n.on = true
+	case 4:
+		n.on = false
+	default:
+		n.on = c.rates[1] > c.rates[0]*(1+probeMargin)
+		c.phase = 0
+		if n.on == c.was {
+			c.hold = min(max(2*c.hold, minHold), maxHold)
+		} else {
+			c.hold = minHold
+		}
+	}
 }
 
 // Routing implements nodekit.Router: the node beneath's.
@@ -82,6 +212,9 @@ type waiter struct {
 
 	mu   sync.Mutex
 	gone bool // the caller returned on its context: leave calls alone
+	// in is the batch the waiter's calls went in, once they did: a caller
+	// that returns on its context counts itself out of it.
+	in *batchLeft
 
 	batch []*waiter // of the first waiter of a batch: the batch's live waiters
 	// where, of the first waiter of a batch, maps each of the batch's
@@ -107,19 +240,45 @@ func (n *Node) RunWait(ctx context.Context, calls []dlm.Call, w dlm.Wait) (dlm.A
 }
 
 // run sends calls, and w's wait when w is not nil, at once when a slot is
-// free, else with the next batch.
+// free or coalescing is off, else with the next batch.
 func (n *Node) run(ctx context.Context, calls []dlm.Call, w *dlm.Wait) (dlm.Acks, error) {
 	n.mu.Lock()
-	if n.busy < n.inFlight {
+	if in := n.busy + len(n.queue) + 1; in > n.ctl.peak {
+		n.ctl.peak = in
+	}
+	if !n.on || n.busy < n.inFlight || n.busy-n.overdueLocked() < n.inFlight {
 		n.busy++
+		var seq uint64 // of this run in n.flights; 0: not there
+		if d, ok := ctx.Deadline(); ok {
+			n.seq++
+			seq = n.seq
+			n.flights = append(n.flights, flight{deadline: d, seq: seq})
+		}
 		n.mu.Unlock()
 		n.batched.Add(1)
-		return n.send(ctx, calls, w)
+		// Nothing here allocates (once n.flights has grown): a serial
+		// caller pays for coalescing no more than two uncontended lock
+		// operations and a clock read.
+		start, ok := time.Now(), 0
+		defer func() { n.finish(start, ok, seq) }()
+		acks, err := n.send(ctx, calls, w)
+		if err == nil && succeeded(calls) {
+			ok = 1
+		}
+		return acks, err
 	}
 	wt := &waiter{ctx: ctx, calls: calls, wait: w, done: make(chan struct{})}
 	n.queue = append(n.queue, wt)
 	n.mu.Unlock()
-	spill := time.NewTimer(max(spillAfter, 4*time.Duration(n.runTime.Load())))
+	// A node whose runs take long waits longer before spilling, but never
+	// past half the time the caller has: runs kept past their callers'
+	// deadlines (a driver ignoring them) hold their slots, and a call with
+	// a short deadline would otherwise never be sent.
+	wait := 4 * time.Duration(n.runTime.Load())
+	if d, ok := ctx.Deadline(); ok {
+		wait = min(wait, time.Until(d)/2)
+	}
+	spill := time.NewTimer(max(spillAfter, wait))
 	defer spill.Stop()
 	for done := false; !done; {
 		select {
@@ -139,32 +298,72 @@ func (n *Node) run(ctx context.Context, calls []dlm.Call, w *dlm.Wait) (dlm.Acks
 	default:
 	}
 	wt.gone = true
+	if wt.in != nil && wt.in.n.Add(-1) == 0 {
+		wt.in.cancel() // every caller of the batch has gone
+	}
 	for i := range calls {
 		calls[i].Reply, calls[i].Err = nil, ctx.Err()
 	}
 	return dlm.Acks{}, ctx.Err()
 }
 
-// send runs calls (and w's wait) on the node in a slot the caller took, and
-// hands the slot on when the run returns or, if sooner, when ctx ends: a
-// node that keeps a call past its context (a driver ignoring deadlines)
-// does not hold back the calls behind it.
-func (n *Node) send(ctx context.Context, calls []dlm.Call, w *dlm.Wait) (dlm.Acks, error) {
-	n.runs.Add(1)
-	var freed atomic.Bool
-	free := func() {
-		if freed.CompareAndSwap(false, true) {
-			n.next()
+// succeeded reports whether every call has a reply.
+func succeeded(calls []dlm.Call) bool {
+	for i := range calls {
+		if calls[i].Err != nil {
+			return false
 		}
 	}
-	if ctx.Done() != nil {
-		defer context.AfterFunc(ctx, free)()
+	return true
+}
+
+// finish records a run that began at start and carried callers' runs
+// that succeeded, and frees its slot or hands it on.
+func (n *Node) finish(start time.Time, callers int, seq uint64) {
+	now := time.Now()
+	avg := n.runTime.Load()
+	n.runTime.Store(avg + (int64(now.Sub(start))-avg)/8) // races lose an update, no more
+	if seq != 0 {
+		n.mu.Lock()
+		for i, f := range n.flights {
+			if f.seq == seq {
+				last := len(n.flights) - 1
+				n.flights[i] = n.flights[last]
+				n.flights = n.flights[:last]
+				break
+			}
+		}
+		n.mu.Unlock()
 	}
-	defer free()
-	defer func(start time.Time) {
-		avg := n.runTime.Load()
-		n.runTime.Store(avg + (int64(time.Since(start))-avg)/8) // races lose an update, no more
-	}(time.Now())
+	n.next(callers, now)
+}
+
+// A flight is a caller's own run in flight, with its context's deadline.
+type flight struct {
+	deadline time.Time
+	seq      uint64
+}
+
+// overdueLocked counts the callers' own runs still in flight past their
+// contexts' deadlines (a driver that ignores them): their slots count as
+// free, as a batch's slot is freed when its context ends. Called with
+// n.mu held.
+func (n *Node) overdueLocked() int {
+	if len(n.flights) == 0 {
+		return 0
+	}
+	now, k := time.Now(), 0
+	for _, f := range n.flights {
+		if now.After(f.deadline) {
+			k++
+		}
+	}
+	return k
+}
+
+// send runs calls (and w's wait) on the node, in a slot the caller holds.
+func (n *Node) send(ctx context.Context, calls []dlm.Call, w *dlm.Wait) (dlm.Acks, error) {
+	n.runs.Add(1)
 	if n.merge == nil || len(calls) < 2 {
 		return n.runOn(ctx, calls, w)
 	}
@@ -204,10 +403,17 @@ func (n *Node) spill() {
 	n.dispatch() // unlocks
 }
 
-// next frees a slot, or hands it to the calls that wait.
-func (n *Node) next() {
+// next frees a slot of a run that carried callers' runs and ended at now,
+// or hands the slot to the calls that wait. A slot beyond inFlight (a
+// spill's, or one taken while coalescing was off) is freed while
+// coalescing is on, so that the runs in flight come back to inFlight.
+func (n *Node) next(callers int, now time.Time) {
 	n.mu.Lock()
-	if len(n.queue) == 0 {
+	n.ctl.done += int64(callers)
+	if e := now.Sub(n.ctl.start); e >= epoch && (n.ctl.done >= minEpochCalls || e >= maxEpoch) {
+		n.endEpoch(now)
+	}
+	if len(n.queue) == 0 || n.on && n.busy > n.inFlight {
 		n.busy--
 		n.mu.Unlock()
 		return
@@ -259,13 +465,13 @@ func (n *Node) runBatch(batch []*waiter, size int) {
 		w.mu.Unlock()
 	}
 	if len(live) == 0 {
-		n.next()
+		n.next(0, time.Now())
 		return
 	}
 	ctx, cancel := batchContext(live)
 	defer cancel()
 	n.batched.Add(int64(len(live)))
-	acks, err := n.send(ctx, calls, live[0].wait)
+	acks, err := n.sendBatch(ctx, calls, live[0].wait, live)
 	i := 0
 	for _, w := range live {
 		w.mu.Lock()
@@ -291,39 +497,79 @@ func (n *Node) runBatch(batch []*waiter, size int) {
 	}
 }
 
+// sendBatch sends a batch that carries callers' runs in a slot taken for
+// it, and hands the slot on when the run returns or, if sooner, when ctx
+// ends: a node that keeps a batch past its context (a driver ignoring
+// deadlines) does not hold back the calls behind it. (A caller's own run,
+// sent at once, registers nothing on its context: once past its deadline
+// its slot counts as free for the calls that arrive, see overdueLocked.)
+func (n *Node) sendBatch(ctx context.Context, calls []dlm.Call, w *dlm.Wait, live []*waiter) (dlm.Acks, error) {
+	start := time.Now()
+	var freed atomic.Bool
+	var ok atomic.Int64 // callers whose calls all succeeded; 0 if the slot is freed before the run returns
+	free := func() {
+		if freed.CompareAndSwap(false, true) {
+			n.next(int(ok.Load()), time.Now())
+		}
+	}
+	defer context.AfterFunc(ctx, free)()
+	acks, err := n.send(ctx, calls, w)
+	avg := n.runTime.Load()
+	n.runTime.Store(avg + (int64(time.Since(start))-avg)/8)
+	if err == nil {
+		i := 0
+		for _, wt := range live {
+			if succeeded(calls[i : i+len(wt.calls)]) {
+				ok.Add(1)
+			}
+			i += len(wt.calls)
+		}
+	}
+	free()
+	return acks, err
+}
+
+// A batchLeft counts the callers of a batch that have not gone.
+type batchLeft struct {
+	n      atomic.Int64
+	cancel context.CancelFunc
+}
+
 // batchContext ends when the latest of the waiters' deadlines passes (never,
-// if one of them has none) or when every waiter's context has ended.
+// if one of them has none) or when every waiter's caller has gone (each
+// counts itself out in run). It is called before any of ws's callers can
+// see the batch, and marks them as in it.
 func batchContext(ws []*waiter) (context.Context, context.CancelFunc) {
 	ws[0].batch = ws
 	ctx, cancel := context.WithCancel((*batchRoot)(ws[0]))
+	left := &batchLeft{cancel: cancel}
+	left.n.Store(int64(len(ws)))
 	var latest time.Time
 	bounded := true
-	left := atomic.Int64{}
-	left.Store(int64(len(ws)))
-	stops := make([]func() bool, 0, len(ws))
 	for _, w := range ws {
 		if d, ok := w.ctx.Deadline(); !ok {
 			bounded = false
 		} else if d.After(latest) {
 			latest = d
 		}
-		stops = append(stops, context.AfterFunc(w.ctx, func() {
-			if left.Add(-1) == 0 {
-				cancel()
-			}
-		}))
 	}
-	stop := func() {
-		for _, s := range stops {
-			s()
+	for _, w := range ws {
+		w.mu.Lock()
+		if w.gone { // went since runBatch looked
+			left.n.Add(-1)
+		} else {
+			w.in = left
 		}
+		w.mu.Unlock()
+	}
+	if left.n.Load() == 0 {
 		cancel()
 	}
 	if !bounded {
-		return ctx, stop
+		return ctx, cancel
 	}
 	dctx, dcancel := context.WithDeadline(ctx, latest)
-	return dctx, func() { dcancel(); stop() }
+	return dctx, func() { dcancel(); cancel() }
 }
 
 // Stats reports how many Runs went to the node and how many callers' runs

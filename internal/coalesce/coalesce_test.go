@@ -28,7 +28,9 @@ var incr = nodekit.NewScript("return {tonumber(ARGV[1]), redis.call('INCR', KEYS
 func newNode(t *testing.T, addr string, inFlight int) *coalesce.Node {
 	c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 64, ContextTimeoutEnabled: true, MaxRetries: -1})
 	t.Cleanup(func() { _ = c.Close() })
-	return coalesce.New(goredis.New(c), inFlight, incr)
+	n := coalesce.New(goredis.New(c), inFlight, incr)
+	n.SetMode(coalesce.On)
+	return n
 }
 
 // warm loads incr into the server's script cache (so that each call below
@@ -175,6 +177,7 @@ func TestStuckCallDoesNotHoldBackTheNode(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer c.Close()
 	n := coalesce.New(deafNode{goredis.New(c)}, 1)
+	n.SetMode(coalesce.On)
 	runs0, _ := warm(t, n)
 	go func() { _, _ = incr.Run(context.Background(), n, []string{"deaf"}, "0") }()
 	require.Eventually(t, func() bool { r, _ := n.Stats(); return r-runs0 == 1 }, time.Second, time.Millisecond)
@@ -192,6 +195,7 @@ func TestWaitsGoTogether(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: topo.Primary.Addr, PoolSize: 64})
 	defer c.Close()
 	n := coalesce.New(goredis.New(c), 1, incr)
+	n.SetMode(coalesce.On)
 	ctx := context.Background()
 	w := dlm.Wait{Replicas: 1, Timeout: 300 * time.Millisecond}
 	_, acks, err := incr.RunWait(ctx, n, w, []string{"warm"}, "0")

@@ -17,8 +17,11 @@ import (
 func New(owner string, ttl time.Duration) string {
 	var b [20]byte
 	_, _ = crand.Read(b[:]) // never fails; see crypto/rand.Read
-	buf := make([]byte, 0, 40+2*14+len(owner))
-	buf = hex.AppendEncode(buf, b[:])
+	// Built on the stack when the owner fits (dlm.MaxOwnerLen does), so
+	// that the string is the one allocation.
+	var stack [40 + 3 + 2*20 + 128]byte
+	hex.Encode(stack[:40], b[:])
+	buf := stack[:40]
 	buf = append(buf, '.')
 	buf = strconv.AppendInt(buf, time.Now().UnixMilli(), 10)
 	buf = append(buf, '.')

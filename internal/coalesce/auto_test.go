@@ -1,0 +1,148 @@
+package coalesce_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/internal/coalesce"
+)
+
+// timedNode answers every call with {1} after perRun plus perCall for each
+// call of the Run; with one slot it runs one Run at a time (a server behind
+// one connection), without, any number at once.
+type timedNode struct {
+	slot            chan struct{} // nil: no limit
+	perRun, perCall time.Duration
+	reply           []int64
+}
+
+func (n *timedNode) Run(ctx context.Context, calls []dlm.Call) {
+	if n.slot != nil {
+		n.slot <- struct{}{}
+		defer func() { <-n.slot }()
+	}
+	if d := n.perRun + time.Duration(len(calls))*n.perCall; d > 0 {
+		time.Sleep(d) // virtual time: the tests run in a synctest bubble
+	}
+	for i := range calls {
+		calls[i].Reply = n.reply
+	}
+}
+
+func (n *timedNode) RunWait(context.Context, []dlm.Call, dlm.Wait) (dlm.Acks, error) {
+	return dlm.Acks{}, errors.ErrUnsupported
+}
+
+func (n *timedNode) Watch(context.Context, string, func(string)) (func(), error) {
+	return nil, errors.ErrUnsupported
+}
+
+// A serial caller's call costs no allocation in any mode, with a context
+// that can end and has a deadline (whose end a slot would once have been
+// freed on, through an allocating context.AfterFunc).
+func TestSerialCallAllocatesNothing(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	for _, mode := range []coalesce.Mode{coalesce.Auto, coalesce.On, coalesce.Off} {
+		n := coalesce.New(&timedNode{reply: []int64{1}}, 0)
+		n.SetMode(mode)
+		calls := []dlm.Call{{SHA1: "x", Keys: []string{"k"}}}
+		allocs := testing.AllocsPerRun(200, func() { n.Run(ctx, calls) })
+		assert.Zero(t, allocs, "mode %d: allocations per call", mode)
+		require.Equal(t, []int64{1}, calls[0].Reply)
+		runs, carried := n.Stats()
+		assert.Equal(t, runs, carried, "mode %d: every call went by itself", mode)
+	}
+}
+
+// drive runs 64 callers on n for d of virtual time and returns how many
+// calls completed.
+func drive(n *coalesce.Node, d time.Duration) int64 {
+	var done atomic.Int64
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	var wg sync.WaitGroup
+	for range 64 {
+		wg.Go(func() {
+			calls := make([]dlm.Call, 1)
+			for ctx.Err() == nil {
+				calls[0] = dlm.Call{SHA1: "x", Keys: []string{"k"}}
+				n.Run(context.Background(), calls)
+				if calls[0].Err == nil {
+					done.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return done.Load()
+}
+
+// Auto coalesces where that completes more calls per second and not where
+// it completes fewer, and completes about as many as the better of On and
+// Off (less the epochs it spends probing the worse: with modes 17 and 32
+// times apart, as here, three probes in 5s cost 10–20%; with the few
+// percent apart that real nodes show, next to nothing).
+func TestAutoPicksTheFasterMode(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		node   func() dlm.Node
+		wantOn bool
+	}{
+		// One Run at a time, whatever it carries: batches pay.
+		{"one connection", func() dlm.Node {
+			return &timedNode{slot: make(chan struct{}, 1), perRun: time.Millisecond, perCall: 10 * time.Microsecond, reply: []int64{1}}
+		}, true},
+		// Any number of Runs at once, each call costing its own time: a
+		// batch only makes its calls wait for each other.
+		{"cost per call", func() dlm.Node {
+			return &timedNode{perCall: time.Millisecond, reply: []int64{1}}
+		}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				const d = 5 * time.Second
+				count := map[coalesce.Mode]int64{}
+				for _, mode := range []coalesce.Mode{coalesce.On, coalesce.Off, coalesce.Auto} {
+					n := coalesce.New(tc.node(), 0)
+					n.SetMode(mode)
+					count[mode] = drive(n, d)
+					if mode == coalesce.Auto {
+						assert.Equal(t, tc.wantOn, n.Coalescing(), "Auto's choice")
+					}
+				}
+				best := max(count[coalesce.On], count[coalesce.Off])
+				t.Logf("calls completed in %v: on %d, off %d, auto %d", d, count[coalesce.On], count[coalesce.Off], count[coalesce.Auto])
+				worst := min(count[coalesce.On], count[coalesce.Off])
+				assert.Greater(t, float64(count[coalesce.Auto]), 0.75*float64(best), "Auto completed too few")
+				assert.Greater(t, count[coalesce.Auto], 3*worst, "Auto completed about as few as the worse mode")
+			})
+		})
+	}
+}
+
+// A serial caller never makes an epoch contended, and its calls go by
+// themselves, whatever Auto has chosen.
+func TestAutoSerialGoesAlone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := coalesce.New(&timedNode{perRun: time.Millisecond, reply: []int64{1}}, 0)
+		n.SetMode(coalesce.Auto)
+		calls := make([]dlm.Call, 1)
+		for range 2000 {
+			calls[0] = dlm.Call{SHA1: "x", Keys: []string{"k"}}
+			n.Run(context.Background(), calls)
+		}
+		runs, carried := n.Stats()
+		assert.Equal(t, int64(2000), runs)
+		assert.Equal(t, int64(2000), carried)
+	})
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package token
+
+const raceOn = false

@@ -1,0 +1,5 @@
+//go:build !race
+
+package dlm_test
+
+const raceOn = false
