@@ -15,6 +15,7 @@ import (
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/conformance"
 	"github.com/dlmgo/dlm/dlmtest"
+	"github.com/dlmgo/dlm/internal/vtest"
 	"github.com/dlmgo/dlm/driver/goredis"
 	"github.com/dlmgo/dlm/internal/redistest"
 	"github.com/dlmgo/dlm/strategy"
@@ -112,7 +113,7 @@ func vparkWaiter(t *testing.T, wctx context.Context, s *handoffCounting, m *dlm.
 // it: one Handoff call, no release and no new attempt, and the server
 // holds the waiter's token with the next fence.
 func TestUnlockHandsOffToWaiter(t *testing.T) {
-	vtest(t, func(t *testing.T, srv *dlmtest.Server) {
+	vtest.Run(t, func(t *testing.T, srv *dlmtest.Server) {
 		ctx := context.Background()
 		p := park(t, srv, ctx, "h", nil)
 		s, held, got := p.s, p.held, p.got
@@ -140,7 +141,7 @@ func TestUnlockHandsOffToWaiter(t *testing.T) {
 // A waiter that gives up while the lock is being handed to it does not
 // keep it: the Manager releases it long before its TTL.
 func TestHandoffToWaiterThatGaveUp(t *testing.T) {
-	vtest(t, func(t *testing.T, srv *dlmtest.Server) {
+	vtest.Run(t, func(t *testing.T, srv *dlmtest.Server) {
 		ctx := context.Background()
 		wctx, cancel := context.WithCancel(ctx)
 		p := park(t, srv, wctx, "gave-up", make(chan struct{}))
@@ -169,7 +170,7 @@ func TestHandoffToWaiterThatGaveUp(t *testing.T) {
 // is refused: Unlock says the lock was not held, and the waiter is woken
 // at once to try, rather than at its next poll.
 func TestHandoffRefusedWakesWaiter(t *testing.T) {
-	vtest(t, func(t *testing.T, srv *dlmtest.Server) {
+	vtest.Run(t, func(t *testing.T, srv *dlmtest.Server) {
 		ctx := context.Background()
 		p := park(t, srv, ctx, "gone", nil)
 		s, held, got := p.s, p.held, p.got
@@ -189,7 +190,7 @@ func TestHandoffRefusedWakesWaiter(t *testing.T) {
 // process (another Manager): a run of hand-offs ends with a release within
 // the maximum retry delay.
 func TestHandoffsLetOtherProcessesIn(t *testing.T) {
-	vtest(t, func(t *testing.T, srv *dlmtest.Server) {
+	vtest.Run(t, func(t *testing.T, srv *dlmtest.Server) {
 		s := &handoffCounting{Strategy: newSingle(t, srv.Node())}
 		opts := []dlm.Option{dlm.WithTTL(10 * time.Second), dlm.WithRetryDelay(time.Millisecond, 50*time.Millisecond)}
 		busy := newM(t, s, opts...)
@@ -237,7 +238,7 @@ func TestHandoffsLetOtherProcessesIn(t *testing.T) {
 // the strategy gives the new token's lock back, Unlock reports the failure,
 // and the waiter gets the lock well before the TTL.
 func TestHandoffReplyLost(t *testing.T) {
-	vtest(t, func(t *testing.T, srv *dlmtest.Server) {
+	vtest.Run(t, func(t *testing.T, srv *dlmtest.Server) {
 		node := conformance.Wrap(srv.Node())
 		s := &handoffCounting{Strategy: newSingle(t, node)}
 		m := newM(t, s, dlm.WithTTL(time.Minute), dlm.WithRetryDelay(5*time.Millisecond, 200*time.Millisecond))
@@ -320,7 +321,7 @@ func TestHandoffsShareAmongProcesses(t *testing.T) {
 // Manager waiting on ever new keys keeps at most about twice the keys of
 // the last second.
 func TestQueueMemoryIsBounded(t *testing.T) {
-	vtest(t, func(t *testing.T, srv *dlmtest.Server) {
+	vtest.Run(t, func(t *testing.T, srv *dlmtest.Server) {
 		m := newVManager(t, srv)
 		for i := range 1000 {
 			require.Equal(t, i+1, dlm.RememberForTest(m, "old"+strconv.Itoa(i), 1), "all remembered within the second")

@@ -11,6 +11,7 @@ import (
 
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/dlmtest"
+	"github.com/dlmgo/dlm/internal/vtest"
 )
 
 // grantAll is a Strategy that grants every lock at once, in memory: the
@@ -82,7 +83,7 @@ var ContextMade = dlm.ContextMadeForTest
 // asked for after the validity ran out is ended already, with ErrLost; one
 // asked for and then unlocked ends with ErrUnlocked.
 func TestLateContextFollowsRenewals(t *testing.T) {
-	vtest(t, func(t *testing.T, srv *dlmtest.Server) {
+	vtest.Run(t, func(t *testing.T, srv *dlmtest.Server) {
 		const ttl = 3 * time.Second
 		m := newVManager(t, srv, dlm.WithTTL(ttl), dlm.WithAutoRenew(1.0/3, 10*time.Second))
 		ctx := context.Background()

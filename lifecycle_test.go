@@ -17,6 +17,7 @@ import (
 
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/dlmtest"
+	"github.com/dlmgo/dlm/internal/vtest"
 	"github.com/dlmgo/dlm/driver/goredis"
 	"github.com/dlmgo/dlm/strategy"
 )
@@ -132,7 +133,7 @@ func ctxClient(t testing.TB, addr string) *redis.Client {
 }
 
 func TestContextDeadlineIsValidity(t *testing.T) {
-	vtest(t, func(t *testing.T, srv *dlmtest.Server) {
+	vtest.Run(t, func(t *testing.T, srv *dlmtest.Server) {
 		const ttl = 300 * time.Millisecond
 		m := newVManager(t, srv, dlm.WithTTL(ttl))
 		start := time.Now()
@@ -164,7 +165,7 @@ func TestContextDeadlineIsValidity(t *testing.T) {
 }
 
 func TestAutoRenewKeepsLockPastSeveralTTLs(t *testing.T) {
-	vtest(t, func(t *testing.T, srv *dlmtest.Server) {
+	vtest.Run(t, func(t *testing.T, srv *dlmtest.Server) {
 		const ttl = 300 * time.Millisecond
 		m := newVManager(t, srv, dlm.WithTTL(ttl), dlm.WithAutoRenew(1.0/3, time.Minute))
 		ctx := context.Background()
@@ -188,7 +189,7 @@ func TestAutoRenewKeepsLockPastSeveralTTLs(t *testing.T) {
 }
 
 func TestRenewalRefusedEndsContextWithErrLost(t *testing.T) {
-	vtest(t, func(t *testing.T, srv *dlmtest.Server) {
+	vtest.Run(t, func(t *testing.T, srv *dlmtest.Server) {
 		const ttl = 2 * time.Second
 		m := newVManager(t, srv, dlm.WithTTL(ttl), dlm.WithAutoRenew(0.1, time.Minute))
 		ctx := context.Background()
@@ -209,7 +210,7 @@ func TestRenewalRefusedEndsContextWithErrLost(t *testing.T) {
 }
 
 func TestRenewalFailingEndsContextAtValidity(t *testing.T) {
-	vtest(t, func(t *testing.T, srv *dlmtest.Server) {
+	vtest.Run(t, func(t *testing.T, srv *dlmtest.Server) {
 		const ttl = 300 * time.Millisecond
 		node := srv.Node()
 		s := newSingle(t, node, strategy.WithTimeout(50*time.Millisecond))
@@ -228,7 +229,7 @@ func TestRenewalFailingEndsContextAtValidity(t *testing.T) {
 }
 
 func TestMaxHoldStopsRenewal(t *testing.T) {
-	vtest(t, func(t *testing.T, srv *dlmtest.Server) {
+	vtest.Run(t, func(t *testing.T, srv *dlmtest.Server) {
 		const ttl, maxHold = 200 * time.Millisecond, 300 * time.Millisecond
 		m := newVManager(t, srv, dlm.WithTTL(ttl), dlm.WithAutoRenew(0.25, maxHold))
 		start := time.Now()
@@ -250,7 +251,7 @@ func TestMaxHoldStopsRenewal(t *testing.T) {
 // The maximum hold time is the one bound on holding a lock: explicit
 // extensions are shortened to end at it and refused after it.
 func TestMaxHoldBoundsExtend(t *testing.T) {
-	vtest(t, func(t *testing.T, srv *dlmtest.Server) {
+	vtest.Run(t, func(t *testing.T, srv *dlmtest.Server) {
 		const maxHold = 400 * time.Millisecond
 		// Renewal would come at 0.9 of the TTL: after the maximum hold.
 		m := newVManager(t, srv, dlm.WithTTL(time.Second), dlm.WithAutoRenew(0.9, maxHold))
@@ -298,7 +299,7 @@ func TestAutoRenewBadOptions(t *testing.T) {
 // depend on the scheduler (a request can sit in the client for milliseconds
 // on a loaded machine), so they are reported, not asserted.
 func TestPartitionedHolderEndsBeforeOthersAcquire(t *testing.T) {
-	vtest(t, func(t *testing.T, srv *dlmtest.Server) {
+	vtest.Run(t, func(t *testing.T, srv *dlmtest.Server) {
 		const ttl = 400 * time.Millisecond
 		holderNode := srv.Node()
 		holderStrat := newSingle(t, holderNode, strategy.WithTimeout(100*time.Millisecond))
@@ -359,7 +360,7 @@ func TestWaiterWokenByRelease(t *testing.T) {
 		{"polling-strategy-cannot-notify", false, func(s dlm.Strategy) dlm.Strategy { return noWatchStrategy{s} }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			vtest(t, func(t *testing.T, srv *dlmtest.Server) {
+			vtest.Run(t, func(t *testing.T, srv *dlmtest.Server) {
 				var n dlm.Node = srv.Node()
 				if !tc.notify && tc.wrap == nil {
 					n = plainNode{n}
@@ -406,7 +407,7 @@ func TestWaiterWokenByRelease(t *testing.T) {
 }
 
 func TestWaiterNotParkedWithoutNotification(t *testing.T) {
-	vtest(t, func(t *testing.T, srv *dlmtest.Server) {
+	vtest.Run(t, func(t *testing.T, srv *dlmtest.Server) {
 		strat := newSingle(t, srv.Node())
 		ctx := context.Background()
 
@@ -442,7 +443,7 @@ func TestWaiterNotParkedWithoutNotification(t *testing.T) {
 }
 
 func TestWaitCancelled(t *testing.T) {
-	vtest(t, func(t *testing.T, srv *dlmtest.Server) {
+	vtest.Run(t, func(t *testing.T, srv *dlmtest.Server) {
 		m := newVManager(t, srv, dlm.WithTTL(time.Minute))
 		ctx := context.Background()
 		held, err := m.TryLock(ctx, "cancelled")
@@ -487,7 +488,7 @@ func TestRenewTenThousandLocks(t *testing.T) {
 	if testing.Short() {
 		t.Skip("10,000 locks")
 	}
-	vtest(t, func(t *testing.T, srv *dlmtest.Server) {
+	vtest.Run(t, func(t *testing.T, srv *dlmtest.Server) {
 		const n, ttl, fraction = 10000, 3 * time.Second, 1.0 / 3
 		period := time.Duration(float64(ttl) * fraction)
 		node := &countingNode{Node: srv.Node()}
@@ -555,7 +556,7 @@ func (s *inFlight) Acquire(ctx context.Context, key, token string, ttl time.Dura
 // waiter at once, even when the strategy cannot notify, and they never race
 // each other (with Redlock such races split the votes so that nobody wins).
 func TestWaitersOfOneManagerTakeTurns(t *testing.T) {
-	vtest(t, func(t *testing.T, srv *dlmtest.Server) {
+	vtest.Run(t, func(t *testing.T, srv *dlmtest.Server) {
 		strat := &inFlight{Strategy: noWatchStrategy{newSingle(t, srv.Node())}}
 		// Polling alone would wait at least a second between attempts.
 		m := newM(t, strat, dlm.WithTTL(time.Minute), dlm.WithRetryDelay(2*time.Second, 4*time.Second))
@@ -590,7 +591,7 @@ func TestWaitersOfOneManagerTakeTurns(t *testing.T) {
 // queue tries for all) still says why the lock was busy when it gives up:
 // the queue's last refusal.
 func TestWaiterGivesUpWithQueuesRefusal(t *testing.T) {
-	vtest(t, func(t *testing.T, srv *dlmtest.Server) {
+	vtest.Run(t, func(t *testing.T, srv *dlmtest.Server) {
 		holder := newVManager(t, srv, dlm.WithTTL(time.Minute))
 		m := newVManager(t, srv, dlm.WithTTL(time.Minute))
 		ctx := context.Background()

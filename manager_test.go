@@ -12,6 +12,7 @@ import (
 
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/dlmtest"
+	"github.com/dlmgo/dlm/internal/vtest"
 	"github.com/dlmgo/dlm/driver/goredis"
 	"github.com/dlmgo/dlm/inspect"
 	"github.com/dlmgo/dlm/internal/redistest"
@@ -19,7 +20,7 @@ import (
 )
 
 func TestMutualExclusion32Goroutines(t *testing.T) {
-	vtest(t, func(t *testing.T, srv *dlmtest.Server) {
+	vtest.Run(t, func(t *testing.T, srv *dlmtest.Server) {
 		m := newVManager(t, srv, dlm.WithTTL(5*time.Second), dlm.WithRetryDelay(time.Millisecond, 10*time.Millisecond))
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
@@ -41,7 +42,7 @@ func TestMutualExclusion32Goroutines(t *testing.T) {
 }
 
 func TestLockExpiresAndPassesOn(t *testing.T) {
-	vtest(t, func(t *testing.T, srv *dlmtest.Server) {
+	vtest.Run(t, func(t *testing.T, srv *dlmtest.Server) {
 		const ttl = 200 * time.Millisecond
 		m := newVManager(t, srv, dlm.WithTTL(ttl))
 		ctx := context.Background()
@@ -77,7 +78,7 @@ func TestLockExpiresAndPassesOn(t *testing.T) {
 }
 
 func TestOnlyOwnerExtendsAndReleases(t *testing.T) {
-	vtest(t, func(t *testing.T, srv *dlmtest.Server) {
+	vtest.Run(t, func(t *testing.T, srv *dlmtest.Server) {
 		m := newVManager(t, srv, dlm.WithTTL(time.Second))
 		ctx := context.Background()
 		l, err := m.TryLock(ctx, "owned")
@@ -113,7 +114,7 @@ func TestOnlyOwnerExtendsAndReleases(t *testing.T) {
 }
 
 func TestReleaseAfterExpiry(t *testing.T) {
-	vtest(t, func(t *testing.T, srv *dlmtest.Server) {
+	vtest.Run(t, func(t *testing.T, srv *dlmtest.Server) {
 		m := newVManager(t, srv, dlm.WithTTL(50*time.Millisecond))
 		ctx := context.Background()
 		l, err := m.TryLock(ctx, "short")
@@ -124,7 +125,7 @@ func TestReleaseAfterExpiry(t *testing.T) {
 }
 
 func TestCancelledContext(t *testing.T) {
-	vtest(t, func(t *testing.T, srv *dlmtest.Server) {
+	vtest.Run(t, func(t *testing.T, srv *dlmtest.Server) {
 		m := newVManager(t, srv)
 		held, err := m.TryLock(context.Background(), "busy")
 		require.NoError(t, err)
@@ -157,7 +158,7 @@ func TestCancelledContext(t *testing.T) {
 }
 
 func TestFencesIncrease(t *testing.T) {
-	vtest(t, func(t *testing.T, srv *dlmtest.Server) {
+	vtest.Run(t, func(t *testing.T, srv *dlmtest.Server) {
 		m := newVManager(t, srv)
 		ctx := context.Background()
 		var last uint64

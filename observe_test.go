@@ -14,6 +14,7 @@ import (
 
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/dlmtest"
+	"github.com/dlmgo/dlm/internal/vtest"
 )
 
 // recorder is an Observer that records events as strings.
@@ -75,7 +76,7 @@ func (s *markStrategy) Acquire(ctx context.Context, key, token string, ttl time.
 }
 
 func TestObserverLockTryLockUnlock(t *testing.T) {
-	vtest(t, func(t *testing.T, srv *dlmtest.Server) {
+	vtest.Run(t, func(t *testing.T, srv *dlmtest.Server) {
 		rec := &recorder{}
 		ms := &markStrategy{Strategy: newSingle(t, srv.Node())}
 		m := newM(t, ms, dlm.WithObserver(rec), dlm.WithRetryDelay(time.Millisecond, 20*time.Millisecond))
@@ -125,7 +126,7 @@ func TestObserverLockTryLockUnlock(t *testing.T) {
 }
 
 func TestObserverLostOnceWhateverEndsIt(t *testing.T) {
-	vtest(t, func(t *testing.T, srv *dlmtest.Server) {
+	vtest.Run(t, func(t *testing.T, srv *dlmtest.Server) {
 		rec := &recorder{}
 		m := newVManager(t, srv, dlm.WithObserver(rec), dlm.WithTTL(600*time.Millisecond), dlm.WithAutoRenew(0.3, time.Minute))
 		ctx := context.Background()
@@ -180,7 +181,7 @@ func TestObserverLostOnceWhateverEndsIt(t *testing.T) {
 }
 
 func TestObserverExtend(t *testing.T) {
-	vtest(t, func(t *testing.T, srv *dlmtest.Server) {
+	vtest.Run(t, func(t *testing.T, srv *dlmtest.Server) {
 		rec := &recorder{}
 		m := newVManager(t, srv, dlm.WithObserver(rec))
 		ctx := context.Background()

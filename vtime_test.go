@@ -2,7 +2,6 @@ package dlm_test
 
 import (
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -11,22 +10,6 @@ import (
 	"github.com/dlmgo/dlm/dlmtest"
 	"github.com/dlmgo/dlm/strategy"
 )
-
-// vtest runs f in a testing/synctest bubble (virtual time) with a fresh
-// in-process server (package dlmtest). However f ends, the strategies'
-// and Managers' background work is given a minute of virtual time to
-// settle and the server is closed before the bubble ends.
-func vtest(t *testing.T, f func(t *testing.T, srv *dlmtest.Server)) {
-	t.Helper()
-	synctest.Test(t, func(t *testing.T) {
-		srv := dlmtest.NewServer()
-		defer func() {
-			time.Sleep(time.Minute)
-			srv.Close()
-		}()
-		f(t, srv)
-	})
-}
 
 // newVManager returns a Manager over a Single strategy on a new client of srv.
 func newVManager(t testing.TB, srv *dlmtest.Server, opts ...dlm.Option) *dlm.Manager {
