@@ -18,7 +18,22 @@ var (
 	base    = flag.Uint64("sim.base", 0, "TestSeeds runs the seeds from this one on (0: a random base)")
 	trace   = flag.Bool("sim.trace", false, "log every run")
 	figures = flag.Bool("sim.figures", false, "measure the drift and clock-jump figures (TestFigures)")
+	prim    = flag.String("sim.prim", "", "TestSeeds takes only this primitive: plain, fair, semaphore or rwlock (default: drawn)")
 )
+
+// seedOptions are TestSeeds' options, from -sim.prim.
+func seedOptions(t *testing.T) Options {
+	if *prim == "" {
+		return Options{}
+	}
+	for p := range numPrims {
+		if p.String() == *prim {
+			return Options{Prim: &p}
+		}
+	}
+	t.Fatalf("-sim.prim=%s: not a primitive", *prim)
+	return Options{}
+}
 
 // lessGC lets the heap grow to 5 times the live data before a collection
 // (GOGC=400) while t runs: runs allocate much and keep little, and the
@@ -50,6 +65,7 @@ func TestSeeds(t *testing.T) {
 			list = append(list, b+uint64(i))
 		}
 	}
+	o := seedOptions(t)
 	start := time.Now()
 	var mu sync.Mutex
 	var beyond, broke int
@@ -61,10 +77,10 @@ func TestSeeds(t *testing.T) {
 				t.Parallel()
 				t0 := time.Now()
 				if *trace {
-					c, sc := Plan(s, Options{})
+					c, sc := Plan(s, o)
 					t.Logf("seed %d: %v %v", s, c, sc)
 				}
-				r := Run(t, s, Options{})
+				r := Run(t, s, o)
 				if *trace {
 					t.Logf("%v: %v", time.Since(t0), r)
 				}
@@ -96,7 +112,7 @@ func TestPlanted(t *testing.T) {
 	lessGC(t)
 	single, r3, r5 := Single, Redlock3, Redlock5
 	on, off := true, false
-	fair, sem, rw := Fair, Semaphore, RWLock
+	plain, fair, sem, rw := Plain, Fair, Semaphore, RWLock
 	cases := []struct {
 		bug   Bug
 		o     Options
@@ -104,11 +120,11 @@ func TestPlanted(t *testing.T) {
 		skip  string
 		rule  string // the rule that must catch it, when it is one of the family's
 	}{
-		{NoDrift, Options{Deployment: &single, Guard: &off, Renew: &off, Kinds: []FaultKind{Drift, HolderPause, Partition}}, 300, "", ""},
-		{OneNodeFence, Options{Deployment: &r5, Guard: &off, Kinds: []FaultKind{Partition, ServerPause, LinkDelay, ServerDelay}}, 300, "", ""},
-		{RenewIgnoresRefusal, Options{Deployment: &single, Guard: &on, Renew: &on, LongHolds: true, Kinds: []FaultKind{Restart}}, 300, "", ""},
-		{HandoffNoCheck, Options{Deployment: &r3, Guard: &off, Workers: 2, Kinds: []FaultKind{HolderPause, Partition}}, 300, "", ""},
-		{GuardVotesAtOnce, Options{Deployment: &single, Guard: &on, Kinds: []FaultKind{Restart, HolderPause}}, 300, "", ""},
+		{NoDrift, Options{Prim: &plain, Deployment: &single, Guard: &off, Renew: &off, Kinds: []FaultKind{Drift, HolderPause, Partition}}, 300, "", ""},
+		{OneNodeFence, Options{Prim: &plain, Deployment: &r5, Guard: &off, Kinds: []FaultKind{Partition, ServerPause, LinkDelay, ServerDelay}}, 300, "", ""},
+		{RenewIgnoresRefusal, Options{Prim: &plain, Deployment: &single, Guard: &on, Renew: &on, LongHolds: true, Kinds: []FaultKind{Restart}}, 300, "", ""},
+		{HandoffNoCheck, Options{Prim: &plain, Deployment: &r3, Guard: &off, Workers: 2, Kinds: []FaultKind{HolderPause, Partition}}, 300, "", ""},
+		{GuardVotesAtOnce, Options{Prim: &plain, Deployment: &single, Guard: &on, Kinds: []FaultKind{Restart, HolderPause}}, 300, "", ""},
 		{FairJumpsQueue, Options{Deployment: &single, Prim: &fair, Guard: &off, Workers: 2, Kinds: []FaultKind{HolderPause, LinkDelay}}, 300, "", "fifo:"},
 		{SemExtraPermit, Options{Deployment: &single, Prim: &sem, Guard: &off, Workers: 2, Kinds: []FaultKind{HolderPause, LinkDelay}}, 300, "", "permits:"},
 		{WriterIgnoresReaders, Options{Deployment: &r3, Prim: &rw, Guard: &off, Workers: 2, Kinds: []FaultKind{HolderPause, LinkDelay}}, 300, "", "writer overlap:"},
