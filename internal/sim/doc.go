@@ -3,6 +3,10 @@
 // each with its own Manager and its own Nodes — taking one key over a
 // dlmtest deployment (single, Redlock of 3 or 5, failover with AckAll,
 // AckMajority or AckNone), under a fault schedule drawn from the seed.
+// Half the runs take the plain lock (Manager.Lock); the others one of the
+// lock family's primitives (Prim): a fairlock (single and failover), a
+// semaphore of 2 permits, or an rwlock of at most 2 readers whose takes
+// write one time in three.
 //
 // Faults: server reply delays, lost replies, pauses and slowness; one
 // client's link delayed or cut from some servers; restarts with and
@@ -13,10 +17,16 @@
 //
 // After each run, in true (virtual) time: no two valid leases overlap (a
 // lease is valid from the return of Lock until the earlier of its Until and
-// the end of its Context); every acquisition's fence is above the fence of
-// every acquisition that completed before it began; a Context ends no
-// later than its validity; and once every fault healed the lock is granted
-// again. Safety is required only of runs whose schedule stays within what
+// the end of its Context); every acquisition of a key by the strategies
+// has a fence above that of every acquisition of the key that completed
+// before it began; a Context ends no later than its validity; and once
+// every fault healed the lock (primitive) is granted again. For the
+// family, "no overlap" is its own rule: a semaphore's valid permits never
+// exceed 2; an rwlock writer's hold overlaps no other hold and valid
+// readers never exceed 2; a fair lock is granted to no waiter while an
+// earlier arrival keeps its place in the queue (checked unless the queue
+// may be lost: a restart without data, a promotion, a fault beyond the
+// promise). Safety is required only of runs whose schedule stays within what
 // dlm promises (docs/guarantees.md): a clock drifting faster than Bound, a
 // clock jumping forward, a restart without data and without the guard, a
 // promotion under AckMajority or AckNone mark a fault "beyond the promise".
@@ -26,16 +36,22 @@
 // goroutines that run at one virtual instant is the Go scheduler's, so a
 // seed replays its faults exactly but not always every race.
 //
-//	go test ./internal/sim/                  # CI: 60 fresh seeds (10 under -race) and the planted bugs
-//	go test ./internal/sim/ -run TestSeeds -sim.seeds=20000 -timeout 0   # a soak
+//	go test ./internal/sim/                  # CI: 300 fresh seeds (10 under -race) and the planted bugs
+//	go test ./internal/sim/ -run TestSeeds -sim.seeds=10000 -timeout 0   # a soak
 //	go test ./internal/sim/ -run TestSeeds -seed=12345 -v                # one seed again
+//	go test ./internal/sim/ -run TestSeeds -sim.prim=rwlock -sim.base=1 -sim.seeds=500   # one primitive, fixed seeds
 //	go test ./internal/sim/ -run TestFigures -sim.figures -v
 //
 // SIMDEBUG=1 in the environment prints every grant (virtual time, client,
 // worker, fence). (The package comes before the flags: go test reads a value after an
-// unknown flag as a package.) A run costs about 0.1 to 0.2s of CPU: 12s of
-// virtual faults, then the liveness check and a minute for the strategies'
-// background work; scripts run in gopher-lua, which is most of the cost.
+// unknown flag as a package.) A run of the plain lock costs about 16ms of
+// CPU (a mix of primitives about 30ms, of which semaphore runs over Redlock
+// whose waiters wake each other take the most: see
+// TestSemaphoreWaitersWakeEachOther): 12s of virtual faults, then the
+// liveness check and a minute for the strategies' background work (a day
+// for the permits' record of a semaphore or rwlock without the guard).
+// Scripts run in gopher-lua, compiled once per process: running them is
+// about a third of the CPU.
 //
 // Every link has a round trip of 100µs to 2ms (drawn per link): with none,
 // calls take no virtual time, and Managers whose Redlock attempts split the

@@ -13,7 +13,7 @@ import (
 )
 
 var (
-	seeds   = flag.Int("sim.seeds", 0, "how many fresh seeds TestSeeds runs (default 60, 10 under -race)")
+	seeds   = flag.Int("sim.seeds", 0, "how many fresh seeds TestSeeds runs (default 300, 10 under -race)")
 	oneSeed = flag.Uint64("seed", 0, "run this seed only (TestSeeds)")
 	base    = flag.Uint64("sim.base", 0, "TestSeeds runs the seeds from this one on (0: a random base)")
 	trace   = flag.Bool("sim.trace", false, "log every run")
@@ -51,7 +51,7 @@ func TestSeeds(t *testing.T) {
 	if *oneSeed == 0 {
 		n := *seeds
 		if n == 0 {
-			n = 60
+			n = 300
 			if raceOn {
 				n = 10
 			}
@@ -105,21 +105,20 @@ func TestSeeds(t *testing.T) {
 		len(list), el.Round(time.Millisecond), float64(len(list))/el.Minutes(), beyond, broke)
 }
 
-// TestPlanted shows the simulator finds each planted bug within a bounded
-// number of seeds (within the promise: every fault the bug's absence
-// survives), and that the same seeds pass without the bug.
-func TestPlanted(t *testing.T) {
-	lessGC(t)
+// A plantedCase is a planted bug and the runs that look for it.
+type plantedCase struct {
+	bug   Bug
+	o     Options
+	limit int
+	skip  string
+	rule  string // the rule that must catch it, when it is one of the family's
+}
+
+func plantedCases() []plantedCase {
 	single, r3, r5 := Single, Redlock3, Redlock5
 	on, off := true, false
 	plain, fair, sem, rw := Plain, Fair, Semaphore, RWLock
-	cases := []struct {
-		bug   Bug
-		o     Options
-		limit int
-		skip  string
-		rule  string // the rule that must catch it, when it is one of the family's
-	}{
+	return []plantedCase{
 		{NoDrift, Options{Prim: &plain, Deployment: &single, Guard: &off, Renew: &off, Kinds: []FaultKind{Drift, HolderPause, Partition}}, 300, "", ""},
 		{OneNodeFence, Options{Prim: &plain, Deployment: &r5, Guard: &off, Kinds: []FaultKind{Partition, ServerPause, LinkDelay, ServerDelay}}, 300, "", ""},
 		{RenewIgnoresRefusal, Options{Prim: &plain, Deployment: &single, Guard: &on, Renew: &on, LongHolds: true, Kinds: []FaultKind{Restart}}, 300, "", ""},
@@ -129,6 +128,14 @@ func TestPlanted(t *testing.T) {
 		{SemExtraPermit, Options{Deployment: &single, Prim: &sem, Guard: &off, Workers: 2, Kinds: []FaultKind{HolderPause, LinkDelay}}, 300, "", "permits:"},
 		{WriterIgnoresReaders, Options{Deployment: &r3, Prim: &rw, Guard: &off, Workers: 2, Kinds: []FaultKind{HolderPause, LinkDelay}}, 300, "", "writer overlap:"},
 	}
+}
+
+// TestPlanted shows the simulator finds each planted bug within a bounded
+// number of seeds (within the promise: every fault the bug's absence
+// survives), and that the same seeds pass without the bug.
+func TestPlanted(t *testing.T) {
+	lessGC(t)
+	cases := plantedCases()
 	base := rand.Uint64()
 	for _, c := range cases {
 		t.Run(c.bug.String(), func(t *testing.T) {
@@ -252,5 +259,36 @@ func TestSemaphoreWaitersWakeEachOther(t *testing.T) {
 	t.Logf("%v", r)
 	if r.Attempts > 100*r.Grants {
 		t.Errorf("%d acquisitions for %d grants: the waiters spin", r.Attempts, r.Grants)
+	}
+}
+
+// TestPlantedSeeds measures (with -sim.figures) how many seeds the
+// simulator takes to find each planted bug, from 20 random bases: the
+// fewest, the median and the most.
+func TestPlantedSeeds(t *testing.T) {
+	if !*figures {
+		t.Skip("run with -sim.figures")
+	}
+	lessGC(t)
+	for _, c := range plantedCases() {
+		c.o.Within, c.o.Bug = true, c.bug
+		var took []int
+		for range 20 {
+			base := rand.Uint64()
+			n := 0
+			for i := range 10000 {
+				if r := Run(t, base+uint64(i), c.o); len(r.Violations) > 0 {
+					n = i + 1
+					break
+				}
+			}
+			if n == 0 {
+				t.Errorf("%v survived 10,000 seeds from %d", c.bug, base)
+				n = 10001
+			}
+			took = append(took, n)
+		}
+		slices.Sort(took)
+		t.Logf("%v: found after %d, %d, %d seeds (fewest, median, most of 20 searches): %v", c.bug, took[0], took[len(took)/2], took[len(took)-1], took)
 	}
 }
