@@ -301,6 +301,7 @@ type Grant struct {
 	End            time.Duration // when its Context ended
 	Until          time.Duration // its validity when the Context ended
 	Cause          error
+	Stale          bool      // its Context had ended when Lock returned: End is when that was seen
 	fair           *fairWait // a fair Lock's queue calls
 }
 
@@ -331,6 +332,7 @@ type Result struct {
 	Grants     int
 	Attempts   int      // the strategies' acquisitions, granted or not
 	Violations []string // safety: overlaps, fences back, Contexts late
+	Stale      []string // locks returned after their validity ended (not a violation)
 	Liveness   string   // non-empty: no grant after the faults healed
 }
 
@@ -349,6 +351,9 @@ func (r *Result) String() string {
 			break
 		}
 		fmt.Fprintf(&b, "\n  %s", v)
+	}
+	for _, s := range r.Stale {
+		fmt.Fprintf(&b, "\n  %s", s)
 	}
 	if r.Liveness != "" {
 		fmt.Fprintf(&b, "\n  liveness: %s", r.Liveness)
@@ -601,7 +606,7 @@ func (w *world) pausing(start time.Time) time.Duration {
 
 // watch records l's grant g and, in the background, the end of its Context.
 func (w *world) watch(l holding, g *Grant) {
-	g.Fence, g.Start = l.Fence(), w.now()
+	g.Fence, g.Start, g.Stale = l.Fence(), w.now(), l.Context().Err() != nil
 	if debugGrants {
 		println("grant", g.Start.String(), g.Client, g.Worker, g.Fence, g.Write)
 	}
@@ -698,6 +703,10 @@ func (w *world) check(res *Result) {
 	res.Grants, res.Attempts = len(gs), w.attempts
 	sort.Slice(gs, func(i, j int) bool { return gs[i].Start < gs[j].Start })
 	for _, a := range gs {
+		if a.Stale {
+			res.Stale = append(res.Stale, fmt.Sprintf("stale: %v: Lock returned at %v, after its validity %v had ended (%v)", a, a.Start, a.Until, a.Cause))
+			continue // when its Context ended is not known
+		}
 		if a.End > a.Until {
 			res.Violations = append(res.Violations, fmt.Sprintf("context late: %v: Context ended at %v, after its validity %v (%v)",
 				a, a.End, a.Until, a.Cause))
