@@ -217,7 +217,9 @@ func (w *world) checkFamily(res *Result, gs []*Grant) {
 func (w *world) checkExclusive(res *Result, gs []*Grant, excl func(a, b *Grant) bool, rule string) {
 	for i, a := range gs {
 		for _, b := range gs[i+1:] {
-			if b.Start >= a.valid() || !excl(a, b) {
+			// A lock returned after its validity (Stale) was valid at no
+			// time after its return.
+			if b.Start >= a.valid() || b.valid() <= b.Start || !excl(a, b) {
 				continue
 			}
 			res.Violations = append(res.Violations, fmt.Sprintf("%s: %v granted at %v while %v was valid [%v, %v)",
