@@ -301,7 +301,7 @@ type Grant struct {
 	End            time.Duration // when its Context ended
 	Until          time.Duration // its validity when the Context ended
 	Cause          error
-	Stale          bool      // its Context had ended when Lock returned: End is when that was seen
+	Stale          bool      // Lock returned after its validity ended
 	fair           *fairWait // a fair Lock's queue calls
 }
 
@@ -606,7 +606,7 @@ func (w *world) pausing(start time.Time) time.Duration {
 
 // watch records l's grant g and, in the background, the end of its Context.
 func (w *world) watch(l holding, g *Grant) {
-	g.Fence, g.Start, g.Stale = l.Fence(), w.now(), l.Context().Err() != nil
+	g.Fence, g.Start = l.Fence(), w.now()
 	if debugGrants {
 		println("grant", g.Start.String(), g.Client, g.Worker, g.Fence, g.Write)
 	}
@@ -703,9 +703,16 @@ func (w *world) check(res *Result) {
 	res.Grants, res.Attempts = len(gs), w.attempts
 	sort.Slice(gs, func(i, j int) bool { return gs[i].Start < gs[j].Start })
 	for _, a := range gs {
-		if a.Stale {
+		if a.Until <= a.Start {
+			// Its Context must have ended by then, or end at once (a
+			// timer that fires at this instant may run after the return).
+			a.Stale = true
 			res.Stale = append(res.Stale, fmt.Sprintf("stale: %v: Lock returned at %v, after its validity %v had ended (%v)", a, a.Start, a.Until, a.Cause))
-			continue // when its Context ended is not known
+			if a.End > a.Start {
+				res.Violations = append(res.Violations, fmt.Sprintf("context late: %v: returned at %v after its validity %v, its Context ended only at %v (%v)",
+					a, a.Start, a.Until, a.End, a.Cause))
+			}
+			continue
 		}
 		if a.End > a.Until {
 			res.Violations = append(res.Violations, fmt.Sprintf("context late: %v: Context ended at %v, after its validity %v (%v)",
