@@ -68,6 +68,9 @@ func TestReplies(t *testing.T) {
 		{"local ok, e = pcall(redis.call, 'NOPE') return {ok and 1 or 0, type(e) == 'table' and 1 or 0}", []int64{0, 1}},
 		{"return {type(redis.pcall('NOPE')) == 'table' and 1 or 0}", []int64{1}},
 		{"redis.call('SET', 'big', 1700000000123456) return {tonumber(redis.call('GET', 'big'))}", []int64{1700000000123456}},
+		// string.format('%d', n) has a fast path; other formats go to gopher-lua's.
+		{"return {tonumber(string.format('%d', 1.9)), tonumber(string.format('%d', -7)), tonumber(string.format('%d', 2^53))}", []int64{1, -7, 1 << 53}},
+		{"return {string.format('%03d', 7) == '007' and 1 or 0, string.format('%d:%d', 1, 2) == '1:2' and 1 or 0}", []int64{1, 1}},
 	} {
 		if got := mustEval(t, n, tc.src, k); !slices.Equal(got, tc.want) {
 			t.Errorf("%s: reply %v, want %v", tc.src, got, tc.want)

@@ -7,8 +7,10 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"sync"
 
 	lua "github.com/yuin/gopher-lua"
+	"github.com/yuin/gopher-lua/parse"
 )
 
 // Redis 7.0.15, the version this package answers as (REDIS_VERSION_NUM,
@@ -27,7 +29,10 @@ func sha1Hex(src string) string {
 // (base without file access, table, string, math), the redis table, and
 // globals read-only as in Redis 7.
 func (sv *server) newLua() *lua.LState {
-	L := lua.NewState(lua.Options{SkipOpenLibs: true})
+	// A registry that starts small and grows to the default's size: a
+	// server's state is made at its start and each restart, and scripts
+	// use few registers.
+	L := lua.NewState(lua.Options{SkipOpenLibs: true, RegistrySize: 1024, RegistryMaxSize: lua.RegistrySize})
 	for _, lib := range []struct {
 		name string
 		open lua.LGFunction
@@ -37,6 +42,19 @@ func (sv *server) newLua() *lua.LState {
 		L.Call(1, 0)
 	}
 	g := L.G.Global
+	// string.format('%d', n), in every acquisition, without fmt.Sprintf;
+	// anything else as gopher-lua formats it.
+	str := g.RawGetString(lua.StringLibName).(*lua.LTable)
+	format := str.RawGetString("format").(*lua.LFunction).GFunction
+	str.RawSetString("format", L.NewFunction(func(L *lua.LState) int {
+		if L.GetTop() == 2 && L.Get(1) == lua.LString("%d") {
+			if n, ok := L.Get(2).(lua.LNumber); ok {
+				L.Push(lua.LString(strconv.FormatInt(int64(n), 10)))
+				return 1
+			}
+		}
+		return format(L)
+	}))
 	for _, name := range []string{"dofile", "loadfile", "load", "loadstring", "require", "module", "collectgarbage", "print", "_printregs"} {
 		g.RawSetString(name, lua.LNil)
 	}
@@ -196,11 +214,10 @@ func (sv *server) eval(sha, src string, keys, args []string) any {
 		if src == "" {
 			return replyError("NOSCRIPT No matching script. Please use EVAL.")
 		}
-		fn, err := L.Load(strings.NewReader(src), "user_script")
-		if err != nil {
+		var err error
+		if proto, err = compile(sha, src); err != nil {
 			return replyError("ERR Error compiling script (new function): " + firstLine(err.Error()))
 		}
-		proto = fn.Proto
 		sv.scripts[sha] = proto
 	}
 	g := L.G.Global
@@ -221,6 +238,32 @@ func (sv *server) eval(sha, src string, keys, args []string) any {
 		return replyError("ERR " + firstLine(err.Error()) + " script: " + sha)
 	}
 	return fromLua(L.Get(-1))
+}
+
+// compiled holds every script compiled in the process, by SHA1: a
+// FunctionProto is read-only, and LStates share it (gopher-lua's README),
+// so servers and their restarts do not compile a script again. A server
+// still answers NOSCRIPT until it was sent the source (sv.scripts).
+var compiled sync.Map // string → *lua.FunctionProto
+
+func compile(sha, src string) (*lua.FunctionProto, error) {
+	if p, ok := compiled.Load(sha); ok {
+		return p.(*lua.FunctionProto), nil
+	}
+	chunk, err := parse.Parse(strings.NewReader(src), "user_script")
+	if err != nil {
+		return nil, err
+	}
+	proto, err := lua.Compile(chunk, "user_script")
+	if err != nil {
+		return nil, err
+	}
+	// A script is the body of a function without parameters, as in Redis
+	// (where '...' in it does not compile): the call need not build
+	// Lua 5.0's arg table.
+	proto.IsVarArg &^= lua.VarArgNeedsArg
+	compiled.Store(sha, proto)
+	return proto, nil
 }
 
 func firstLine(s string) string {

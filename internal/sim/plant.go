@@ -11,6 +11,7 @@ import (
 
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/dlmtest"
+	"github.com/dlmgo/dlm/semaphore"
 	"github.com/dlmgo/dlm/strategy"
 )
 
@@ -36,10 +37,21 @@ const (
 	// GuardVotesAtOnce: the amnesia guard lets a quarantined (restarted
 	// empty) server grant at once.
 	GuardVotesAtOnce
+	// FairJumpsQueue: a fair waiter tries the lock wherever it stands in
+	// the queue, as if it were the head.
+	FairJumpsQueue
+	// SemExtraPermit: client 0 takes permit 0 of the semaphore on a key of
+	// its own (a permit more than the others count), sharing its fence
+	// counter, so that only the count of holders shows it.
+	SemExtraPermit
+	// WriterIgnoresReaders: an rwlock writer takes the readers' permits
+	// whoever holds them (a refusal is read as a grant, with a fresh fence).
+	WriterIgnoresReaders
 )
 
 func (b Bug) String() string {
-	return [...]string{"none", "no-drift", "one-node-fence", "renew-ignores-refusal", "handoff-no-check", "guard-votes-at-once"}[b]
+	return [...]string{"none", "no-drift", "one-node-fence", "renew-ignores-refusal", "handoff-no-check", "guard-votes-at-once",
+		"fair-jumps-queue", "sem-extra-permit", "writer-ignores-readers"}[b]
 }
 
 // plantState is what a bug's wrappers share within one client.
@@ -104,21 +116,52 @@ func isFenceWrite(c *dlm.Call) bool {
 // bugNode is a dlm.Node with a bug planted.
 type bugNode struct {
 	*dlmtest.Node
-	bug   Bug
-	srv   *dlmtest.Server
-	index int
-	p     *plantState
+	bug    Bug
+	srv    *dlmtest.Server
+	client int
+	index  int
+	p      *plantState
 }
 
-func plantNode(b Bug, n *dlmtest.Node, srv *dlmtest.Server, index int, p *plantState) dlm.Node {
+func plantNode(b Bug, n *dlmtest.Node, srv *dlmtest.Server, client, index int, p *plantState) dlm.Node {
 	switch b {
-	case OneNodeFence, RenewIgnoresRefusal, HandoffNoCheck, GuardVotesAtOnce:
-		return &bugNode{Node: n, bug: b, srv: srv, index: index, p: p}
+	case OneNodeFence, RenewIgnoresRefusal, HandoffNoCheck, GuardVotesAtOnce, FairJumpsQueue, WriterIgnoresReaders:
+		return &bugNode{Node: n, bug: b, srv: srv, client: client, index: index, p: p}
+	case SemExtraPermit:
+		if client == 0 {
+			return &bugNode{Node: n, bug: b, srv: srv, client: client, index: index, p: p}
+		}
 	}
 	return n
 }
 
+// The lock keys (as the strategies name them) of permit 0 of the
+// semaphore and of a permit past its last, and of the rwlock's readers'
+// permits.
+var (
+	semPermit0, _ = strategy.Keys(semaphore.PermitKey(semName, 0))
+	semExtra, _   = strategy.Keys(semaphore.PermitKey(semName, Permits))
+	readPermits   = func() map[string]bool {
+		m := map[string]bool{}
+		for i := range Permits {
+			k, _ := strategy.Keys(semaphore.PermitKey(rwName+":read", i))
+			m[k] = true
+		}
+		return m
+	}()
+)
+
 func (n *bugNode) before(calls []dlm.Call) {
+	if n.bug == SemExtraPermit {
+		for i := range calls {
+			c := &calls[i]
+			if len(c.Keys) > 0 && c.Keys[0] == semPermit0 {
+				c.Keys = append([]string(nil), c.Keys...)
+				c.Keys[0] = semExtra // the fence counter (Keys[1]) stays
+			}
+		}
+		return
+	}
 	if n.bug != HandoffNoCheck {
 		return
 	}
@@ -145,6 +188,16 @@ func (n *bugNode) after(ctx context.Context, calls []dlm.Call) {
 			continue
 		}
 		switch n.bug {
+		case FairJumpsQueue:
+			if isQueue(c) && len(c.Reply) == 3 && c.Reply[0] > 0 {
+				c.Reply = []int64{0, c.Reply[1], c.Reply[2]}
+			}
+		case WriterIgnoresReaders:
+			if ctx.Value(writerKey{}) != nil && isAcquire(c) && readPermits[c.Keys[0]] && len(c.Reply) == 2 && c.Reply[0] == 0 {
+				if f, err := n.srv.Do("INCR", c.Keys[1]); err == nil {
+					c.Reply = []int64{1, f.(int64)}
+				}
+			}
 		case OneNodeFence:
 			if isAcquire(c) && len(c.Reply) == 2 && c.Reply[0] == 1 {
 				n.p.first(c.Args[0], c.Reply[1])
