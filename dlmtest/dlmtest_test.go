@@ -5,6 +5,7 @@ import (
 	"crypto/sha1"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -392,6 +393,39 @@ func TestReplication(t *testing.T) {
 		srv.Promote(r[1])
 		if get(t, srv, "c") != nil || get(t, srv, "b") != "v" {
 			t.Error("after promoting the frozen replica: want b (replicated before it froze) and not c")
+		}
+	})
+}
+
+// TestWaitAcrossPromotion: a WAIT in flight when a frozen replica, which
+// never got the writes it waits for, is promoted fails as Redis fails it
+// (UNBLOCKED): the new primary's replicas acknowledge its writes, not
+// the lost ones.
+func TestWaitAcrossPromotion(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := dlmtest.NewServer(dlmtest.WithReplicas(2))
+		defer srv.Close()
+		r := srv.Replicas()
+		r[0].Freeze(true)
+		r[1].Freeze(true)
+		done := make(chan error, 1)
+		go func() {
+			calls := []dlm.Call{{Source: setPX, Keys: []string{"k"}, Args: []string{"v", "60000"}}}
+			acks, err := srv.Node().RunWait(context.Background(), calls, dlm.Wait{Replicas: 2, Timeout: 5 * time.Second})
+			if err == nil && acks.Replicas >= 2 {
+				err = fmt.Errorf("WAIT counted %d replicas for a write the promoted one never got", acks.Replicas)
+			} else if err == nil {
+				err = fmt.Errorf("WAIT answered %+v, want UNBLOCKED", acks)
+			}
+			done <- err
+		}()
+		time.Sleep(time.Second)
+		srv.Promote(r[0])
+		if err := <-done; err == nil || !strings.Contains(err.Error(), "UNBLOCKED") {
+			t.Errorf("RunWait across a promotion: %v, want UNBLOCKED", err)
+		}
+		if get(t, srv, "k") != nil {
+			t.Error("the promoted replica has the write it never received")
 		}
 	})
 }

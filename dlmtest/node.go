@@ -306,6 +306,9 @@ func firstErr(calls []dlm.Call) error {
 // unless the link is cut, and hands the replies the link lets through to
 // out.
 func (n *Node) conn(reqs []dlm.Call, w *dlm.Wait, out chan<- result) {
+	n.s.mu.Lock()
+	promoted := n.s.promoted // the primary the writes go to
+	n.s.mu.Unlock()
 	for i, c := range reqs {
 		if !n.request() {
 			continue // the request is lost
@@ -335,9 +338,13 @@ func (n *Node) conn(reqs []dlm.Call, w *dlm.Wait, out chan<- result) {
 		return
 	}
 	timeout := (w.Timeout + time.Millisecond - 1).Truncate(time.Millisecond)
-	count, ok := n.s.wait(w.Replicas, offset, timeout)
-	if !ok {
+	count, err := n.s.wait(w.Replicas, offset, promoted, timeout)
+	if err == errClosed {
 		out <- result{i: len(reqs), err: errClosed}
+		return
+	}
+	if err != nil {
+		n.send(out, result{i: len(reqs), err: err})
 		return
 	}
 	n.send(out, result{i: len(reqs), acks: dlm.Acks{Replicas: int(count)}})

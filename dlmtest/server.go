@@ -3,6 +3,7 @@ package dlmtest
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	lua "github.com/yuin/gopher-lua"
+
+	"github.com/dlmgo/dlm/nodekit"
 )
 
 // A server is one redis-server process: a primary or a replica.
@@ -70,6 +73,7 @@ type Server struct {
 	primary  *server
 	replicas []*Replica
 	offset   int64         // replication offset: one per write command
+	promoted int64         // counts promotions: a WAIT begun before one fails
 	acked    chan struct{} // closed when a replica's acknowledged offset moves
 	paused   bool
 	closed   bool
@@ -268,6 +272,7 @@ func (s *Server) Promote(r *Replica) {
 		}
 		old := s.primary
 		s.primary, r.sv = r.sv, old
+		s.promoted++
 		s.primary.replID2, s.primary.replID = old.replID, randomID()
 		s.resync()
 	})
@@ -331,12 +336,19 @@ func (s *Server) notifyAcks() {
 }
 
 // wait is WAIT: it returns once n replicas acknowledged offset, or after
-// timeout with the number that did.
-func (s *Server) wait(n int, offset int64, timeout time.Duration) (int64, bool) {
+// timeout with the number that did. A WAIT whose writes went to a primary
+// that has since been replaced fails, as Redis unblocks a WAIT with an
+// error when its server becomes a replica: the replicas' offsets then
+// count the new primary's writes, not the ones it waited for.
+func (s *Server) wait(n int, offset, promoted int64, timeout time.Duration) (int64, error) {
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	for {
 		s.mu.Lock()
+		if s.promoted != promoted {
+			s.mu.Unlock()
+			return 0, errDemoted
+		}
 		count, changed := 0, s.acked
 		for _, r := range s.replicas {
 			if r.acked >= offset {
@@ -345,17 +357,22 @@ func (s *Server) wait(n int, offset int64, timeout time.Duration) (int64, bool) 
 		}
 		s.mu.Unlock()
 		if count >= n {
-			return int64(count), true
+			return int64(count), nil
 		}
 		select {
 		case <-changed:
 		case <-timer.C:
-			return int64(count), true
+			return int64(count), nil
 		case <-s.close:
-			return 0, false
+			return 0, errClosed
 		}
 	}
 }
+
+// errDemoted is Redis' reply to a WAIT whose server became a replica.
+var errDemoted = nodekit.Reply(demoted, errors.New(demoted))
+
+const demoted = "UNBLOCKED force unblock from blocking operation, instance state changed (master -> replica?)"
 
 // A Replica is a replica of a Server's primary. Writes reach it in order,
 // after its lag; WAIT counts the replicas that acknowledged a write.

@@ -146,7 +146,7 @@ func (f *fairWait) arrival() uint64 {
 // isQueue reports whether c is a fair lock's queue script joining or
 // keeping a place (keys: queue, deadlines, arrivals; args: token, lease, op).
 func isQueue(c *dlm.Call) bool {
-	return len(c.Keys) == 3 && strings.HasSuffix(c.Keys[0], ":fair:queue") && len(c.Args) == 3 && c.Args[2] == "w"
+	return len(c.Keys) >= 3 && strings.HasSuffix(c.Keys[0], ":fair:queue") && len(c.Args) == 3 && c.Args[2] == "w"
 }
 
 // queueSpy is the node a fair run's strategy exposes (strategy.OneDeployment),
