@@ -52,10 +52,8 @@ func TestSeeds(t *testing.T) {
 	if *oneSeed == 0 {
 		n := *seeds
 		if n == 0 {
-			// 300 take about 8s of CPU, but 3 seeds in 10,000 fail at a
-			// promotion under AckAll (see the package doc): 60 until that
-			// is settled.
-			n = 60
+			// About 8s of CPU (10,000 seeds took 240s on 2 cores).
+			n = 300
 			if raceOn {
 				n = 10
 			}
