@@ -171,7 +171,13 @@ func (f *FairLock) lock(ctx context.Context) (*dlm.Lock, uint64, error) {
 		case pos.place == 0:
 			l, err := f.m.TryLock(ctx, f.key)
 			if err == nil {
-				f.leave(ctx, token)
+				// Leaving may take no more than half the lease: a lost
+				// reply would otherwise hand the caller a lock whose
+				// validity had ended. The place is then left in the
+				// background.
+				lctx, cancel := context.WithDeadline(ctx, time.Now().Add(time.Until(l.Until())/2))
+				f.leave(lctx, token)
+				cancel()
 				return l, pos.arrival, nil
 			}
 			last = err

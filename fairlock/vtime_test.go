@@ -228,3 +228,40 @@ func TestPermanentErrorEndsWait(t *testing.T) {
 		require.Zero(t, time.Since(start), "Lock waited on a permanent error")
 	})
 }
+
+// lostLeave is a node on which the queue script's leave step gets no
+// reply: it fails when its context ends.
+type lostLeave struct{ dlm.Node }
+
+func (n lostLeave) Run(ctx context.Context, calls []dlm.Call) {
+	for _, c := range calls {
+		if len(c.Args) == 3 && c.Args[2] == "l" {
+			<-ctx.Done()
+			for i := range calls {
+				calls[i].Err = ctx.Err()
+			}
+			return
+		}
+	}
+	n.Node.Run(ctx, calls)
+}
+
+// TestLockReturnsWhileValid: when the reply to leaving the queue after the
+// grant is lost, Lock still returns the lock while it is valid, and leaves
+// the queue in the background (soak seed 10100714594469904762 of the
+// simulator: Lock returned 2s after the lock's validity had ended).
+func TestLockReturnsWhileValid(t *testing.T) {
+	vtest.Run(t, func(t *testing.T, srv *dlmtest.Server) {
+		s, err := strategy.NewSingle(lostLeave{srv.Node()})
+		require.NoError(t, err)
+		f, err := New(vtest.Over(t, s), "k")
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(context.Background(), 3*vtest.TTL)
+		defer cancel()
+		l, err := f.Lock(ctx)
+		require.NoError(t, err)
+		require.True(t, time.Now().Before(l.Until()), "Lock returned at %v a lock valid until %v", time.Now(), l.Until())
+		require.NoError(t, l.Context().Err())
+		require.NoError(t, l.Unlock(context.Background()))
+	})
+}
