@@ -15,9 +15,9 @@ import (
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/conformance"
 	"github.com/dlmgo/dlm/dlmtest"
-	"github.com/dlmgo/dlm/internal/vtest"
 	"github.com/dlmgo/dlm/driver/goredis"
 	"github.com/dlmgo/dlm/internal/redistest"
+	"github.com/dlmgo/dlm/internal/vtest"
 	"github.com/dlmgo/dlm/strategy"
 )
 

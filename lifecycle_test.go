@@ -17,8 +17,8 @@ import (
 
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/dlmtest"
-	"github.com/dlmgo/dlm/internal/vtest"
 	"github.com/dlmgo/dlm/driver/goredis"
+	"github.com/dlmgo/dlm/internal/vtest"
 	"github.com/dlmgo/dlm/strategy"
 )
 
