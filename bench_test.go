@@ -3,10 +3,7 @@ package dlm_test
 import (
 	"context"
 	"io"
-	"runtime"
-	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -110,28 +107,7 @@ func BenchmarkLockUnlockParallel(b *testing.B) {
 				case "alone":
 					opts = append(opts, strategy.WithCoalescing(false))
 				}
-				m := benchManagerOn(b, driver, true, opts...)
-				ctx := context.Background()
-				var next atomic.Int64
-				b.ReportAllocs()
-				b.SetParallelism(max(1, 64/runtime.GOMAXPROCS(0)))
-				b.ResetTimer() // not the server's start
-				start := time.Now()
-				b.RunParallel(func(pb *testing.PB) {
-					key := "bench:" + strconv.FormatInt(next.Add(1), 10)
-					for pb.Next() {
-						l, err := m.TryLock(ctx, key)
-						if err != nil {
-							b.Error(err)
-							return
-						}
-						if err := l.Unlock(ctx); err != nil {
-							b.Error(err)
-							return
-						}
-					}
-				})
-				b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "ops/s")
+				redistest.BenchParallel(b, benchManagerOn(b, driver, true, opts...))
 			})
 		}
 	}

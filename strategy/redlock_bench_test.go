@@ -3,10 +3,8 @@ package strategy_test
 import (
 	"context"
 	"errors"
-	"runtime"
 	"slices"
 	"strconv"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -66,7 +64,7 @@ func BenchmarkRedlockParallel(b *testing.B) {
 	for _, n := range []int{1, 5} {
 		b.Run("nodes="+strconv.Itoa(n), func(b *testing.B) {
 			m, _ := benchManager(b, n, strategy.WithTimeout(time.Second))
-			benchParallel(b, m)
+			redistest.BenchParallel(b, m)
 		})
 	}
 	for _, n := range []int{1, 5} {
@@ -94,7 +92,7 @@ func BenchmarkRedlockParallel(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			benchParallel(b, m)
+			redistest.BenchParallel(b, m)
 		})
 	}
 }
@@ -112,29 +110,6 @@ func benchSerial(b *testing.B, m *dlm.Manager) {
 			b.Fatal(err)
 		}
 	}
-}
-
-func benchParallel(b *testing.B, m *dlm.Manager) {
-	ctx := context.Background()
-	var next atomic.Int64
-	b.ReportAllocs()
-	b.SetParallelism(max(1, 64/runtimeProcs()))
-	start := time.Now()
-	b.RunParallel(func(pb *testing.PB) {
-		key := "bench:" + strconv.FormatInt(next.Add(1), 10)
-		for pb.Next() {
-			l, err := m.TryLock(ctx, key)
-			if err != nil {
-				b.Error(err)
-				return
-			}
-			if err := l.Unlock(ctx); err != nil {
-				b.Error(err)
-				return
-			}
-		}
-	})
-	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "ops/s")
 }
 
 // BenchmarkRedlockOneSilent measures TryLock latency with one of five
@@ -167,7 +142,6 @@ func BenchmarkRedlockOneSilent(b *testing.B) {
 	b.ReportMetric(float64(strategy.DefaultNodeTimeout.Microseconds()), "node-timeout-µs")
 }
 
-func runtimeProcs() int { return runtime.GOMAXPROCS(0) }
 
 // instantNode answers every script at once, in process, without Redis: it
 // measures what Redlock's own machinery costs (fan-out to goroutines, quorum
@@ -215,5 +189,5 @@ func BenchmarkRedlockOverhead(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Run("serial", func(b *testing.B) { benchSerial(b, m) })
-	b.Run("parallel", func(b *testing.B) { benchParallel(b, m) })
+	b.Run("parallel", func(b *testing.B) { redistest.BenchParallel(b, m) })
 }

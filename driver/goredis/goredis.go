@@ -35,11 +35,11 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unsafe"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/internal/box"
 	"github.com/dlmgo/dlm/nodekit"
 )
 
@@ -448,9 +448,9 @@ func (b *argBuf) newCmd(ctx context.Context, c *dlm.Call) *redis.Cmd {
 		b.args, b.strs = append(b.args, "eval"), append(b.strs, c.Source)
 	}
 	b.strs = append(append(b.strs, c.Keys...), c.Args...)
-	b.args = append(b.args, box(&b.strs[s0]), len(c.Keys))
+	b.args = append(b.args, box.String(&b.strs[s0]), len(c.Keys))
 	for i := s0 + 1; i < len(b.strs); i++ {
-		b.args = append(b.args, box(&b.strs[i]))
+		b.args = append(b.args, box.String(&b.strs[i]))
 	}
 	cmd := redis.NewCmd(ctx, b.args[a0:len(b.args):len(b.args)]...)
 	if len(c.Keys) > 0 {
@@ -458,22 +458,6 @@ func (b *argBuf) newCmd(ctx context.Context, c *dlm.Call) *redis.Cmd {
 	}
 	return cmd
 }
-
-// box returns *s as an interface value that holds the string at s rather
-// than a copy of it (which any(*s) would allocate): to go-redis and any
-// hook it is a string like any other. *s must not change afterwards.
-func box(s *string) any {
-	var v any
-	e := (*[2]unsafe.Pointer)(unsafe.Pointer(&v))
-	e[0], e[1] = stringType, unsafe.Pointer(s)
-	return v
-}
-
-// stringType is the type word of an interface value that holds a string.
-var stringType = func() unsafe.Pointer {
-	v := any("")
-	return (*[2]unsafe.Pointer)(unsafe.Pointer(&v))[0]
-}()
 
 var errNilReply = errors.New("dlm: script replied nil, want an array of integers")
 

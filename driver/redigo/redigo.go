@@ -16,11 +16,11 @@ import (
 	"fmt"
 	"sync"
 	"time"
-	"unsafe"
 
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/internal/box"
 	"github.com/dlmgo/dlm/nodekit"
 )
 
@@ -190,9 +190,9 @@ func (n *Node) run(ctx context.Context, calls []dlm.Call, wait []string, err err
 	ap := argvPool.Get().(*[]any)
 	argv := (*ap)[:0]
 	for i := 0; i < len(calls) && err == nil; i++ {
-		cmd, script := "EVAL", box(&calls[i].Source)
+		cmd, script := "EVAL", box.String(&calls[i].Source)
 		if calls[i].Source == "" {
-			cmd, script = "EVALSHA", box(&calls[i].SHA1)
+			cmd, script = "EVALSHA", box.String(&calls[i].SHA1)
 		}
 		argv = append(argv[:0], script, len(calls[i].Keys))
 		argv = appendStrings(appendStrings(argv, calls[i].Keys), calls[i].Args)
@@ -279,26 +279,10 @@ func replyErr(err error) error {
 // has written them to the connection's buffer before run returns.
 func appendStrings(argv []any, s []string) []any {
 	for i := range s {
-		argv = append(argv, box(&s[i]))
+		argv = append(argv, box.String(&s[i]))
 	}
 	return argv
 }
-
-// box returns *s as an interface value that holds the string at s rather
-// than a copy of it (which any(*s) would allocate): to redigo it is a
-// string like any other. *s must not change while the value is used.
-func box(s *string) any {
-	var v any
-	e := (*[2]unsafe.Pointer)(unsafe.Pointer(&v))
-	e[0], e[1] = stringType, unsafe.Pointer(s)
-	return v
-}
-
-// stringType is the type word of an interface value that holds a string.
-var stringType = func() unsafe.Pointer {
-	v := any("")
-	return (*[2]unsafe.Pointer)(unsafe.Pointer(&v))[0]
-}()
 
 // withCtxErr wraps an I/O error with ctx's when ctx ended or its deadline
 // passed (the read deadline, set from ctx's, may fire first).
