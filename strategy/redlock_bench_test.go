@@ -142,7 +142,6 @@ func BenchmarkRedlockOneSilent(b *testing.B) {
 	b.ReportMetric(float64(strategy.DefaultNodeTimeout.Microseconds()), "node-timeout-µs")
 }
 
-
 // instantNode answers every script at once, in process, without Redis: it
 // measures what Redlock's own machinery costs (fan-out to goroutines, quorum
 // counting, timers, allocations). It is a measuring tool only; every test
