@@ -134,8 +134,9 @@ type Node interface {
 // A Call is one run of a Lua script on a Node.
 //
 // The Node sends EVALSHA SHA1 when Source is empty and EVAL Source
-// otherwise. Every script replies with an array of integers, which the Node
-// converts to Reply; any other reply shape is an error. The Node reports
+// otherwise. Every script replies with an integer or an array of integers,
+// which the Node converts to Reply (an integer n to []int64{n}); any other
+// reply shape is an error. The Node reports
 // NOSCRIPT with an Err that wraps ErrNoScript and returns every other error
 // of the client unchanged.
 type Call struct {

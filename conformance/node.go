@@ -35,9 +35,10 @@ import (
 //   - ScriptErrors: error replies and failing scripts are errors that do
 //     not match dlm.ErrNoScript (so Script.Run does not run them twice).
 //   - IntegerReplies: arrays of integers come back exact, negative values
-//     and ±2^53 included, in order, of any length, empty too.
-//   - OtherReplyShapes: any other reply (string, integer, nil, status,
-//     nested or mixed array) is an error, never a guess.
+//     and ±2^53 included, in order, of any length, empty too; an integer n
+//     comes back as []int64{n}.
+//   - OtherReplyShapes: any other reply (string, nil, status, nested or
+//     mixed array) is an error, never a guess.
 //   - BinaryKeys, BinaryArgs: keys and arguments reach the server byte for
 //     byte (NUL, CR LF, invalid UTF-8, empty, long).
 //   - ArgumentOrder: keys and arguments keep their number and order.

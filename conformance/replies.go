@@ -17,6 +17,12 @@ func testIntegerReplies(t *testing.T, c *nodeCase) {
 		"return {0, 1, -1, -2, 2147483648, -2147483649, 4294967296, 9007199254740992, -9007199254740992}"), keys),
 		[]int64{0, 1, -1, -2, 2147483648, -2147483649, 4294967296, 1 << 53, -1 << 53})
 	expect(t, "one value", c.eval(t, c.script("return {-42}"), keys), []int64{-42})
+	// A script replying with an integer n gets []int64{n}: dlm's lock
+	// scripts grant with the fence alone.
+	for _, n := range []int64{0, 1, -42, 4294967296, 1 << 53, -1 << 53} {
+		expect(t, fmt.Sprintf("the integer %d", n), c.eval(t, c.script(fmt.Sprintf("return %d", n)), keys), []int64{n})
+	}
+	expect(t, "an integer from redis.call", c.eval(t, c.script("redis.call('SET', KEYS[1], '10', 'PX', 60000) return redis.call('INCRBY', KEYS[1], -15)"), keys), []int64{-5})
 	expect(t, "from redis.call", c.eval(t, c.script(
 		"redis.call('SET', KEYS[1], '10', 'PX', 60000) return {redis.call('INCRBY', KEYS[1], -15), redis.call('PTTL', KEYS[1]) > 0 and 1 or 0}"), keys),
 		[]int64{-5, 1})
@@ -35,9 +41,8 @@ func testOtherReplyShapes(t *testing.T, c *nodeCase) {
 	for _, tc := range []struct{ what, src string }{
 		{"bulk string", "return 'x'"},
 		{"numeric string", "return '1'"},
-		{"integer", "return 1"},
 		{"nil", "return nil"},
-		{"boolean", "return true"},
+		{"false (nil on the wire; true is the integer 1)", "return false"},
 		{"status", "return redis.status_reply('OK')"},
 		{"array with a string", "return {1, 'x'}"},
 		{"array with a numeric string", "return {1, '2'}"},

@@ -100,10 +100,13 @@ func TestReplies(t *testing.T) {
 	if !strings.Contains(err.Error(), "unknown command") || !dlm.Permanent(err) {
 		t.Errorf("a command dlmtest lacks: %v, want a permanent \"unknown command\" error", err)
 	}
-	for _, src := range []string{"return 1", "return 'x'", "return redis.status_reply('OK')", "return {1, {2}}", "return {1, 'x'}"} {
+	for _, src := range []string{"return 'x'", "return redis.status_reply('OK')", "return {1, {2}}", "return {1, 'x'}"} {
 		if r, err := eval(n, 0, src, k); err == nil {
-			t.Errorf("%s: reply %v, want an error (not an array of integers)", src, r)
+			t.Errorf("%s: reply %v, want an error (not an integer or an array of integers)", src, r)
 		}
+	}
+	if r, err := eval(n, 0, "return -7", k); err != nil || !slices.Equal(r, []int64{-7}) {
+		t.Errorf("return -7: reply %v, %v, want [-7] (an integer n is []int64{n})", r, err)
 	}
 	calls := []dlm.Call{{SHA1: strings.Repeat("ab", 20), Keys: k}}
 	n.Run(context.Background(), calls)

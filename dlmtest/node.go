@@ -174,7 +174,7 @@ func callReply(r any) ([]int64, error) {
 		return nil, nodekit.Reply(string(e), errors.New(string(e)))
 	}
 	if st, ok := r.(status); ok {
-		return nil, fmt.Errorf("dlm: script replied status %q, want an array of integers", string(st))
+		return nil, fmt.Errorf("dlm: script replied status %q, want an integer or an array of integers", string(st))
 	}
 	return nodekit.Ints(r)
 }

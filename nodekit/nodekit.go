@@ -31,8 +31,8 @@ func Name(n dlm.Node, index int) string {
 	return fmt.Sprintf("node[%d]", index)
 }
 
-// A Script is a Lua script that replies with an array of integers. Its SHA1
-// digest is computed once, on first use.
+// A Script is a Lua script that replies with an integer or an array of
+// integers. Its SHA1 digest is computed once, on first use.
 type Script struct {
 	src  string
 	once sync.Once
@@ -178,11 +178,15 @@ func isCode(w string) bool {
 }
 
 // Ints converts a script's reply, as clients that decode RESP to Go values
-// give it (an []any of int64), to []int64.
+// give it (an int64, or an []any of int64), to []int64: an integer n is
+// []int64{n}.
 func Ints(v any) ([]int64, error) {
+	if n, ok := v.(int64); ok {
+		return []int64{n}, nil
+	}
 	arr, ok := v.([]any)
 	if !ok {
-		return nil, fmt.Errorf("dlm: script replied %T, want an array of integers", v)
+		return nil, fmt.Errorf("dlm: script replied %T, want an integer or an array of integers", v)
 	}
 	out := make([]int64, len(arr))
 	for i, e := range arr {

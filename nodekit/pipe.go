@@ -267,8 +267,8 @@ func FirstErr(calls []dlm.Call) error {
 	return nil
 }
 
-// IntsOf converts a script's reply, an array of a client's messages read
-// with toInt, to []int64; err, the client's error reading the array, and
+// IntsOf converts a script's array reply, a client's messages read with
+// toInt, to []int64 (a Pipe's Ints converts an integer n to []int64{n}); err, the client's error reading the array, and
 // toInt's are returned as they are.
 func IntsOf[M any](arr []M, err error, toInt func(*M) (int64, error)) ([]int64, error) {
 	out := make([]int64, len(arr))

@@ -71,8 +71,16 @@ func TestPipeNodeRunMany(t *testing.T) {
 					assert.NoError(t, res[2].Err)
 				}
 				assert.Equal(t, []int64{1}, res[3].Reply)
-				// Replies other than arrays of integers are refused.
-				for _, src := range []string{"return 'str'", "return {1, 'a'}", "return nil", "return 7"} {
+				// Replies other than integers and arrays of integers are
+				// refused; an integer n is []int64{n}, alone or in a batch.
+				r, err := eval(ctx, n, "return 7", "a")
+				assert.NoError(t, err)
+				assert.Equal(t, []int64{7}, r, "an integer")
+				ints := []dlm.Call{{Source: "return -7", Keys: []string{"a"}}, {Source: "return {2}", Keys: []string{"a"}}}
+				n.Run(ctx, ints)
+				assert.Equal(t, []int64{-7}, ints[0].Reply, "an integer, in a batch")
+				assert.Equal(t, []int64{2}, ints[1].Reply)
+				for _, src := range []string{"return 'str'", "return {1, 'a'}", "return nil"} {
 					_, err := eval(ctx, n, src, "a")
 					assert.Error(t, err, src)
 					c := []dlm.Call{{Source: src, Keys: []string{"a"}}, {Source: "return {2}", Keys: []string{"a"}}}

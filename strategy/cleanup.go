@@ -128,16 +128,17 @@ func (s *Redlock) drain(late *round, key, token string, releasing bool, expires 
 		for range late.left {
 			rp := <-late.ch
 			c := rp.calls[0]
-			replied := c.Err == nil && len(c.Reply) == 2
+			code, v, ok := verdict(c.Reply)
+			replied := c.Err == nil && ok && len(c.Reply) <= 2
 			switch {
-			case late.op == "release" || replied && c.Reply[0] == 0:
+			case late.op == "release" || replied && code == 0:
 			case fence != 0 && !replied:
 				if !slices.Contains(uncertain, rp.i) {
 					uncertain = append(uncertain, rp.i)
 				}
 			case s.flights.releasing(f):
 				s.settle(context.Background(), key, token, []int{rp.i}, expires)
-			case fence != 0 && c.Reply[1] != fence:
+			case fence != 0 && v != fence:
 				r := s.fenceRound(context.Background(), lockKeys(key), token, fence, []int{rp.i})
 				r.collect(context.Background(), never)
 			}

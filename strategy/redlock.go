@@ -216,15 +216,16 @@ func (s *Redlock) acquire(ctx context.Context, key, token, from string, ttl time
 	counters := make([]int64, len(s.nodes))
 	r := s.round(ctx, op, acquireScript, []dlm.Call{{Keys: keys, Args: args}}, s.all, s.nodeTimeout(ttl),
 		func(t *tally, i int, r []int64) (Outcome, error) {
+			code, v, ok := verdict(r)
 			switch {
-			case len(r) != 2 || r[0] < 0 || r[0] > 2:
+			case !ok || len(r) > 2 || code < 0 || code > 2:
 				return Failed, errReply(r)
-			case r[0] == 1:
-				counters[i], t.fence = r[1], max(t.fence, r[1])
+			case code == 1:
+				counters[i], t.fence = v, max(t.fence, v)
 				return Granted, nil
-			case r[1] >= 0:
-				t.res[i].Remaining = time.Duration(r[1]) * time.Millisecond
-				t.res[i].Quarantined = r[0] == 2
+			case v >= 0:
+				t.res[i].Remaining = time.Duration(v) * time.Millisecond
+				t.res[i].Quarantined = code == 2
 			}
 			return Refused, nil
 		})
@@ -392,13 +393,14 @@ func (s *Redlock) ExtendMany(ctx context.Context, locks []dlm.HeldKey, ttl time.
 	}
 	start := time.Now()
 	r := s.round(ctx, "extend", extendScript, calls, s.all, timeout, func(t *tally, _ int, r []int64) (Outcome, error) {
+		code, fence, ok := verdict(r)
 		switch {
-		case len(r) != 2:
+		case !ok || len(r) > 2:
 			return Failed, errReply(r)
-		case r[0] == 1:
-			t.fence = max(t.fence, r[1])
+		case code == 1:
+			t.fence = max(t.fence, fence)
 			return Granted, nil
-		case r[0] == 3:
+		case code == 3:
 			return Refused, dlm.ErrRevoked
 		}
 		return Refused, nil

@@ -155,7 +155,7 @@ func (n instantNode) Run(_ context.Context, calls []dlm.Call) {
 			continue
 		}
 		if len(calls[i].Keys) == 2 {
-			calls[i].Reply = []int64{1, 1} // acquire, extend: granted, fence 1
+			calls[i].Reply = []int64{1} // acquire, extend: granted, fence 1
 		} else {
 			calls[i].Reply = []int64{1} // release, fence write-back
 		}

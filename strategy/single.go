@@ -132,7 +132,8 @@ func (o *one) acquire(ctx context.Context, key, token, from string, ttl time.Dur
 	cctx, cancel := o.cfg.withTimeout(ctx)
 	r, acks, connected, err := o.run(cctx, acquireScript, failoverAcquireScript, w, keys, args)
 	cancel()
-	if err == nil && (r[0] < 0 || r[0] > 2) {
+	code, v, _ := verdict(r)
+	if err == nil && (code < 0 || code > 2) {
 		err = errReply(r)
 	}
 	if err != nil {
@@ -143,8 +144,8 @@ func (o *one) acquire(ctx context.Context, key, token, from string, ttl time.Dur
 		}
 		return dlm.Lease{}, fmt.Errorf("%w: %w", dlm.ErrNotAcquired, err)
 	}
-	if r[0] != 1 {
-		return dlm.Lease{}, refusal(key, from, o.name, r)
+	if code != 1 {
+		return dlm.Lease{}, refusal(key, from, o.name, code, v)
 	}
 	if o.fo.waits() {
 		if err := o.checkAcks("acquire", key, w, acks, connected); err != nil {
@@ -152,7 +153,7 @@ func (o *one) acquire(ctx context.Context, key, token, from string, ttl time.Dur
 			return dlm.Lease{}, err
 		}
 	}
-	l := o.lease(start, ttl, r[1])
+	l := o.lease(start, ttl, v)
 	if took := time.Since(start); !l.Until.After(start.Add(took)) {
 		// Granted, but the reply (or the replicas' acknowledgements) came
 		// after the lease's validity ended: a lock nobody may trust. Give
@@ -184,7 +185,8 @@ func (o *one) extend(ctx context.Context, key, token string, ttl time.Duration) 
 	if err != nil {
 		return dlm.Lease{}, &NodeError{Node: o.name, Op: "extend", Err: err}
 	}
-	if err := extended(key, o.name, r); err != nil {
+	code, fence, _ := verdict(r)
+	if err := extended(key, o.name, code); err != nil {
 		return dlm.Lease{}, err
 	}
 	if o.fo.waits() {
@@ -192,13 +194,13 @@ func (o *one) extend(ctx context.Context, key, token string, ttl time.Duration) 
 			return dlm.Lease{}, err
 		}
 	}
-	return o.lease(start, ttl, r[1]), nil
+	return o.lease(start, ttl, fence), nil
 }
 
-// extended returns nil for an extend script's reply r that extended key's
-// lock, else why not.
-func extended(key, node string, r []int64) error {
-	switch r[0] {
+// extended returns nil for an extend script's reply, with verdict's code,
+// that extended key's lock, else why not.
+func extended(key, node string, code int64) error {
+	switch code {
 	case 1:
 		return nil
 	case 3:
@@ -207,16 +209,16 @@ func extended(key, node string, r []int64) error {
 	return errNotHeld(key, node)
 }
 
-// run runs a script that replies two integers: plain, or on a Failover
-// that waits, wrapped followed by the wait w (runWait). It returns the
-// reply, the acknowledgements and the replicas the primary reported
-// connected (-1 when not asked).
+// run runs a script that replies as verdict reads: plain, or on a
+// Failover that waits, wrapped followed by the wait w (runWait). It
+// returns the reply, the acknowledgements and the replicas the primary
+// reported connected (-1 when not asked).
 func (o *one) run(ctx context.Context, plain, wrapped *nodekit.Script, w dlm.Wait, keys, args []string) ([]int64, dlm.Acks, int, error) {
 	if o.fo.waits() {
 		return o.runWait(ctx, wrapped, w, 2, keys, args...)
 	}
 	r, err := plain.Run(ctx, o.node, keys, args...)
-	if err == nil && len(r) != 2 {
+	if _, _, ok := verdict(r); err == nil && (!ok || len(r) > 2) {
 		err = errReply(r)
 	}
 	return r, dlm.Acks{}, -1, err
@@ -258,13 +260,13 @@ func notRun(err *NodeError) bool {
 }
 
 // refusal is the error of an acquisition the acquire script refused with
-// reply r ({0, pttl} or {2, quarantined ms}); from is the token of a
-// hand-off, or empty.
-func refusal(key, from, node string, r []int64) error {
-	if from != "" && r[0] == 0 {
+// code 0 and the lock's pttl, or code 2 and the quarantine's ms; from is
+// the token of a hand-off, or empty.
+func refusal(key, from, node string, code, v int64) error {
+	if from != "" && code == 0 {
 		return fmt.Errorf("%w: %w: hand-off of %q: the token handing it off does not hold it on %s", dlm.ErrNotAcquired, dlm.ErrNotHeld, key, node)
 	}
-	return &HeldError{Key: key, Remaining: time.Duration(r[1]) * time.Millisecond, Quarantined: r[0] == 2}
+	return &HeldError{Key: key, Remaining: time.Duration(v) * time.Millisecond, Quarantined: code == 2}
 }
 
 // undo releases token's lock on key in the background, so that the call
@@ -333,15 +335,16 @@ func (o *one) extendBatch(ctx context.Context, locks []dlm.HeldKey, ttl time.Dur
 	until := start.Add(ttl - c.driftMargin(ttl))
 	for j, i := range idx {
 		r, e := calls[j].Reply, calls[j].Err
-		if e == nil && len(r) != 2 {
+		code, fence, ok := verdict(r)
+		if e == nil && (!ok || len(r) > 2) {
 			e = errReply(r)
 		}
 		switch {
 		case e != nil:
 			out[i].Err = &NodeError{Node: name, Op: "extend", Err: e}
 		default:
-			if out[i].Err = extended(locks[i].Key, name, r); out[i].Err == nil {
-				out[i].Lease = dlm.Lease{Fence: uint64(r[1]), Until: until}
+			if out[i].Err = extended(locks[i].Key, name, code); out[i].Err == nil {
+				out[i].Lease = dlm.Lease{Fence: uint64(fence), Until: until}
 			}
 		}
 	}

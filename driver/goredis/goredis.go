@@ -459,14 +459,14 @@ func (b *argBuf) newCmd(ctx context.Context, c *dlm.Call) *redis.Cmd {
 	return cmd
 }
 
-var errNilReply = errors.New("dlm: script replied nil, want an array of integers")
+var errNilReply = errors.New("dlm: script replied nil, want an integer or an array of integers")
 
 // setReply sets c's Reply or Err from cmd's reply. A command whose reply
 // was read keeps it when a later one failed: go-redis sets the error that
 // cut a pipeline on every command without an error of its own, those whose
 // replies it had read included. Its reader sets a command's value only
-// once the command's whole reply was read, and a script's reply is an
-// array, so an array value is the command's own reply.
+// once the command's whole reply was read, and a script replies with an
+// integer or an array, so such a value is the command's own reply.
 func (n *Node) setReply(c *dlm.Call, cmd *redis.Cmd) {
 	v, err := cmd.Result()
 	if err == nil {
@@ -479,8 +479,11 @@ func (n *Node) setReply(c *dlm.Call, cmd *redis.Cmd) {
 // setFailed is setReply's path for a command with an error.
 func (n *Node) setFailed(c *dlm.Call, v any, err error) {
 	var re redis.Error
-	if _, ok := v.([]any); ok && err != nil && !errors.As(err, &re) {
-		err = nil
+	switch v.(type) {
+	case []any, int64:
+		if err != nil && !errors.As(err, &re) {
+			err = nil
+		}
 	}
 	switch {
 	case err == redis.Nil: //nolint:errorlint // the reply itself, not a failover client's lookup that met one

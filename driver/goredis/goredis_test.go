@@ -88,13 +88,16 @@ func TestNoScriptIsMapped(t *testing.T) {
 	assert.Len(t, r, 3)
 }
 
-func TestRepliesOtherThanIntegerArraysAreErrors(t *testing.T) {
+func TestRepliesOtherThanIntegersAreErrors(t *testing.T) {
 	c := redistest.Start(t).Client(t)
 	n := goredis.New(c)
-	for _, src := range []string{"return 'x'", "return 1", "return nil", "return {1, 'x'}", "return redis.error_reply('boom')"} {
+	for _, src := range []string{"return 'x'", "return nil", "return {1, 'x'}", "return redis.error_reply('boom')"} {
 		_, err := run(context.Background(), n, dlm.Call{Source: src})
 		assert.Error(t, err, src)
 	}
+	r, err := run(context.Background(), n, dlm.Call{Source: "return -9007199254740992"})
+	require.NoError(t, err)
+	assert.Equal(t, []int64{-9007199254740992}, r, "an integer n is []int64{n}")
 }
 
 // A frozen server never answers; without ContextTimeoutEnabled go-redis

@@ -83,7 +83,15 @@ func (p pipe) DoMulti(ctx context.Context, cmds []rueidis.Completed, dedicated b
 }
 
 func (p pipe) Ints(r rueidis.RedisResult) ([]int64, error) {
-	arr, err := r.ToArray()
+	m, err := r.ToMessage()
+	if err == nil && m.IsInt64() {
+		n, _ := m.ToInt64()
+		return []int64{n}, nil
+	}
+	var arr []rueidis.RedisMessage
+	if err == nil {
+		arr, err = m.ToArray()
+	}
 	out, err := nodekit.IntsOf(arr, err, (*rueidis.RedisMessage).ToInt64)
 	if err != nil {
 		return nil, replyErr(err)

@@ -81,7 +81,15 @@ func (p pipe) DoMulti(ctx context.Context, cmds []valkey.Completed, dedicated bo
 }
 
 func (p pipe) Ints(r valkey.ValkeyResult) ([]int64, error) {
-	arr, err := r.ToArray()
+	m, err := r.ToMessage()
+	if err == nil && m.IsInt64() {
+		n, _ := m.ToInt64()
+		return []int64{n}, nil
+	}
+	var arr []valkey.ValkeyMessage
+	if err == nil {
+		arr, err = m.ToArray()
+	}
 	out, err := nodekit.IntsOf(arr, err, (*valkey.ValkeyMessage).ToInt64)
 	if err != nil {
 		return nil, replyErr(err)

@@ -642,11 +642,12 @@ func (r *batchRoot) Callers(f func(ctx context.Context, own int, calls []int)) {
 // (run once per call).
 const BodyMark = "-- body\n"
 
-// batchOf returns the batch form of a script that replies with an array of
-// integers: ARGV[1] and ARGV[2] are each call's key and argument counts,
-// written as strings of that length (countText), KEYS and the rest of ARGV
-// the calls' keys and arguments in turn. The reply holds, for each call,
-// the length of its reply and its reply, or −1 when it raised an error.
+// batchOf returns the batch form of a script that replies with an integer
+// or an array of integers: ARGV[1] and ARGV[2] are each call's key and
+// argument counts, written as strings of that length (countText), KEYS and
+// the rest of ARGV the calls' keys and arguments in turn. The reply holds, for each call,
+// the length of its reply and its reply (an integer n as 1, n), or −1 when
+// it raised an error.
 //
 // A server runs each Lua instruction at the cost of tens of its own, and
 // grows a table at the cost of hundreds: the loop reads the counts without
@@ -667,7 +668,12 @@ for k = 0, #KEYS - nk, nk do
   for i = 1, na do args[i] = ARGV[a + i] end
   a = a + na
   local ok, r = pcall(one, keys, args)
-  if ok and type(r) == 'table' then
+  local ty = ok and type(r)
+  if ty == 'number' then
+    out[n + 1] = 1
+    out[n + 2] = r
+    n = n + 2
+  elseif ty == 'table' then
     local m = #r
     out[n + 1] = m
     for i = 1, m do out[n + 1 + i] = r[i] end

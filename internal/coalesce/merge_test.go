@@ -50,6 +50,31 @@ func mergingNode(t *testing.T, addr string, scripts ...*nodekit.Script) (*coales
 	return coalesce.New(s, 0, scripts...), s
 }
 
+// A merged script that replies with an integer (or with an array, by
+// turns) gives each call what it would get alone: []int64{n} for n.
+func TestMergedIntegerReplies(t *testing.T) {
+	srv := redistest.Start(t)
+	either := nodekit.NewScript("local n = redis.call('INCRBY', KEYS[1], tonumber(ARGV[1])) if n % 2 == 0 then return {n, -n} end return n")
+	n, sp := mergingNode(t, srv.Addr, either)
+	calls := make([]dlm.Call, 10)
+	for i := range calls {
+		calls[i] = dlm.Call{Keys: []string{fmt.Sprint("i", i)}, Args: []string{strconv.Itoa(i - 5)}}
+	}
+	either.RunMany(context.Background(), n, calls)
+	for i, c := range calls {
+		require.NoError(t, c.Err, "call %d", i)
+		want := []int64{int64(i - 5)}
+		if (i-5)%2 == 0 {
+			want = []int64{int64(i - 5), int64(5 - i)}
+		}
+		assert.Equal(t, want, c.Reply, "call %d", i)
+	}
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	require.NotEmpty(t, sp.runs)
+	assert.Len(t, sp.runs[len(sp.runs)-1], 1, "the calls merged into one")
+}
+
 // Calls of one script in one Run go as one batch call, each with its own
 // reply; the batch script goes by EVAL until the server has it, then by
 // EVALSHA, and by EVAL again once after the server lost it.

@@ -195,16 +195,16 @@ func (n *bugNode) after(ctx context.Context, calls []dlm.Call) {
 		case WriterIgnoresReaders:
 			if ctx.Value(writerKey{}) != nil && isAcquire(c) && readPermits[c.Keys[0]] && len(c.Reply) == 2 && c.Reply[0] == 0 {
 				if f, err := n.srv.Do("INCR", c.Keys[1]); err == nil {
-					c.Reply = []int64{1, f.(int64)}
+					c.Reply = []int64{f.(int64)} // a grant: the fence alone
 				}
 			}
 		case OneNodeFence:
-			if isAcquire(c) && len(c.Reply) == 2 && c.Reply[0] == 1 {
-				n.p.first(c.Args[0], c.Reply[1])
+			if isAcquire(c) && len(c.Reply) == 1 {
+				n.p.first(c.Args[0], c.Reply[0])
 			}
 		case RenewIgnoresRefusal:
-			if isAcquire(c) && len(c.Reply) == 2 && c.Reply[0] == 1 {
-				n.p.first(c.Args[0], c.Reply[1])
+			if isAcquire(c) && len(c.Reply) == 1 {
+				n.p.first(c.Args[0], c.Reply[0])
 			}
 			if isFenceWrite(c) {
 				if f, err := strconv.ParseUint(c.Args[0], 10, 64); err == nil {
@@ -213,7 +213,7 @@ func (n *bugNode) after(ctx context.Context, calls []dlm.Call) {
 			}
 			if isExtend(c) && len(c.Reply) == 2 && c.Reply[0] == 0 {
 				if f, ok := n.p.get(c.Args[0]); ok {
-					c.Reply = []int64{1, int64(f)}
+					c.Reply = []int64{int64(f)}
 				}
 			}
 		case GuardVotesAtOnce:

@@ -6,11 +6,13 @@
 -- else absent or "0". For a hand-off, ARGV[4] is the token that holds the
 -- lock: it is taken from that token in one step, and only from it.
 -- The lock's value is "<fence>:<token>" (held.lua).
--- Replies {1, fence} when the token holds the lock (taken now, or already
--- held by the same token, whose TTL is then refreshed and whose fence
--- stays), {0, pttl} when another token holds it (pttl is -1 when the key
--- has no TTL; -2 for a hand-off whose token does not hold it), or {2, ms}
--- when the slot is quarantined for ms more.
+-- Replies the fence, an integer, when the token holds the lock (taken now,
+-- or already held by the same token, whose TTL is then refreshed and whose
+-- fence stays), {0, pttl} when another token holds it (pttl is -1 when the
+-- key has no TTL; -2 for a hand-off whose token does not hold it), or
+-- {2, ms} when the slot is quarantined for ms more. A grant is an integer,
+-- not an array: a server spends thousands of instructions turning a Lua
+-- table into a reply.
 --
 -- A refusal marks the lock (a 0 before its fence), so that its release
 -- publishes (release.lua): a release nobody waits for publishes nothing.
@@ -33,7 +35,7 @@ if not ARGV[3] and redis.REDIS_VERSION_NUM then
   fence = redis.call('INCR', KEYS[2])
   v = redis.call('SET', KEYS[1], string.format('%d', fence) .. ':' .. ARGV[1], 'NX', 'PX', ARGV[2], 'GET')
   if not v then
-    return {1, fence}
+    return fence
   end
 end
 -- prelude
@@ -55,7 +57,7 @@ if fence then -- the usual case, refused by the lock it found
   local f = held(v, ARGV[1])
   if f then
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    return {1, f}
+    return f
   end
   return refuse(KEYS[1], v)
 end
@@ -71,7 +73,7 @@ else
   local f = held(v, ARGV[1])
   if f then
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    return {1, f}
+    return f
   end
   if v then
     return refuse(KEYS[1], v)
@@ -89,4 +91,4 @@ if from and marked(v) then
   value = '0' .. value -- whoever waited for from's lock waits for this one
 end
 redis.call('SET', KEYS[1], value, 'PX', ARGV[2])
-return {1, fence}
+return fence

@@ -2,7 +2,7 @@
 -- it (it is marked, see acquire.lua), announces the release (announce.lua).
 -- KEYS[1] lock key (whose value is "<fence>:<token>"). ARGV[1] token.
 -- The strategy runs it after a line that sets mode, announce's mode.
--- Replies {1} when deleted, {0} when the token does not hold it.
+-- Replies 1 when deleted, 0 when the token does not hold it.
 --
 -- It reads the lock as held.lua's holds and marked do, written out here:
 -- a Lua function made is a closure made on every run, which the server
@@ -15,6 +15,6 @@ if i and #v - i == #ARGV[1] and string.find(v, ARGV[1], i + 1, true) then
     -- prelude
     announce(KEYS[1], mode)
   end
-  return {1}
+  return 1
 end
-return {0}
+return 0
