@@ -3,7 +3,9 @@ package dlm_test
 import (
 	"context"
 	"io"
+	"runtime/metrics"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -70,25 +72,60 @@ func BenchmarkLockUnlock(b *testing.B) {
 			m := benchManagerOn(b, driver, tc.ctxOnWire, tc.opts...)
 			ctx, cancel := context.WithCancel(context.Background()) // a live Done channel, as in a server
 			defer cancel()
-			l, err := m.Lock(ctx, "bench") // a fresh server's quarantine, with the guard
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := l.Unlock(ctx); err != nil {
-				b.Fatal(err)
-			}
-			b.ReportAllocs()
-			for b.Loop() {
-				l, err := m.TryLock(ctx, "bench")
-				if err != nil {
-					b.Fatal(err)
-				}
-				if err := l.Unlock(ctx); err != nil {
-					b.Fatal(err)
-				}
-			}
+			serialPairs(b, m, ctx)
 		})
 	}
+}
+
+// serialPairs runs TryLock and Unlock of one key on m, one pair after the
+// other, after a Lock that waits out a fresh server's quarantine (with the
+// guard). Besides allocations it reports the goroutines started and the
+// threads put to sleep (voluntary context switches) per pair: counts that
+// the machine's load changes little, unlike the time.
+func serialPairs(b *testing.B, m *dlm.Manager, ctx context.Context) {
+	l, err := m.Lock(ctx, "bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	g0, cs0, u0 := goroutinesCreated(), switches(), userTime()
+	for b.Loop() {
+		l, err := m.TryLock(ctx, "bench")
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(goroutinesCreated()-g0)/float64(b.N), "goroutines/op")
+	b.ReportMetric(float64(switches()-cs0)/float64(b.N), "ctxsw/op")
+	b.ReportMetric(float64(userTime()-u0)/float64(b.N)/1e3, "user-us/op")
+}
+
+// goroutinesCreated is how many goroutines the process has started.
+func goroutinesCreated() uint64 {
+	s := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
+}
+
+// switches is how many times the process's threads have given up a CPU to
+// wait (voluntary context switches).
+func switches() int64 {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return ru.Nvcsw
+}
+
+// userTime is the process's user CPU time so far, in nanoseconds.
+func userTime() int64 {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return ru.Utime.Nano()
 }
 
 // BenchmarkLockUnlockParallel runs TryLock and Unlock on distinct keys from
@@ -110,5 +147,29 @@ func BenchmarkLockUnlockParallel(b *testing.B) {
 				redistest.BenchParallel(b, benchManagerOn(b, driver, true, opts...))
 			})
 		}
+	}
+}
+
+// BenchmarkLockUnlockDeadline is BenchmarkLockUnlock with a context that
+// has a deadline 10 minutes away, as bench's serial scenario calls it, and
+// go-redis with ContextTimeoutEnabled: with a per-node timeout
+// (strategy.WithTimeout) of 1s, which derives a context per call; of 1h,
+// which the caller's deadline comes before ("-callerfirst"); and none.
+func BenchmarkLockUnlockDeadline(b *testing.B) {
+	for _, name := range []string{"goredis", "goredis-callerfirst", "goredis-notimeout", "rueidis", "rueidis-callerfirst", "rueidis-notimeout"} {
+		b.Run(name, func(b *testing.B) {
+			driver, variant, _ := strings.Cut(name, "-")
+			var opts []strategy.Option
+			switch variant {
+			case "":
+				opts = append(opts, strategy.WithTimeout(time.Second))
+			case "callerfirst":
+				opts = append(opts, strategy.WithTimeout(time.Hour))
+			}
+			m := benchManagerOn(b, driver, true, opts...)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+			defer cancel()
+			serialPairs(b, m, ctx)
+		})
 	}
 }

