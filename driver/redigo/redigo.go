@@ -225,7 +225,10 @@ func (n *Node) run(ctx context.Context, calls []dlm.Call, wait []string, err err
 // call. BenchmarkLockUnlockDeadline shows the allocations it saves.
 type watch struct {
 	mu    sync.Mutex
-	c     redis.Conn             // nil once the call is over
+	c     redis.Conn // nil once the call is over
+	taken bool       // by a call: the goroutine does not end
+	dead  bool       // the goroutine ended (idle): a call drops w
+
 	start chan (<-chan struct{}) // the call's Done channel, when it starts
 	stop  chan struct{}          // the call is over; buffered (1)
 	idle  *time.Timer            // the goroutine ends when it fires while idle
@@ -234,29 +237,37 @@ type watch struct {
 // watchIdle is how long a watch's goroutine waits for another call.
 const watchIdle = 10 * time.Second
 
-// idleWatches holds watches whose goroutine waits for a call.
+// idleWatches holds watches whose goroutine waits for a call (or ended
+// since: dead).
 var idleWatches = make(chan *watch, 256)
 
 // watchConn watches done for the call on c until w.end.
 func watchConn(c redis.Conn, done <-chan struct{}) *watch {
-	var w *watch
-	select {
-	case w = <-idleWatches:
-	default:
-		w = &watch{start: make(chan (<-chan struct{})), stop: make(chan struct{}, 1)}
-		w.idle = time.NewTimer(watchIdle)
-		go w.loop()
+	for {
+		var w *watch
+		select {
+		case w = <-idleWatches:
+		default:
+			w = &watch{start: make(chan (<-chan struct{})), stop: make(chan struct{}, 1)}
+			w.idle = time.NewTimer(watchIdle)
+			go w.loop()
+		}
+		w.mu.Lock()
+		if !w.dead {
+			w.c, w.taken = c, true
+			w.mu.Unlock()
+			w.start <- done
+			return w
+		}
+		w.mu.Unlock()
 	}
-	w.c = c // before the send, which the goroutine's receive follows
-	w.start <- done
-	return w
 }
 
 // end takes w off its connection; w's goroutine may still be closing it
 // (end waits for that), and is w's only user afterwards.
 func (w *watch) end() {
 	w.mu.Lock()
-	w.c = nil
+	w.c, w.taken = nil, false
 	w.mu.Unlock()
 	w.stop <- struct{}{}
 }
@@ -271,15 +282,21 @@ func (w *watch) loop() {
 				<-w.stop
 			case <-w.stop:
 			}
+			w.idle.Reset(watchIdle) // since Go 1.23 Reset drops a stale value
+			select {
+			case idleWatches <- w:
+			default: // enough are idle; nobody can take w
+				w.idle.Stop()
+				return
+			}
 		case <-w.idle.C:
-			return
-		}
-		w.idle.Reset(watchIdle) // since Go 1.23 Reset drops a stale value
-		select {
-		case idleWatches <- w:
-		default: // enough are idle
-			w.idle.Stop()
-			return
+			w.mu.Lock()
+			end := !w.taken // else a call's Done channel is on its way
+			w.dead = end
+			w.mu.Unlock()
+			if end {
+				return
+			}
 		}
 	}
 }
