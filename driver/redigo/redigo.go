@@ -219,85 +219,119 @@ func (n *Node) run(ctx context.Context, calls []dlm.Call, wait []string, err err
 // A watch closes a call's connection when the call's context ends, so
 // that a read in progress fails at once; run takes it off the connection
 // before putting the connection back. Each watch has a goroutine of its
-// own, kept between calls (watchIdle), which waits for the context's Done
-// channel or the call's end: unlike context.AfterFunc on a context made
-// for the call (a strategy's per-call timeout), it allocates nothing per
-// call. BenchmarkLockUnlockDeadline shows the allocations it saves.
+// own, kept between calls, which waits for the context's Done channel or
+// the call's end: unlike context.AfterFunc on a context made for the call
+// (a strategy's per-call timeout), it allocates nothing per call.
+// BenchmarkLockUnlockDeadline shows the allocations it saves. Idle watches
+// wait in idleWatches; one not taken for a whole sweep period ends.
 type watch struct {
 	mu    sync.Mutex
-	c     redis.Conn // nil once the call is over
-	taken bool       // by a call: the goroutine does not end
-	dead  bool       // the goroutine ended (idle): a call drops w
-
-	start chan (<-chan struct{}) // the call's Done channel, when it starts
+	c     redis.Conn             // nil once the call is over
+	start chan (<-chan struct{}) // the call's Done channel; nil: end
 	stop  chan struct{}          // the call is over; buffered (1)
-	idle  *time.Timer            // the goroutine ends when it fires while idle
+
+	taken, swept uint64 // calls given w, and their count at the last sweep (idleWatches.mu)
 }
 
-// watchIdle is how long a watch's goroutine waits for another call.
-const watchIdle = 10 * time.Second
+// watchSweep is how often idle watches are swept: one idle since the last
+// sweep ends.
+const watchSweep = 10 * time.Second
 
-// idleWatches holds watches whose goroutine waits for a call (or ended
-// since: dead).
-var idleWatches = make(chan *watch, 256)
+// idleWatches holds the watches whose goroutine waits for a call, the
+// most recently used last.
+var idleWatches struct {
+	mu    sync.Mutex
+	w     []*watch
+	sweep *time.Timer // made once
+	armed bool        // sweep is: w was not empty at the last sweep, or since
+}
+
+// maxIdleWatches bounds the idle watches kept.
+const maxIdleWatches = 256
 
 // watchConn watches done for the call on c until w.end.
 func watchConn(c redis.Conn, done <-chan struct{}) *watch {
-	for {
-		var w *watch
-		select {
-		case w = <-idleWatches:
-		default:
-			w = &watch{start: make(chan (<-chan struct{})), stop: make(chan struct{}, 1)}
-			w.idle = time.NewTimer(watchIdle)
-			go w.loop()
-		}
-		w.mu.Lock()
-		if !w.dead {
-			w.c, w.taken = c, true
-			w.mu.Unlock()
-			w.start <- done
-			return w
-		}
-		w.mu.Unlock()
+	var w *watch
+	iw := &idleWatches
+	iw.mu.Lock()
+	if n := len(iw.w); n > 0 {
+		w, iw.w = iw.w[n-1], iw.w[:n-1]
+		w.taken++
 	}
+	iw.mu.Unlock()
+	if w == nil {
+		w = &watch{start: make(chan (<-chan struct{})), stop: make(chan struct{}, 1), taken: 1}
+		go w.loop()
+	}
+	w.c = c // before the send, which the goroutine's receive follows
+	w.start <- done
+	return w
 }
 
 // end takes w off its connection; w's goroutine may still be closing it
 // (end waits for that), and is w's only user afterwards.
 func (w *watch) end() {
 	w.mu.Lock()
-	w.c, w.taken = nil, false
+	w.c = nil
 	w.mu.Unlock()
 	w.stop <- struct{}{}
 }
 
 func (w *watch) loop() {
 	for {
+		done := <-w.start
+		if done == nil {
+			return
+		}
 		select {
-		case done := <-w.start:
-			select {
-			case <-done:
-				w.close()
-				<-w.stop
-			case <-w.stop:
-			}
-			w.idle.Reset(watchIdle) // since Go 1.23 Reset drops a stale value
-			select {
-			case idleWatches <- w:
-			default: // enough are idle; nobody can take w
-				w.idle.Stop()
-				return
-			}
-		case <-w.idle.C:
-			w.mu.Lock()
-			end := !w.taken // else a call's Done channel is on its way
-			w.dead = end
-			w.mu.Unlock()
-			if end {
-				return
+		case <-done:
+			w.close()
+			<-w.stop
+		case <-w.stop:
+		}
+		iw := &idleWatches
+		iw.mu.Lock()
+		keep := len(iw.w) < maxIdleWatches
+		if keep {
+			iw.w = append(iw.w, w)
+			if !iw.armed {
+				iw.armed = true
+				if iw.sweep == nil {
+					iw.sweep = time.AfterFunc(watchSweep, sweepWatches)
+				} else {
+					iw.sweep.Reset(watchSweep)
+				}
 			}
 		}
+		iw.mu.Unlock()
+		if !keep {
+			return
+		}
+	}
+}
+
+// sweepWatches ends the idle watches not taken since the last sweep.
+func sweepWatches() {
+	iw := &idleWatches
+	iw.mu.Lock()
+	var ended []*watch
+	kept := iw.w[:0]
+	for _, w := range iw.w {
+		if w.taken == w.swept {
+			ended = append(ended, w)
+			continue
+		}
+		w.swept = w.taken
+		kept = append(kept, w)
+	}
+	clear(iw.w[len(kept):])
+	iw.w = kept
+	if iw.armed = len(kept) > 0; iw.armed {
+		iw.sweep.Reset(watchSweep)
+	}
+	iw.mu.Unlock()
+	for _, w := range ended {
+		w.start <- nil
 	}
 }
 
