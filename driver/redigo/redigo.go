@@ -177,7 +177,7 @@ func (n *Node) run(ctx context.Context, calls []dlm.Call, wait []string, err err
 		defer w.end()
 	}
 	ap := argvPool.Get().(*[]any)
-	argv := (*ap)[:0]
+	argv, used := (*ap)[:0], 0 // argv[used:cap] is nil
 	for i := 0; i < len(calls) && err == nil; i++ {
 		cmd, script := "EVAL", box.String(&calls[i].Source)
 		if calls[i].Source == "" {
@@ -185,12 +185,15 @@ func (n *Node) run(ctx context.Context, calls []dlm.Call, wait []string, err err
 		}
 		argv = append(argv[:0], script, len(calls[i].Keys))
 		argv = appendStrings(appendStrings(argv, calls[i].Keys), calls[i].Args)
+		used = max(used, len(argv))
 		err = c.Send(cmd, argv...)
 	}
 	if wait != nil && err == nil {
-		err = c.Send(wait[0], appendStrings(argv[:0], wait[1:])...)
+		argv = appendStrings(argv[:0], wait[1:])
+		used = max(used, len(argv))
+		err = c.Send(wait[0], argv...)
 	}
-	clear(argv[:cap(argv)])
+	clear(argv[:used])
 	*ap = argv[:0]
 	argvPool.Put(ap)
 	if err == nil {
