@@ -57,10 +57,10 @@ func BenchmarkLockUnlockDeadline(b *testing.B) {
 	}
 }
 
-// BenchmarkRedlockParallel is BenchParallel over Redlock on five servers,
-// each through a pool built as bench/ builds it (MaxIdle = MaxActive = 128,
+// redlockManager returns a Manager over Redlock on five servers, each
+// through a pool built as bench/ builds it (MaxIdle = MaxActive = 128,
 // Wait, read and write timeouts at the per-node timeout).
-func BenchmarkRedlockParallel(b *testing.B) {
+func redlockManager(b *testing.B) *dlm.Manager {
 	var nodes []dlm.Node
 	for _, s := range redistest.StartN(b, 5) {
 		p := &redis.Pool{
@@ -81,5 +81,26 @@ func BenchmarkRedlockParallel(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	redistest.BenchParallel(b, m)
+	return m
+}
+
+// BenchmarkRedlockParallel is BenchParallel over redlockManager.
+func BenchmarkRedlockParallel(b *testing.B) { redistest.BenchParallel(b, redlockManager(b)) }
+
+// BenchmarkRedlockDeadline is the serial pair over redlockManager under a
+// caller's context with a deadline, as bench/ measures it.
+func BenchmarkRedlockDeadline(b *testing.B) {
+	m := redlockManager(b)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	b.ReportAllocs()
+	for b.Loop() {
+		l, err := m.TryLock(ctx, "bench:deadline")
+		if err == nil {
+			err = l.Unlock(ctx)
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
 }
