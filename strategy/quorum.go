@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -180,10 +181,20 @@ func (r *round) collect(ctx context.Context, done func() bool) {
 
 // linger tallies the replies that arrive within grace.
 func (r *round) linger(grace time.Duration) {
-	t := time.NewTimer(grace)
-	defer t.Stop()
+	t := lingerTimers.Get().(*time.Timer)
+	t.Reset(grace) // stopped: since Go 1.23 no stale value is left in t.C
 	r.receive(t.C, func() bool { return false })
+	t.Stop()
+	lingerTimers.Put(t)
 }
+
+// lingerTimers keeps linger's timers, stopped: a timer per round was three
+// allocations.
+var lingerTimers = sync.Pool{New: func() any {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return t
+}}
 
 // never is a done function for rounds whose every reply is awaited.
 func never() bool { return false }
