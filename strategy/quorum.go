@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -88,15 +87,15 @@ func (s *Redlock) round(ctx context.Context, op string, script *nodekit.Script, 
 	}
 	r.ctx, r.cancel = context.WithTimeout(ctx, timeout)
 	r.running.Store(int32(len(nodes)))
-	for k := range nodes {
-		s.workers.run(job{r, k})
+	for k, i := range nodes {
+		s.workers.run(job{r, k, i})
 	}
 	return r
 }
 
-// call makes the round's calls to its k-th node and sends the reply.
-func (r *round) call(k int) {
-	i, n := r.nodes[k], len(r.calls)
+// call makes the round's calls to node i, its k-th, and sends the reply.
+func (r *round) call(k, i int) {
+	n := len(r.calls)
 	calls := r.copies[k*n : (k+1)*n : (k+1)*n]
 	copy(calls, r.calls)
 	start := time.Now()
@@ -181,20 +180,10 @@ func (r *round) collect(ctx context.Context, done func() bool) {
 
 // linger tallies the replies that arrive within grace.
 func (r *round) linger(grace time.Duration) {
-	t := lingerTimers.Get().(*time.Timer)
-	t.Reset(grace) // stopped: since Go 1.23 no stale value is left in t.C
+	t := time.NewTimer(grace)
+	defer t.Stop()
 	r.receive(t.C, func() bool { return false })
-	t.Stop()
-	lingerTimers.Put(t)
 }
-
-// lingerTimers keeps linger's timers, stopped: a timer per round was three
-// allocations.
-var lingerTimers = sync.Pool{New: func() any {
-	t := time.NewTimer(time.Hour)
-	t.Stop()
-	return t
-}}
 
 // never is a done function for rounds whose every reply is awaited.
 func never() bool { return false }
@@ -326,8 +315,8 @@ type workers struct {
 // A job is a round's call to its k-th node: a value, where a closure would
 // be an allocation per node call.
 type job struct {
-	r *round
-	k int
+	r    *round
+	k, i int // node i, the round's k-th
 }
 
 const workerIdle = 10 * time.Second
@@ -347,7 +336,7 @@ func (w workers) loop(j job) {
 	idle := time.NewTimer(workerIdle)
 	defer idle.Stop()
 	for {
-		j.r.call(j.k)
+		j.r.call(j.k, j.i)
 		j = job{} // the round's memory is not kept while idle
 		idle.Reset(workerIdle)
 		select {
