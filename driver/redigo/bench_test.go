@@ -35,7 +35,7 @@ func BenchmarkLockUnlock(b *testing.B) {
 // every call runs under a context that can end.
 func BenchmarkLockUnlockDeadline(b *testing.B) {
 	srv := redistest.Start(b)
-	s, err := strategy.NewSingle(redigo.New(newPool(b, srv.Addr)).WithName(srv.Addr), strategy.WithTimeout(time.Second))
+	s, err := strategy.NewSingle(redigo.New(benchPool(b, srv.Addr)).WithName(srv.Addr), strategy.WithTimeout(time.Second))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -57,21 +57,26 @@ func BenchmarkLockUnlockDeadline(b *testing.B) {
 	}
 }
 
+// benchPool returns a pool to addr built as bench/ builds it: MaxIdle =
+// MaxActive = 128, Wait, read and write timeouts at the per-node timeout.
+func benchPool(b *testing.B, addr string) *redis.Pool {
+	p := &redis.Pool{
+		DialContext: func(ctx context.Context) (redis.Conn, error) {
+			return redis.DialContext(ctx, "tcp", addr, redis.DialReadTimeout(time.Second),
+				redis.DialWriteTimeout(time.Second), redis.DialConnectTimeout(time.Second))
+		},
+		MaxIdle: 128, MaxActive: 128, IdleTimeout: time.Minute, Wait: true,
+	}
+	b.Cleanup(func() { _ = p.Close() })
+	return p
+}
+
 // redlockManager returns a Manager over Redlock on five servers, each
-// through a pool built as bench/ builds it (MaxIdle = MaxActive = 128,
-// Wait, read and write timeouts at the per-node timeout).
+// through a benchPool.
 func redlockManager(b *testing.B) *dlm.Manager {
 	var nodes []dlm.Node
 	for _, s := range redistest.StartN(b, 5) {
-		p := &redis.Pool{
-			DialContext: func(ctx context.Context) (redis.Conn, error) {
-				return redis.DialContext(ctx, "tcp", s.Addr, redis.DialReadTimeout(time.Second),
-					redis.DialWriteTimeout(time.Second), redis.DialConnectTimeout(time.Second))
-			},
-			MaxIdle: 128, MaxActive: 128, IdleTimeout: time.Minute, Wait: true,
-		}
-		b.Cleanup(func() { _ = p.Close() })
-		nodes = append(nodes, redigo.New(p).WithName(s.Addr))
+		nodes = append(nodes, redigo.New(benchPool(b, s.Addr)).WithName(s.Addr))
 	}
 	s, err := strategy.NewRedlock(nodes, strategy.WithTimeout(time.Second))
 	if err != nil {

@@ -177,7 +177,7 @@ func (n *Node) run(ctx context.Context, calls []dlm.Call, wait []string, err err
 		defer w.end()
 	}
 	ap := argvPool.Get().(*[]any)
-	argv, used := (*ap)[:0], 0 // argv[used:cap] is nil
+	argv := (*ap)[:0]
 	for i := 0; i < len(calls) && err == nil; i++ {
 		cmd, script := "EVAL", box.String(&calls[i].Source)
 		if calls[i].Source == "" {
@@ -185,15 +185,12 @@ func (n *Node) run(ctx context.Context, calls []dlm.Call, wait []string, err err
 		}
 		argv = append(argv[:0], script, len(calls[i].Keys))
 		argv = appendStrings(appendStrings(argv, calls[i].Keys), calls[i].Args)
-		used = max(used, len(argv))
 		err = c.Send(cmd, argv...)
 	}
 	if wait != nil && err == nil {
-		argv = appendStrings(argv[:0], wait[1:])
-		used = max(used, len(argv))
-		err = c.Send(wait[0], argv...)
+		err = c.Send(wait[0], appendStrings(argv[:0], wait[1:])...)
 	}
-	clear(argv[:used])
+	clear(argv[:cap(argv)])
 	*ap = argv[:0]
 	argvPool.Put(ap)
 	if err == nil {
