@@ -1,7 +1,9 @@
 package strategy
 
 import (
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/dlmgo/dlm/nodekit"
 )
@@ -30,5 +32,24 @@ func TestLockNames(t *testing.T) {
 	}
 	if nodekit.Slot(lockName("tenant7}1")) == nodekit.Slot(lockName("tenant7}2")) {
 		t.Errorf("keys with a '}' share the slot of the text before it")
+	}
+}
+
+// lockCall's keys[0] is lockName(key), written into the call's own
+// allocation when it fits, and a call on a short key makes one allocation.
+func TestLockCallName(t *testing.T) {
+	long := strings.Repeat("k", 100)
+	for _, k := range []string{"a", "{a}", "a}", "{a", "}a", "{}a", "x{a}y", "tenant7}1", "\x00{\xff}", "ключ{тег}",
+		strings.Repeat("k", 74), strings.Repeat("k", 75), strings.Repeat("}", 36), strings.Repeat("}", 37), long, long + "}", "{" + long + "}"} {
+		keys, args := lockCall(k, "tok", time.Second, 1)
+		if len(keys) != 1 || keys[0] != lockName(k) || lockNameLen(k) != len(lockName(k)) || len(args) != 2 || args[0] != "tok" || args[1] != "1000" {
+			t.Errorf("lockCall(%q) = %q, %q; want [%q], [tok 1000]", k, keys, args, lockName(k))
+		}
+	}
+	if raceOn {
+		return // the race detector allocates
+	}
+	if n := testing.AllocsPerRun(100, func() { heldCall("orders:invoice:123456789", "tok", time.Second) }); n != 1 {
+		t.Errorf("heldCall makes %v allocations, want 1", n)
 	}
 }

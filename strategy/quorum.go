@@ -54,6 +54,7 @@ type round struct {
 	op      string
 	script  *nodekit.Script
 	calls   []dlm.Call // the batch; each node gets its own copy
+	copies  []dlm.Call // the copies, node after node, in one allocation
 	nodes   []int      // the nodes called
 	timeout time.Duration
 	judge   judge
@@ -79,21 +80,24 @@ type reply struct {
 // outcome go on until they end or time out.
 func (s *Redlock) round(ctx context.Context, op string, script *nodekit.Script, calls []dlm.Call, nodes []int, timeout time.Duration, j judge) *round {
 	r := &round{s: s, op: op, script: script, calls: calls, nodes: nodes, timeout: timeout, judge: j,
-		t: make([]tally, len(calls)), parent: ctx, ch: make(chan reply, len(nodes)), left: len(nodes)}
+		t: make([]tally, len(calls)), parent: ctx, ch: make(chan reply, len(nodes)), left: len(nodes),
+		copies: make([]dlm.Call, len(nodes)*len(calls))}
 	for k := range r.t {
 		r.t[k].res = s.results()
 	}
 	r.ctx, r.cancel = context.WithTimeout(ctx, timeout)
 	r.running.Store(int32(len(nodes)))
-	for _, i := range nodes {
-		s.workers.run(func() { r.call(i) })
+	for k, i := range nodes {
+		s.workers.run(job{r, k, i})
 	}
 	return r
 }
 
-// call makes the round's calls to node i and sends the reply.
-func (r *round) call(i int) {
-	calls := slices.Clone(r.calls)
+// call makes the round's calls to node i, its k-th, and sends the reply.
+func (r *round) call(k, i int) {
+	n := len(r.calls)
+	calls := r.copies[k*n : (k+1)*n : (k+1)*n]
+	copy(calls, r.calls)
 	start := time.Now()
 	r.script.RunMany(r.ctx, r.s.nodes[i], calls)
 	switch took := time.Since(start); {
@@ -305,31 +309,38 @@ func (s *Redlock) nodeTimeout(ttl time.Duration) time.Duration {
 // done. BenchmarkRedlockLockUnlock shows what it saves. The zero value is
 // ready; a goroutine idle for workerIdle ends.
 type workers struct {
-	jobs chan func() // unbuffered: a send succeeds only when a worker is idle
+	jobs chan job // unbuffered: a send succeeds only when a worker is idle
+}
+
+// A job is a round's call to its k-th node: a value, where a closure would
+// be an allocation per node call.
+type job struct {
+	r    *round
+	k, i int // node i, the round's k-th
 }
 
 const workerIdle = 10 * time.Second
 
-func newWorkers() workers { return workers{jobs: make(chan func())} }
+func newWorkers() workers { return workers{jobs: make(chan job)} }
 
-// run runs f on an idle worker, or on a new one when none is idle.
-func (w workers) run(f func()) {
+// run runs j on an idle worker, or on a new one when none is idle.
+func (w workers) run(j job) {
 	select {
-	case w.jobs <- f:
+	case w.jobs <- j:
 	default:
-		go w.loop(f)
+		go w.loop(j)
 	}
 }
 
-func (w workers) loop(f func()) {
+func (w workers) loop(j job) {
 	idle := time.NewTimer(workerIdle)
 	defer idle.Stop()
 	for {
-		f()
-		f = nil // the job's memory is not kept while idle
+		j.r.call(j.k, j.i)
+		j = job{} // the round's memory is not kept while idle
 		idle.Reset(workerIdle)
 		select {
-		case f = <-w.jobs:
+		case j = <-w.jobs:
 		case <-idle.C:
 			return
 		}

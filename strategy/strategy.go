@@ -31,6 +31,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/internal/coalesce"
@@ -234,6 +235,25 @@ func lockName(key string) string {
 	return "dlm:{" + key + "}"
 }
 
+// lockNameLen returns len(lockName(key)).
+func lockNameLen(key string) int {
+	if !hasHashTag(key) && strings.IndexByte(key, '}') >= 0 {
+		return len("dlm:x:{}") + hex.EncodedLen(len(key))
+	}
+	return len("dlm:{}") + len(key) // or "dlm:t:" and key
+}
+
+// appendLockName appends lockName(key) to b.
+func appendLockName(b []byte, key string) []byte {
+	switch {
+	case hasHashTag(key):
+		return append(append(b, "dlm:t:"...), key...)
+	case strings.IndexByte(key, '}') >= 0:
+		return append(hex.AppendEncode(append(b, "dlm:x:{"...), []byte(key)), '}')
+	}
+	return append(append(append(b, "dlm:{"...), key...), '}')
+}
+
 // hasHashTag reports whether Redis Cluster hashes key by a tag: a '{'
 // followed, later, by a '}' with at least one byte between.
 func hasHashTag(key string) bool {
@@ -295,12 +315,21 @@ func publishArg(r nodekit.Routing) string {
 	return ""
 }
 
+// lockCall returns a script call's keys (lockName(key) first, room for
+// nkeys) and arguments (token, then ttl in milliseconds when positive) in
+// one allocation, which also holds the lock key's text when it fits.
 func lockCall(key, token string, ttl time.Duration, nkeys int) (keys, args []string) {
 	c := new(struct {
 		keys [3]string
 		args [4]string // room for acquireCall's maxTTL and from
+		name [80]byte  // keys[0]'s text, when it fits
 	})
-	c.keys[0] = lockName(key)
+	if n := lockNameLen(key); n <= len(c.name) {
+		appendLockName(c.name[:0], key)
+		c.keys[0] = unsafe.String(&c.name[0], n) // c.name never changes
+	} else {
+		c.keys[0] = lockName(key)
+	}
 	c.args[0] = token
 	if ttl <= 0 {
 		return c.keys[:nkeys], c.args[:1]

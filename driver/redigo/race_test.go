@@ -1,0 +1,5 @@
+//go:build race
+
+package redigo_test
+
+const raceOn = true
