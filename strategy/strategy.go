@@ -226,13 +226,8 @@ func lockKeys(key string) []string {
 // lockName returns the Redis key of key's lock, as the package
 // documentation says.
 func lockName(key string) string {
-	switch {
-	case hasHashTag(key):
-		return "dlm:t:" + key
-	case strings.IndexByte(key, '}') >= 0:
-		return "dlm:x:{" + hex.EncodeToString([]byte(key)) + "}"
-	}
-	return "dlm:{" + key + "}"
+	b := appendLockName(make([]byte, 0, lockNameLen(key)), key)
+	return unsafe.String(unsafe.SliceData(b), len(b)) // b never changes
 }
 
 // lockNameLen returns len(lockName(key)).

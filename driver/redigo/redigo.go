@@ -8,7 +8,9 @@
 // the server stopped answering, and a connection with replies unread is
 // never reused. Writes are bounded by the connection's write timeout. A
 // goroutine kept between calls watches the context (see watch); idle ones
-// end 10 to 20 seconds after their last call.
+// end 10 to 20 seconds after their last call. They are shared by the
+// process, so a Node must not be used inside a testing/synctest bubble
+// (use package dlmtest there).
 package redigo
 
 import (
