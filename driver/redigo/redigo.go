@@ -6,11 +6,7 @@
 // deadline passes or it is cancelled), the connection is closed at once, as
 // redis.ReceiveContext closes it: a call returns by ctx's deadline even if
 // the server stopped answering, and a connection with replies unread is
-// never reused. Writes are bounded by the connection's write timeout. A
-// goroutine kept between calls watches the context (see watch); idle ones
-// end 10 to 20 seconds after their last call. They are shared by the
-// process, so a Node must not be used inside a testing/synctest bubble
-// (use package dlmtest there).
+// never reused. Writes are bounded by the connection's write timeout.
 package redigo
 
 import (
@@ -176,9 +172,20 @@ func (n *Node) run(ctx context.Context, calls []dlm.Call, wait []string, err err
 		return nil, err
 	}
 	defer c.Close() // redigo's pool discards a connection that failed
-	if done := ctx.Done(); done != nil {
-		w := watchConn(c, done)
-		defer w.end()
+	if ctx.Done() != nil {
+		w := watches.Get().(*watch)
+		w.c = c
+		stop := context.AfterFunc(ctx, w.kill)
+		defer func() {
+			if stop() { // w.kill never runs: w is free again
+				w.c = nil
+				watches.Put(w)
+				return
+			}
+			w.mu.Lock() // wait for w.kill, and keep it off c from now on
+			w.c = nil
+			w.mu.Unlock()
+		}()
 	}
 	ap := argvPool.Get().(*[]any)
 	argv := (*ap)[:0]
@@ -220,124 +227,20 @@ func (n *Node) run(ctx context.Context, calls []dlm.Call, wait []string, err err
 	return r, replyErr(withCtxErr(ctx, err))
 }
 
-// A watch closes a call's connection when the call's context ends, so
-// that a read in progress fails at once; run takes it off the connection
-// before putting the connection back. Each watch has a goroutine of its
-// own, kept between calls, which waits for the context's Done channel or
-// the call's end: unlike context.AfterFunc on a context made for the call
-// (a strategy's per-call timeout), it allocates nothing per call.
-// BenchmarkLockUnlockDeadline shows the allocations it saves. Idle watches
-// wait in idleWatches; one not taken for a whole sweep period ends.
+// A watch closes a call's connection when the call's context ends
+// (context.AfterFunc), so that a read in progress fails at once; run
+// takes it off the connection before putting the connection back.
 type watch struct {
-	mu    sync.Mutex
-	c     redis.Conn             // nil once the call is over
-	start chan (<-chan struct{}) // the call's Done channel; nil: end
-	stop  chan struct{}          // the call is over; buffered (1)
-
-	taken, swept uint64 // calls given w, and their count at the last sweep (idleWatches.mu)
+	mu   sync.Mutex
+	c    redis.Conn // nil once the call is over
+	kill func()     // the method value, made once
 }
 
-// watchSweep is how often idle watches are swept: one idle since the last
-// sweep ends.
-const watchSweep = 10 * time.Second
-
-// idleWatches holds the watches whose goroutine waits for a call, the
-// most recently used last.
-var idleWatches struct {
-	mu    sync.Mutex
-	w     []*watch
-	sweep *time.Timer // made once
-	armed bool        // sweep is: w was not empty at the last sweep, or since
-}
-
-// maxIdleWatches bounds the idle watches kept.
-const maxIdleWatches = 256
-
-// watchConn watches done for the call on c until w.end.
-func watchConn(c redis.Conn, done <-chan struct{}) *watch {
-	var w *watch
-	iw := &idleWatches
-	iw.mu.Lock()
-	if n := len(iw.w); n > 0 {
-		w, iw.w = iw.w[n-1], iw.w[:n-1]
-		w.taken++
-	}
-	iw.mu.Unlock()
-	if w == nil {
-		w = &watch{start: make(chan (<-chan struct{})), stop: make(chan struct{}, 1), taken: 1}
-		go w.loop()
-	}
-	w.c = c // before the send, which the goroutine's receive follows
-	w.start <- done
+var watches = sync.Pool{New: func() any {
+	w := new(watch)
+	w.kill = w.close
 	return w
-}
-
-// end takes w off its connection; w's goroutine may still be closing it
-// (end waits for that), and is w's only user afterwards.
-func (w *watch) end() {
-	w.mu.Lock()
-	w.c = nil
-	w.mu.Unlock()
-	w.stop <- struct{}{}
-}
-
-func (w *watch) loop() {
-	for {
-		done := <-w.start
-		if done == nil {
-			return
-		}
-		select {
-		case <-done:
-			w.close()
-			<-w.stop
-		case <-w.stop:
-		}
-		iw := &idleWatches
-		iw.mu.Lock()
-		keep := len(iw.w) < maxIdleWatches
-		if keep {
-			iw.w = append(iw.w, w)
-			if !iw.armed {
-				iw.armed = true
-				if iw.sweep == nil {
-					iw.sweep = time.AfterFunc(watchSweep, sweepWatches)
-				} else {
-					iw.sweep.Reset(watchSweep)
-				}
-			}
-		}
-		iw.mu.Unlock()
-		if !keep {
-			return
-		}
-	}
-}
-
-// sweepWatches ends the idle watches not taken since the last sweep.
-func sweepWatches() {
-	iw := &idleWatches
-	iw.mu.Lock()
-	var ended []*watch
-	kept := iw.w[:0]
-	for _, w := range iw.w {
-		if w.taken == w.swept {
-			ended = append(ended, w)
-			continue
-		}
-		w.swept = w.taken
-		kept = append(kept, w)
-	}
-	clear(iw.w[len(kept):])
-	iw.w = kept
-	if iw.armed = len(kept) > 0; iw.armed {
-		iw.sweep.Reset(watchSweep)
-	}
-	iw.mu.Unlock()
-	for _, w := range ended {
-		w.start <- nil
-	}
-}
+}}
 
 // close fails w's connection as redis.ReceiveContext does when its context
 // ends first: it is a receive under a context whose deadline has passed,

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/internal/redistest"
 )
 
@@ -32,32 +31,5 @@ func TestCancelOnFrozenServer(t *testing.T) {
 	srv.Thaw(t)
 	if r, err := eval(context.Background(), n, "return {7}", nil); err != nil || len(r) != 1 || r[0] != 7 {
 		t.Fatalf("Run after the thaw: %v, %v, want [7]", r, err)
-	}
-}
-
-// Watching a context that can end costs no allocation: a call under one
-// allocates as much as a call under context.Background.
-func TestWatchAllocs(t *testing.T) {
-	if raceOn {
-		t.Skip("the race detector's sync.Pool drops items at random")
-	}
-	srv := redistest.Start(t)
-	n := newNode(t, srv.Addr)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
-	defer cancel()
-	calls := []dlm.Call{{Source: "return {1}"}}
-	run := func(ctx context.Context) func() {
-		return func() {
-			n.Run(ctx, calls)
-			if calls[0].Err != nil {
-				t.Fatal(calls[0].Err)
-			}
-		}
-	}
-	run(ctx)() // a connection in the pool, a watch idle
-	bg := testing.AllocsPerRun(200, run(context.Background()))
-	dl := testing.AllocsPerRun(200, run(ctx))
-	if dl != bg {
-		t.Fatalf("a Run under a deadline makes %v allocations, under context.Background %v: want the same", dl, bg)
 	}
 }

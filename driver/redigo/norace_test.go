@@ -1,5 +1,0 @@
-//go:build !race
-
-package redigo_test
-
-const raceOn = false
