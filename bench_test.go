@@ -3,9 +3,7 @@ package dlm_test
 import (
 	"context"
 	"io"
-	"runtime/metrics"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -91,7 +89,7 @@ func serialPairs(b *testing.B, m *dlm.Manager, ctx context.Context) {
 		b.Fatal(err)
 	}
 	b.ReportAllocs()
-	g0, cs0, u0 := goroutinesCreated(), switches(), userTime()
+	c0 := redistest.ReadCounts()
 	for b.Loop() {
 		l, err := m.TryLock(ctx, "bench")
 		if err != nil {
@@ -101,31 +99,7 @@ func serialPairs(b *testing.B, m *dlm.Manager, ctx context.Context) {
 			b.Fatal(err)
 		}
 	}
-	b.ReportMetric(float64(goroutinesCreated()-g0)/float64(b.N), "goroutines/op")
-	b.ReportMetric(float64(switches()-cs0)/float64(b.N), "ctxsw/op")
-	b.ReportMetric(float64(userTime()-u0)/float64(b.N)/1e3, "user-us/op")
-}
-
-// goroutinesCreated is how many goroutines the process has started.
-func goroutinesCreated() uint64 {
-	s := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
-	metrics.Read(s)
-	return s[0].Value.Uint64()
-}
-
-// switches is how many times the process's threads have given up a CPU to
-// wait (voluntary context switches).
-func switches() int64 {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return ru.Nvcsw
-}
-
-// userTime is the process's user CPU time so far, in nanoseconds.
-func userTime() int64 {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return ru.Utime.Nano()
+	c0.ReportSince(b)
 }
 
 // BenchmarkLockUnlockParallel runs TryLock and Unlock on distinct keys from

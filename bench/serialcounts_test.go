@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"regexp"
-	"runtime/metrics"
-	"syscall"
 	"testing"
 	"time"
 
@@ -58,7 +56,7 @@ func BenchmarkSerialContenders(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			g0, cs0, u0, s0 := created(), nvcsw(), utime(false), utime(true)
+			c0 := redistest.ReadCounts()
 			for b.Loop() {
 				h, err := l.TryLock(ctx, key)
 				if err == nil {
@@ -68,8 +66,7 @@ func BenchmarkSerialContenders(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			b.ReportMetric(float64(created()-g0)/float64(b.N), "goroutines/op")
-			b.ReportMetric(float64(nvcsw()-cs0)/float64(b.N), "ctxsw/op")
+			c0.ReportSince(b)
 			st1, err := readStats(ctx, srv.Addr)
 			if err != nil {
 				b.Fatal(err)
@@ -80,32 +77,6 @@ func BenchmarkSerialContenders(b *testing.B) {
 				b.Fatal(err)
 			}
 			b.Log(stats)
-			b.ReportMetric(float64((utime(false)-u0)/time.Microsecond)/float64(b.N), "user-us/op")
-			b.ReportMetric(float64((utime(true)-s0)/time.Microsecond)/float64(b.N), "sys-us/op")
 		})
 	}
-}
-
-// created is how many goroutines the process has started.
-func created() uint64 {
-	s := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
-	metrics.Read(s)
-	return s[0].Value.Uint64()
-}
-
-// nvcsw is how many times the process's threads gave up a CPU to wait.
-func nvcsw() int64 {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return ru.Nvcsw
-}
-
-// utime is the process's user CPU time so far, or its system CPU time.
-func utime(sys bool) time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	if sys {
-		return time.Duration(ru.Stime.Nano())
-	}
-	return time.Duration(ru.Utime.Nano())
 }

@@ -43,18 +43,7 @@ func BenchmarkLockUnlockDeadline(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
-	defer cancel()
-	b.ReportAllocs()
-	for b.Loop() {
-		l, err := m.TryLock(ctx, "bench:deadline")
-		if err == nil {
-			err = l.Unlock(ctx)
-		}
-		if err != nil {
-			b.Fatal(err)
-		}
-	}
+	deadlinePairs(b, m)
 }
 
 // benchPool returns a pool to addr built as bench/ builds it: MaxIdle =
@@ -96,6 +85,12 @@ func BenchmarkRedlockParallel(b *testing.B) { redistest.BenchParallel(b, redlock
 // caller's context with a deadline, as bench/ measures it.
 func BenchmarkRedlockDeadline(b *testing.B) {
 	m := redlockManager(b)
+	deadlinePairs(b, m)
+}
+
+// deadlinePairs runs m's TryLock and Unlock of one key under a caller's
+// context with a deadline, as bench/ does.
+func deadlinePairs(b *testing.B, m *dlm.Manager) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 	defer cancel()
 	b.ReportAllocs()

@@ -3,8 +3,10 @@ package redistest
 import (
 	"context"
 	"runtime"
+	"runtime/metrics"
 	"strconv"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -70,4 +72,33 @@ func BenchParallel(b *testing.B, m *dlm.Manager) {
 		}
 	})
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "ops/s")
+}
+
+// Counts are what the process has done so far that a machine's load
+// changes little: goroutines started, times its threads gave up a CPU to
+// wait (voluntary context switches), and its user and system CPU time.
+type Counts struct {
+	Goroutines uint64
+	Switches   int64
+	User, Sys  time.Duration
+}
+
+// ReadCounts reads the process's Counts.
+func ReadCounts() Counts {
+	s := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
+	metrics.Read(s)
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return Counts{Goroutines: s[0].Value.Uint64(), Switches: ru.Nvcsw,
+		User: time.Duration(ru.Utime.Nano()), Sys: time.Duration(ru.Stime.Nano())}
+}
+
+// ReportSince reports, per operation of b, what the process did since c0:
+// goroutines/op, ctxsw/op, user-us/op and sys-us/op.
+func (c0 Counts) ReportSince(b *testing.B) {
+	c, n := ReadCounts(), float64(b.N)
+	b.ReportMetric(float64(c.Goroutines-c0.Goroutines)/n, "goroutines/op")
+	b.ReportMetric(float64(c.Switches-c0.Switches)/n, "ctxsw/op")
+	b.ReportMetric(float64((c.User-c0.User)/time.Microsecond)/n, "user-us/op")
+	b.ReportMetric(float64((c.Sys-c0.Sys)/time.Microsecond)/n, "sys-us/op")
 }
