@@ -13,6 +13,11 @@ import (
 func TestLockNames(t *testing.T) {
 	keys := []string{"a", "{a}", "a}", "{a", "}a", "{}a", "x{a}y", "{a}{b}", "tenant7}1", "tenant7}2",
 		"dlm:{a}", "t:{a}", "x:{61}", "61", "{", "}", "{}", "\x00{\xff}", "ключ{тег}"}
+	for k, want := range map[string]string{"a": "dlm:{a}", "{a}": "dlm:t:{a}", "a}": "dlm:x:{617d}"} {
+		if got := lockName(k); got != want {
+			t.Errorf("lockName(%q) = %q, want %q", k, got, want)
+		}
+	}
 	seen := map[string]string{}
 	for _, k := range keys {
 		lock := lockName(k)
