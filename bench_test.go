@@ -81,24 +81,15 @@ func BenchmarkLockUnlock(b *testing.B) {
 // threads put to sleep (voluntary context switches) per pair: counts that
 // the machine's load changes little, unlike the time.
 func serialPairs(b *testing.B, m *dlm.Manager, ctx context.Context) {
-	l, err := m.Lock(ctx, "bench")
+	l, err := m.Lock(ctx, "bench:serial") // BenchSerial's key: a connection in the pool
 	if err != nil {
 		b.Fatal(err)
 	}
 	if err := l.Unlock(ctx); err != nil {
 		b.Fatal(err)
 	}
-	b.ReportAllocs()
 	c0 := redistest.ReadCounts()
-	for b.Loop() {
-		l, err := m.TryLock(ctx, "bench")
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := l.Unlock(ctx); err != nil {
-			b.Fatal(err)
-		}
-	}
+	redistest.BenchSerial(b, ctx, m)
 	c0.ReportSince(b)
 }
 

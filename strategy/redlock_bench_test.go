@@ -50,7 +50,7 @@ func BenchmarkRedlockLockUnlock(b *testing.B) {
 	for _, n := range []int{1, 5} {
 		b.Run("nodes="+strconv.Itoa(n), func(b *testing.B) {
 			m, _ := benchManager(b, n)
-			benchSerial(b, m)
+			redistest.BenchSerial(b, context.Background(), m)
 		})
 	}
 }
@@ -94,21 +94,6 @@ func BenchmarkRedlockParallel(b *testing.B) {
 			}
 			redistest.BenchParallel(b, m)
 		})
-	}
-}
-
-// benchSerial runs TryLock and Unlock of one key in a loop.
-func benchSerial(b *testing.B, m *dlm.Manager) {
-	ctx := context.Background()
-	b.ReportAllocs()
-	for b.Loop() {
-		l, err := m.TryLock(ctx, "bench")
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := l.Unlock(ctx); err != nil {
-			b.Fatal(err)
-		}
 	}
 }
 
@@ -187,6 +172,6 @@ func BenchmarkRedlockOverhead(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Run("serial", func(b *testing.B) { benchSerial(b, m) })
+	b.Run("serial", func(b *testing.B) { redistest.BenchSerial(b, context.Background(), m) })
 	b.Run("parallel", func(b *testing.B) { redistest.BenchParallel(b, m) })
 }

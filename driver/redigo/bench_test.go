@@ -93,14 +93,5 @@ func BenchmarkRedlockDeadline(b *testing.B) {
 func deadlinePairs(b *testing.B, m *dlm.Manager) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 	defer cancel()
-	b.ReportAllocs()
-	for b.Loop() {
-		l, err := m.TryLock(ctx, "bench:deadline")
-		if err == nil {
-			err = l.Unlock(ctx)
-		}
-		if err != nil {
-			b.Fatal(err)
-		}
-	}
+	redistest.BenchSerial(b, ctx, m)
 }

@@ -23,11 +23,11 @@ const BenchGoroutines = 64
 // goroutines (rounded down to a multiple of GOMAXPROCS) on distinct keys.
 // All report allocations and ops/s (lock+unlock pairs per second).
 func BenchLockUnlock(b *testing.B, m *dlm.Manager) {
-	b.Run("serial", func(b *testing.B) { benchSerial(b, context.Background(), m) })
+	b.Run("serial", func(b *testing.B) { BenchSerial(b, context.Background(), m) })
 	b.Run("serial-cancelable", func(b *testing.B) { // a live Done channel, as a server's request has
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		benchSerial(b, ctx, m)
+		BenchSerial(b, ctx, m)
 	})
 	b.Run("parallel", func(b *testing.B) { BenchParallel(b, m) })
 }
@@ -41,7 +41,9 @@ func lockUnlock(ctx context.Context, m *dlm.Manager, key string) error {
 	return l.Unlock(ctx)
 }
 
-func benchSerial(b *testing.B, ctx context.Context, m *dlm.Manager) {
+// BenchSerial measures m's TryLock and Unlock of one key under ctx in a
+// loop, reporting allocations and ops/s.
+func BenchSerial(b *testing.B, ctx context.Context, m *dlm.Manager) {
 	b.ReportAllocs()
 	start := time.Now()
 	for b.Loop() {
