@@ -206,6 +206,26 @@ func eventually(d time.Duration, cond func() bool) bool {
 	}
 }
 
+// signalNode sends on ran (without blocking) after each of its calls on
+// key that the server answered.
+type signalNode struct {
+	dlm.Node
+	key string
+	ran chan struct{}
+}
+
+func (n signalNode) Run(ctx context.Context, calls []dlm.Call) {
+	n.Node.Run(ctx, calls)
+	if calls[0].Err == nil && len(calls[0].Keys) > 0 && calls[0].Keys[0] == n.key {
+		select {
+		case n.ran <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (n signalNode) String() string { return n.Node.(interface{ String() string }).String() }
+
 // deafNode ignores its context: it answers only after delay.
 type deafNode struct {
 	dlm.Node

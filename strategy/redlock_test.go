@@ -259,20 +259,39 @@ func TestRedlockThreeFrozen(t *testing.T) {
 	assert.Positive(t, held.Fence)
 }
 
-// A node whose replies are lost after its script ran still gets the release.
+// A node whose replies are lost after its script ran still gets the
+// release, and so does a grant that arrives after the acquisition failed.
 func TestRedlockLostRepliesAreReleased(t *testing.T) {
 	c := startCluster(t, 5)
 	nodes := append([]dlm.Node(nil), c.nodes...)
 	for _, i := range []int{0, 1, 2} {
 		nodes[i] = lossyNode{Node: c.nodes[i]}
 	}
+	ran := make(chan struct{}, 1)
+	nodes[4] = signalNode{Node: deafNode{Node: c.nodes[4], delay: 300 * time.Millisecond}, key: lockKey("k"), ran: ran} // grants after the failure was decided
 	r, err := strategy.NewRedlock(nodes, strategy.WithTimeout(time.Second))
 	require.NoError(t, err)
 	_, err = r.Acquire(context.Background(), "k", "A", 10*time.Second)
 	require.ErrorIs(t, err, dlm.ErrNotAcquired)
 	assert.ErrorIs(t, err, errLost)
+	var qe *strategy.QuorumError
+	require.ErrorAs(t, err, &qe)
+	// Nodes that answered before Acquire returned (lost replies included)
+	// are released before it returns; a grant it did not wait for is
+	// released as it arrives.
+	for i, n := range qe.Nodes {
+		if n.Outcome == strategy.Granted || n.Outcome == strategy.Failed {
+			assert.Empty(t, c.holder(t, i, "k"), "server %d (%v)", i, n.Outcome)
+		}
+	}
+	assert.Equal(t, strategy.Pending, qe.Nodes[4].Outcome)
+	select {
+	case <-ran: // server 4 granted
+	case <-time.After(5 * time.Second):
+		t.Fatal("server 4 never ran the acquisition")
+	}
 	for i := range c.servers {
-		assert.Empty(t, c.holder(t, i, "k"), "server %d", i)
+		assert.True(t, eventually(5*time.Second, func() bool { return c.holder(t, i, "k") == "" }), "server %d", i)
 	}
 }
 
