@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -60,8 +62,13 @@ func (p fakePipe) DoMulti(ctx context.Context, cmds []fakeCmd, _ bool) []string 
 const canceled = "!canceled"
 
 func (p fakePipe) Ints(r string) ([]int64, error) {
-	if r == canceled {
+	switch r {
+	case canceled:
 		return nil, context.Canceled
+	case "lost": // the connection broke
+		return nil, errors.New("read: connection reset by peer")
+	case "error-reply":
+		return nil, &dlm.ReplyError{Code: "ERR", Message: "boom"}
 	}
 	return []int64{int64(len(r))}, nil
 }
@@ -104,6 +111,73 @@ func TestPipeNodeRunOne(t *testing.T) {
 		<-done
 		assert.ErrorIs(t, c[0].Err, context.Canceled)
 		assert.Nil(t, c[0].Reply)
+	}
+}
+
+// goroutinePipe is a fakePipe that reports the goroutine each Do and
+// DoMulti ran on.
+type goroutinePipe struct {
+	fakePipe
+	ran chan uint64
+}
+
+func (p goroutinePipe) Do(ctx context.Context, cmd fakeCmd) string {
+	p.ran <- goroutineID()
+	return p.fakePipe.Do(ctx, cmd)
+}
+
+func (p goroutinePipe) DoMulti(ctx context.Context, cmds []fakeCmd, dedicated bool) []string {
+	p.ran <- goroutineID()
+	return p.fakePipe.DoMulti(ctx, cmds, dedicated)
+}
+
+// goroutineID returns the calling goroutine's number, from its stack's
+// first line ("goroutine 7 [running]:").
+func goroutineID() uint64 {
+	buf := make([]byte, 64)
+	buf = buf[:runtime.Stack(buf, false)]
+	id, err := strconv.ParseUint(strings.Fields(string(buf))[1], 10, 64)
+	if err != nil {
+		panic(err)
+	}
+	return id
+}
+
+// A call under a context with a deadline goes straight to the client, on
+// the caller's goroutine, while the node's calls are answered (error
+// replies included); after a call the server did not answer, calls wait in
+// a goroutine of their own until one is answered. A context that can end
+// without a deadline always has the goroutine; one that cannot end never.
+func TestPipeNodeGoesStraightToAnsweringClient(t *testing.T) {
+	p := goroutinePipe{ran: make(chan uint64, 1)}
+	n := nodekit.NewPipeNode("fake", p, nodekit.Receiver{})
+	deadline, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	cancelable, cancel2 := context.WithCancel(context.Background())
+	defer cancel2()
+	self := goroutineID()
+	for _, step := range []struct {
+		ctx      context.Context
+		keys     []string
+		straight bool
+	}{
+		{deadline, []string{"a"}, true},
+		{deadline, []string{"a", "b"}, true},
+		{cancelable, []string{"a"}, false},
+		{cancelable, []string{"a", "b"}, false},
+		{context.Background(), []string{"a"}, true},
+		{deadline, []string{"error-reply"}, true},
+		{deadline, []string{"a"}, true}, // an error reply is an answer
+		{deadline, []string{"lost"}, true},
+		{deadline, []string{"a"}, false}, // after a call that got no answer
+		{deadline, []string{"a", "b"}, true},
+		{deadline, []string{"a", "lost"}, true},
+		{deadline, []string{"a", "b"}, false},
+		{deadline, []string{"a"}, true},
+	} {
+		c := calls(step.keys...)
+		n.Run(step.ctx, c)
+		assert.Equal(t, step.straight, <-p.ran == self, "%v: on the caller's goroutine", step.keys)
 	}
 }
 

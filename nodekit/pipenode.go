@@ -2,7 +2,6 @@ package nodekit
 
 import (
 	"context"
-	"sync"
 
 	"github.com/dlmgo/dlm"
 )
@@ -10,17 +9,22 @@ import (
 // A PipeNode is a dlm.Node over a client that pipelines typed commands (a
 // Pipe) and subscribes with a blocking Receive (a Receiver): a driver
 // over such a client (rueidis, valkey-go) embeds it and supplies only the
-// client-specific Pipe and Receiver. Every call honours its context: for a
-// context that can end, the Node waits for the replies in a goroutine of
-// its own and returns as soon as the context ends (the abandoned commands
-// end when the client gives up on them); a context that cannot end costs no
+// client-specific Pipe and Receiver. Every call honours its context's
+// deadline. A Run under a context with a deadline goes straight to the
+// client, which puts the deadline on the socket and on the dial, while the
+// node's calls are answered; after a call the server did not answer, and
+// for a context that can end without a deadline (a cancellation), the Node
+// waits for the replies in a goroutine of its own and returns as soon as
+// the context ends (the abandoned commands end when the client gives up on
+// them). So a context with a deadline that is canceled earlier ends a call
+// to an open connection at its deadline. A context that cannot end costs no
 // goroutine. On a Cluster client the keys of a call, and the calls of a
 // RunWait, must share a hash slot, else they fail with dlm.ErrInvalid.
 type PipeNode[C, R any] struct {
 	p    Pipe[C, R]
 	name string
 	hub  *Hub
-	ones sync.Pool // of *awaitOne[C, R]: one call's state in flight, reused
+	st   pipeState
 }
 
 // NewPipeNode returns a PipeNode named name over p, which watches
@@ -45,7 +49,7 @@ func (n *PipeNode[C, R]) Routing() Routing {
 // several (on a Cluster, one per hash slot, side by side). A call whose
 // keys span slots fails unsent.
 func (n *PipeNode[C, R]) Run(ctx context.Context, calls []dlm.Call) {
-	runPipe(ctx, n.p, calls, &n.ones)
+	runPipe(ctx, n.p, calls, &n.st)
 }
 
 // RunWait implements dlm.Node (RunWaitPipe): the calls and the WAIT,

@@ -259,6 +259,50 @@ func TestPipeNodeDeadlineOnFrozenServer(t *testing.T) {
 	})
 }
 
+// After a call that timed out on a frozen server, the client reopens its
+// connection on the next call, and a caller that comes during that dial
+// would wait for it under the dialing caller's deadline: such a caller
+// still returns at its own deadline, while the first is still waiting.
+func TestPipeNodeDeadlineWhileAnotherRedials(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, d pipeDriver) {
+		srv := redistest.Start(t)
+		n := d.node(t, pipeOptions{addrs: []string{srv.Addr}})
+		if _, err := eval(context.Background(), n, "return 1"); err != nil {
+			t.Fatal(err)
+		}
+		srv.Freeze(t)
+		defer srv.Thaw(t)
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		_, err := eval(ctx, n, "return 1")
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("a call to the frozen server: %v, want context.DeadlineExceeded", err)
+		}
+
+		long, cancelLong := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancelLong()
+		longDone := make(chan error, 1)
+		go func() {
+			_, err := eval(long, n, "return 1")
+			longDone <- err
+		}()
+		time.Sleep(100 * time.Millisecond) // the long call reopens the connection
+		ctx, cancel = context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		_, err = eval(ctx, n, "return 1")
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("the short call: %v, want context.DeadlineExceeded", err)
+		}
+		select {
+		case err := <-longDone:
+			t.Fatalf("the short call returned only after the long one (%v)", err)
+		default:
+		}
+		cancelLong()
+		<-longDone
+	})
+}
+
 // Issue 33: against a Sentinel's port rueidis and valkey-go word "ERR unknown command"
 // without "ERR "; Lock still ends at once with a permanent error instead
 // of waiting out its context.

@@ -1,15 +1,26 @@
 // Package rueidis adapts any rueidis.Client (github.com/redis/rueidis):
 // standalone, Sentinel or Cluster, to dlm.Node. Every call honours its
-// context: for a context that can end, the Node waits for the replies in a
-// goroutine of its own and returns as soon as the context ends, because
-// rueidis alone does not always (not with DisableAutoPipelining, and not
-// while it opens a connection: its handshake with a frozen server waits out
-// the dial timeout, past any deadline); the abandoned commands end when the
-// server answers or the client's ConnWriteTimeout passes. A batch of more
-// than 128 calls goes then as DoMultis of 128 one after the other, so that
-// those answered before the context ended keep their replies. A context
-// that cannot end (context.Background) costs no goroutine. On a Cluster
-// client the keys of a call, and the calls of a RunWait, must share a hash slot, else they fail with dlm.ErrInvalid.
+// context's deadline. A call under a context with a deadline goes straight
+// to the client, which puts the deadline on the socket and on the dial,
+// while the node's calls are answered. After a call the server did not
+// answer, and for a context that can end without a deadline, the Node waits
+// for the replies in a goroutine of its own and returns as soon as the
+// context ends, because rueidis alone does not always: a caller that comes
+// while rueidis reopens a connection waits for that dial under the dialing
+// caller's context, and with DisableAutoPipelining a call on an open
+// connection watches only the deadline. So a context with a deadline that
+// is canceled earlier ends a call to an open connection at its deadline.
+// The Node sees a connection break only through its calls: after rueidis
+// closed one in the background (a keep-alive ping that failed), a call that
+// comes during another's dial waits for it, for at most the client's
+// Dialer.Timeout (5s by default).
+// The abandoned commands end when the server answers or the client's
+// ConnWriteTimeout passes. A batch of more than 128 calls goes then as
+// DoMultis of 128 one after the other, so that those answered before the
+// context ended keep their replies. A context that cannot end
+// (context.Background) costs no goroutine. On a Cluster client the keys of
+// a call, and the calls of a RunWait, must share a hash slot, else they
+// fail with dlm.ErrInvalid.
 package rueidis
 
 import (

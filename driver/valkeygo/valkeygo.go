@@ -1,15 +1,16 @@
 // Package valkeygo adapts any valkey.Client (github.com/valkey-io/valkey-go,
 // the Valkey project's client): standalone, Sentinel or Cluster, to
-// dlm.Node. Every call honours its context: for a context that can end, the
-// Node waits for the replies in a goroutine of its own and returns as soon
-// as the context ends, because valkey-go, a fork of rueidis, alone may not
-// (rueidis does not with DisableAutoPipelining, nor while it opens a
-// connection); the abandoned commands end when the server answers or the
-// client's ConnWriteTimeout passes. A context that cannot end
-// (context.Background) costs no goroutine. On a Cluster client the keys of
-// a call, and the calls of a RunWait, must share a hash slot, else they
-// fail with dlm.ErrInvalid. The Node's code is nodekit's (PipeNode),
-// shared with driver/rueidis.
+// dlm.Node. Every call honours its context's deadline, as driver/rueidis's
+// do (valkey-go is a fork of rueidis): a call under a context with a
+// deadline goes straight to the client while the node's calls are
+// answered; after a call the server did not answer, and for a context that
+// can end without a deadline, the Node waits for the replies in a goroutine
+// of its own and returns as soon as the context ends. So a context with a
+// deadline that is canceled earlier ends a call to an open connection at
+// its deadline. A context that cannot end (context.Background) costs no
+// goroutine. On a Cluster client the keys of a call, and the calls of a
+// RunWait, must share a hash slot, else they fail with dlm.ErrInvalid. The
+// Node's code is nodekit's (PipeNode), shared with driver/rueidis.
 package valkeygo
 
 import (
