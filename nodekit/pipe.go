@@ -125,8 +125,11 @@ func (st *pipeState) observe(err error) {
 // answered reports whether err, a call's, is nil or a reply of the
 // server's.
 func answered(err error) bool {
-	var re *dlm.ReplyError
-	return err == nil || errors.As(err, &re)
+	if err == nil {
+		return true
+	}
+	var re *dlm.ReplyError // allocated: only on this path
+	return errors.As(err, &re)
 }
 
 // RunWaitPipe implements dlm.Node.RunWait over p: the calls and w's

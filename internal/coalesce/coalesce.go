@@ -60,6 +60,12 @@ type Node struct {
 	flights []flight // callers' own runs in flight with a deadline
 	seq     uint64   // of the last flight
 
+	// One timer spills the queue when its first waiter's time to spill
+	// comes (see run): a timer per waiting call costs two allocations and
+	// a timer-heap update each.
+	spillTimer *time.Timer // nil until a call first waits
+	spillAt    time.Time   // when spillTimer fires; zero: stopped
+
 	mode Mode
 	on   bool       // calls wait for a slot (Auto: its current choice)
 	ctl  controller // Auto's measurements
@@ -206,6 +212,9 @@ type waiter struct {
 	calls []dlm.Call
 	wait  *dlm.Wait     // RunWait's; nil for Run
 	done  chan struct{} // closed once calls (and acks, err) hold the results
+	// spillAt is when the waiter's calls go out in a run of their own if
+	// no slot came free by then.
+	spillAt time.Time
 
 	acks dlm.Acks // RunWait's results
 	err  error
@@ -267,28 +276,23 @@ func (n *Node) run(ctx context.Context, calls []dlm.Call, w *dlm.Wait) (dlm.Acks
 		}
 		return acks, err
 	}
-	wt := &waiter{ctx: ctx, calls: calls, wait: w, done: make(chan struct{})}
-	n.queue = append(n.queue, wt)
-	n.mu.Unlock()
 	// A node whose runs take long waits longer before spilling, but never
 	// past half the time the caller has: runs kept past their callers'
 	// deadlines (a driver ignoring them) hold their slots, and a call with
 	// a short deadline would otherwise never be sent.
+	now := time.Now()
 	wait := 4 * time.Duration(n.runTime.Load())
 	if d, ok := ctx.Deadline(); ok {
-		wait = min(wait, time.Until(d)/2)
+		wait = min(wait, d.Sub(now)/2)
 	}
-	spill := time.NewTimer(max(spillAfter, wait))
-	defer spill.Stop()
-	for done := false; !done; {
-		select {
-		case <-wt.done:
-			return wt.acks, wt.err
-		case <-spill.C:
-			n.spill()
-		case <-ctx.Done():
-			done = true
-		}
+	wt := &waiter{ctx: ctx, calls: calls, wait: w, done: make(chan struct{}), spillAt: now.Add(max(spillAfter, wait))}
+	n.queue = append(n.queue, wt)
+	n.armSpillLocked(wt.spillAt)
+	n.mu.Unlock()
+	select {
+	case <-wt.done:
+		return wt.acks, wt.err
+	case <-ctx.Done():
 	}
 	wt.mu.Lock()
 	defer wt.mu.Unlock()
@@ -392,15 +396,34 @@ func (n *Node) runOn(ctx context.Context, calls []dlm.Call, w *dlm.Wait) (dlm.Ac
 // is longer: on a slow node, runs that take long are not stuck.
 const spillAfter = 10 * time.Millisecond
 
-// spill sends the calls that wait in a run beyond inFlight.
+// spill, the spill timer's function, sends the calls that wait in a run
+// beyond inFlight.
 func (n *Node) spill() {
 	n.mu.Lock()
+	if !n.spillAt.IsZero() && time.Now().Before(n.spillAt) {
+		n.mu.Unlock() // a firing the timer's re-arming came too late to stop
+		return
+	}
+	n.spillAt = time.Time{}
 	if len(n.queue) == 0 {
 		n.mu.Unlock()
 		return
 	}
 	n.busy++
 	n.dispatch() // unlocks
+}
+
+// armSpillLocked has the spill timer fire at at, unless it fires sooner.
+// It is called with n.mu held.
+func (n *Node) armSpillLocked(at time.Time) {
+	switch {
+	case !n.spillAt.IsZero() && !at.Before(n.spillAt):
+	case n.spillTimer == nil:
+		n.spillAt, n.spillTimer = at, time.AfterFunc(time.Until(at), n.spill)
+	default:
+		n.spillAt = at
+		n.spillTimer.Reset(time.Until(at))
+	}
 }
 
 // next frees a slot of a run that carried callers' runs and ended at now,
@@ -440,6 +463,14 @@ func (n *Node) dispatch() {
 	}
 	clear(n.queue[len(rest):])
 	n.queue = rest
+	// The spill timer is for the waiters left, if any.
+	if n.spillTimer != nil && !n.spillAt.IsZero() {
+		n.spillTimer.Stop()
+		n.spillAt = time.Time{}
+	}
+	for _, w := range rest {
+		n.armSpillLocked(w.spillAt)
+	}
 	n.mu.Unlock()
 	go n.runBatch(batch, size)
 }
