@@ -88,7 +88,7 @@ func (s *Redlock) round(ctx context.Context, op string, script *nodekit.Script, 
 	r.ctx, r.cancel = context.WithTimeout(ctx, timeout)
 	r.running.Store(int32(len(nodes)))
 	for k, i := range nodes {
-		s.workers.run(job{r, k, i})
+		s.workers.Go(job{r, k, i})
 	}
 	return r
 }
@@ -303,46 +303,13 @@ func (s *Redlock) nodeTimeout(ttl time.Duration) time.Duration {
 	return d
 }
 
-// workers runs a round's node calls on goroutines that outlive them: a call
-// through a client library grows a new goroutine's stack several times (a
-// copy each time), which a goroutine kept from an earlier call has already
-// done. BenchmarkRedlockLockUnlock shows what it saves. The zero value is
-// ready; a goroutine idle for workerIdle ends.
-type workers struct {
-	jobs chan job // unbuffered: a send succeeds only when a worker is idle
-}
-
-// A job is a round's call to its k-th node: a value, where a closure would
-// be an allocation per node call.
+// A job is a round's call to its k-th node, run by the Redlock's workers
+// (package runner): a value, where a closure would be an allocation per
+// node call. BenchmarkRedlockLockUnlock shows what kept goroutines save.
 type job struct {
 	r    *round
 	k, i int // node i, the round's k-th
 }
 
-const workerIdle = 10 * time.Second
-
-func newWorkers() workers { return workers{jobs: make(chan job)} }
-
-// run runs j on an idle worker, or on a new one when none is idle.
-func (w workers) run(j job) {
-	select {
-	case w.jobs <- j:
-	default:
-		go w.loop(j)
-	}
-}
-
-func (w workers) loop(j job) {
-	idle := time.NewTimer(workerIdle)
-	defer idle.Stop()
-	for {
-		j.r.call(j.k, j.i)
-		j = job{} // the round's memory is not kept while idle
-		idle.Reset(workerIdle)
-		select {
-		case j = <-w.jobs:
-		case <-idle.C:
-			return
-		}
-	}
-}
+// runJob is the workers' function.
+func runJob(j job) { j.r.call(j.k, j.i) }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/internal/runner"
 	"github.com/dlmgo/dlm/nodekit"
 )
 
@@ -60,7 +61,7 @@ type Redlock struct {
 	publish  string        // announce.lua's mode, shared by every node; "" when they differ
 	latency  latency
 	distinct distinct
-	workers  workers // run a round's node calls
+	workers  *runner.Pool[job] // run a round's node calls
 }
 
 var _ dlm.Handoff = (*Redlock)(nil)
@@ -93,7 +94,7 @@ func NewRedlock(nodes []dlm.Node, opts ...Option) (*Redlock, error) {
 		quorum:  len(nodes)/2 + 1,
 		cfg:     defaultConfig(),
 		slow:    make([]atomic.Bool, len(nodes)),
-		workers: newWorkers(),
+		workers: runner.New(runJob),
 	}
 	s.latency.est = make([]atomic.Int64, len(nodes))
 	s.cfg.timeout = DefaultNodeTimeout

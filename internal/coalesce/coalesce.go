@@ -35,6 +35,7 @@ import (
 	"time"
 
 	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/internal/runner"
 	"github.com/dlmgo/dlm/nodekit"
 )
 
@@ -67,7 +68,7 @@ type Node struct {
 	spillTimer *time.Timer // nil until a call first waits
 	spillAt    time.Time   // when spillTimer fires; zero: stopped
 
-	runners chan pending // unbuffered: a send succeeds only when a runner is idle
+	runners *runner.Pool[pending] // run batches; a goroutine per batch grew its stack anew each time
 
 	mode Mode
 	on   bool       // calls wait for a slot (Auto: its current choice)
@@ -104,8 +105,10 @@ func New(node dlm.Node, inFlight int, merge ...*nodekit.Script) *Node {
 	}
 	routing := nodekit.RoutingOf(node)
 	mode := DefaultMode
-	return &Node{Node: node, inFlight: inFlight, waits: routing == nodekit.RoutingOneServer, merge: newMerger(routing, merge),
-		mode: mode, on: mode != Off, ctl: controller{hold: firstHold}, runners: make(chan pending)}
+	n := &Node{Node: node, inFlight: inFlight, waits: routing == nodekit.RoutingOneServer, merge: newMerger(routing, merge),
+		mode: mode, on: mode != Off, ctl: controller{hold: firstHold}}
+	n.runners = runner.New(func(p pending) { n.runBatch(p.batch, p.size) })
+	return n
 }
 
 // SetMode sets when n coalesces calls (New gives it DefaultMode).
@@ -475,39 +478,13 @@ func (n *Node) dispatch() {
 		n.armSpillLocked(w.spillAt)
 	}
 	n.mu.Unlock()
-	select {
-	case n.runners <- pending{batch, size}:
-	default:
-		go n.runLoop(pending{batch, size})
-	}
+	n.runners.Go(pending{batch, size})
 }
 
 // A pending batch waits for a runner.
 type pending struct {
 	batch []*waiter
 	size  int
-}
-
-// runnerIdle is how long a runner waits for the next batch before it ends.
-const runnerIdle = 10 * time.Second
-
-// runLoop runs p, and then the batches handed to it while it is idle
-// (n.runners), until none came for runnerIdle. A runner kept between
-// batches keeps the stack a batch grew: a goroutine per batch grew it anew
-// each time (6% of the CPU of Redlock on five nodes at 64 goroutines).
-func (n *Node) runLoop(p pending) {
-	idle := time.NewTimer(runnerIdle)
-	defer idle.Stop()
-	for {
-		n.runBatch(p.batch, p.size)
-		p = pending{} // the batch's memory is not kept while idle
-		idle.Reset(runnerIdle)
-		select {
-		case p = <-n.runners:
-		case <-idle.C:
-			return
-		}
-	}
 }
 
 // sameKind reports whether a and b may share a batch.
