@@ -266,7 +266,8 @@ func TestPipeNodeDeadlineOnFrozenServer(t *testing.T) {
 func TestPipeNodeDeadlineWhileAnotherRedials(t *testing.T) {
 	forEachDriver(t, func(t *testing.T, d pipeDriver) {
 		srv := redistest.Start(t)
-		n := d.node(t, pipeOptions{addrs: []string{srv.Addr}})
+		proxy := redistest.StartProxy(t, srv.Addr) // counts the client's dials
+		n := d.node(t, pipeOptions{addrs: []string{proxy.Addr}})
 		if _, err := eval(context.Background(), n, "return 1"); err != nil {
 			t.Fatal(err)
 		}
@@ -281,12 +282,19 @@ func TestPipeNodeDeadlineWhileAnotherRedials(t *testing.T) {
 
 		long, cancelLong := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancelLong()
+		dials := proxy.Accepted()
 		longDone := make(chan error, 1)
 		go func() {
 			_, err := eval(long, n, "return 1")
 			longDone <- err
 		}()
-		time.Sleep(100 * time.Millisecond) // the long call reopens the connection
+		for proxy.Accepted() == dials { // until the long call reopens the connection
+			select {
+			case err := <-longDone:
+				t.Fatalf("the long call returned without reopening the connection (%v)", err)
+			case <-time.After(time.Millisecond):
+			}
+		}
 		ctx, cancel = context.WithTimeout(context.Background(), 100*time.Millisecond)
 		defer cancel()
 		_, err = eval(ctx, n, "return 1")

@@ -38,6 +38,8 @@ type Proxy struct {
 	delay  atomic.Int64 // nanoseconds added to each reply
 	jitter atomic.Int64 // at most this many nanoseconds more, at random
 
+	accepted atomic.Int64 // connections accepted so far
+
 	mu     sync.Mutex
 	ln     net.Listener     // nil while hanging or closed
 	hang   *hangingListener // while connects hang
@@ -93,6 +95,10 @@ func (p *Proxy) SetLatency(d, jitter time.Duration) {
 // from clients reach the server, and a connection on which the server
 // sends anything is closed both ways without passing a byte of it.
 func (p *Proxy) CutReplies(on bool) { p.cut.Store(on) }
+
+// Accepted reports how many connections the proxy has accepted: a client
+// that is opening one has, once it grows.
+func (p *Proxy) Accepted() int64 { return p.accepted.Load() }
 
 // CloseConns closes every proxied connection (the listener stays open).
 func (p *Proxy) CloseConns() {
@@ -192,6 +198,7 @@ func (p *Proxy) accept(ln net.Listener) {
 		if err != nil {
 			return
 		}
+		p.accepted.Add(1)
 		p.wg.Add(1)
 		go p.serve(c)
 	}
