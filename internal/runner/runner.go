@@ -4,23 +4,37 @@
 // Redlock's fan-out to its nodes and coalescing's batches run this way.
 package runner
 
-import "time"
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
 
-// Idle is how long a goroutine of a Pool waits for a job before it ends.
-// A test in virtual time (testing/synctest) that used a Pool sleeps past
-// it before its bubble ends.
+// Idle is how often a Pool looks for goroutines it no longer needs: those
+// that stayed idle from one look to the next end, so an idle goroutine ends
+// within two Idles. A test in virtual time (testing/synctest) that used a
+// Pool ends its bubble once they have (the bubble's clock gets there).
 const Idle = 10 * time.Second
 
 // A Pool runs do on its jobs, each on an idle goroutine of the pool, or on
-// a new one when none is idle: a job never waits for another.
+// a new one when none is idle: a job never waits for another. An idle
+// goroutine waits on the job channel with no timer of its own (a timer in
+// that wait costs the runtime's timer heap twice per job): one timer per
+// Pool, armed while it has goroutines, looks for spare ones every Idle.
 type Pool[T any] struct {
-	jobs chan T // unbuffered: a send succeeds only when a goroutine is idle
-	do   func(T)
+	jobs  chan T        // unbuffered: a send succeeds only when a goroutine is idle
+	quit  chan struct{} // unbuffered: a goroutine that takes a send ends if spare
+	do    func(T)
+	looks atomic.Int64 // how often the timer looked
+
+	mu    sync.Mutex
+	live  int         // goroutines
+	sweep *time.Timer // armed while live > 0
 }
 
 // New returns a Pool that runs do.
 func New[T any](do func(T)) *Pool[T] {
-	return &Pool[T]{jobs: make(chan T), do: do}
+	return &Pool[T]{jobs: make(chan T), quit: make(chan struct{}), do: do}
 }
 
 // Go runs do(j) on one of the pool's goroutines.
@@ -28,22 +42,60 @@ func (p *Pool[T]) Go(j T) {
 	select {
 	case p.jobs <- j:
 	default:
+		p.mu.Lock()
+		if p.live++; p.live == 1 {
+			if p.sweep == nil {
+				p.sweep = time.AfterFunc(Idle, p.look)
+			} else {
+				p.sweep.Reset(Idle)
+			}
+		}
+		p.mu.Unlock()
 		go p.loop(j)
 	}
 }
 
 func (p *Pool[T]) loop(j T) {
-	idle := time.NewTimer(Idle)
-	defer idle.Stop()
 	var zero T
 	for {
 		p.do(j)
 		j = zero // the job's memory is not kept while idle
-		idle.Reset(Idle)
-		select {
-		case j = <-p.jobs:
-		case <-idle.C:
-			return
+		done := p.looks.Load()
+	wait:
+		for {
+			select {
+			case j = <-p.jobs:
+				break wait
+			case <-p.quit:
+				if p.looks.Load()-done >= 2 { // idle from one look to the next
+					p.mu.Lock()
+					p.live--
+					p.mu.Unlock()
+					return
+				}
+			}
 		}
 	}
+}
+
+// look offers every goroutine of the pool a chance to end (those idle from
+// the last look to this one do), and looks again after Idle while any are
+// left.
+func (p *Pool[T]) look() {
+	p.looks.Add(1)
+	p.mu.Lock()
+	n := p.live
+	p.mu.Unlock()
+	for ; n > 0; n-- {
+		select {
+		case p.quit <- struct{}{}:
+		default:
+			n = 0 // none waiting just now
+		}
+	}
+	p.mu.Lock()
+	if p.live > 0 {
+		p.sweep.Reset(Idle)
+	}
+	p.mu.Unlock()
 }

@@ -10,7 +10,8 @@ import (
 
 // A job never waits for another: one that blocks does not hold back the
 // next. A goroutine that finished its job takes the next one, and every
-// goroutine ends once idle for runner.Idle (the bubble ends only then).
+// goroutine ends within two runner.Idle once idle: the bubble ends only
+// then, and panics (goroutines left blocked) when one is still there.
 func TestPool(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		release := make(chan struct{})
@@ -35,6 +36,6 @@ func TestPool(t *testing.T) {
 		if j := <-ran; j != 1 {
 			t.Fatalf("ran %d, want 1", j)
 		}
-		time.Sleep(runner.Idle)
+		time.Sleep(2 * runner.Idle)
 	})
 }
