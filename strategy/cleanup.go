@@ -175,32 +175,45 @@ func timedOutNodes(res []NodeResult) []int {
 type flights struct {
 	n  atomic.Int32 // len(m), read without the lock on the fast path
 	mu sync.Mutex
-	m  map[string][]*flight
+	m  map[flightID]*flight // each key's flights, linked by next
 }
 
+// A flightID is a key and a token: a map key that, unlike the two joined
+// in a string, allocates nothing.
+type flightID struct{ key, token string }
+
 type flight struct {
-	k         string
+	id        flightID
+	next      *flight            // the key's other flights; guarded by flights.mu
 	releasing bool               // guarded by flights.mu
 	released  chan struct{}      // closed when releasing is set
 	cancel    context.CancelFunc // a granted acquisition's: ends its settling of uncertain nodes
 	done      chan struct{}
 }
 
+// closedChan is the released channel of a flight that is releasing from
+// the start.
+var closedChan = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
+
 func (fs *flights) add(key, token string, releasing bool, cancel context.CancelFunc) *flight {
-	f := &flight{k: flightKey(key, token), releasing: releasing, released: make(chan struct{}),
+	f := &flight{id: flightID{key, token}, releasing: releasing, released: closedChan,
 		cancel: cancel, done: make(chan struct{})}
-	if releasing {
-		close(f.released)
+	if !releasing {
+		f.released = make(chan struct{})
 	}
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	if fs.m == nil {
-		fs.m = map[string][]*flight{}
+		fs.m = map[flightID]*flight{}
 	}
-	if len(fs.m[f.k]) == 0 {
+	if f.next = fs.m[f.id]; f.next == nil {
 		fs.n.Add(1)
 	}
-	fs.m[f.k] = append(fs.m[f.k], f)
+	fs.m[f.id] = f
 	return f
 }
 
@@ -208,18 +221,22 @@ func (fs *flights) done(f *flight) {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	close(f.done)
-	l := fs.m[f.k]
-	for i, g := range l {
-		if g == f {
-			l = append(l[:i], l[i+1:]...)
-			break
+	head := fs.m[f.id]
+	if head == f {
+		head = f.next
+	} else {
+		for p := head; p != nil; p = p.next {
+			if p.next == f {
+				p.next = f.next
+				break
+			}
 		}
 	}
-	if len(l) == 0 {
-		delete(fs.m, f.k)
+	if head == nil {
+		delete(fs.m, f.id)
 		fs.n.Add(-1)
 	} else {
-		fs.m[f.k] = l
+		fs.m[f.id] = head
 	}
 }
 
@@ -236,7 +253,7 @@ func (fs *flights) markReleasing(key, token string) {
 	}
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
-	for _, f := range fs.m[flightKey(key, token)] {
+	for f := fs.m[flightID{key, token}]; f != nil; f = f.next {
 		if !f.releasing {
 			f.releasing = true
 			close(f.released)
@@ -253,7 +270,7 @@ func (fs *flights) waitReleases(ctx context.Context, key, token string) {
 	}
 	var wait []chan struct{}
 	fs.mu.Lock()
-	for _, f := range fs.m[flightKey(key, token)] {
+	for f := fs.m[flightID{key, token}]; f != nil; f = f.next {
 		if f.cancel != nil {
 			f.cancel()
 		}
@@ -270,5 +287,3 @@ func (fs *flights) waitReleases(ctx context.Context, key, token string) {
 		}
 	}
 }
-
-func flightKey(key, token string) string { return key + "\x00" + token }

@@ -66,7 +66,17 @@ type round struct {
 	ch      chan reply   // every reply, with room for all of them
 	running atomic.Int32 // calls not yet replied
 	left    int          // replies not yet received by the collector
+
+	// The storage of t, its results and copies for a round of one call to
+	// at most inlineNodes nodes (nearly every round): one allocation, not
+	// four.
+	t1      [1]tally
+	res1    [inlineNodes]NodeResult
+	copies1 [inlineNodes]dlm.Call
 }
+
+// inlineNodes is how many nodes a round's inline storage holds.
+const inlineNodes = 7
 
 // reply is node i's answer to a round's batch.
 type reply struct {
@@ -80,10 +90,15 @@ type reply struct {
 // outcome go on until they end or time out.
 func (s *Redlock) round(ctx context.Context, op string, script *nodekit.Script, calls []dlm.Call, nodes []int, timeout time.Duration, j judge) *round {
 	r := &round{s: s, op: op, script: script, calls: calls, nodes: nodes, timeout: timeout, judge: j,
-		t: make([]tally, len(calls)), parent: ctx, ch: make(chan reply, len(nodes)), left: len(nodes),
-		copies: make([]dlm.Call, len(nodes)*len(calls))}
-	for k := range r.t {
-		r.t[k].res = s.results()
+		parent: ctx, ch: make(chan reply, len(nodes)), left: len(nodes)}
+	if len(calls) == 1 && len(s.nodes) <= inlineNodes {
+		r.t, r.copies = r.t1[:], r.copies1[:len(nodes)]
+		r.t[0].res = s.resultsIn(r.res1[:len(s.nodes)])
+	} else {
+		r.t, r.copies = make([]tally, len(calls)), make([]dlm.Call, len(nodes)*len(calls))
+		for k := range r.t {
+			r.t[k].res = s.results()
+		}
 	}
 	r.ctx, r.cancel = context.WithTimeout(ctx, timeout)
 	r.running.Store(int32(len(nodes)))
@@ -178,11 +193,19 @@ func (r *round) collect(ctx context.Context, done func() bool) {
 	}
 }
 
-// linger tallies the replies that arrive within grace.
+// linger tallies the replies that arrive within grace, on a timer the
+// strategy keeps between rounds (from Go 1.23, a timer reset after Stop
+// delivers no stale value).
 func (r *round) linger(grace time.Duration) {
-	t := time.NewTimer(grace)
-	defer t.Stop()
-	r.receive(t.C, func() bool { return false })
+	t, _ := r.s.lingers.Get().(*time.Timer)
+	if t == nil {
+		t = time.NewTimer(grace)
+	} else {
+		t.Reset(grace)
+	}
+	r.receive(t.C, never)
+	t.Stop()
+	r.s.lingers.Put(t)
 }
 
 // never is a done function for rounds whose every reply is awaited.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"reflect"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -62,6 +63,7 @@ type Redlock struct {
 	latency  latency
 	distinct distinct
 	workers  *runner.Pool[job] // run a round's node calls
+	lingers  sync.Pool         // of stopped *time.Timer, for round.linger
 }
 
 var _ dlm.Handoff = (*Redlock)(nil)
@@ -155,7 +157,11 @@ func (s *Redlock) Timeout() time.Duration { return s.nodeTimeout(0) }
 
 // results returns one Pending result per node.
 func (s *Redlock) results() []NodeResult {
-	res := make([]NodeResult, len(s.nodes))
+	return s.resultsIn(make([]NodeResult, len(s.nodes)))
+}
+
+// resultsIn is results, in res (of one per node).
+func (s *Redlock) resultsIn(res []NodeResult) []NodeResult {
 	for i := range res {
 		res[i] = NodeResult{Node: s.names[i], Remaining: -1}
 	}
@@ -332,7 +338,8 @@ func (s *Redlock) fenceRound(ctx context.Context, keys []string, token string, f
 // release sends the release of key by token to the listed nodes: a node
 // that released it grants, one where token does not hold it refuses.
 func (s *Redlock) release(ctx context.Context, key, token string, nodes []int) *round {
-	return s.round(ctx, "release", releaseScript(s.publish), []dlm.Call{{Keys: []string{lockName(key)}, Args: []string{token}}}, nodes, s.nodeTimeout(0),
+	keys, args := lockCall(key, token, 0, 1)
+	return s.round(ctx, "release", releaseScript(s.publish), []dlm.Call{{Keys: keys, Args: args}}, nodes, s.nodeTimeout(0),
 		func(_ *tally, _ int, r []int64) (Outcome, error) {
 			switch {
 			case len(r) != 1:
