@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 
 	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/internal/runner"
 )
 
 // Helpers for a driver over a client that pipelines typed commands and
@@ -78,8 +79,10 @@ func runPipe[C any, R any](ctx context.Context, p Pipe[C, R], calls []dlm.Call, 
 }
 
 // A pipeState is what a PipeNode keeps between calls: the state of calls
-// awaited in a goroutine, for reuse, and whether the last call ended
-// without the server's answer.
+// awaited in a goroutine, for reuse, the goroutines that await them (kept
+// between calls: a new one grows its stack through the client's code on
+// every call), and whether the last call ended without the server's
+// answer.
 //
 // A call whose context has a deadline goes straight to the client, on the
 // caller's goroutine, while the node's calls are answered: rueidis and
@@ -94,9 +97,13 @@ func runPipe[C any, R any](ctx context.Context, p Pipe[C, R], calls []dlm.Call, 
 // ping) is not seen here: the first calls after it go straight to the
 // client, and the client bounds a dial by its own dial timeout.
 type pipeState struct {
-	ones   sync.Pool   // of *awaitOne[C, R]: one call's state in flight, reused
-	unsure atomic.Bool // the last call ended without the server's answer
+	ones   sync.Pool              // of *awaitOne[C, R]: one call's state in flight, reused
+	runs   *runner.Pool[runnable] // the goroutines that await calls, kept between calls
+	unsure atomic.Bool            // the last call ended without the server's answer
 }
+
+// A runnable is a call awaited on one of a pipeState's goroutines.
+type runnable interface{ run() }
 
 // direct reports whether a call under ctx may go straight to the client:
 // ctx cannot end, or it has a deadline and the node's calls are answered.
@@ -170,7 +177,11 @@ func doOne[C any, R any](ctx context.Context, p Pipe[C, R], cmd C, st *pipeState
 		o = &awaitOne[C, R]{end: make(chan struct{}, 1)}
 	}
 	o.ctx, o.p, o.cmd = ctx, p, cmd
-	go o.run()
+	if st != nil && st.runs != nil {
+		st.runs.Go(o)
+	} else {
+		go o.run()
+	}
 	select {
 	case <-o.end:
 	case <-ctx.Done():

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/internal/runner"
 )
 
 // A PipeNode is a dlm.Node over a client that pipelines typed commands (a
@@ -30,7 +31,9 @@ type PipeNode[C, R any] struct {
 // NewPipeNode returns a PipeNode named name over p, which watches
 // channels through r (NewReceiverHub).
 func NewPipeNode[C, R any](name string, p Pipe[C, R], r Receiver) *PipeNode[C, R] {
-	return &PipeNode[C, R]{p: p, name: name, hub: NewReceiverHub(r)}
+	n := &PipeNode[C, R]{p: p, name: name, hub: NewReceiverHub(r)}
+	n.st.runs = runner.New(runnable.run)
+	return n
 }
 
 // String returns the node's name.

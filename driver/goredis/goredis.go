@@ -12,8 +12,8 @@
 // only when the client was built with ContextTimeoutEnabled, and it never
 // watches cancellation. So a call goes straight to the client when its
 // context cannot end, or has a deadline and the client has
-// ContextTimeoutEnabled; otherwise it runs in a separate goroutine and
-// returns as soon as the context ends, and the abandoned commands finish in
+// ContextTimeoutEnabled; otherwise it runs in a separate goroutine (one of
+// the Node's, kept between calls) and returns as soon as the context ends, and the abandoned commands finish in
 // the background within the client's ReadTimeout (they still read the calls'
 // Keys and Args meanwhile); such a batch goes as pipelines of 128 calls one
 // after the other, so that those answered before the context ended keep
@@ -40,6 +40,7 @@ import (
 
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/internal/box"
+	"github.com/dlmgo/dlm/internal/runner"
 	"github.com/dlmgo/dlm/nodekit"
 )
 
@@ -48,8 +49,9 @@ type Node struct {
 	c         redis.UniversalClient
 	ctxOnWire bool // the client applies context deadlines to its sockets
 	name      string
-	master    string       // the master name of Dial's failover client
-	hub       *nodekit.Hub // Watch's pub/sub connection
+	master    string                // the master name of Dial's failover client
+	hub       *nodekit.Hub          // Watch's pub/sub connection
+	flights   *runner.Pool[*flight] // run the calls awaited in a goroutine (see bounded)
 
 	mu    sync.Mutex
 	slots map[int]*nodekit.Hub // on a Cluster: Watch's shard connection per hash slot
@@ -73,6 +75,7 @@ func New(c redis.UniversalClient) *Node {
 		n.name = "cluster(" + strings.Join(c.Options().Addrs, ",") + ")"
 	}
 	n.hub = nodekit.NewHub(n.openPubSub)
+	n.flights = runner.New((*flight).run)
 	return n
 }
 
@@ -203,7 +206,7 @@ func (n *Node) bounded(ctx context.Context, calls []dlm.Call, w *dlm.Wait) (_ dl
 	f := flights.Get().(*flight)
 	f.n, f.ctx, f.w, f.wcmd = n, ctx, w, wcmd
 	f.own = append(f.own[:0], calls...)
-	go f.run()
+	n.flights.Go(f)
 	select {
 	case <-f.end:
 		copy(calls, f.own)
