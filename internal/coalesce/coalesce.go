@@ -580,10 +580,15 @@ type batchLeft struct {
 
 // batchContext ends when the latest of the waiters' deadlines passes (never,
 // if one of them has none) or when every waiter's caller has gone (each
-// counts itself out in run). It is called before any of ws's callers can
-// see the batch, and marks them as in it.
+// counts itself out in run); it cannot end when none of their contexts can.
+// It is called before any of ws's callers can see the batch, and marks them
+// as in it.
 func batchContext(ws []*waiter) (context.Context, context.CancelFunc) {
 	ws[0].batch = ws
+	if !slices.ContainsFunc(ws, func(w *waiter) bool { return w.ctx.Done() != nil }) {
+		// No caller can go: a driver needs no goroutine to await the batch.
+		return (*batchRoot)(ws[0]), func() {}
+	}
 	ctx, cancel := context.WithCancel((*batchRoot)(ws[0]))
 	left := &batchLeft{cancel: cancel}
 	left.n.Store(int64(len(ws)))

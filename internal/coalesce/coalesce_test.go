@@ -195,6 +195,78 @@ func TestStuckCallDoesNotHoldBackTheNode(t *testing.T) {
 	<-stuck
 }
 
+// holdNode holds a call on key "hold" until release is closed, and records,
+// for each Run of several calls (a batch), whether its context can end.
+type holdNode struct {
+	dlm.Node
+	release chan struct{}
+	mu      sync.Mutex
+	canEnd  []bool
+}
+
+func (n *holdNode) Run(ctx context.Context, calls []dlm.Call) {
+	if calls[0].Keys[0] == "hold" {
+		<-n.release
+	}
+	if len(calls) > 1 {
+		n.mu.Lock()
+		n.canEnd = append(n.canEnd, ctx.Done() != nil)
+		n.mu.Unlock()
+	}
+	n.Node.Run(ctx, calls)
+}
+
+// A batch of callers whose contexts cannot end (context.Background) has a
+// context that cannot end either, on which a driver needs no goroutine to
+// await it; a batch of cancelable callers has a cancelable context.
+func TestBatchCanEndOnlyIfItsCallersCan(t *testing.T) {
+	for _, cancelable := range []bool{false, true} {
+		t.Run(fmt.Sprintf("cancelable=%v", cancelable), func(t *testing.T) {
+			srv := redistest.Start(t)
+			c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+			defer c.Close()
+			hn := &holdNode{Node: goredis.New(c), release: make(chan struct{})}
+			n := coalesce.New(hn, 1)
+			n.SetMode(coalesce.On)
+			runs0, _ := warm(t, n)
+			held := make(chan struct{})
+			go func() {
+				defer close(held)
+				_, _ = incr.Run(context.Background(), n, []string{"hold"}, "0")
+			}()
+			require.Eventually(t, func() bool { r, _ := n.Stats(); return r-runs0 == 1 }, 10*time.Second, time.Millisecond)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			if !cancelable {
+				ctx = context.Background()
+			}
+			// They go out together once they waited 10ms, the node's one slot
+			// being held.
+			var wg sync.WaitGroup
+			start := make(chan struct{})
+			for i := range 4 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					_, err := incr.Run(ctx, n, []string{"k" + strconv.Itoa(i)}, strconv.Itoa(i))
+					assert.NoError(t, err)
+				}()
+			}
+			close(start)
+			wg.Wait()
+			close(hn.release)
+			<-held
+			hn.mu.Lock()
+			defer hn.mu.Unlock()
+			require.NotEmpty(t, hn.canEnd, "the waiting calls went out one by one")
+			for _, canEnd := range hn.canEnd {
+				assert.Equal(t, cancelable, canEnd, "a batch's context can end: %v", hn.canEnd)
+			}
+		})
+	}
+}
+
 // RunWait calls that wait together (the replica is stopped, so the one in
 // flight waits out its WAIT) go out as one RunWait: their calls, then one
 // WAIT that covers them all; each gets its own reply and the acks.
