@@ -13,11 +13,11 @@
 // watches cancellation. So a call goes straight to the client when its
 // context cannot end, or has a deadline and the client has
 // ContextTimeoutEnabled; otherwise it runs in a separate goroutine (one of
-// the Node's, kept between calls) and returns as soon as the context ends, and the abandoned commands finish in
-// the background within the client's ReadTimeout (they still read the calls'
-// Keys and Args meanwhile); such a batch goes as pipelines of 128 calls one
-// after the other, so that those answered before the context ended keep
-// their replies. Set ContextTimeoutEnabled for the cheaper path.
+// the Node's, kept between calls) and returns as soon as the context ends,
+// and the abandoned commands finish in the background within the client's
+// ReadTimeout (they still read the calls' Keys and Args meanwhile); such a
+// batch goes as pipelines of 128 calls one after the other, so that those
+// answered before the context ended keep their replies. Set ContextTimeoutEnabled for the cheaper path.
 // go-redis reads a pipeline's replies within ReadTimeout (default 3s) when
 // the context has no deadline on the socket, so a Wait's Timeout must stay
 // below it.

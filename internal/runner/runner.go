@@ -13,7 +13,8 @@ import (
 // Idle is how often a Pool looks for goroutines it no longer needs: those
 // that stayed idle from one look to the next end, so an idle goroutine ends
 // within two Idles. A test in virtual time (testing/synctest) that used a
-// Pool ends its bubble once they have (the bubble's clock gets there).
+// Pool sleeps 2×Idle before its bubble ends, or the bubble panics with the
+// goroutines still waiting.
 const Idle = 10 * time.Second
 
 // A Pool runs do on its jobs, each on an idle goroutine of the pool, or on
