@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/internal/runner"
@@ -166,6 +167,7 @@ func RunWaitPipe[C any, R any](ctx context.Context, p Pipe[C, R], calls []dlm.Ca
 func doOne[C any, R any](ctx context.Context, p Pipe[C, R], cmd C, st *pipeState) ([]int64, error) {
 	if st.direct(ctx) {
 		reply, err := p.Ints(p.Do(ctx, cmd))
+		err = own(ctx, err)
 		st.observe(err)
 		return reply, err
 	}
@@ -189,6 +191,7 @@ func doOne[C any, R any](ctx context.Context, p Pipe[C, R], cmd C, st *pipeState
 		return nil, ctx.Err() // o is the goroutine's now
 	}
 	reply, err := p.Ints(o.r)
+	err = own(ctx, err)
 	st.observe(err)
 	if st != nil {
 		*o = awaitOne[C, R]{end: o.end}
@@ -236,6 +239,7 @@ func execPipe[C any, R any](ctx context.Context, p Pipe[C, R], calls []dlm.Call,
 		for j, i := range idx {
 			if j < done {
 				calls[i].Reply, calls[i].Err = p.Ints(resps[j])
+				calls[i].Err = own(ctx, calls[i].Err)
 			} else {
 				calls[i].Err = cmp.Or(ctx.Err(), context.Canceled)
 			}
@@ -254,6 +258,7 @@ func execPipe[C any, R any](ctx context.Context, p Pipe[C, R], calls []dlm.Call,
 	var lost error // of a call the server did not answer
 	for j, i := range idx {
 		calls[i].Reply, calls[i].Err = p.Ints(resps[j])
+		calls[i].Err = own(ctx, calls[i].Err)
 		if lost == nil && !answered(calls[i].Err) {
 			lost = calls[i].Err
 		}
@@ -339,6 +344,31 @@ func Await[T any](ctx context.Context, f func() T) (T, error) {
 		var zero T
 		return zero, ctx.Err()
 	}
+}
+
+// own returns err, a call's error under ctx, unless it is a context's
+// error and ctx has not ended: rueidis and valkey-go close a connection
+// when a call sent on it alone (their sync mode, which puts the call's
+// deadline on the socket) outlives its deadline, and fail the calls queued
+// behind it with that call's error. Such a call was not answered, and its
+// caller's time has not run out: it gets an error that says so instead,
+// and does not match context.DeadlineExceeded.
+func own(ctx context.Context, err error) error {
+	if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		return err // its own deadline, which the socket saw before ctx's timer fired
+	}
+	return &droppedError{err}
+}
+
+// A droppedError is the error of a call whose connection the client closed
+// when another call's context ended (see own).
+type droppedError struct{ theirs error }
+
+func (e *droppedError) Error() string {
+	return "the client closed the connection under the call when another call on it ended (" + e.theirs.Error() + ")"
 }
 
 // FirstErr returns the error of the first failed call, or nil.

@@ -420,9 +420,14 @@ type stopReport struct {
 // runWorkers runs workers that lock key, hold it and unlock it until
 // duration has passed, and collects what they saw. An acquisition counts as
 // after the stop when its Lock call began once stopped was set.
+//
+// The workers stop when their context is canceled, not at a deadline: over
+// rueidis and valkey-go, a call that outlives its deadline in flight closes
+// the connection, and another worker's Unlock queued on it would fail.
 func runWorkers(ctx context.Context, m *dlm.Manager, key string, workers int, duration, hold time.Duration, stopped *atomic.Bool) *results {
-	ctx, cancel := context.WithTimeout(ctx, duration)
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	defer time.AfterFunc(duration, cancel).Stop()
 	var (
 		r       results
 		mu      sync.Mutex // guards r.waits, r.errs and the fence fields

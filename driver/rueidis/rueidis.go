@@ -13,7 +13,9 @@
 // The Node sees a connection break only through its calls: after rueidis
 // closed one in the background (a keep-alive ping that failed), a call that
 // comes during another's dial waits for it, for at most the client's
-// Dialer.Timeout (5s by default).
+// Dialer.Timeout (5s by default). A call sent alone that outlives its
+// deadline makes rueidis close the connection and fail the calls queued
+// behind it; those get an error that says so, not context.DeadlineExceeded.
 // The abandoned commands end when the server answers or the client's
 // ConnWriteTimeout passes. A batch of more than 128 calls goes then as
 // DoMultis of 128 one after the other, so that those answered before the
