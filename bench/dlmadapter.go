@@ -27,9 +27,9 @@ type StrategyFactory func(nodes []dlm.Node, e Env) (dlm.Strategy, error)
 // opts adds Manager options (auto-renewal) beyond the shared TTL and retry
 // budget, which every dlm contender gets.
 func dlmContender(name string, nodes int, node NodeFactory, strat StrategyFactory, opts ...func(Env) dlm.Option) Contender {
-	note := "WithTTL(TTL), WithRetryDelay(RetryMin, RetryMax), strategy WithTimeout(NodeTimeout)"
+	note := "WithTTL(TTL), WithRetryDelay(RetryMin, RetryMax); strategy.NewSingle(node) as the README's first lock: no WithTimeout, so the caller's context and the client's timeouts bound a call, as for bsm/redislock and rueidislock"
 	if nodes > 1 {
-		note += "; a go-redis client also gets MaxRetries -1, DialerRetries 1 (the README's Redlock advice)"
+		note = "WithTTL(TTL), WithRetryDelay(RetryMin, RetryMax), strategy WithTimeout(NodeTimeout); a go-redis client also gets MaxRetries -1, DialerRetries 1 (the README's Redlock advice)"
 	}
 	return Contender{Name: name, Lib: "dlm", Nodes: nodes, Note: note,
 		New: func(e Env) (Locker, error) {
@@ -118,12 +118,16 @@ func valkeyNode(addr string, e Env) (dlm.Node, func() error, error) {
 	return valkeygo.New(c), func() error { c.Close(); return nil }, nil
 }
 
-// singleStrategy is strategy.NewSingle over the one node.
-func singleStrategy(nodes []dlm.Node, e Env) (dlm.Strategy, error) {
+// singleStrategy is strategy.NewSingle over the one node, as the README's
+// first lock makes it. WithTimeout, an option the single-instance
+// strategy does not need (its default leaves the bound to the caller's
+// context and the client), derives a context per call: 5 allocations and
+// a timer each (the root's BenchmarkLockUnlockDeadline).
+func singleStrategy(nodes []dlm.Node, _ Env) (dlm.Strategy, error) {
 	if len(nodes) != 1 {
 		return nil, fmt.Errorf("single strategy over %d nodes", len(nodes))
 	}
-	return strategy.NewSingle(nodes[0], strategy.WithTimeout(e.NodeTimeout))
+	return strategy.NewSingle(nodes[0])
 }
 
 // redlockStrategy is strategy.NewRedlock over all nodes, with the per-node
