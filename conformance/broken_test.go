@@ -35,6 +35,8 @@ type brokenNode struct {
 
 	mu         sync.Mutex // the pool lock of HealthCheckHoldsLock
 	lastSource string     // FallbackWrongSource's cache
+
+	cuts map[chan struct{}]struct{} // SharesDeadline's calls in flight, under mu
 }
 
 // newBrokenNode returns the broken driver over a new go-redis client of
@@ -112,6 +114,9 @@ func (b *brokenNode) Run(ctx context.Context, calls []dlm.Call) {
 			}
 		}
 		return
+	case "SharesDeadline": // as rueidis, without nodekit's check, for a call sent alone
+		b.runSharing(ctx, calls)
+		return
 	case "FallbackWrongSource": // its own NOSCRIPT fallback, with the last source it sent
 		b.Node.Run(ctx, calls)
 		b.mu.Lock()
@@ -162,6 +167,36 @@ func (b *brokenNode) Run(ctx context.Context, calls []dlm.Call) {
 			}
 		}
 	}
+}
+
+// runSharing runs calls as a client would that closes a connection when
+// a call on it outlives its deadline: the calls in flight beside it fail
+// with that call's context.DeadlineExceeded.
+func (b *brokenNode) runSharing(ctx context.Context, calls []dlm.Call) {
+	own := slices.Clone(calls) // the goroutine's: it may outlive Run
+	done, cut := make(chan struct{}), make(chan struct{})
+	b.mu.Lock()
+	if b.cuts == nil {
+		b.cuts = map[chan struct{}]struct{}{}
+	}
+	b.cuts[cut] = struct{}{}
+	b.mu.Unlock()
+	go func() { b.Node.Run(ctx, own); close(done) }()
+	select {
+	case <-done:
+		copy(calls, own)
+	case <-cut:
+		nodekit.Fail(calls, context.DeadlineExceeded)
+	}
+	b.mu.Lock()
+	delete(b.cuts, cut)
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		for c := range b.cuts {
+			close(c)
+			delete(b.cuts, c)
+		}
+	}
+	b.mu.Unlock()
 }
 
 func (b *brokenNode) RunWait(ctx context.Context, calls []dlm.Call, w dlm.Wait) (dlm.Acks, error) {
@@ -236,6 +271,7 @@ func TestBrokenDriversFail(t *testing.T) {
 		{name: "RetriesOnce", rules: []string{"NoRetry"}, within: []string{"NoRetry", "PartReadBatch"}},
 		{name: "DialIgnoresContext", rules: []string{"DialDeadline"}, within: []string{"DialDeadline"}},
 		{name: "HealthCheckHoldsLock", rules: []string{"DeadlineThroughoutStall"}, within: stallRules},
+		{name: "SharesDeadline", rules: []string{"OwnContext"}, within: stallRules},
 	})
 }
 
@@ -250,7 +286,7 @@ var ownedRules = []string{"NoRetry", "DialDeadline", "PermanentErrors"}
 var scriptRules = []string{"NoScript", "ScriptRunFallsBack", "FallbackSource", "ConcurrentUse", "BatchNoScript", "BatchRunsOnce", "RunWaitNoScript"}
 
 // stallRules are the rules that stall the server: one family.
-var stallRules = []string{"Deadline", "Cancel", "BatchContext", "PartReadBatch", "DeadlineThroughoutStall", "LateReply", "RunWaitDeadline", "DialDeadline", "WatchDialDeadline", "DeadlineBehindLongCall"}
+var stallRules = []string{"Deadline", "Cancel", "BatchContext", "PartReadBatch", "DeadlineThroughoutStall", "LateReply", "OwnContext", "RunWaitDeadline", "DialDeadline", "WatchDialDeadline", "DeadlineBehindLongCall"}
 
 type breakage struct {
 	name     string

@@ -59,6 +59,12 @@ import (
 //     by cancellation while the server stalled, the next calls, one after
 //     another and concurrent, each get their own reply once it answers (a
 //     connection with a reply left unread must not be reused).
+//   - OwnContext: while the server is blocked, a call sent while another
+//     with a short deadline waits gets its reply once the server answers,
+//     or fails with an error that does not match context.DeadlineExceeded
+//     or context.Canceled: a call's context error is its own (a client
+//     that closes a connection at one call's deadline fails the others on
+//     it).
 //   - OneWinner: of 64 goroutines racing SET NX on one key, exactly one wins.
 //   - ConcurrentUse: concurrent calls each get their own reply.
 //   - Stringer: a node that implements fmt.Stringer names itself (skipped
@@ -238,6 +244,7 @@ var nodeRules = []nodeRule{
 	{name: "Cancel", run: testCancel, both: true},
 	{name: "DeadlineThroughoutStall", run: testDeadlineThroughoutStall, both: true},
 	{name: "LateReply", run: testLateReply, both: true},
+	{name: "OwnContext", run: testOwnContext, both: true},
 	{name: "OneWinner", run: testOneWinner},
 	{name: "ConcurrentUse", run: testConcurrentUse},
 	{name: "Stringer", run: testStringer},

@@ -174,6 +174,47 @@ func testDeadlineThroughoutStall(t *testing.T, c *nodeCase) {
 	})
 }
 
+// testOwnContext sends, on each node while the server is blocked, a call
+// with a callLimit deadline and, while it waits, a call whose deadline
+// falls after the stall: the second gets its reply once the server
+// answers, or fails with an error that does not say its own context ended.
+// (rueidis closes a connection when a call sent on it alone outlives its
+// deadline, and fails the calls queued behind it with that call's error.)
+func testOwnContext(t *testing.T, c *nodeCase) {
+	whileBlocked(t, c, func(probe string, keys []string) bool {
+		var wg sync.WaitGroup
+		var early atomic.Bool
+		for _, nc := range c.both() {
+			wg.Go(func() {
+				short, cancelShort := byDeadline.ctx()
+				defer cancelShort()
+				first := make(chan dlm.Call, 1)
+				go func() {
+					calls := []dlm.Call{{Source: probe, Keys: keys}}
+					nc.Run(short, calls)
+					first <- calls[0]
+				}()
+				time.Sleep(callLimit / 4) // the short call is in flight
+				long, cancelLong := context.WithTimeout(context.Background(), busyFor+callTimeout)
+				defer cancelLong()
+				calls := []dlm.Call{{Source: probe, Keys: keys}}
+				nc.Run(long, calls)
+				ended := contextEnded(long)
+				if (<-first).Err == nil {
+					early.Store(true) // answered before the server was blocked
+					return
+				}
+				settled(t, "Run", calls)
+				if err := calls[0].Err; err != nil && !ended && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
+					t.Errorf("on the %s node, while the server was blocked, a call sent while another with %s was waiting failed with %v before its own context ended: the other call's error, not its own", nc.which, byDeadline.what, err)
+				}
+			})
+		}
+		wg.Wait()
+		return early.Load()
+	})
+}
+
 // testLateReply ends calls at their deadline or by cancellation while the
 // server stalls, on both nodes; whileBlocked then checks that each node's
 // next call gets its own reply, and the rule checks calls one after another,
