@@ -386,8 +386,13 @@ func runContended(ctx context.Context, r *runner, c *entry, rep int) (map[string
 	}
 	start := time.Now()
 	end := start.Add(r.cfg.ContendedDur)
-	lctx, cancel := context.WithDeadline(ctx, end) // ends the waits still pending at the end
+	// The waits still pending at the end are canceled then, not cut by a
+	// deadline: over rueidis and valkey-go a call in flight at its deadline
+	// closes the connection and fails another goroutine's Unlock behind it
+	// (docs/drivers.md, "Another call's deadline").
+	lctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	defer time.AfterFunc(time.Until(end), cancel).Stop()
 	var holders, violations atomic.Int32
 	var failed atomic.Int64
 	counts := make([]int, r.cfg.ContendedG)
