@@ -311,50 +311,6 @@ func TestPipeNodeDeadlineWhileAnotherRedials(t *testing.T) {
 	})
 }
 
-// rueidis and valkey-go close the connection of a call sent alone whose
-// deadline passes in flight, and fail the calls queued behind it with its
-// error. Such a call's caller, whose own time has not run out, is not told
-// that its deadline passed. (One try may miss: the second call has to be
-// sent while the first is in flight; it is tried up to three times.)
-func TestPipeNodeAnotherCallsDeadline(t *testing.T) {
-	forEachDriver(t, func(t *testing.T, d pipeDriver) {
-		srv := redistest.Start(t)
-		n := d.node(t, pipeOptions{addrs: []string{srv.Addr}})
-		for try := 1; ; try++ {
-			if _, err := eval(context.Background(), n, "return 1"); err != nil {
-				t.Fatal(err)
-			}
-			srv.Freeze(t)
-			short, cancelShort := context.WithTimeout(context.Background(), 300*time.Millisecond)
-			shortDone := make(chan error, 1)
-			go func() {
-				_, err := eval(short, n, "return 1")
-				shortDone <- err
-			}()
-			time.Sleep(100 * time.Millisecond) // the short call is in flight
-			long, cancelLong := context.WithTimeout(context.Background(), 3*time.Second)
-			_, err := eval(long, n, "return 1")
-			lived := long.Err() == nil
-			cancelLong()
-			srv.Thaw(t)
-			shortErr := <-shortDone
-			cancelShort()
-			if !errors.Is(shortErr, context.DeadlineExceeded) {
-				t.Fatalf("the short call: %v, want context.DeadlineExceeded", shortErr)
-			}
-			if lived { // failed before its own deadline: behind the short call
-				if err == nil || errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "another call") {
-					t.Errorf("the long call, failed before its own deadline: %v, want the error of a connection closed under it", err)
-				}
-				return
-			}
-			if try == 3 {
-				t.Fatalf("in three tries the long call was never sent behind the short one (last: %v)", err)
-			}
-		}
-	})
-}
-
 // Issue 33: against a Sentinel's port rueidis and valkey-go word "ERR unknown command"
 // without "ERR "; Lock still ends at once with a permanent error instead
 // of waiting out its context.
