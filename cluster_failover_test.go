@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -108,6 +109,7 @@ func TestClusterMasterFailoverCostsNoOtherLocks(t *testing.T) {
 					}
 					if time.Since(killedAt) > time.Minute {
 						t.Errorf("no grant on the moved slots after %v: %v", time.Since(killedAt).Round(time.Millisecond), err)
+						showCluster(t, cl, victim)
 						break probing
 					}
 					time.Sleep(20 * time.Millisecond)
@@ -145,6 +147,22 @@ func TestClusterMasterFailoverCostsNoOtherLocks(t *testing.T) {
 				_ = l.Unlock(ctx)
 			}
 		})
+	}
+}
+
+// showCluster logs what the nodes of cl other than dead say of the
+// cluster, and their logs' tails, for a failed failover to be diagnosed.
+func showCluster(t *testing.T, cl *redistest.Cluster, dead *redistest.Server) {
+	t.Helper()
+	ctx := context.Background()
+	for _, s := range append(slices.Clone(cl.Masters), slices.Concat(cl.Replicas...)...) {
+		if s == dead {
+			continue
+		}
+		c := s.Client(t)
+		info, err := c.ClusterInfo(ctx).Result()
+		nodes, _ := c.ClusterNodes(ctx).Result()
+		t.Logf("%s: CLUSTER INFO (%v):\n%s\nCLUSTER NODES:\n%s\nlog:\n%s", s.Addr, err, info, nodes, s.LogTail())
 	}
 }
 

@@ -233,7 +233,7 @@ func (s *Server) start() error {
 			s.mu.Lock()
 			s.cmd = nil
 			s.mu.Unlock()
-			return fmt.Errorf("%s on port %d exited: %s", filepath.Base(s.bin), s.Port, s.logTail())
+			return fmt.Errorf("%s on port %d exited: %s", filepath.Base(s.bin), s.Port, s.LogTail())
 		default:
 		}
 		if pingTLS(s.Addr, s.TLS()) == nil {
@@ -242,7 +242,7 @@ func (s *Server) start() error {
 		time.Sleep(10 * time.Millisecond)
 	}
 	s.Stop()
-	return fmt.Errorf("%s on port %d not ready after %v: %s", filepath.Base(s.bin), s.Port, ready, s.logTail())
+	return fmt.Errorf("%s on port %d not ready after %v: %s", filepath.Base(s.bin), s.Port, ready, s.LogTail())
 }
 
 // ping sends PING and expects +PONG, or NOAUTH from a server that requires
@@ -274,7 +274,9 @@ func pingTLS(addr string, cfg *tls.Config) error {
 	return nil
 }
 
-func (s *Server) logTail() string {
+// LogTail returns the last 2000 bytes of the server's log, for a failing
+// test to show what the server saw.
+func (s *Server) LogTail() string {
 	b, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
 	if len(b) > 2000 {
 		b = b[len(b)-2000:]
