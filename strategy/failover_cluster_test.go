@@ -39,7 +39,9 @@ func TestFailoverClusterShardsOwnReplicaCounts(t *testing.T) {
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			const waitTimeout = time.Second
+			// Long, so that half of it tells a call that waited it out from
+			// one a loaded machine made slow.
+			const waitTimeout = 4 * time.Second
 			f := newFailover(t, node(t), strategy.WithAcks(strategy.AckAll()), strategy.WithWaitTimeout(waitTimeout))
 			ctx := context.Background()
 			// Keys alternate between the shards: a count carried over from
