@@ -257,20 +257,40 @@ func (r *run) record(e Event) {
 
 // holder asks a client for a long hold (SIGUSR1), waits until one holds the
 // lock so, and returns it; nil if none did while the run could still take a
-// strike. A client asked may get no grant for a while (on a loaded machine,
-// under contention): every 3s one more, picked at random, is asked.
+// strike. The client asked first is the one granted last: a Manager hands
+// the lock to its own waiters, so the lock can stay in one process for
+// seconds while the others get no grant. Every 3s without a grant one more,
+// picked at random, is asked.
 func (r *run) holder() *clientProc {
 	select {
 	case <-r.granted: // an older grant
 	default:
 	}
+	ask := r.lastGranted()
 	last := r.stopAt.Load() - int64(r.cell.TTL) - int64(time.Second) // time for a strike
 	for now() < last {
-		_ = r.clients[rand.IntN(len(r.clients))].cmd.Process.Signal(syscall.SIGUSR1)
+		if ask == nil {
+			ask = r.clients[rand.IntN(len(r.clients))]
+		}
+		_ = ask.cmd.Process.Signal(syscall.SIGUSR1)
+		ask = nil
 		select {
 		case id := <-r.granted:
 			return r.clients[(id-1)/r.cell.workers()]
 		case <-time.After(min(3*time.Second, time.Duration(max(last-now(), 0)))):
+		}
+	}
+	return nil
+}
+
+// lastGranted returns the client process of the latest grant, nil before
+// the first.
+func (r *run) lastGranted() *clientProc {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i := len(r.events) - 1; i >= 0; i-- {
+		if e := r.events[i]; e.Kind == Granted && e.Client > 0 {
+			return r.clients[(e.Client-1)/r.cell.workers()]
 		}
 	}
 	return nil

@@ -60,7 +60,12 @@ func StartClusterTLS(t testing.TB, certs *Certs, replicas ...int) *Cluster {
 func startCluster(t testing.TB, certs *Certs, replicas []int) *Cluster {
 	t.Helper()
 	n := len(replicas)
-	args := []string{"--cluster-enabled", "yes", "--cluster-node-timeout", "2000"}
+	// A replica whose master has been down longer than 10s plus ten node
+	// timeouts never stands for election by default (its data counts as
+	// too old): on a loaded machine where elections fail for that long, the
+	// cluster would stay down for good. Validity factor 0: it always
+	// stands.
+	args := []string{"--cluster-enabled", "yes", "--cluster-node-timeout", "2000", "--cluster-replica-validity-factor", "0"}
 	start := func(k int) []*Server {
 		if certs == nil {
 			return StartN(t, k, args...)
