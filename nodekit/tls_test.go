@@ -58,10 +58,7 @@ func TestDialerClassifies(t *testing.T) {
 			_, _ = c.Write([]byte("-ERR unknown command\r\n"))
 		}
 	})
-	closed, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	closedAddr := closed.Addr().String()
-	require.NoError(t, closed.Close())
+	closedAddr := redistest.RefusedAddr(t)
 
 	roundTrip := func(cfg *tls.Config, addr string) error {
 		c, err := nodekit.Dialer(cfg, time.Second)(ctx, "tcp", addr)

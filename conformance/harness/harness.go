@@ -219,12 +219,8 @@ func startRefusers(t testing.TB, srv *redistest.Server, cfg config) (*transport.
 			return err
 		},
 		func() error {
-			l, err := net.Listen("tcp", "127.0.0.1:0")
-			if err == nil {
-				r.Refused = l.Addr().String()
-				err = l.Close()
-			}
-			return err
+			r.Refused = redistest.RefusedAddr(t)
+			return nil
 		},
 	}
 	for _, step := range steps {

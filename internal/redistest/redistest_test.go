@@ -3,10 +3,14 @@ package redistest
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -116,5 +120,24 @@ func TestClusterReplicas(t *testing.T) {
 				t.Errorf("replica %s of master %d: %v %s", r.Addr, i, err, info)
 			}
 		}
+	}
+}
+
+// RefusedAddr's port refuses connections and cannot be taken by a server
+// (nor by a listener with SO_REUSEADDR, as redis-server's and Go's are).
+func TestRefusedAddr(t *testing.T) {
+	addr := RefusedAddr(t)
+	_, err := net.DialTimeout("tcp", addr, time.Second)
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatalf("dial %s: %v, want connection refused", addr, err)
+	}
+	if l, err := net.Listen("tcp", addr); err == nil {
+		l.Close()
+		t.Fatalf("a listener took %s", addr)
+	}
+	_, port, _ := net.SplitHostPort(addr)
+	p, _ := strconv.Atoi(port)
+	if _, err := Launch(Config{Dir: t.TempDir(), Ports: []int{p}}); err == nil {
+		t.Fatalf("a redis-server started on %s", addr)
 	}
 }
