@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"net"
 	"strings"
 	"testing"
 
@@ -23,10 +22,7 @@ func TestDoctorClusterDeadSeedAndVersion(t *testing.T) {
 			require.NoError(t, c.ConfigSet(context.Background(), "appendfsync", "always").Err())
 		}
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	dead := l.Addr().String()
-	require.NoError(t, l.Close())
+	dead := redistest.RefusedAddr(t)
 	url := "cluster://" + dead + "," + cl.Masters[0].Addr + "?strategy=failover&ack=all"
 	code, out := runDLM(t, "doctor", "--timeout", "1s", "--url", url)
 	assert.Equal(t, 0, code, out)
