@@ -166,15 +166,6 @@ func StartN(t testing.TB, n int, args ...string) []*Server {
 	return s
 }
 
-func freePort(host string) (int, error) {
-	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
 func (s *Server) start() error {
 	var args []string
 	if s.conf != "" {

@@ -141,3 +141,22 @@ func TestRefusedAddr(t *testing.T) {
 		t.Fatalf("a redis-server started on %s", addr)
 	}
 }
+
+// A port handed out is not handed out again while the process's block has
+// others, even once nothing listens on it: a killed server's port stays
+// its own.
+func TestFreePortsTakeTurns(t *testing.T) {
+	seen := map[int]bool{}
+	for range 50 {
+		p, err := freePort("127.0.0.1")
+		require.NoError(t, err)
+		require.False(t, seen[p], "port %d handed out twice", p)
+		seen[p] = true
+	}
+	if ports.first == 0 {
+		t.Skip("no block of ports was free: the kernel picked these")
+	}
+	for p := range seen {
+		assert.True(t, p >= ports.first && p < ports.first+portBlock, "port %d outside the block at %d", p, ports.first)
+	}
+}

@@ -1,0 +1,93 @@
+package redistest
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+)
+
+// The servers of one process get ports from a block of portBlock ports that
+// the process holds alone (an flock on a file in the temporary directory,
+// released when the process ends), handed out in turn, so that a port a
+// test freed (a killed server's, with a Cluster's other nodes still
+// gossiping to it) is not given again, to this process or another, while
+// the block has others. Ports the kernel picks (bind to port 0) are reused
+// within seconds: the conformance suite's "connection refused" address
+// once reached a Sentinel another suite had started on it. The blocks lie
+// below 22000, so that a Cluster node's bus port (its port + 10000) stays
+// below the kernel's ephemeral ports (32768 onwards). A process that finds
+// no block free takes ports the kernel picks.
+const (
+	portBase   = 10000
+	portBlock  = 1000
+	portBlocks = 12
+	busOffset  = 10000 // a Cluster node's bus port is its port + busOffset
+)
+
+var ports struct {
+	sync.Mutex
+	claimed bool // a block was tried for
+	first   int  // the block's first port; 0 for none
+	next    int  // the offset in the block to try next
+}
+
+// claimBlock takes the first block, in random order, that no other
+// process holds, and keeps its lock file open for the life of the process.
+func claimBlock() int {
+	for _, i := range rand.Perm(portBlocks) {
+		first := portBase + i*portBlock
+		name := filepath.Join(os.TempDir(), fmt.Sprintf("redistest-ports-%d.lock", first))
+		f, err := os.OpenFile(name, os.O_CREATE|os.O_RDWR, 0o666)
+		if err != nil {
+			continue
+		}
+		if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
+			f.Close()
+			continue
+		}
+		// f stays open (the lock with it) until the process ends.
+		return first
+	}
+	return 0
+}
+
+// freePort returns a port on host for a server to listen on, whose bus
+// port is free too.
+func freePort(host string) (int, error) {
+	ports.Lock()
+	defer ports.Unlock()
+	if !ports.claimed {
+		ports.claimed, ports.first = true, claimBlock()
+	}
+	if ports.first != 0 {
+		for range portBlock {
+			p := ports.first + ports.next
+			ports.next = (ports.next + 1) % portBlock
+			if portFree(host, p) && portFree(host, p+busOffset) {
+				return p, nil
+			}
+		}
+	}
+	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// portFree reports whether a listener (with SO_REUSEADDR, as a server's)
+// can bind port on host now.
+func portFree(host string, port int) bool {
+	l, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+	if err != nil {
+		return false
+	}
+	l.Close()
+	return true
+}
