@@ -492,7 +492,14 @@ func runHandoff(ctx context.Context, r *runner, c *entry, rep int) (map[string]f
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("holder lock: %w", err)
+			// The key is held: a waiter of an earlier round whose wait was
+			// cancelled left its lock behind (a peer that does not undo
+			// an acquisition it abandons). The round fails; the next
+			// begins once that lock's TTL has run out.
+			failedRounds++
+			firstErr = cmp.Or(firstErr, fmt.Errorf("holder lock: %w (an earlier round's waiter left its lock behind)", err))
+			time.Sleep(r.cfg.TTL)
+			continue
 		}
 		wctx, cancel := context.WithTimeout(ctx, r.cfg.WaitBudget)
 		ch := make(chan got, r.cfg.HandoffWaiters)
