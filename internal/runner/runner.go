@@ -23,8 +23,10 @@ const Idle = 10 * time.Second
 // that wait costs the runtime's timer heap twice per job): one timer per
 // Pool, armed while it has goroutines, looks for spare ones every Idle.
 type Pool[T any] struct {
-	jobs  chan T        // unbuffered: a send succeeds only when a goroutine is idle
-	quit  chan struct{} // unbuffered: a goroutine that takes a send ends if spare
+	// jobs is unbuffered: a send succeeds only when a goroutine is idle. An
+	// idle goroutine waits on it alone (a select over two channels locks
+	// both on every job); a message with quit set asks it to end if spare.
+	jobs  chan message[T]
 	do    func(T)
 	looks atomic.Int64 // how often the timer looked
 
@@ -33,15 +35,21 @@ type Pool[T any] struct {
 	sweep *time.Timer // armed while live > 0
 }
 
+// A message is a job, or with quit set the timer's offer to end.
+type message[T any] struct {
+	job  T
+	quit bool
+}
+
 // New returns a Pool that runs do.
 func New[T any](do func(T)) *Pool[T] {
-	return &Pool[T]{jobs: make(chan T), quit: make(chan struct{}), do: do}
+	return &Pool[T]{jobs: make(chan message[T]), do: do}
 }
 
 // Go runs do(j) on one of the pool's goroutines.
 func (p *Pool[T]) Go(j T) {
 	select {
-	case p.jobs <- j:
+	case p.jobs <- message[T]{job: j}:
 	default:
 		p.mu.Lock()
 		if p.live++; p.live == 1 {
@@ -62,18 +70,17 @@ func (p *Pool[T]) loop(j T) {
 		p.do(j)
 		j = zero // the job's memory is not kept while idle
 		done := p.looks.Load()
-	wait:
 		for {
-			select {
-			case j = <-p.jobs:
-				break wait
-			case <-p.quit:
-				if p.looks.Load()-done >= 2 { // idle from one look to the next
-					p.mu.Lock()
-					p.live--
-					p.mu.Unlock()
-					return
-				}
+			m := <-p.jobs
+			if !m.quit {
+				j = m.job
+				break
+			}
+			if p.looks.Load()-done >= 2 { // idle from one look to the next
+				p.mu.Lock()
+				p.live--
+				p.mu.Unlock()
+				return
 			}
 		}
 	}
@@ -89,7 +96,7 @@ func (p *Pool[T]) look() {
 	p.mu.Unlock()
 	for ; n > 0; n-- {
 		select {
-		case p.quit <- struct{}{}:
+		case p.jobs <- message[T]{quit: true}:
 		default:
 			n = 0 // none waiting just now
 		}
