@@ -42,6 +42,9 @@ func TestSmoke(t *testing.T) {
 		Freeze: func(a string) error { byAddr[a].Freeze(t); return nil },
 		Thaw:   func(a string) error { byAddr[a].Thaw(t); return nil },
 	}
+	if canPin() {
+		top.Pin = (&servers{byAddr: byAddr}).Pin
+	}
 	rep, err := run(context.Background(), smokeConfig(), top, Options{Note: "smoke"}, logWriter{t})
 	if err != nil {
 		t.Fatal(err)
@@ -81,6 +84,9 @@ func TestSmoke(t *testing.T) {
 			if s.Name == "serial" && row.Median["p50_us"] <= 0 {
 				t.Errorf("serial / %s: p50 %v", row.Contender, row.Median["p50_us"])
 			}
+		}
+		if s.Name == "serial" && top.Pin != nil && !strings.Contains(s.Placement, "pinned to one CPU") {
+			t.Errorf("serial ran unpinned: %q", s.Placement)
 		}
 	}
 

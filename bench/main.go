@@ -134,6 +134,9 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 		}
 		defer srv.stop()
 		top = Topology{Single: addrs[:1], Multi: addrs[1:], Freeze: srv.Freeze, Thaw: srv.Thaw}
+		if canPin() {
+			top.Pin = srv.Pin
+		}
 		fmt.Fprintf(stderr, "started redis-server on %s (single) and %s (redlock)\n", addrs[0], strings.Join(addrs[1:], ", "))
 	}
 
@@ -145,7 +148,7 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		defer stopProxies()
-		top = Topology{Single: all[:len(top.Single)], Multi: all[len(top.Single):]}
+		top = Topology{Single: all[:len(top.Single)], Multi: all[len(top.Single):], Pin: top.Pin}
 		fmt.Fprintf(stderr, "every server behind a proxy adding %v per round trip\n", *rtt)
 		if o.Note != "" {
 			o.Note += " "

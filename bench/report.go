@@ -50,9 +50,15 @@ type ContenderInfo struct {
 
 // ScenarioResult holds one scenario's rows.
 type ScenarioResult struct {
-	Name    string   `json:"name"`
-	Title   string   `json:"title"`
-	Reps    int      `json:"reps"`
+	Name  string `json:"name"`
+	Title string `json:"title"`
+	Reps  int    `json:"reps"`
+	// Placement says where this process and the servers ran, for a
+	// scenario that pins them (Scenario.OneCPU).
+	Placement string `json:"placement,omitempty"`
+	// Rounds is how many turns each contender took in a repetition, for a
+	// scenario that interleaves them (Scenario.RunAll).
+	Rounds  int      `json:"rounds,omitempty"`
 	Metrics []Metric `json:"metrics"`
 	Rows    []Row    `json:"rows"`
 }
@@ -247,6 +253,13 @@ func (r *Report) WriteMarkdown(w io.Writer) {
 	r.WriteSummary(w)
 	for _, s := range r.Scenarios {
 		fmt.Fprintf(w, "## %s\n\n%s\n\n", s.Title, scenarioDetail(s.Name, c))
+		if s.Placement != "" {
+			fmt.Fprintf(w, "Placement: %s (a pair's latency is mostly wake-ups, and across the CPUs of a virtual machine a wake-up can cost several times one on the CPU that runs: "+
+				"left to the scheduler, which one a contender gets changes between repetitions).\n\n", s.Placement)
+		}
+		if s.Rounds > 0 {
+			fmt.Fprintf(w, "Interleaved: in each repetition the contenders take turns, %d each, so that a change in the machine's speed falls on all alike.\n\n", s.Rounds)
+		}
 		fmt.Fprintf(w, "| Contender | nodes |")
 		for _, mt := range s.Metrics {
 			arrow := " ↓"

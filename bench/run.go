@@ -41,6 +41,7 @@ func run(ctx context.Context, cfg Config, top Topology, o Options, progress io.W
 		return nil, fmt.Errorf("need five Redlock addresses (or none), have %d", len(top.Multi))
 	}
 	began := time.Now()
+	var err error
 	r := &runner{cfg: cfg, top: top, progress: progress}
 	rep := &Report{Note: o.Note, Config: cfg}
 	rep.Machine = describeMachine(ctx, top.Single[0])
@@ -86,37 +87,65 @@ func run(ctx context.Context, cfg Config, top Topology, o Options, progress io.W
 
 	for _, p := range plan {
 		s, in, reps := p.s, p.in, p.reps
-		sr := ScenarioResult{Name: s.Name, Title: s.Title, Metrics: s.Metrics, Reps: reps}
+		sr := ScenarioResult{Name: s.Name, Title: s.Title, Metrics: s.Metrics, Reps: reps, Rounds: s.Rounds}
 		sStart := time.Now()
+		unpin := func() {}
+		if s.OneCPU {
+			sr.Placement = "this process (GOMAXPROCS 1) and every server pinned to one CPU"
+			if top.Pin == nil {
+				sr.Placement = "not pinned (servers not started by this run, or not Linux)"
+			} else if unpin, err = top.Pin(); err != nil {
+				return nil, fmt.Errorf("%s: pinning to one CPU: %w", s.Name, err)
+			}
+		}
 		rows := make([]*Row, len(in))
 		for i, e := range in {
 			rows[i] = &Row{Contender: e.Name, Lib: e.Lib, Nodes: e.Nodes, Samples: map[string][]float64{}}
 		}
-		for k := range reps {
-			for j := range in {
-				i := (j + k) % len(in) // rotate the order each repetition
-				e, row := in[i], rows[i]
-				fmt.Fprintf(progress, "%-9s rep %d/%d  %-28s ", s.Name, k+1, reps, e.Name)
-				t0 := time.Now()
-				sctx, cancel := context.WithTimeout(ctx, scenarioTimeout)
-				vals, err := s.Run(sctx, r, e, k)
-				cancel()
-				if err != nil {
-					row.Errors = append(row.Errors, fmt.Sprintf("rep %d: %v", k+1, err))
-					fmt.Fprintf(progress, "ERROR %v\n", err)
-				} else {
-					for _, m := range s.Metrics {
-						if v, ok := vals[m.Key]; ok {
-							row.Samples[m.Key] = append(row.Samples[m.Key], v)
-						}
-					}
-					fmt.Fprintf(progress, "%s  (%.1fs)\n", brief(s.Metrics, vals), time.Since(t0).Seconds())
-				}
-				if ctx.Err() != nil {
-					return nil, ctx.Err()
+		record := func(i, k int, vals map[string]float64, err error, took time.Duration) {
+			row := rows[i]
+			if err != nil {
+				row.Errors = append(row.Errors, fmt.Sprintf("rep %d: %v", k+1, err))
+				fmt.Fprintf(progress, "ERROR %v\n", err)
+				return
+			}
+			for _, m := range s.Metrics {
+				if v, ok := vals[m.Key]; ok {
+					row.Samples[m.Key] = append(row.Samples[m.Key], v)
 				}
 			}
+			fmt.Fprintf(progress, "%s  (%.1fs)\n", brief(s.Metrics, vals), took.Seconds())
 		}
+		for k := range reps {
+			order := make([]*entry, len(in)) // rotated by one each repetition
+			for j := range in {
+				order[j] = in[(j+k)%len(in)]
+			}
+			if s.RunAll != nil {
+				t0 := time.Now()
+				sctx, cancel := context.WithTimeout(ctx, scenarioTimeout)
+				vals, errs := s.RunAll(sctx, r, order, k)
+				cancel()
+				for j, e := range order {
+					fmt.Fprintf(progress, "%-9s rep %d/%d  %-28s ", s.Name, k+1, reps, e.Name)
+					record((j+k)%len(in), k, vals[j], errs[j], time.Since(t0))
+				}
+			} else {
+				for j, e := range order {
+					fmt.Fprintf(progress, "%-9s rep %d/%d  %-28s ", s.Name, k+1, reps, e.Name)
+					t0 := time.Now()
+					sctx, cancel := context.WithTimeout(ctx, scenarioTimeout)
+					vals, err := s.Run(sctx, r, e, k)
+					cancel()
+					record((j+k)%len(in), k, vals, err, time.Since(t0))
+				}
+			}
+			if ctx.Err() != nil {
+				unpin()
+				return nil, ctx.Err()
+			}
+		}
+		unpin()
 		if err := cleanKeys(ctx, append(slices.Clone(top.Single), top.Multi...)); err != nil {
 			fmt.Fprintf(progress, "clean-up after %s: %v\n", s.Name, err)
 		}

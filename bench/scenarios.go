@@ -102,6 +102,14 @@ type Scenario struct {
 	// for the estimate printed at the start.
 	Est func(cfg Config, c Contender) time.Duration
 	Run func(ctx context.Context, r *runner, c *entry, rep int) (map[string]float64, error)
+	// RunAll, when set instead of Run, measures every contender of a
+	// repetition in one call, in the order given (rotated by one each
+	// repetition), and returns their figures and errors in that order.
+	RunAll func(ctx context.Context, r *runner, in []*entry, rep int) ([]map[string]float64, []error)
+	Rounds int // turns each contender takes in a repetition of RunAll
+	// OneCPU runs the repetitions with this process and every server on
+	// one CPU (Topology.Pin).
+	OneCPU bool
 }
 
 // entry is a contender with its Locker, built once for the run.
@@ -133,7 +141,7 @@ var scenarios = []Scenario{
 			{Key: "bytes_op", Label: "B/op", Unit: ""},
 			{Key: "failed", Label: "failed", Unit: ""},
 		},
-		Applies: always, Run: runSerial,
+		Applies: always, RunAll: runSerial, Rounds: serialRounds, OneCPU: true,
 		Est: func(cfg Config, c Contender) time.Duration {
 			return time.Duration(cfg.Warmup+cfg.SerialOps) * pairCost(c)
 		},
@@ -281,41 +289,78 @@ func warmAll(ctx context.Context, r *runner, c *entry, n int, key func(g int) st
 	return nil
 }
 
-func runSerial(ctx context.Context, r *runner, c *entry, rep int) (map[string]float64, error) {
-	key := c.key("serial")
-	if err := warm(ctx, r, c, key); err != nil {
-		return nil, err
+// serialRounds is how many turns each contender of the serial scenario
+// takes in a repetition.
+const serialRounds = 20
+
+// runSerial measures the serial pairs of every contender of a repetition,
+// interleaved: in serialRounds rounds, each contender in turn makes its
+// share of SerialOps pairs. A pair takes tens of microseconds, so a change
+// in the machine's speed during the repetition (a neighbour on the host,
+// the scheduler) would otherwise fall on one contender's block of pairs
+// and make a ratio of it; interleaved, it falls on all alike.
+func runSerial(ctx context.Context, r *runner, in []*entry, rep int) ([]map[string]float64, []error) {
+	type tally struct {
+		lat            []time.Duration
+		mallocs, bytes uint64
+		failed         int
+		first          error
 	}
-	lat := make([]time.Duration, r.cfg.SerialOps)
+	ts := make([]tally, len(in))
+	errs := make([]error, len(in))
+	for j, c := range in {
+		errs[j] = warm(ctx, r, c, c.key("serial"))
+		ts[j].lat = make([]time.Duration, 0, r.cfg.SerialOps)
+	}
+	chunk := max(1, r.cfg.SerialOps/serialRounds)
 	var m0, m1 runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&m0)
-	failed := 0
-	var firstErr error
-	for i := range lat {
-		start := time.Now()
-		h, err := c.locker.TryLock(ctx, key)
-		if err == nil {
-			err = unlock(ctx, h)
-		}
-		lat[i] = time.Since(start) // a failed pair still took the caller this long
-		if err != nil {
-			failed++
-			firstErr = cmp.Or(firstErr, err)
+	for done := 0; done < r.cfg.SerialOps && ctx.Err() == nil; done += chunk {
+		for j, c := range in {
+			if errs[j] != nil {
+				continue
+			}
+			t, key := &ts[j], c.key("serial")
+			runtime.ReadMemStats(&m0)
+			for range min(chunk, r.cfg.SerialOps-done) {
+				start := time.Now()
+				h, err := c.locker.TryLock(ctx, key)
+				if err == nil {
+					err = unlock(ctx, h)
+				}
+				t.lat = append(t.lat, time.Since(start)) // a failed pair still took the caller this long
+				if err != nil {
+					t.failed++
+					t.first = cmp.Or(t.first, err)
+				}
+			}
+			runtime.ReadMemStats(&m1)
+			t.mallocs += m1.Mallocs - m0.Mallocs
+			t.bytes += m1.TotalAlloc - m0.TotalAlloc
 		}
 	}
-	runtime.ReadMemStats(&m1)
-	n := float64(len(lat))
-	if failed > len(lat)/10 {
-		return nil, fmt.Errorf("%d of %d pairs failed, first: %w", failed, len(lat), firstErr)
+	out := make([]map[string]float64, len(in))
+	for j := range in {
+		t := &ts[j]
+		switch {
+		case errs[j] != nil:
+			continue
+		case len(t.lat) == 0:
+			errs[j] = cmp.Or(ctx.Err(), errors.New("no pair made"))
+			continue
+		case t.failed > len(t.lat)/10:
+			errs[j] = fmt.Errorf("%d of %d pairs failed, first: %w", t.failed, len(t.lat), t.first)
+			continue
+		}
+		n := float64(len(t.lat))
+		out[j] = map[string]float64{
+			"failed":    float64(t.failed),
+			"p50_us":    us(pct(t.lat, 50)),
+			"p99_us":    us(pct(t.lat, 99)),
+			"allocs_op": float64(t.mallocs) / n,
+			"bytes_op":  float64(t.bytes) / n,
+		}
 	}
-	return map[string]float64{
-		"failed":    float64(failed),
-		"p50_us":    us(pct(lat, 50)),
-		"p99_us":    us(pct(lat, 99)),
-		"allocs_op": float64(m1.Mallocs-m0.Mallocs) / n,
-		"bytes_op":  float64(m1.TotalAlloc-m0.TotalAlloc) / n,
-	}, nil
+	return out, errs
 }
 
 func runDistinct(ctx context.Context, r *runner, c *entry, rep int) (map[string]float64, error) {

@@ -22,6 +22,11 @@ type Topology struct {
 	// Freeze makes a node silent (it keeps its connections and answers
 	// nothing) and Thaw ends that. When nil, the silent-node scenario is skipped.
 	Freeze, Thaw func(addr string) error
+	// Pin puts this process and every server on one CPU for a scenario
+	// that asks for it (servers.Pin), and returns what undoes it; nil when
+	// the run cannot (servers it did not start, or not Linux), and such a
+	// scenario then runs where the scheduler puts it.
+	Pin func() (undo func(), err error)
 }
 
 // servers are redis-server processes this run started, by
