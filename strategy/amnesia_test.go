@@ -55,8 +55,10 @@ func uptime(t *testing.T, c *redis.Client) int {
 // amnesia guard it grants nothing until the forgotten lease has run out,
 // and the next fence is above the forgotten one; without it (the control)
 // a second holder is granted at once, with a fence that went back. A fresh
-// server grants its first lock within WithMaxTTL plus 1s of its start (Redis
-// rounds its uptime to whole seconds).
+// server is quarantined for no more than WithMaxTTL plus 1s after its start
+// (Redis rounds its uptime to whole seconds), as the server itself reports:
+// the test reads the quarantine the refusal names, not the wall clock, which
+// a loaded machine stretches. The retry limits only bound a hang.
 func TestAmnesiaSingleRestart(t *testing.T) {
 	const maxTTL = 2 * time.Second
 	for _, guard := range []bool{true, false} {
@@ -70,17 +72,17 @@ func TestAmnesiaSingleRestart(t *testing.T) {
 			s, err := strategy.NewSingle(goredis.New(ctxClient(t, srv.Addr)), opts...)
 			require.NoError(t, err)
 
-			_, at, q := acquireWhenFree(t, s, "amnesia", "first", time.Second, 2*maxTTL)
+			_, at, q := acquireWhenFree(t, s, "amnesia", "first", time.Second, 10*maxTTL)
 			t.Logf("fresh server: first grant %v after its start (quarantine reported %v)", at.Sub(started).Round(time.Millisecond), q)
 			if guard {
 				assert.Greater(t, q, maxTTL/2, "a fresh server is quarantined until WithMaxTTL after its start")
-				assert.Less(t, at.Sub(started), maxTTL+1500*time.Millisecond)
+				assert.LessOrEqual(t, q, maxTTL+time.Second, "and no longer than WithMaxTTL plus the uptime's rounding")
 			}
-			a, _, _ := acquireWhenFree(t, s, "amnesia", "A", maxTTL, 2*maxTTL)
+			a, _, _ := acquireWhenFree(t, s, "amnesia", "A", maxTTL, 10*maxTTL)
 
 			srv.Kill(t)
 			srv.Restart(t) // empty: no persistence
-			b, bAt, q := acquireWhenFree(t, s, "amnesia", "B", maxTTL, 3*maxTTL)
+			b, bAt, q := acquireWhenFree(t, s, "amnesia", "B", maxTTL, 10*maxTTL)
 			t.Logf("after the restart: B granted %v after A's lease ended, quarantine reported %v; fences A %d, B %d",
 				bAt.Sub(a.Until).Round(time.Millisecond), q, a.Fence, b.Fence)
 			if guard {
@@ -109,7 +111,7 @@ func TestAmnesiaFlushAll(t *testing.T) {
 	require.NoError(t, err, "a server up for WithMaxTTL takes a new slot at once")
 
 	require.NoError(t, c.FlushAll(ctx).Err())
-	b, bAt, q := acquireWhenFree(t, s, "flushed", "B", maxTTL, 3*maxTTL)
+	b, bAt, q := acquireWhenFree(t, s, "flushed", "B", maxTTL, 10*maxTTL)
 	t.Logf("after FLUSHALL: quarantine %v, B granted %v after A's lease ended", q, bAt.Sub(a.Until).Round(time.Millisecond))
 	assert.Greater(t, q, maxTTL/2)
 	assert.False(t, bAt.Before(a.Until), "B was granted before A's lease ended")
@@ -129,14 +131,14 @@ func TestAmnesiaRedlockMajorityRestart(t *testing.T) {
 	const maxTTL = 2 * time.Second
 	c := startClusterWith(t, 5, ctxClient)
 	r := c.redlock(t, strategy.WithMaxTTL(maxTTL))
-	acquireWhenFree(t, r, "majority", "first", time.Second, 3*maxTTL) // fresh servers: quarantined at first
+	acquireWhenFree(t, r, "majority", "first", time.Second, 10*maxTTL) // fresh servers: quarantined at first
 	require.NoError(t, r.Release(context.Background(), "majority", "first"))
-	a, _, _ := acquireWhenFree(t, r, "majority", "A", maxTTL, time.Second)
+	a, _, _ := acquireWhenFree(t, r, "majority", "A", maxTTL, 10*maxTTL)
 	for _, i := range []int{0, 2, 4} {
 		c.servers[i].Kill(t)
 		c.servers[i].Restart(t)
 	}
-	b, bAt, _ := acquireWhenFree(t, r, "majority", "B", maxTTL, 3*maxTTL)
+	b, bAt, _ := acquireWhenFree(t, r, "majority", "B", maxTTL, 10*maxTTL)
 	t.Logf("B granted %v after A's lease ended; fences A %d, B %d", bAt.Sub(a.Until).Round(time.Millisecond), a.Fence, b.Fence)
 	assert.False(t, bAt.Before(a.Until), "B was granted before A's lease ended")
 	assert.Greater(t, b.Fence, a.Fence)
@@ -163,14 +165,14 @@ func TestAmnesiaUptimeRounding(t *testing.T) {
 	c := ctxClient(t, srv.Addr)
 	s, err := strategy.NewSingle(goredis.New(c), strategy.WithMaxTTL(maxTTL))
 	require.NoError(t, err)
-	acquireWhenFree(t, s, "warm-up", "W", maxTTL, 3*maxTTL) // a fresh server's quarantine
+	acquireWhenFree(t, s, "warm-up", "W", maxTTL, 10*maxTTL) // a fresh server's quarantine
 	for try := 0; ; try++ {
 		require.Less(t, try, 5, "never restarted late enough in a second")
 		key := "rounding-" + strconv.Itoa(try)
 		// Take the lock at about x.8s, restart at once, try at (x+1).05s.
 		now := time.Now()
 		time.Sleep(now.Truncate(time.Second).Add(800 * time.Millisecond).Sub(now))
-		a, _, _ := acquireWhenFree(t, s, key, "A", maxTTL, maxTTL)
+		a, _, _ := acquireWhenFree(t, s, key, "A", maxTTL, 10*maxTTL)
 		srv.Kill(t)
 		srv.Restart(t)
 		restarted := time.Now()
@@ -183,7 +185,12 @@ func TestAmnesiaUptimeRounding(t *testing.T) {
 		}
 		_, err := s.Acquire(context.Background(), key, "B", maxTTL)
 		t.Logf("%v after the restart, uptime 1s, A's lease ends in %v: %v", time.Since(restarted).Round(time.Millisecond), time.Until(a.Until).Round(time.Millisecond), err)
-		require.True(t, time.Now().Before(a.Until), "A's lease ran out before the check")
+		if !time.Now().Before(a.Until) {
+			// A loaded machine let A's lease run out before the check
+			// returned: a grant would prove nothing. Try again.
+			time.Sleep(time.Until(restarted.Add(maxTTL + 1100*time.Millisecond)))
+			continue
+		}
 		var held *strategy.HeldError
 		require.ErrorAs(t, err, &held, "a second holder while A's lease runs")
 		assert.True(t, held.Quarantined)
