@@ -21,7 +21,8 @@ func Slot(key string) int {
 
 // crcTable holds the CRC16 (XMODEM, polynomial 0x1021) of each byte: a
 // key's CRC is then one lookup a byte, where the bit-by-bit loop took
-// eight hard-to-predict branches (about 1µs for a 20-byte key).
+// eight hard-to-predict branches (BenchmarkSlot, a 20-byte key: about
+// 270ns, against 40ns by the table).
 var crcTable = func() (t [256]uint16) {
 	for b := range t {
 		crc := uint16(b) << 8

@@ -314,9 +314,10 @@ func (s *Redlock) nodeTimeout(ttl time.Duration) time.Duration {
 	if s.cfg.timeoutSet {
 		return s.cfg.timeout
 	}
-	est := make([]int64, len(s.latency.est))
-	for i := range est {
-		est[i] = s.latency.est[i].Load()
+	var buf [8]int64 // on the stack for up to 8 nodes: a call's allocation saved
+	est := buf[:0]
+	for i := range s.latency.est {
+		est = append(est, s.latency.est[i].Load())
 	}
 	slices.Sort(est)
 	d := min(max(2*time.Duration(est[s.quorum-1]), DefaultNodeTimeout), MaxNodeTimeout)
