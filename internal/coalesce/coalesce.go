@@ -129,19 +129,28 @@ func (n *Node) Coalescing() bool {
 // Auto's controller measures the node in epochs: an epoch counts the
 // callers' runs that succeeded and the most callers in the node at once.
 // Auto begins coalescing (as a Node always did before it measured), and
-// probes after firstHold contended epochs. An
-// epoch is contended when more callers than inFlight were in the node at
-// once; only then does coalescing change anything, and only contended
-// epochs count. A probe measures four contended epochs, without
+// probes after firstHold contended epochs. An epoch is contended when more
+// callers than inFlight were in the node at once; only then does
+// coalescing change anything, and only contended epochs count. A pause of
+// an epoch or longer in which the node has no call at all counts in no
+// epoch: load that comes in bursts is measured while it lasts, not over
+// the pause after it. (A shorter gap counts: on a busy machine, callers
+// that wait for a CPU leave the node without calls for a while, and that
+// is the load's cost.) A probe measures four contended epochs, without
 // coalescing, with, with, without (so that a trend in the load weighs on
-// both alike), and coalesces from then on only if the epochs with
-// completed more runs per second than those without by more than
-// probeMargin; a tie goes to sending each call by itself. The choice
-// holds for minHold contended epochs, then the node probes again, so
-// that it follows a load that changes; each probe that confirms the
-// choice doubles the hold, up to maxHold. The cost of probing is then at
-// most two epochs of the worse mode in minHold+4, and falls as the load
-// stays the same.
+// both alike), and its two halves each compare an epoch without with the
+// epoch with next to it. The node changes its choice only when both halves
+// find the other mode completed more runs per second by more than
+// probeMargin, and keeps it otherwise: one epoch that a pause of the
+// process or a stall of the machine made slow does not turn coalescing
+// off, or on. The choice holds for minHold contended epochs, then the
+// node probes again, so that it follows a load that changes; each probe
+// that confirms the choice doubles the hold, up to maxHold, and the hold
+// is long enough that the probe's cost, about two epochs' shortfall of the
+// worse mode, is at most probeBudget of it. The cost of probing is then
+// at most two epochs of the worse mode in minHold+4, and falls as the load
+// stays the same and as the modes lie further apart (a Redlock's nodes
+// each probe, each at its own time, so that their probes add up).
 const (
 	epoch         = 50 * time.Millisecond  // at least; until minEpochCalls runs succeeded
 	maxEpoch      = 500 * time.Millisecond // at most
@@ -150,48 +159,47 @@ const (
 	minHold       = 20
 	maxHold       = 320
 	probeMargin   = 0.03
+	probeBudget   = 0.02
 )
 
 type controller struct {
-	start time.Time // of the epoch
-	done  int64     // callers' runs completed in the epoch
-	peak  int       // the most callers in the node at once in the epoch
-	phase int       // 0: holding a choice; 1 to 4: the epoch of a probe under way
-	held  int       // contended epochs since the choice was made
-	hold  int       // how many to hold it for
-	was   bool      // the choice before the probe under way
-	rates [2]float64
+	start     time.Time     // of the epoch
+	idle      time.Duration // in the epoch, with no call in the node
+	idleSince time.Time     // zero while a call is in the node
+	done      int64         // callers' runs completed in the epoch
+	peak      int           // the most callers in the node at once in the epoch
+	phase     int           // 0: holding a choice; 1 to 4: the epoch of a probe under way
+	held      int           // contended epochs since the choice was made
+	hold      int           // how many to hold it for
+	was       bool          // the choice before the probe under way
+	rates     [4]float64    // runs per second in the probe's epochs: without, with, with, without
 }
 
 // endEpoch ends the controller's epoch at now. Called with n.mu held.
 func (n *Node) endEpoch(now time.Time) {
 	c := &n.ctl
 	if c.start.IsZero() { // the first epoch begins
-		c.start, c.done, c.peak = now, 0, n.busy+len(n.queue)
+		c.start, c.idle, c.done, c.peak = now, 0, 0, n.busy+len(n.queue)
 		return
 	}
-	e := now.Sub(c.start)
+	e := now.Sub(c.start) - c.idle
 	// An epoch that ran to maxEpoch counts even with few runs done: a mode
 	// under which runs fail (a slow node's calls queue past their
 	// timeout) must not keep itself from being measured.
 	contended := c.peak > n.inFlight && (c.done >= minEpochCalls || e >= maxEpoch)
 	rate := float64(c.done) / e.Seconds()
-	c.start, c.done, c.peak = now, 0, n.busy+len(n.queue)
+	c.start, c.idle, c.done, c.peak = now, 0, 0, n.busy+len(n.queue)
 	if n.mode != Auto || !contended {
 		return
 	}
 	if c.phase == 0 {
 		if c.held++; c.held >= c.hold {
-			c.held, c.phase, c.rates, c.was = 0, 1, [2]float64{}, n.on
+			c.held, c.phase, c.rates, c.was = 0, 1, [4]float64{}, n.on
 			n.on = false
 		}
 		return
 	}
-	if n.on {
-		c.rates[1] += rate
-	} else {
-		c.rates[0] += rate
-	}
+	c.rates[c.phase-1] = rate
 	c.phase++
 	switch c.phase {
 	case 2, 3:
@@ -199,12 +207,25 @@ func (n *Node) endEpoch(now time.Time) {
 	case 4:
 		n.on = false
 	default:
-		n.on = c.rates[1] > c.rates[0]*(1+probeMargin)
+		better := func(a, b float64) bool { return a > b*(1+probeMargin) }
+		off1, on1, on2, off2 := c.rates[0], c.rates[1], c.rates[2], c.rates[3]
+		switch {
+		case better(on1, off1) && better(on2, off2):
+			n.on = true
+		case better(off1, on1) && better(off2, on2):
+			n.on = false
+		default:
+			n.on = c.was
+		}
 		c.phase = 0
 		if n.on == c.was {
 			c.hold = min(max(2*c.hold, minHold), maxHold)
 		} else {
 			c.hold = minHold
+		}
+		without, with := off1+off2, on1+on2
+		if lo, hi := min(without, with), max(without, with); hi > 0 {
+			c.hold = min(max(c.hold, int(2*(1-lo/hi)/probeBudget)), maxHold)
 		}
 	}
 }
@@ -257,9 +278,16 @@ func (n *Node) RunWait(ctx context.Context, calls []dlm.Call, w dlm.Wait) (dlm.A
 // run sends calls, and w's wait when w is not nil, at once when a slot is
 // free or coalescing is off, else with the next batch.
 func (n *Node) run(ctx context.Context, calls []dlm.Call, w *dlm.Wait) (dlm.Acks, error) {
+	now := time.Now()
 	n.mu.Lock()
 	if in := n.busy + len(n.queue) + 1; in > n.ctl.peak {
 		n.ctl.peak = in
+	}
+	if !n.ctl.idleSince.IsZero() {
+		if gap := now.Sub(n.ctl.idleSince); gap >= epoch {
+			n.ctl.idle += gap
+		}
+		n.ctl.idleSince = time.Time{}
 	}
 	if !n.on || n.busy < n.inFlight || n.busy-n.overdueLocked() < n.inFlight {
 		n.busy++
@@ -274,8 +302,8 @@ func (n *Node) run(ctx context.Context, calls []dlm.Call, w *dlm.Wait) (dlm.Acks
 		// Nothing here allocates (once n.flights has grown): a serial
 		// caller pays for coalescing no more than two uncontended lock
 		// operations and a clock read.
-		start, ok := time.Now(), 0
-		defer func() { n.finish(start, ok, seq) }()
+		ok := 0
+		defer func() { n.finish(now, ok, seq) }()
 		acks, err := n.send(ctx, calls, w)
 		if err == nil && succeeded(calls) {
 			ok = 1
@@ -286,7 +314,6 @@ func (n *Node) run(ctx context.Context, calls []dlm.Call, w *dlm.Wait) (dlm.Acks
 	// past half the time the caller has: runs kept past their callers'
 	// deadlines (a driver ignoring them) hold their slots, and a call with
 	// a short deadline would otherwise never be sent.
-	now := time.Now()
 	wait := 4 * time.Duration(n.runTime.Load())
 	if d, ok := ctx.Deadline(); ok {
 		wait = min(wait, d.Sub(now)/2)
@@ -439,11 +466,13 @@ func (n *Node) armSpillLocked(at time.Time) {
 func (n *Node) next(callers int, now time.Time) {
 	n.mu.Lock()
 	n.ctl.done += int64(callers)
-	if e := now.Sub(n.ctl.start); e >= epoch && (n.ctl.done >= minEpochCalls || e >= maxEpoch) {
+	if e := now.Sub(n.ctl.start) - n.ctl.idle; e >= epoch && (n.ctl.done >= minEpochCalls || e >= maxEpoch) {
 		n.endEpoch(now)
 	}
 	if len(n.queue) == 0 || n.on && n.busy > n.inFlight {
-		n.busy--
+		if n.busy--; n.busy == 0 {
+			n.ctl.idleSince = now
+		}
 		n.mu.Unlock()
 		return
 	}
