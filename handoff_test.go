@@ -2,6 +2,7 @@ package dlm_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync/atomic"
@@ -270,12 +271,14 @@ func TestHandoffReplyLost(t *testing.T) {
 // It stays on a real server: under synctest over dlmtest one Manager
 // takes about 95% of the grants and the others' Lock calls time out
 // (whatever the round-trip time), so the share seen here rests on timing
-// noise; see the report of branch vtime.
+// noise; see the report of branch vtime. A Lock that waits a second
+// without a grant tries again (a loaded machine can stretch a wait that
+// long): what is asserted is each Manager's share.
 func TestHandoffsShareAmongProcesses(t *testing.T) {
 	c := redistest.Start(t).Client(t)
 	opts := []dlm.Option{dlm.WithTTL(10 * time.Second), dlm.WithRetryDelay(5*time.Millisecond, 50*time.Millisecond)}
 	const managers, workers = 4, 2
-	var grants [managers]atomic.Int64
+	var grants, timeouts [managers]atomic.Int64
 	ctx := context.Background()
 	stop := time.Now().Add(3 * time.Second)
 	done := make(chan error, managers*workers)
@@ -287,6 +290,10 @@ func TestHandoffsShareAmongProcesses(t *testing.T) {
 					lctx, cancel := context.WithTimeout(ctx, time.Second)
 					l, err := m.Lock(lctx, "shared")
 					cancel()
+					if errors.Is(err, context.DeadlineExceeded) {
+						timeouts[i].Add(1)
+						continue
+					}
 					if err != nil {
 						done <- fmt.Errorf("manager %d: %w", i, err)
 						return
@@ -311,7 +318,7 @@ func TestHandoffsShareAmongProcesses(t *testing.T) {
 		all += grants[i].Load()
 	}
 	for i := range grants {
-		t.Logf("manager %d: %d of %d grants", i, grants[i].Load(), all)
+		t.Logf("manager %d: %d of %d grants, %d waits of a second without one", i, grants[i].Load(), all, timeouts[i].Load())
 		assert.Greater(t, grants[i].Load(), all/(4*managers), "manager %d's share", i)
 	}
 }
