@@ -152,6 +152,14 @@ func TestCommand(t *testing.T) {
 	if rep.Note != "test" || rep.Machine.Cores == 0 || rep.Machine.Go == "" || rep.Machine.RedisVersion == "" {
 		t.Errorf("machine description incomplete: note %q, %+v", rep.Note, rep.Machine)
 	}
+	if _, err := os.Stat("/proc/stat"); err == nil {
+		if rep.Machine.Steal == "" || rep.Scenarios[0].Steal == "" {
+			t.Errorf("no steal time for the run (%q) or its first scenario (%q)", rep.Machine.Steal, rep.Scenarios[0].Steal)
+		}
+		if !strings.Contains(stdout.String(), "Steal time over the run: ") {
+			t.Error("results.md does not give the run's steal time")
+		}
+	}
 	if want := smokeConfig(); rep.Config != want {
 		t.Errorf("config read back from results.json = %+v, want %+v", rep.Config, want)
 	}
@@ -411,5 +419,26 @@ func TestCommittedResults(t *testing.T) {
 		if !strings.Contains(string(doc), rep.docSummary()) {
 			t.Errorf("docs/performance.md does not carry the summary of %s: go run . -render %s -doc ../docs/performance.md", file, file)
 		}
+	}
+}
+
+// The steal time is read from /proc/stat's cpu line, as a share of all the
+// CPUs' time between two readings.
+func TestSteal(t *testing.T) {
+	a := parseCPUTimes("cpu  100 5 50 800 10 1 2 32 7 0\ncpu0 50 2 25 400 5 0 1 16 0 0\n")
+	if want := (cpuTimes{total: 1000, steal: 32}); a != want {
+		t.Fatalf("parseCPUTimes = %+v, want %+v", a, want)
+	}
+	b := cpuTimes{total: 1200, steal: 82}
+	if got := stealText(a, b); got != "25.0%" {
+		t.Errorf("stealText = %q, want 25.0%%", got)
+	}
+	for _, bad := range []string{"", "intr 1 2 3", "cpu 1 2 3", "cpu 1 2 3 4 5 6 7 x 9"} {
+		if got := parseCPUTimes(bad); got != (cpuTimes{}) {
+			t.Errorf("parseCPUTimes(%q) = %+v, want zero", bad, got)
+		}
+	}
+	if got := stealText(cpuTimes{}, cpuTimes{}); got != "" {
+		t.Errorf("stealText of no readings = %q, want empty", got)
 	}
 }

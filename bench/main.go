@@ -28,6 +28,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"regexp"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -57,6 +58,7 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 	instrGoroutines := fs.Int("instructions-goroutines", 16, "goroutines making the pairs of -instructions")
 	render := fs.String("render", "", "write results.md and chart.svg again from this results.json (into -out, default its directory), without measuring")
 	doc := fs.String("doc", "", "with -render, also rewrite the bench summary in this Markdown file (docs/performance.md)")
+	cpuprofile := fs.String("cpuprofile", "", "write this process's CPU profile (pprof) of the run to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -114,6 +116,17 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	if *instructions > 0 {
 		return measureInstructions(ctx, o, *instructions, *instrGoroutines, stdout, stderr)
 	}

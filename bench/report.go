@@ -37,6 +37,9 @@ type Machine struct {
 	Redis        string `json:"redis_server"`
 	LoadStart    string `json:"load_avg_start"`
 	LoadEnd      string `json:"load_avg_end"`
+	// Steal is the share of the CPUs' time over the run that the
+	// hypervisor gave to other guests (see stealText).
+	Steal string `json:"steal,omitempty"`
 }
 
 // ContenderInfo describes one contender of the run.
@@ -58,7 +61,10 @@ type ScenarioResult struct {
 	Placement string `json:"placement,omitempty"`
 	// Rounds is how many turns each contender took in a repetition, for a
 	// scenario that interleaves them (Scenario.RunAll).
-	Rounds  int      `json:"rounds,omitempty"`
+	Rounds int `json:"rounds,omitempty"`
+	// Steal is the share of the CPUs' time over the scenario that the
+	// hypervisor gave to other guests (see stealText).
+	Steal   string   `json:"steal,omitempty"`
 	Metrics []Metric `json:"metrics"`
 	Rows    []Row    `json:"rows"`
 }
@@ -197,6 +203,50 @@ func cpuModel() string {
 	return "unknown"
 }
 
+// cpuTimes are the machine's CPU times, summed over its CPUs, in clock
+// ticks (/proc/stat's first line): all of them, and steal, the time a
+// virtual CPU was ready to run but the hypervisor ran another guest.
+type cpuTimes struct{ total, steal uint64 }
+
+// readCPUTimes reads /proc/stat; zero where there is none.
+func readCPUTimes() cpuTimes {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return cpuTimes{}
+	}
+	return parseCPUTimes(string(b))
+}
+
+// parseCPUTimes reads the "cpu" line of /proc/stat's text: user, nice,
+// system, idle, iowait, irq, softirq, steal (guest time is counted in user
+// already).
+func parseCPUTimes(stat string) cpuTimes {
+	line, _, _ := strings.Cut(stat, "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return cpuTimes{}
+	}
+	var t cpuTimes
+	for i := 1; i <= 8; i++ {
+		v, err := strconv.ParseUint(f[i], 10, 64)
+		if err != nil {
+			return cpuTimes{}
+		}
+		t.total += v
+	}
+	t.steal, _ = strconv.ParseUint(f[8], 10, 64)
+	return t
+}
+
+// stealText is the share of the CPUs' time between two readings that
+// was stolen, as a percentage; "" when it cannot tell.
+func stealText(a, b cpuTimes) string {
+	if b.total <= a.total || b.steal < a.steal {
+		return ""
+	}
+	return strconv.FormatFloat(100*float64(b.steal-a.steal)/float64(b.total-a.total), 'f', 1, 64) + "%"
+}
+
 // loadAvg is the 1, 5 and 15 minute load average, to show how busy the
 // machine was.
 func loadAvg() string {
@@ -245,6 +295,9 @@ func (r *Report) WriteMarkdown(w io.Writer) {
 	fmt.Fprintf(w, "- CPU: %s, %d cores (GOMAXPROCS %d), %s\n", m.CPU, m.Cores, m.GOMAXPROCS, m.OS)
 	fmt.Fprintf(w, "- Go: %s; Redis: %s\n", m.Go, m.RedisVersion)
 	fmt.Fprintf(w, "- Load average at start / end: %s / %s\n", m.LoadStart, m.LoadEnd)
+	if m.Steal != "" {
+		fmt.Fprintf(w, "- Steal time over the run: %s of the CPUs' time went to other guests of the hypervisor (per scenario below); in a virtual machine, that is what ran beside the run\n", m.Steal)
+	}
 	c := r.Config
 	fmt.Fprintf(w, "- Same for all: TTL %v, per-node timeout %v, retry pause %v doubling to %v (jittered), wait budget %v, pool %d connections per node\n",
 		c.TTL, c.NodeTimeout, c.RetryMin, c.RetryMax, c.WaitBudget, c.PoolSize)
@@ -256,6 +309,9 @@ func (r *Report) WriteMarkdown(w io.Writer) {
 		if s.Placement != "" {
 			fmt.Fprintf(w, "Placement: %s (a pair's latency is mostly wake-ups, and across the CPUs of a virtual machine a wake-up can cost several times one on the CPU that runs: "+
 				"left to the scheduler, which one a contender gets changes between repetitions).\n\n", s.Placement)
+		}
+		if s.Steal != "" {
+			fmt.Fprintf(w, "Steal time: %s of the CPUs' time over this scenario went to other guests of the hypervisor.\n\n", s.Steal)
 		}
 		if s.Rounds > 0 {
 			fmt.Fprintf(w, "Interleaved: in each repetition the contenders take turns, %d each, so that a change in the machine's speed falls on all alike.\n\n", s.Rounds)

@@ -45,6 +45,7 @@ func run(ctx context.Context, cfg Config, top Topology, o Options, progress io.W
 	r := &runner{cfg: cfg, top: top, progress: progress}
 	rep := &Report{Note: o.Note, Config: cfg}
 	rep.Machine = describeMachine(ctx, top.Single[0])
+	runStart := readCPUTimes()
 
 	var entries []*entry
 	defer func() {
@@ -88,7 +89,7 @@ func run(ctx context.Context, cfg Config, top Topology, o Options, progress io.W
 	for _, p := range plan {
 		s, in, reps := p.s, p.in, p.reps
 		sr := ScenarioResult{Name: s.Name, Title: s.Title, Metrics: s.Metrics, Reps: reps, Rounds: s.Rounds}
-		sStart := time.Now()
+		sStart, stealStart := time.Now(), readCPUTimes()
 		unpin := func() {}
 		if s.OneCPU {
 			sr.Placement = "this process (GOMAXPROCS 1) and every server pinned to one CPU"
@@ -146,6 +147,7 @@ func run(ctx context.Context, cfg Config, top Topology, o Options, progress io.W
 			}
 		}
 		unpin()
+		sr.Steal = stealText(stealStart, readCPUTimes())
 		if err := cleanKeys(ctx, append(slices.Clone(top.Single), top.Multi...)); err != nil {
 			fmt.Fprintf(progress, "clean-up after %s: %v\n", s.Name, err)
 		}
@@ -162,6 +164,7 @@ func run(ctx context.Context, cfg Config, top Topology, o Options, progress io.W
 			time.Since(sStart).Round(time.Second), p.est.Round(time.Second), time.Since(began).Round(time.Second))
 	}
 	rep.Machine.LoadEnd = loadAvg()
+	rep.Machine.Steal = stealText(runStart, readCPUTimes())
 	rep.Elapsed = time.Since(began).Round(time.Second).String()
 	return rep, nil
 }

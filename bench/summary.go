@@ -198,8 +198,12 @@ func (r *Report) docSummary() string {
 	var b strings.Builder
 	m := r.Machine
 	b.WriteString(docBegin)
-	fmt.Fprintf(&b, "From the committed run ([all tables](../bench/results/results.md)): %s, %s, %d cores, Go %s, Redis %s, load average %s at its start and %s at its end, %s.\n\n",
-		m.Date, m.CPU, m.Cores, strings.TrimPrefix(m.Go, "go"), m.RedisVersion, m.LoadStart, m.LoadEnd, r.Elapsed)
+	steal := ""
+	if m.Steal != "" {
+		steal = ", steal time " + m.Steal
+	}
+	fmt.Fprintf(&b, "From the committed run ([all tables](../bench/results/results.md)): %s, %s, %d cores, Go %s, Redis %s, load average %s at its start and %s at its end%s, %s.\n\n",
+		m.Date, m.CPU, m.Cores, strings.TrimPrefix(m.Go, "go"), m.RedisVersion, m.LoadStart, m.LoadEnd, steal, r.Elapsed)
 	r.writeSummaryTable(&b, r.summaryRows())
 	b.WriteString(docEnd)
 	return b.String()
