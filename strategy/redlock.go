@@ -127,7 +127,7 @@ func NewRedlock(nodes []dlm.Node, opts ...Option) (*Redlock, error) {
 		if publishArg(nodekit.RoutingOf(n)) != s.publish {
 			s.publish = "" // the release script asks each server
 		}
-		s.nodes[i] = s.cfg.coalesced(n)
+		s.nodes[i] = s.cfg.coalesced(n, len(s.nodes))
 	}
 	return s, nil
 }

@@ -70,9 +70,10 @@ type Node struct {
 
 	runners *runner.Pool[pending] // run batches; a goroutine per batch grew its stack anew each time
 
-	mode Mode
-	on   bool       // calls wait for a slot (Auto: its current choice)
-	ctl  controller // Auto's measurements
+	mode     Mode
+	on       bool       // calls wait for a slot (Auto: its current choice)
+	ctl      controller // Auto's measurements
+	siblings int        // Nodes a caller's calls fan out to, this one among them (see SetSiblings)
 
 	runs, batched atomic.Int64 // Runs sent to the node, and callers' runs they carried
 	runTime       atomic.Int64 // a running average of a run's duration, in ns
@@ -106,9 +107,19 @@ func New(node dlm.Node, inFlight int, merge ...*nodekit.Script) *Node {
 	routing := nodekit.RoutingOf(node)
 	mode := DefaultMode
 	n := &Node{Node: node, inFlight: inFlight, waits: routing == nodekit.RoutingOneServer, merge: newMerger(routing, merge),
-		mode: mode, on: mode != Off, ctl: controller{hold: firstHold}}
+		mode: mode, on: mode != Off, ctl: controller{hold: firstHold}, siblings: 1}
 	n.runners = runner.New(func(p pending) { n.runBatch(p.batch, p.size) })
 	return n
+}
+
+// SetSiblings tells n that it is one of k Nodes that callers fan their
+// calls out to at once (a Redlock's nodes). Each of them probes at its own
+// time and the machine pays for every probe, so each holds its choice k
+// times as long after a probe (see controller).
+func (n *Node) SetSiblings(k int) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.siblings = max(k, 1)
 }
 
 // SetMode sets when n coalesces calls (New gives it DefaultMode).
@@ -147,10 +158,11 @@ func (n *Node) Coalescing() bool {
 // node probes again, so that it follows a load that changes; each probe
 // that confirms the choice doubles the hold, up to maxHold, and the hold
 // is long enough that the probe's cost, about two epochs' shortfall of the
-// worse mode, is at most probeBudget of it. The cost of probing is then
-// at most two epochs of the worse mode in minHold+4, and falls as the load
-// stays the same and as the modes lie further apart (a Redlock's nodes
-// each probe, each at its own time, so that their probes add up).
+// worse mode, is at most probeBudget of it: of the time of the hold
+// divided among the node's siblings (SetSiblings), whose probes add up.
+// The cost of probing is then at most two epochs of the worse mode in
+// minHold+4, and falls as the load stays the same and as the modes lie
+// further apart.
 const (
 	epoch         = 50 * time.Millisecond  // at least; until minEpochCalls runs succeeded
 	maxEpoch      = 500 * time.Millisecond // at most
@@ -225,7 +237,7 @@ func (n *Node) endEpoch(now time.Time) {
 		}
 		without, with := off1+off2, on1+on2
 		if lo, hi := min(without, with), max(without, with); hi > 0 {
-			c.hold = min(max(c.hold, int(2*(1-lo/hi)/probeBudget)), maxHold)
+			c.hold = min(max(c.hold, int(float64(n.siblings)*2*(1-lo/hi)/probeBudget)), maxHold)
 		}
 	}
 }
