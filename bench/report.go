@@ -238,13 +238,26 @@ func parseCPUTimes(stat string) cpuTimes {
 	return t
 }
 
-// stealText is the share of the CPUs' time between two readings that
-// was stolen, as a percentage; "" when it cannot tell.
+// stealShare is the share of the CPUs' time between two readings that
+// was stolen, in percent (0 when no clock tick passed); false when there
+// are no readings.
+func stealShare(a, b cpuTimes) (float64, bool) {
+	if a.total == 0 || b.total < a.total || b.steal < a.steal {
+		return 0, false
+	}
+	if b.total == a.total {
+		return 0, true
+	}
+	return 100 * float64(b.steal-a.steal) / float64(b.total-a.total), true
+}
+
+// stealText is stealShare as text, such as "7.6%"; "" when it cannot tell.
 func stealText(a, b cpuTimes) string {
-	if b.total <= a.total || b.steal < a.steal {
+	p, ok := stealShare(a, b)
+	if !ok || b.total == a.total {
 		return ""
 	}
-	return strconv.FormatFloat(100*float64(b.steal-a.steal)/float64(b.total-a.total), 'f', 1, 64) + "%"
+	return strconv.FormatFloat(p, 'f', 1, 64) + "%"
 }
 
 // loadAvg is the 1, 5 and 15 minute load average, to show how busy the

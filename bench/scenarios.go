@@ -154,6 +154,10 @@ var scenarios = []Scenario{
 			{Key: "server_us_op", Label: "server CPU/op", Unit: "µs"},
 			{Key: "server_cmds_op", Label: "server cmds/op (incl. in scripts)", Unit: ""},
 			{Key: "failed", Label: "failed calls", Unit: ""},
+			// The share of the machine's CPU time that the hypervisor gave
+			// other guests during this contender's loop: a repetition's
+			// ratio is fair only where its contenders' steal was alike.
+			{Key: "steal_pct", Label: "steal", Unit: "%", Reference: true},
 		},
 		Applies: always, Run: runDistinct,
 		Est: func(cfg Config, c Contender) time.Duration {
@@ -380,7 +384,7 @@ func runDistinct(ctx context.Context, r *runner, c *entry, rep int) (map[string]
 	if err != nil {
 		return nil, err
 	}
-	cpu0 := cpuTime()
+	cpu0, steal0 := cpuTime(), readCPUTimes()
 	start := time.Now()
 	end := start.Add(r.cfg.DistinctDur)
 	var wg sync.WaitGroup
@@ -402,7 +406,7 @@ func runDistinct(ctx context.Context, r *runner, c *entry, rep int) (map[string]
 		})
 	}
 	wg.Wait()
-	took, cpu := time.Since(start), cpuTime()-cpu0
+	took, cpu, steal1 := time.Since(start), cpuTime()-cpu0, readCPUTimes()
 	if failed.Load() > ops.Load() {
 		return nil, fmt.Errorf("%d of %d calls failed, first: %w", failed.Load(), failed.Load()+ops.Load(), firstErr)
 	}
@@ -411,7 +415,7 @@ func runDistinct(ctx context.Context, r *runner, c *entry, rep int) (map[string]
 		return nil, err
 	}
 	n := float64(max(ops.Load(), 1))
-	return map[string]float64{
+	vals := map[string]float64{
 		"ops_s": float64(ops.Load()) / took.Seconds(),
 		// This process's CPU per pair: the contender's client and library.
 		"client_us_op": float64(cpu.Nanoseconds()) / 1e3 / n,
@@ -421,7 +425,11 @@ func runDistinct(ctx context.Context, r *runner, c *entry, rep int) (map[string]
 		"server_us_op":   (s1.CPU - s0.CPU) * 1e6 / n,
 		"server_cmds_op": float64(s1.Calls-s0.Calls-int64(len(c.env.Addrs))) / n, // less the first INFOs
 		"failed":         float64(failed.Load()),
-	}, nil
+	}
+	if p, ok := stealShare(steal0, steal1); ok {
+		vals["steal_pct"] = p
+	}
+	return vals, nil
 }
 
 func runContended(ctx context.Context, r *runner, c *entry, rep int) (map[string]float64, error) {
