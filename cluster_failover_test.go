@@ -84,15 +84,18 @@ func TestClusterMasterFailoverCostsNoOtherLocks(t *testing.T) {
 			// When the replica takes over, to tell Redis' failover from the
 			// client's following it.
 			promoted := make(chan time.Duration, 1)
+			var lastRole string // what ROLE last said, for a watch that saw no promotion
 			rc := cl.Replicas[1][0].Client(t)
 			victim.Kill(t)
 			killedAt := time.Now()
 			go func() {
 				for time.Since(killedAt) < time.Minute {
-					if r, err := rc.Do(ctx, "ROLE").Slice(); err == nil && len(r) > 0 && r[0] == "master" {
+					r, err := rc.Do(ctx, "ROLE").Slice()
+					if err == nil && len(r) > 0 && r[0] == "master" {
 						promoted <- time.Since(killedAt)
 						return
 					}
+					lastRole = fmt.Sprintf("%v, %v", r, err)
 					time.Sleep(10 * time.Millisecond)
 				}
 				promoted <- -1
@@ -120,7 +123,7 @@ func TestClusterMasterFailoverCostsNoOtherLocks(t *testing.T) {
 			if !t.Failed() {
 				t.Logf("%s: the moved slots grant again %v after the kill; the replica was promoted after %v", tc.name,
 					granted.Round(time.Millisecond), p.Round(time.Millisecond))
-				require.Positive(t, p, "the replica was promoted")
+				require.Positive(t, p, "the replica was promoted; ROLE said last: %s", lastRole)
 				// A client that waited for a periodic refresh (30s and
 				// more) would miss this; a loaded machine does not.
 				assert.LessOrEqual(t, granted-p, 15*time.Second, "the client followed the promotion")

@@ -146,7 +146,7 @@ func startCluster(t testing.TB, certs *Certs, replicas []int) *Cluster {
 	})
 	for i, m := range cl.Masters {
 		mc := m.Client(t)
-		waitFor(t, 30*time.Second, m.Addr+" reporting its replicas online", func() bool {
+		waitFor(t, 60*time.Second, m.Addr+" reporting its replicas online", func() bool {
 			info, err := mc.Info(ctx, "replication").Result()
 			return err == nil && strings.Count(info, ",state=online,") == len(cl.Replicas[i])
 		})
