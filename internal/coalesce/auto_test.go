@@ -54,6 +54,12 @@ func (n *timedNode) Watch(context.Context, string, func(string)) (func(), error)
 	return nil, errors.ErrUnsupported
 }
 
+// oneConnection is a node that runs one Run at a time, whatever it
+// carries (a server behind one connection): there, batches pay.
+func oneConnection() *timedNode {
+	return &timedNode{slot: make(chan struct{}, 1), perRun: time.Millisecond, perCall: 10 * time.Microsecond, reply: []int64{1}}
+}
+
 // A serial caller's call costs no allocation in any mode, with a context
 // that can end and has a deadline (whose end a slot would once have been
 // freed on, through an allocating context.AfterFunc).
@@ -110,7 +116,7 @@ func TestAutoPicksTheFasterMode(t *testing.T) {
 	}{
 		// One Run at a time, whatever it carries: batches pay.
 		{"one connection", func() dlm.Node {
-			return &timedNode{slot: make(chan struct{}, 1), perRun: time.Millisecond, perCall: 10 * time.Microsecond, reply: []int64{1}}
+			return oneConnection()
 		}, true},
 		// Any number of Runs at once, each call costing its own time: a
 		// batch only makes its calls wait for each other.
@@ -168,7 +174,7 @@ func TestAutoIdleCountsForNeither(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		count := map[coalesce.Mode]int64{}
 		for _, mode := range []coalesce.Mode{coalesce.On, coalesce.Auto} {
-			n := coalesce.New(&timedNode{slot: make(chan struct{}, 1), perRun: time.Millisecond, perCall: 10 * time.Microsecond, reply: []int64{1}}, 0)
+			n := coalesce.New(oneConnection(), 0)
 			n.SetMode(mode)
 			for i := range 24 {
 				count[mode] += drive(n, time.Duration(100+37*i)*time.Millisecond)
@@ -189,8 +195,9 @@ func TestAutoOneSlowEpochChangesNothing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		count := map[coalesce.Mode]int64{}
 		for _, mode := range []coalesce.Mode{coalesce.On, coalesce.Auto} {
-			n := coalesce.New(&timedNode{slot: make(chan struct{}, 1), perRun: time.Millisecond, perCall: 10 * time.Microsecond, reply: []int64{1},
-				stallEvery: 370 * time.Millisecond, stallFor: 60 * time.Millisecond, stallCost: 20 * time.Millisecond}, 0)
+			node := oneConnection()
+			node.stallEvery, node.stallFor, node.stallCost = 370*time.Millisecond, 60*time.Millisecond, 20*time.Millisecond
+			n := coalesce.New(node, 0)
 			n.SetMode(mode)
 			count[mode] = drive(n, 20*time.Second)
 		}
@@ -208,7 +215,7 @@ func TestAutoSiblingsProbeLess(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		count := map[int]int64{}
 		for _, siblings := range []int{0, 1, 5} { // 0: On, for reference
-			n := coalesce.New(&timedNode{slot: make(chan struct{}, 1), perRun: time.Millisecond, perCall: 10 * time.Microsecond, reply: []int64{1}}, 0)
+			n := coalesce.New(oneConnection(), 0)
 			if siblings == 0 {
 				n.SetMode(coalesce.On)
 			} else {
