@@ -88,6 +88,10 @@ func TestSmoke(t *testing.T) {
 				t.Errorf("serial / %s: p50 %v", row.Contender, row.Median["p50_us"])
 			}
 		}
+		if hasMetric(s.Metrics, "steal_pct") && readCPUTimes() != (cpuTimes{}) &&
+			(len(s.StealSpread) != s.Reps || s.Redone > s.Reps*smokeConfig().StealRedo) {
+			t.Errorf("%s: steal spread %v over %d repetitions, %d run again", s.Name, s.StealSpread, s.Reps, s.Redone)
+		}
 		if s.Name == "serial" && top.Pin != nil && !strings.Contains(s.Placement, "pinned to one CPU") {
 			t.Errorf("serial ran unpinned: %q", s.Placement)
 		}
@@ -449,5 +453,28 @@ func TestSteal(t *testing.T) {
 	}
 	if got := stealText(a, a); got != "" {
 		t.Errorf("stealText with no tick between = %q, want empty", got)
+	}
+}
+
+// A repetition's steal spread is taken over the contenders that reported
+// their steal time and did not fail; with fewer than two there is none.
+func TestStealSpread(t *testing.T) {
+	at := func(p float64) attempt { return attempt{vals: map[string]float64{"steal_pct": p}} }
+	failed := attempt{vals: map[string]float64{"steal_pct": 40}, err: errors.New("x")}
+	unknown := attempt{vals: map[string]float64{"ops_s": 1}}
+	for _, c := range []struct {
+		got  []attempt
+		want float64
+		ok   bool
+	}{
+		{[]attempt{at(2), at(9.5), at(4)}, 7.5, true},
+		{[]attempt{at(3), failed, unknown, at(3)}, 0, true},
+		{[]attempt{at(3), failed, unknown}, 0, false},
+		{nil, 0, false},
+	} {
+		got, ok := stealSpread(c.got)
+		if got != c.want || ok != c.ok {
+			t.Errorf("stealSpread(%v) = %v, %v; want %v, %v", c.got, got, ok, c.want, c.ok)
+		}
 	}
 }

@@ -64,9 +64,14 @@ type ScenarioResult struct {
 	Rounds int `json:"rounds,omitempty"`
 	// Steal is the share of the CPUs' time over the scenario that the
 	// hypervisor gave to other guests (see stealText).
-	Steal   string   `json:"steal,omitempty"`
-	Metrics []Metric `json:"metrics"`
-	Rows    []Row    `json:"rows"`
+	Steal string `json:"steal,omitempty"`
+	// Redone is how many repetitions were run again because their
+	// contenders' steal time lay too far apart (Config.StealRedo), and
+	// StealSpread how far apart it lay, in points, in each repetition kept.
+	Redone      int       `json:"redone,omitempty"`
+	StealSpread []float64 `json:"steal_spread,omitempty"`
+	Metrics     []Metric  `json:"metrics"`
+	Rows        []Row     `json:"rows"`
 }
 
 // Row is one contender's figures in one scenario.
@@ -251,6 +256,18 @@ func stealShare(a, b cpuTimes) (float64, bool) {
 	return 100 * float64(b.steal-a.steal) / float64(b.total-a.total), true
 }
 
+// stealSpreadText says how far apart the contenders' steal time lay in
+// each repetition of s kept, and how many were run again for it.
+func stealSpreadText(s ScenarioResult, c Config) string {
+	parts := make([]string, len(s.StealSpread))
+	for i, v := range s.StealSpread {
+		parts[i] = strconv.FormatFloat(v, 'f', 1, 64)
+	}
+	return fmt.Sprintf("Steal time of the contenders within a repetition lay %s points apart (in each repetition kept). "+
+		"A repetition in which it lay more than %g points apart was run again, up to %d times, and the attempt with the least difference kept: %d were run again.",
+		strings.Join(parts, ", "), stealSpreadMax, c.StealRedo, s.Redone)
+}
+
 // stealText is stealShare as text, such as "7.6%"; "" when it cannot tell.
 func stealText(a, b cpuTimes) string {
 	p, ok := stealShare(a, b)
@@ -325,6 +342,9 @@ func (r *Report) WriteMarkdown(w io.Writer) {
 		}
 		if s.Steal != "" {
 			fmt.Fprintf(w, "Steal time: %s of the CPUs' time over this scenario went to other guests of the hypervisor.\n\n", s.Steal)
+		}
+		if len(s.StealSpread) > 0 {
+			fmt.Fprintf(w, "%s\n\n", stealSpreadText(s, c))
 		}
 		if s.Rounds > 0 {
 			fmt.Fprintf(w, "Interleaved: in each repetition the contenders take turns, %d each, so that a change in the machine's speed falls on all alike.\n\n", s.Rounds)

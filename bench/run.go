@@ -103,11 +103,17 @@ func run(ctx context.Context, cfg Config, top Topology, o Options, progress io.W
 		for i, e := range in {
 			rows[i] = &Row{Contender: e.Name, Lib: e.Lib, Nodes: e.Nodes, Samples: map[string][]float64{}}
 		}
-		record := func(i, k int, vals map[string]float64, err error, took time.Duration) {
+		show := func(vals map[string]float64, err error, took time.Duration) {
+			if err != nil {
+				fmt.Fprintf(progress, "ERROR %v\n", err)
+				return
+			}
+			fmt.Fprintf(progress, "%s  (%.1fs)\n", brief(s.Metrics, vals), took.Seconds())
+		}
+		record := func(i, k int, vals map[string]float64, err error) {
 			row := rows[i]
 			if err != nil {
 				row.Errors = append(row.Errors, fmt.Sprintf("rep %d: %v", k+1, err))
-				fmt.Fprintf(progress, "ERROR %v\n", err)
 				return
 			}
 			for _, m := range s.Metrics {
@@ -115,7 +121,6 @@ func run(ctx context.Context, cfg Config, top Topology, o Options, progress io.W
 					row.Samples[m.Key] = append(row.Samples[m.Key], v)
 				}
 			}
-			fmt.Fprintf(progress, "%s  (%.1fs)\n", brief(s.Metrics, vals), took.Seconds())
 		}
 		for k := range reps {
 			order := make([]*entry, len(in)) // rotated by one each repetition
@@ -129,16 +134,17 @@ func run(ctx context.Context, cfg Config, top Topology, o Options, progress io.W
 				cancel()
 				for j, e := range order {
 					fmt.Fprintf(progress, "%-9s rep %d/%d  %-28s ", s.Name, k+1, reps, e.Name)
-					record((j+k)%len(in), k, vals[j], errs[j], time.Since(t0))
+					show(vals[j], errs[j], time.Since(t0))
+					record((j+k)%len(in), k, vals[j], errs[j])
 				}
 			} else {
-				for j, e := range order {
-					fmt.Fprintf(progress, "%-9s rep %d/%d  %-28s ", s.Name, k+1, reps, e.Name)
-					t0 := time.Now()
-					sctx, cancel := context.WithTimeout(ctx, scenarioTimeout)
-					vals, err := s.Run(sctx, r, e, k)
-					cancel()
-					record((j+k)%len(in), k, vals, err, time.Since(t0))
+				kept, spread, redone := r.runRep(ctx, s, order, k, reps, progress, show)
+				sr.Redone += redone
+				if spread >= 0 {
+					sr.StealSpread = append(sr.StealSpread, spread)
+				}
+				for j, g := range kept {
+					record((j+k)%len(in), k, g.vals, g.err)
 				}
 			}
 			if ctx.Err() != nil {
@@ -199,6 +205,82 @@ func (r *runner) plan(entries []*entry, o Options) []scenarioPlan {
 		}
 	}
 	return out
+}
+
+// stealSpreadMax is how far apart, in points, the steal time of a
+// repetition's contenders may lie before the repetition is run again (see
+// Config.StealRedo): a contender that the hypervisor took a fifth of the
+// CPUs from is not measured against one it took nothing from.
+const stealSpreadMax = 3.0
+
+// An attempt is one contender's run in one attempt at a repetition.
+type attempt struct {
+	vals map[string]float64
+	err  error
+}
+
+// stealSpread is how far apart, in points, the steal time of the
+// contenders that reported one lies (false when fewer than two did).
+func stealSpread(got []attempt) (float64, bool) {
+	lo, hi, n := 0.0, 0.0, 0
+	for _, g := range got {
+		v, ok := g.vals["steal_pct"]
+		if g.err != nil || !ok {
+			continue
+		}
+		if n == 0 || v < lo {
+			lo = v
+		}
+		if n == 0 || v > hi {
+			hi = v
+		}
+		n++
+	}
+	return hi - lo, n >= 2
+}
+
+// hasMetric reports whether ms has one with key.
+func hasMetric(ms []Metric, key string) bool {
+	return slices.ContainsFunc(ms, func(m Metric) bool { return m.Key == key })
+}
+
+// runRep runs repetition k of s, its contenders in order, and shows each
+// result. A scenario that reports each contender's steal time is run again,
+// up to StealRedo times, while that lies more than stealSpreadMax points
+// apart. It returns the attempt kept (the one with the least spread), its
+// spread (−1 when not measured) and how many times it ran again.
+func (r *runner) runRep(ctx context.Context, s Scenario, order []*entry, k, reps int, progress io.Writer,
+	show func(map[string]float64, error, time.Duration)) (kept []attempt, spread float64, redone int) {
+	tries := 1
+	if hasMetric(s.Metrics, "steal_pct") {
+		tries += r.cfg.StealRedo
+	}
+	spread = -1
+	for a := range tries {
+		got := make([]attempt, len(order))
+		for j, e := range order {
+			fmt.Fprintf(progress, "%-9s rep %d/%d  %-28s ", s.Name, k+1, reps, e.Name)
+			t0 := time.Now()
+			sctx, cancel := context.WithTimeout(ctx, scenarioTimeout)
+			got[j].vals, got[j].err = s.Run(sctx, r, e, k)
+			cancel()
+			show(got[j].vals, got[j].err, time.Since(t0))
+		}
+		d, ok := stealSpread(got)
+		if !ok {
+			return got, -1, redone
+		}
+		if kept == nil || d < spread {
+			kept, spread = got, d
+		}
+		if d <= stealSpreadMax || a == tries-1 || ctx.Err() != nil {
+			break
+		}
+		redone++
+		fmt.Fprintf(progress, "%-9s rep %d/%d: the contenders' steal time lay %.1f points apart (more than %g): again\n",
+			s.Name, k+1, reps, d, stealSpreadMax)
+	}
+	return kept, spread, redone
 }
 
 // brief formats a repetition's figures for the progress line.

@@ -48,6 +48,10 @@ type Config struct {
 	RenewTTL       time.Duration
 	RenewWindow    time.Duration
 	Warmup         int // lock+unlock pairs before each measurement
+	// StealRedo is how many times a repetition of a scenario that reports
+	// each contender's steal time is run again while that lies more than
+	// stealSpreadMax points apart.
+	StealRedo int
 }
 
 func fullConfig() Config {
@@ -60,7 +64,7 @@ func fullConfig() Config {
 		HandoffRounds: 15, HandoffWaiters: 4, HandoffHoldMin: 20 * time.Millisecond, HandoffHoldMax: 80 * time.Millisecond,
 		SilentOps: 12, SilentReps: 3,
 		RenewLocks: 10000, RenewReps: 3, RenewTTL: 2 * time.Second, RenewWindow: 4 * time.Second,
-		Warmup: 50,
+		Warmup: 50, StealRedo: 2,
 	}
 }
 
