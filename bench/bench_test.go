@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -197,6 +198,66 @@ func TestCommand(t *testing.T) {
 
 	if err := mainErr([]string{"-scenarios", "nope"}, io.Discard, io.Discard); err == nil {
 		t.Error("an unknown scenario was accepted")
+	}
+}
+
+// turnLocker grants every request, and notes in turns which locker made
+// each run of consecutive calls.
+type turnLocker struct {
+	brokenLocker
+	name  string
+	turns *turnLog
+}
+
+type turnLog struct {
+	mu    sync.Mutex
+	names []string
+}
+
+func (l turnLocker) TryLock(ctx context.Context, key string) (Held, error) {
+	l.turns.mu.Lock()
+	if n := len(l.turns.names); n == 0 || l.turns.names[n-1] != l.name {
+		l.turns.names = append(l.turns.names, l.name)
+	}
+	l.turns.mu.Unlock()
+	time.Sleep(time.Millisecond) // a call takes a while: many fit in a turn, not a burst of millions
+	return nopHeld{}, nil
+}
+
+// TestDistinctInterleaves: the contenders of a repetition of the distinct
+// scenario take distinctRounds turns each, in order, so that a drift of
+// the machine's speed falls on all alike; each gets its figures.
+func TestDistinctInterleaves(t *testing.T) {
+	srv := redistest.StartN(t, 1)
+	cfg := smokeConfig()
+	cfg.DistinctDur = time.Second // turns of 200ms: long enough for a goroutine to start on a busy machine
+	r := &runner{cfg: cfg, progress: io.Discard}
+	turns := &turnLog{}
+	var in []*entry
+	for i, name := range []string{"a", "b", "c"} {
+		in = append(in, &entry{Contender: Contender{Name: name}, idx: i, env: Env{Addrs: []string{srv[0].Addr}},
+			locker: turnLocker{name: name, turns: turns}})
+	}
+	vals, errs := runDistinct(context.Background(), r, in, 0)
+	var want []string
+	want = append(want, "a", "b", "c") // warm-up, then the rounds
+	for range distinctRounds {
+		want = append(want, "a", "b", "c")
+	}
+	if got := strings.Join(turns.names, ""); got != strings.Join(want, "") {
+		t.Errorf("turns %q, want %q", got, strings.Join(want, ""))
+	}
+	for j, e := range in {
+		if errs[j] != nil {
+			t.Errorf("%s: %v", e.Name, errs[j])
+			continue
+		}
+		if vals[j]["ops_s"] <= 0 {
+			t.Errorf("%s: ops_s %v, want > 0", e.Name, vals[j]["ops_s"])
+		}
+		if _, ok := vals[j]["steal_pct"]; !ok && readCPUTimes() != (cpuTimes{}) {
+			t.Errorf("%s: no steal_pct", e.Name)
+		}
 	}
 }
 

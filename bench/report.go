@@ -335,7 +335,7 @@ func (r *Report) WriteMarkdown(w io.Writer) {
 	fmt.Fprintf(w, "- In parentheses: the ratio to the best peer (another library) on the same number of nodes, taken within each repetition, median; ↑ higher is better, ↓ lower is better.\n\n")
 	r.WriteSummary(w)
 	for _, s := range r.Scenarios {
-		fmt.Fprintf(w, "## %s\n\n%s\n\n", s.Title, scenarioDetail(s.Name, c))
+		fmt.Fprintf(w, "## %s\n\n%s\n\n", s.Title, scenarioDetail(s, c))
 		if s.Placement != "" {
 			fmt.Fprintf(w, "Placement: %s (a pair's latency is mostly wake-ups, and across the CPUs of a virtual machine a wake-up can cost several times one on the CPU that runs: "+
 				"left to the scheduler, which one a contender gets changes between repetitions).\n\n", s.Placement)
@@ -399,18 +399,22 @@ func (r *Report) WriteMarkdown(w io.Writer) {
 	}
 }
 
-// scenarioDetail says what a scenario does, with this run's sizes.
-func scenarioDetail(name string, c Config) string {
-	switch name {
+// scenarioDetail says what a scenario does, with its run's sizes.
+func scenarioDetail(s ScenarioResult, c Config) string {
+	switch s.Name {
 	case "serial":
 		return fmt.Sprintf("One goroutine takes and releases one key %d times (TryLock, then Unlock). "+
 			"Latency of the pair; allocations per pair counted with runtime.MemStats over the whole process.", c.SerialOps)
 	case "distinct":
-		return fmt.Sprintf("%d goroutines, each on its own key, TryLock+Unlock in a loop for %v. "+
+		loop := c.DistinctDur.String()
+		if s.Rounds > 0 {
+			loop = fmt.Sprintf("%v in all, in %d turns of %v", c.DistinctDur, s.Rounds, c.DistinctDur/time.Duration(s.Rounds))
+		}
+		return fmt.Sprintf("%d goroutines, each on its own key, TryLock+Unlock in a loop for %s. "+
 			"A call that fails (say, a node call timing out on a loaded machine) is counted and the loop goes on. "+
 			"Client CPU/op: this process's CPU time (getrusage) over the loop, per pair. "+
 			"Server CPU/op: the servers' used_cpu_sys+used_cpu_user over the loop, summed over the nodes, per lock+unlock pair; "+
-			"server cmds/op: total_commands_processed likewise (commands run inside scripts count).", c.DistinctG, c.DistinctDur)
+			"server cmds/op: total_commands_processed likewise (commands run inside scripts count).", c.DistinctG, loop)
 	case "contended":
 		return fmt.Sprintf("%d goroutines on one key for %v, each Lock (waiting), hold %v, Unlock. "+
 			"Wait = time in Lock (a wait still pending at the end counts with its length so far, so starvation shows). Spread = coefficient of variation of acquisitions per goroutine (0 = perfectly even). "+

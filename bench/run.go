@@ -127,25 +127,13 @@ func run(ctx context.Context, cfg Config, top Topology, o Options, progress io.W
 			for j := range in {
 				order[j] = in[(j+k)%len(in)]
 			}
-			if s.RunAll != nil {
-				t0 := time.Now()
-				sctx, cancel := context.WithTimeout(ctx, scenarioTimeout)
-				vals, errs := s.RunAll(sctx, r, order, k)
-				cancel()
-				for j, e := range order {
-					fmt.Fprintf(progress, "%-9s rep %d/%d  %-28s ", s.Name, k+1, reps, e.Name)
-					show(vals[j], errs[j], time.Since(t0))
-					record((j+k)%len(in), k, vals[j], errs[j])
-				}
-			} else {
-				kept, spread, redone := r.runRep(ctx, s, order, k, reps, progress, show)
-				sr.Redone += redone
-				if spread >= 0 {
-					sr.StealSpread = append(sr.StealSpread, spread)
-				}
-				for j, g := range kept {
-					record((j+k)%len(in), k, g.vals, g.err)
-				}
+			kept, spread, redone := r.runRep(ctx, s, order, k, reps, progress, show)
+			sr.Redone += redone
+			if spread >= 0 {
+				sr.StealSpread = append(sr.StealSpread, spread)
+			}
+			for j, g := range kept {
+				record((j+k)%len(in), k, g.vals, g.err)
 			}
 			if ctx.Err() != nil {
 				unpin()
@@ -257,15 +245,7 @@ func (r *runner) runRep(ctx context.Context, s Scenario, order []*entry, k, reps
 	}
 	spread = -1
 	for a := range tries {
-		got := make([]attempt, len(order))
-		for j, e := range order {
-			fmt.Fprintf(progress, "%-9s rep %d/%d  %-28s ", s.Name, k+1, reps, e.Name)
-			t0 := time.Now()
-			sctx, cancel := context.WithTimeout(ctx, scenarioTimeout)
-			got[j].vals, got[j].err = s.Run(sctx, r, e, k)
-			cancel()
-			show(got[j].vals, got[j].err, time.Since(t0))
-		}
+		got := r.attempt(ctx, s, order, k, reps, progress, show)
 		d, ok := stealSpread(got)
 		if !ok {
 			return got, -1, redone
@@ -281,6 +261,34 @@ func (r *runner) runRep(ctx context.Context, s Scenario, order []*entry, k, reps
 			s.Name, k+1, reps, d, stealSpreadMax)
 	}
 	return kept, spread, redone
+}
+
+// attempt runs repetition k of s once, its contenders in order (by s.Run
+// one after another, or together by s.RunAll), and shows each result.
+func (r *runner) attempt(ctx context.Context, s Scenario, order []*entry, k, reps int, progress io.Writer,
+	show func(map[string]float64, error, time.Duration)) []attempt {
+	got := make([]attempt, len(order))
+	if s.RunAll != nil {
+		t0 := time.Now()
+		sctx, cancel := context.WithTimeout(ctx, scenarioTimeout)
+		vals, errs := s.RunAll(sctx, r, order, k)
+		cancel()
+		for j, e := range order {
+			fmt.Fprintf(progress, "%-9s rep %d/%d  %-28s ", s.Name, k+1, reps, e.Name)
+			got[j] = attempt{vals[j], errs[j]}
+			show(vals[j], errs[j], time.Since(t0))
+		}
+		return got
+	}
+	for j, e := range order {
+		fmt.Fprintf(progress, "%-9s rep %d/%d  %-28s ", s.Name, k+1, reps, e.Name)
+		t0 := time.Now()
+		sctx, cancel := context.WithTimeout(ctx, scenarioTimeout)
+		got[j].vals, got[j].err = s.Run(sctx, r, e, k)
+		cancel()
+		show(got[j].vals, got[j].err, time.Since(t0))
+	}
+	return got
 }
 
 // brief formats a repetition's figures for the progress line.

@@ -163,7 +163,7 @@ var scenarios = []Scenario{
 			// ratio is fair only where its contenders' steal was alike.
 			{Key: "steal_pct", Label: "steal", Unit: "%", Reference: true},
 		},
-		Applies: always, Run: runDistinct,
+		Applies: always, RunAll: runDistinct, Rounds: distinctRounds,
 		Est: func(cfg Config, c Contender) time.Duration {
 			return warmCost(cfg, c) + time.Duration(cfg.DistinctG*warmAllPairs)*pairCost(c)/2 + cfg.DistinctDur
 		},
@@ -371,10 +371,52 @@ func runSerial(ctx context.Context, r *runner, in []*entry, rep int) ([]map[stri
 	return out, errs
 }
 
-func runDistinct(ctx context.Context, r *runner, c *entry, rep int) (map[string]float64, error) {
-	if err := warmAll(ctx, r, c, r.cfg.DistinctG, func(g int) string { return c.key("distinct", g) }); err != nil {
-		return nil, err
+// distinctRounds is how many turns each contender of the distinct scenario
+// takes in a repetition, DistinctDur in all.
+const distinctRounds = 5
+
+// runDistinct measures every contender of a repetition in distinctRounds
+// rounds: in each, every contender in turn runs DistinctG goroutines on
+// keys of their own for its share of DistinctDur. The throughput of this
+// machine drifts by a tenth and more over seconds (its hypervisor's other
+// guests): interleaved, a drift falls on every contender alike instead of
+// on one's turn, and makes no ratio.
+func runDistinct(ctx context.Context, r *runner, in []*entry, rep int) ([]map[string]float64, []error) {
+	ts := make([]distinctTally, len(in))
+	errs := make([]error, len(in))
+	for j, c := range in {
+		errs[j] = warmAll(ctx, r, c, r.cfg.DistinctG, func(g int) string { return c.key("distinct", g) })
 	}
+	turn := r.cfg.DistinctDur / distinctRounds
+	for range distinctRounds {
+		for j, c := range in {
+			if errs[j] == nil && ctx.Err() == nil {
+				errs[j] = ts[j].turn(ctx, r, c, turn)
+			}
+		}
+	}
+	out := make([]map[string]float64, len(in))
+	for j, c := range in {
+		if errs[j] == nil {
+			out[j], errs[j] = ts[j].vals(len(c.env.Addrs))
+		}
+	}
+	return out, errs
+}
+
+// distinctTally sums one contender's turns of the distinct scenario.
+type distinctTally struct {
+	ops, failed int64
+	first       error
+	took, cpu   time.Duration
+	server      serverStats // the servers' CPU and commands during the turns
+	infos       int64       // INFO calls among server.Calls
+	cpuTime     cpuTimes    // the machine's, during the turns
+	timed       bool        // cpuTime was read (/proc/stat)
+}
+
+// turn runs the contender's goroutines for d, and adds what they did.
+func (t *distinctTally) turn(ctx context.Context, r *runner, c *entry, d time.Duration) error {
 	// A call that fails (a node timing out on a loaded machine) is counted
 	// and the loop goes on; the measurement fails only when most calls do.
 	var ops, failed atomic.Int64
@@ -386,11 +428,11 @@ func runDistinct(ctx context.Context, r *runner, c *entry, rep int) (map[string]
 	}
 	s0, err := readAllStats(ctx, c.env.Addrs)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	cpu0, steal0 := cpuTime(), readCPUTimes()
+	cpu0, times0 := cpuTime(), readCPUTimes()
 	start := time.Now()
-	end := start.Add(r.cfg.DistinctDur)
+	end := start.Add(d)
 	var wg sync.WaitGroup
 	for g := range r.cfg.DistinctG {
 		key := c.key("distinct", g)
@@ -410,28 +452,49 @@ func runDistinct(ctx context.Context, r *runner, c *entry, rep int) (map[string]
 		})
 	}
 	wg.Wait()
-	took, cpu, steal1 := time.Since(start), cpuTime()-cpu0, readCPUTimes()
-	if failed.Load() > ops.Load() {
-		return nil, fmt.Errorf("%d of %d calls failed, first: %w", failed.Load(), failed.Load()+ops.Load(), firstErr)
-	}
+	took, cpu, times1 := time.Since(start), cpuTime()-cpu0, readCPUTimes()
 	s1, err := readAllStats(ctx, c.env.Addrs)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	n := float64(max(ops.Load(), 1))
+	t.ops += ops.Load()
+	t.failed += failed.Load()
+	t.first = cmp.Or(t.first, firstErr)
+	t.took += took
+	t.cpu += cpu
+	t.server.CPU += s1.CPU - s0.CPU
+	t.server.Calls += s1.Calls - s0.Calls
+	t.infos += int64(len(c.env.Addrs)) // s0's
+	if times0.total > 0 && times1.total >= times0.total && times1.steal >= times0.steal {
+		t.cpuTime.total += times1.total - times0.total
+		t.cpuTime.steal += times1.steal - times0.steal
+		t.timed = true
+	}
+	return nil
+}
+
+// vals returns the scenario's figures from the turns summed.
+func (t *distinctTally) vals(nodes int) (map[string]float64, error) {
+	if t.failed > t.ops {
+		return nil, fmt.Errorf("%d of %d calls failed, first: %w", t.failed, t.failed+t.ops, t.first)
+	}
+	n := float64(max(t.ops, 1))
 	vals := map[string]float64{
-		"ops_s": float64(ops.Load()) / took.Seconds(),
+		"ops_s": float64(t.ops) / t.took.Seconds(),
 		// This process's CPU per pair: the contender's client and library.
-		"client_us_op": float64(cpu.Nanoseconds()) / 1e3 / n,
+		"client_us_op": float64(t.cpu.Nanoseconds()) / 1e3 / n,
 		// Server CPU per lock+unlock pair, summed over the nodes, from the
 		// servers' own counters (used_cpu_sys + used_cpu_user); a library
 		// that renews in the background would count that too.
-		"server_us_op":   (s1.CPU - s0.CPU) * 1e6 / n,
-		"server_cmds_op": float64(s1.Calls-s0.Calls-int64(len(c.env.Addrs))) / n, // less the first INFOs
-		"failed":         float64(failed.Load()),
+		"server_us_op":   t.server.CPU * 1e6 / n,
+		"server_cmds_op": float64(t.server.Calls-t.infos) / n,
+		"failed":         float64(t.failed),
 	}
-	if p, ok := stealShare(steal0, steal1); ok {
-		vals["steal_pct"] = p
+	if t.timed {
+		vals["steal_pct"] = 0
+		if t.cpuTime.total > 0 {
+			vals["steal_pct"] = 100 * float64(t.cpuTime.steal) / float64(t.cpuTime.total)
+		}
 	}
 	return vals, nil
 }
