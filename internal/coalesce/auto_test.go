@@ -80,7 +80,10 @@ func TestSerialCallAllocatesNothing(t *testing.T) {
 
 // drive runs 64 callers on n for d of virtual time and returns how many
 // calls completed.
-func drive(n *coalesce.Node, d time.Duration) int64 {
+func drive(n *coalesce.Node, d time.Duration) int64 { return drivePaced(n, d, 0) }
+
+// drivePaced is drive with callers that pause for pace after each call.
+func drivePaced(n *coalesce.Node, d, pace time.Duration) int64 {
 	var done atomic.Int64
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
@@ -93,6 +96,9 @@ func drive(n *coalesce.Node, d time.Duration) int64 {
 				n.Run(context.Background(), calls)
 				if calls[0].Err == nil {
 					done.Add(1)
+				}
+				if pace > 0 {
+					time.Sleep(pace)
 				}
 			}
 		})
@@ -227,6 +233,53 @@ func TestAutoSiblingsProbeLess(t *testing.T) {
 		t.Logf("calls completed in 20s: on %d, auto alone %d, auto one of five %d", count[0], count[1], count[5])
 		assert.Greater(t, count[5], count[1], "one of five completed no more than a node alone")
 		assert.Greater(t, float64(count[5]), 0.97*float64(count[0]), "one of five completed too few")
+		time.Sleep(time.Minute)
+	})
+}
+
+// phasedNode is first until switchAt, then next.
+type phasedNode struct {
+	first, next dlm.Node
+	switchAt    time.Time
+}
+
+func (p *phasedNode) Run(ctx context.Context, calls []dlm.Call) {
+	if time.Now().Before(p.switchAt) {
+		p.first.Run(ctx, calls)
+		return
+	}
+	p.next.Run(ctx, calls)
+}
+
+func (p *phasedNode) RunWait(context.Context, []dlm.Call, dlm.Wait) (dlm.Acks, error) {
+	return dlm.Acks{}, errors.ErrUnsupported
+}
+
+func (p *phasedNode) Watch(context.Context, string, func(string)) (func(), error) {
+	return nil, errors.ErrUnsupported
+}
+
+// A node that stopped coalescing where that was slower goes back to it
+// once the modes tie (here, callers that pause between calls set the
+// pace): a batch costs the server less. One of a Redlock's five nodes
+// that stopped in a burst of steal once stayed so, since one node's mode
+// hardly changes the pace of a quorum.
+func TestAutoTieCoalesces(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const first = 2 * time.Second
+		n := coalesce.New(&phasedNode{
+			first:    &timedNode{perCall: time.Millisecond, reply: []int64{1}}, // by themselves: 32 times as many
+			next:     &timedNode{perRun: 100 * time.Microsecond, reply: []int64{1}},
+			switchAt: time.Now().Add(first),
+		}, 0)
+		n.SetMode(coalesce.Auto)
+		drive(n, first)
+		require.False(t, n.Coalescing(), "Auto coalesced where calls by themselves completed 32 times as many")
+		runs0, carried0 := n.Stats()
+		drivePaced(n, 20*time.Second, 20*time.Millisecond)
+		assert.True(t, n.Coalescing(), "Auto did not coalesce once the modes tied")
+		runs, carried := n.Stats()
+		t.Logf("while tied: %d runs carried %d callers' runs", runs-runs0, carried-carried0)
 		time.Sleep(time.Minute)
 	})
 }

@@ -150,11 +150,16 @@ func (n *Node) Coalescing() bool {
 // is the load's cost.) A probe measures four contended epochs, without
 // coalescing, with, with, without (so that a trend in the load weighs on
 // both alike), and its two halves each compare an epoch without with the
-// epoch with next to it. The node changes its choice only when both halves
-// find the other mode completed more runs per second by more than
-// probeMargin, and keeps it otherwise: one epoch that a pause of the
-// process or a stall of the machine made slow does not turn coalescing
-// off, or on. The choice holds for minHold contended epochs, then the
+// epoch with next to it. The node stops coalescing only when both halves
+// find that calls by themselves completed more runs per second, by more
+// than probeMargin; it coalesces when neither half does (when the modes
+// tie, too: a batch costs the server less, one round trip and merged
+// script calls), and keeps its choice when the halves disagree: one epoch
+// that a pause of the process or a stall of the machine made slow does not
+// turn coalescing off, or on. (A tie once kept the choice: one of a
+// Redlock's five nodes that had stopped coalescing in a burst of steal,
+// where one node's mode hardly changes the pace of a quorum, stayed so, at
+// two more server commands per pair.) The choice holds for minHold contended epochs, then the
 // node probes again, so that it follows a load that changes; each probe
 // that confirms the choice doubles the hold, up to maxHold, and the hold
 // is long enough that the probe's cost, about two epochs' shortfall of the
@@ -222,10 +227,10 @@ func (n *Node) endEpoch(now time.Time) {
 		better := func(a, b float64) bool { return a > b*(1+probeMargin) }
 		off1, on1, on2, off2 := c.rates[0], c.rates[1], c.rates[2], c.rates[3]
 		switch {
-		case better(on1, off1) && better(on2, off2):
-			n.on = true
 		case better(off1, on1) && better(off2, on2):
 			n.on = false
+		case !better(off1, on1) && !better(off2, on2):
+			n.on = true // on is better, or neither is: a batch costs the server less
 		default:
 			n.on = c.was
 		}
