@@ -230,7 +230,7 @@ func (l turnLocker) TryLock(ctx context.Context, key string) (Held, error) {
 func TestDistinctInterleaves(t *testing.T) {
 	srv := redistest.StartN(t, 1)
 	cfg := smokeConfig()
-	cfg.DistinctDur = time.Second // turns of 200ms: long enough for a goroutine to start on a busy machine
+	cfg.DistinctDur = 2500 * time.Millisecond // turns of 500ms: long enough for a goroutine to start on a busy machine
 	r := &runner{cfg: cfg, progress: io.Discard}
 	turns := &turnLog{}
 	var in []*entry

@@ -396,9 +396,9 @@ func runDistinct(ctx context.Context, r *runner, in []*entry, rep int) ([]map[st
 		}
 	}
 	out := make([]map[string]float64, len(in))
-	for j, c := range in {
+	for j := range in {
 		if errs[j] == nil {
-			out[j], errs[j] = ts[j].vals(len(c.env.Addrs))
+			out[j], errs[j] = ts[j].vals()
 		}
 	}
 	return out, errs
@@ -474,7 +474,7 @@ func (t *distinctTally) turn(ctx context.Context, r *runner, c *entry, d time.Du
 }
 
 // vals returns the scenario's figures from the turns summed.
-func (t *distinctTally) vals(nodes int) (map[string]float64, error) {
+func (t *distinctTally) vals() (map[string]float64, error) {
 	if t.failed > t.ops {
 		return nil, fmt.Errorf("%d of %d calls failed, first: %w", t.failed, t.failed+t.ops, t.first)
 	}
