@@ -243,17 +243,30 @@ func parseCPUTimes(stat string) cpuTimes {
 	return t
 }
 
+// since is the CPUs' time from reading a to reading b; false when there
+// are no readings.
+func (b cpuTimes) since(a cpuTimes) (cpuTimes, bool) {
+	if a.total == 0 || b.total < a.total || b.steal < a.steal {
+		return cpuTimes{}, false
+	}
+	return cpuTimes{total: b.total - a.total, steal: b.steal - a.steal}, true
+}
+
+// stealPct is the share of the time d (a difference of readings) that was
+// stolen, in percent; 0 when no clock tick passed.
+func (d cpuTimes) stealPct() float64 {
+	if d.total == 0 {
+		return 0
+	}
+	return 100 * float64(d.steal) / float64(d.total)
+}
+
 // stealShare is the share of the CPUs' time between two readings that
 // was stolen, in percent (0 when no clock tick passed); false when there
 // are no readings.
 func stealShare(a, b cpuTimes) (float64, bool) {
-	if a.total == 0 || b.total < a.total || b.steal < a.steal {
-		return 0, false
-	}
-	if b.total == a.total {
-		return 0, true
-	}
-	return 100 * float64(b.steal-a.steal) / float64(b.total-a.total), true
+	d, ok := b.since(a)
+	return d.stealPct(), ok
 }
 
 // stealSpreadText says how far apart the contenders' steal time lay in

@@ -465,9 +465,9 @@ func (t *distinctTally) turn(ctx context.Context, r *runner, c *entry, d time.Du
 	t.server.CPU += s1.CPU - s0.CPU
 	t.server.Calls += s1.Calls - s0.Calls
 	t.infos += int64(len(c.env.Addrs)) // s0's
-	if times0.total > 0 && times1.total >= times0.total && times1.steal >= times0.steal {
-		t.cpuTime.total += times1.total - times0.total
-		t.cpuTime.steal += times1.steal - times0.steal
+	if d, ok := times1.since(times0); ok {
+		t.cpuTime.total += d.total
+		t.cpuTime.steal += d.steal
 		t.timed = true
 	}
 	return nil
@@ -491,10 +491,7 @@ func (t *distinctTally) vals() (map[string]float64, error) {
 		"failed":         float64(t.failed),
 	}
 	if t.timed {
-		vals["steal_pct"] = 0
-		if t.cpuTime.total > 0 {
-			vals["steal_pct"] = 100 * float64(t.cpuTime.steal) / float64(t.cpuTime.total)
-		}
+		vals["steal_pct"] = t.cpuTime.stealPct()
 	}
 	return vals, nil
 }
