@@ -53,7 +53,7 @@ func NewFailover(node dlm.Node, opts ...Option) (*Failover, error) {
 	if err := applyOptions(&f.cfg, opts); err != nil {
 		return nil, fmt.Errorf("NewFailover: %w", err)
 	}
-	f.node = f.cfg.coalesced(node, 1)
+	f.node = f.cfg.coalesced(node)
 	f.fo = f.cfg.failover
 	switch {
 	case f.cfg.timeout > 0 && f.fo.waits() && f.cfg.timeout <= f.fo.waitTimeout:

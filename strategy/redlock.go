@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/internal/coalesce"
 	"github.com/dlmgo/dlm/internal/runner"
 	"github.com/dlmgo/dlm/nodekit"
 )
@@ -127,8 +128,17 @@ func NewRedlock(nodes []dlm.Node, opts ...Option) (*Redlock, error) {
 		if publishArg(nodekit.RoutingOf(n)) != s.publish {
 			s.publish = "" // the release script asks each server
 		}
-		s.nodes[i] = s.cfg.coalesced(n, len(s.nodes))
+		s.nodes[i] = s.cfg.coalesced(n)
 	}
+	// A quorum forms about as fast whichever mode one node is in: the nodes
+	// choose theirs together.
+	var together []*coalesce.Node
+	for _, n := range s.nodes {
+		if c, ok := n.(*coalesce.Node); ok {
+			together = append(together, c)
+		}
+	}
+	coalesce.Together(together...)
 	return s, nil
 }
 

@@ -45,7 +45,7 @@ func NewSingle(node dlm.Node, opts ...Option) (*Single, error) {
 	if err := applyOptions(&s.cfg, opts); err != nil {
 		return nil, fmt.Errorf("NewSingle: %w", err)
 	}
-	s.node = s.cfg.coalesced(node, 1)
+	s.node = s.cfg.coalesced(node)
 	return s, nil
 }
 

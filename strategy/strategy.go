@@ -123,15 +123,12 @@ func wrapReplicas(s *nodekit.Script) *nodekit.Script {
 }
 
 // coalesced returns node with its calls coalesced, unless
-// WithCoalescing(false) was given; siblings is how many nodes, node among
-// them, a call fans out to (coalesce.Node.SetSiblings).
-func (c *config) coalesced(node dlm.Node, siblings int) dlm.Node {
+// WithCoalescing(false) was given.
+func (c *config) coalesced(node dlm.Node) dlm.Node {
 	if c.alone {
 		return node
 	}
-	n := coalesce.New(node, 0, acquireScript, extendScript, releaseScripts[0], releaseScripts[1], releaseScripts[2])
-	n.SetSiblings(siblings)
-	return n
+	return coalesce.New(node, 0, acquireScript, extendScript, releaseScripts[0], releaseScripts[1], releaseScripts[2])
 }
 
 // isNil reports whether n is nil or a nil pointer in an interface.

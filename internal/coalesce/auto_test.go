@@ -213,28 +213,90 @@ func TestAutoOneSlowEpochChangesNothing(t *testing.T) {
 	})
 }
 
-// A node that is one of several a caller fans out to (a Redlock's) holds
-// its choice longer after a probe, as its siblings' probes cost the
-// machine too: over 20s where coalescing pays, it completes more calls
-// than a node by itself, and about as many as On.
-func TestAutoSiblingsProbeLess(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		count := map[int]int64{}
-		for _, siblings := range []int{0, 1, 5} { // 0: On, for reference
-			n := coalesce.New(oneConnection(), 0)
-			if siblings == 0 {
-				n.SetMode(coalesce.On)
-			} else {
-				n.SetMode(coalesce.Auto)
-				n.SetSiblings(siblings)
+// driveFanOut runs callers that each send one call to every node at once,
+// and wait for all of them (as a Redlock's callers wait for a quorum),
+// for d of virtual time, and returns how many of those rounds completed.
+// Node i joins the rounds after i*join, so that the nodes' epochs, and so
+// their probes, do not line up (in virtual time, they would all fall at
+// the same instants).
+func driveFanOut(nodes []*coalesce.Node, callers int, d, join time.Duration) int64 {
+	var done atomic.Int64
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				var round sync.WaitGroup
+				for i, n := range nodes {
+					if time.Since(start) < time.Duration(i)*join {
+						break
+					}
+					round.Go(func() {
+						n.Run(context.Background(), []dlm.Call{{SHA1: "x", Keys: []string{"k"}}})
+					})
+				}
+				round.Wait()
+				done.Add(1)
 			}
-			count[siblings] = drive(n, 20*time.Second)
+		})
+	}
+	wg.Wait()
+	return done.Load()
+}
+
+// Nodes that every call fans out to, where each call costs its own time
+// and a batch only makes calls wait for each other: calls by themselves
+// complete eight times as many rounds. A node that measures by itself
+// finds a tie (the others' batches set the pace) and keeps coalescing,
+// unless its probe happens to overlap the others' (by themselves, the
+// nodes completed 0.12-0.64 times as many rounds as Off in five runs);
+// nodes made Together probe as one, stop coalescing, and complete 0.9
+// times as many as Off (the rest is the first epochs, and the probes).
+func TestAutoTogether(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const d = 8 * time.Second
+		count := map[string]int64{}
+		for _, run := range []string{"on", "off", "auto by itself", "auto together"} {
+			nodes := make([]*coalesce.Node, 5)
+			for i := range nodes {
+				nodes[i] = coalesce.New(&timedNode{perCall: 5 * time.Millisecond, reply: []int64{1}}, 0)
+				switch run {
+				case "on":
+					nodes[i].SetMode(coalesce.On)
+				case "off":
+					nodes[i].SetMode(coalesce.Off)
+				default:
+					nodes[i].SetMode(coalesce.Auto)
+				}
+			}
+			if run == "auto together" {
+				coalesce.Together(nodes...)
+			}
+			count[run] = driveFanOut(nodes, 16, d, 300*time.Millisecond)
+			if run == "auto together" {
+				for i, n := range nodes {
+					assert.False(t, n.Coalescing(), "node %d coalesces", i)
+				}
+			}
 		}
-		t.Logf("calls completed in 20s: on %d, auto alone %d, auto one of five %d", count[0], count[1], count[5])
-		assert.Greater(t, count[5], count[1], "one of five completed no more than a node alone")
-		assert.Greater(t, float64(count[5]), 0.97*float64(count[0]), "one of five completed too few")
+		t.Logf("rounds completed in %v: %v", d, count)
+		assert.Greater(t, float64(count["auto together"]), 0.85*float64(count["off"]), "nodes together completed too few")
 		time.Sleep(time.Minute)
 	})
+}
+
+// A follower takes its leader's Mode, and the leader's choice as it
+// changes; its own SetMode is overridden by the leader's next.
+func TestTogetherFollowsTheFirst(t *testing.T) {
+	a, b := coalesce.New(oneConnection(), 0), coalesce.New(oneConnection(), 0)
+	a.SetMode(coalesce.On)
+	b.SetMode(coalesce.Off)
+	coalesce.Together(a, b)
+	assert.True(t, b.Coalescing(), "a follower kept its own mode when made Together")
+	a.SetMode(coalesce.Off)
+	assert.False(t, b.Coalescing(), "a follower kept coalescing when its leader's mode became Off")
 }
 
 // phasedNode is first until switchAt, then next.

@@ -70,10 +70,11 @@ type Node struct {
 
 	runners *runner.Pool[pending] // run batches; a goroutine per batch grew its stack anew each time
 
-	mode     Mode
-	on       bool       // calls wait for a slot (Auto: its current choice)
-	ctl      controller // Auto's measurements
-	siblings int        // Nodes a caller's calls fan out to, this one among them (see SetSiblings)
+	mode      Mode
+	on        bool       // calls wait for a slot (Auto: its current choice)
+	ctl       controller // Auto's measurements
+	leader    *Node      // not nil: this Node takes its leader's choice (see Together)
+	followers []*Node    // Nodes that take this one's choice
 
 	runs, batched atomic.Int64 // Runs sent to the node, and callers' runs they carried
 	runTime       atomic.Int64 // a running average of a run's duration, in ns
@@ -107,26 +108,51 @@ func New(node dlm.Node, inFlight int, merge ...*nodekit.Script) *Node {
 	routing := nodekit.RoutingOf(node)
 	mode := DefaultMode
 	n := &Node{Node: node, inFlight: inFlight, waits: routing == nodekit.RoutingOneServer, merge: newMerger(routing, merge),
-		mode: mode, on: mode != Off, ctl: controller{hold: firstHold}, siblings: 1}
+		mode: mode, on: mode != Off, ctl: controller{hold: firstHold}}
 	n.runners = runner.New(func(p pending) { n.runBatch(p.batch, p.size) })
 	return n
 }
 
-// SetSiblings tells n that it is one of k Nodes that callers fan their
-// calls out to at once (a Redlock's nodes). Each of them probes at its own
-// time and the machine pays for every probe, so each holds its choice k
-// times as long after a probe (see controller).
-func (n *Node) SetSiblings(k int) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.siblings = max(k, 1)
+// Together makes nodes choose when to coalesce as one: nodes that every
+// caller's calls fan out to at once (a Redlock's), where one node's mode
+// hardly changes how fast a quorum forms, so that a node measuring by
+// itself finds a tie. The first node measures, probing all of them at
+// once, and its choice (and its Mode, SetMode) is every node's; the
+// others measure nothing. Call it before the nodes carry calls.
+func Together(nodes ...*Node) {
+	if len(nodes) < 2 {
+		return
+	}
+	lead := nodes[0]
+	lead.mu.Lock()
+	defer lead.mu.Unlock()
+	for _, f := range nodes[1:] {
+		f.mu.Lock()
+		f.leader = lead
+		f.mu.Unlock()
+		lead.followers = append(lead.followers, f)
+	}
+	lead.tellFollowersLocked()
 }
 
-// SetMode sets when n coalesces calls (New gives it DefaultMode).
+// tellFollowersLocked gives n's mode and choice to its followers. It is
+// called with n.mu held (a follower's lock is taken after its leader's,
+// never before).
+func (n *Node) tellFollowersLocked() {
+	for _, f := range n.followers {
+		f.mu.Lock()
+		f.mode, f.on = n.mode, n.on
+		f.mu.Unlock()
+	}
+}
+
+// SetMode sets when n coalesces calls (New gives it DefaultMode); on the
+// first of nodes made Together, it sets every one's.
 func (n *Node) SetMode(m Mode) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.mode, n.on, n.ctl = m, m != Off, controller{hold: firstHold, start: n.ctl.start}
+	n.tellFollowersLocked()
 }
 
 // Coalescing reports whether calls that find every slot busy now wait to
@@ -156,18 +182,16 @@ func (n *Node) Coalescing() bool {
 // tie, too: a batch costs the server less, one round trip and merged
 // script calls), and keeps its choice when the halves disagree: one epoch
 // that a pause of the process or a stall of the machine made slow does not
-// turn coalescing off, or on. (A tie once kept the choice: one of a
-// Redlock's five nodes that had stopped coalescing in a burst of steal,
-// where one node's mode hardly changes the pace of a quorum, stayed so, at
-// two more server commands per pair.) The choice holds for minHold contended epochs, then the
-// node probes again, so that it follows a load that changes; each probe
-// that confirms the choice doubles the hold, up to maxHold, and the hold
-// is long enough that the probe's cost, about two epochs' shortfall of the
-// worse mode, is at most probeBudget of it: of the time of the hold
-// divided among the node's siblings (SetSiblings), whose probes add up.
-// The cost of probing is then at most two epochs of the worse mode in
+// turn coalescing off, or on. The choice holds for minHold contended
+// epochs, then the node probes again, so that it follows a load that
+// changes; each probe that confirms the choice doubles the hold, up to
+// maxHold, and the hold is long enough that the probe's cost, about two
+// epochs' shortfall of the worse mode, is at most probeBudget of it. The
+// cost of probing is then at most two epochs of the worse mode in
 // minHold+4, and falls as the load stays the same and as the modes lie
-// further apart.
+// further apart. Nodes made Together probe as one: the first measures (a
+// first node that is down completes nothing in either mode, a tie, and
+// they coalesce).
 const (
 	epoch         = 50 * time.Millisecond  // at least; until minEpochCalls runs succeeded
 	maxEpoch      = 500 * time.Millisecond // at most
@@ -242,7 +266,7 @@ func (n *Node) endEpoch(now time.Time) {
 		}
 		without, with := off1+off2, on1+on2
 		if lo, hi := min(without, with), max(without, with); hi > 0 {
-			c.hold = min(max(c.hold, int(float64(n.siblings)*2*(1-lo/hi)/probeBudget)), maxHold)
+			c.hold = min(max(c.hold, int(2*(1-lo/hi)/probeBudget)), maxHold)
 		}
 	}
 }
@@ -483,8 +507,12 @@ func (n *Node) armSpillLocked(at time.Time) {
 func (n *Node) next(callers int, now time.Time) {
 	n.mu.Lock()
 	n.ctl.done += int64(callers)
-	if e := now.Sub(n.ctl.start) - n.ctl.idle; e >= epoch && (n.ctl.done >= minEpochCalls || e >= maxEpoch) {
+	if e := now.Sub(n.ctl.start) - n.ctl.idle; n.leader == nil && e >= epoch && (n.ctl.done >= minEpochCalls || e >= maxEpoch) {
+		on := n.on
 		n.endEpoch(now)
+		if n.on != on {
+			n.tellFollowersLocked()
+		}
 	}
 	if len(n.queue) == 0 || n.on && n.busy > n.inFlight {
 		if n.busy--; n.busy == 0 {
