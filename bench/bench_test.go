@@ -417,15 +417,30 @@ func TestRegistry(t *testing.T) {
 
 // TestInstructions counts server instructions per pair under callgrind for
 // two contenders, and checks the table: a count for each, dlm's against
-// the peer's.
+// the peer's; and that the run leaves no vgdb pipe in the temporary
+// directory (they once stayed there, three a run).
 func TestInstructions(t *testing.T) {
 	redistest.Binary(t, "redis-server")
 	redistest.Binary(t, "valgrind")
+	pipes := func() map[string]bool {
+		names, _ := filepath.Glob(filepath.Join(os.TempDir(), "vgdb-pipe-*"))
+		m := map[string]bool{}
+		for _, n := range names {
+			m[n] = true
+		}
+		return m
+	}
+	before := pipes()
 	var stdout, stderr bytes.Buffer
 	err := mainErr([]string{"-instructions", "256", "-instructions-goroutines", "8",
 		"-only", `^(dlm single/goredis|redsync/goredis)$`}, &stdout, &stderr)
 	if err != nil {
 		t.Fatalf("%v\nstderr:\n%s", err, stderr.String())
+	}
+	for p := range pipes() {
+		if !before[p] {
+			t.Errorf("the run left %s", p)
+		}
 	}
 	rows := map[string]float64{}
 	for _, line := range strings.Split(stdout.String(), "\n") {

@@ -169,7 +169,10 @@ func startCallgrind() (*callgrindServer, error) {
 	}
 	srv, err := redistest.Launch(redistest.Config{Dir: dir, Ready: 30 * time.Second,
 		Command: func(name string, args ...string) *exec.Cmd {
-			cmd := exec.Command("valgrind", append([]string{"--tool=callgrind", "--callgrind-out-file=" + filepath.Join(dir, "callgrind.out"), name}, args...)...)
+			// The vgdb pipes callgrind_control talks through go in dir too:
+			// in /tmp, a server killed at the end left three each run.
+			cmd := exec.Command("valgrind", append([]string{"--tool=callgrind", "--callgrind-out-file=" + filepath.Join(dir, "callgrind.out"),
+				"--vgdb-prefix=" + filepath.Join(dir, "vgdb"), name}, args...)...)
 			cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
 			return cmd
 		}})
@@ -183,7 +186,7 @@ func startCallgrind() (*callgrindServer, error) {
 // control runs callgrind_control with flag ("-z" zeroes the counts, "-d"
 // dumps them) on the server.
 func (s *callgrindServer) control(flag string) error {
-	out, err := exec.Command("callgrind_control", flag, strconv.Itoa(s.srv.Pid())).CombinedOutput()
+	out, err := exec.Command("callgrind_control", "--vgdb-prefix="+filepath.Join(s.dir, "vgdb"), flag, strconv.Itoa(s.srv.Pid())).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("callgrind_control %s: %w: %s", flag, err, out)
 	}

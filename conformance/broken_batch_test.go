@@ -17,6 +17,7 @@ import (
 	"github.com/dlmgo/dlm/conformance"
 	"github.com/dlmgo/dlm/conformance/harness"
 	"github.com/dlmgo/dlm/driver/goredis"
+	"github.com/dlmgo/dlm/internal/redistest"
 	"github.com/dlmgo/dlm/nodekit"
 	"github.com/dlmgo/dlm/strategy"
 )
@@ -155,7 +156,7 @@ func TestStrategyServersChecked(t *testing.T) {
 		t.Skip("in the subprocess")
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestStrategyServersChecked$", "-test.v", "-test.count=1", "-test.timeout=1m")
-	cmd.Env = append(os.Environ(), brokenEnv+"=BadServers")
+	cmd.Env = redistest.SubprocessEnv(t, brokenEnv+"=BadServers")
 	out, err := cmd.CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "Topology.Servers[1] (127.0.0.1:1) does not answer PING") || strings.Contains(string(out), "=== RUN   TestStrategyServersChecked/") {
 		t.Fatalf("RunStrategy with a server that does not answer: %v; want it to fail at its start, naming the server\n%s", err, out)

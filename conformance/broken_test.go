@@ -317,7 +317,7 @@ func checkBroken(t *testing.T, test string, cases []breakage) {
 			sem <- struct{}{}
 			defer func() { <-sem }()
 			cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$", "-test.v", "-test.count=1", "-test.timeout=2m")
-			cmd.Env = append(os.Environ(), brokenEnv+"="+tc.name)
+			cmd.Env = redistest.SubprocessEnv(t, brokenEnv+"="+tc.name)
 			if tc.watchdog != "" {
 				cmd.Env = append(cmd.Env, conformance.WatchdogEnv+"="+tc.watchdog)
 			}

@@ -55,7 +55,7 @@ func TestFamilyFailsSharedLocks(t *testing.T) {
 	}
 	redistest.Binary(t, "redis-server")
 	cmd := exec.Command(os.Args[0], "-test.run=^TestFamily$", "-test.v", "-test.count=1", "-test.timeout=2m")
-	cmd.Env = append(os.Environ(), brokenEnv+"=1")
+	cmd.Env = redistest.SubprocessEnv(t, brokenEnv+"=1")
 	out, err := cmd.CombinedOutput()
 	if err == nil {
 		t.Fatalf("family.Run passed a strategy that shares held keys:\n%s", out)

@@ -12,6 +12,7 @@ import (
 	"github.com/dlmgo/dlm/conformance"
 	"github.com/dlmgo/dlm/conformance/harness"
 	"github.com/dlmgo/dlm/driver/goredis"
+	"github.com/dlmgo/dlm/internal/redistest"
 )
 
 const ownEnv = "DLM_HARNESS_OWN_SUBPROCESS"
@@ -42,7 +43,7 @@ func TestOwn(t *testing.T) {
 		t.Skip("in the subprocess")
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestOwnSubprocess$/^(NoRetry|DialDeadline|SetNX)$", "-test.v", "-test.count=1", "-test.timeout=2m")
-	cmd.Env = append(os.Environ(), ownEnv+"=1")
+	cmd.Env = redistest.SubprocessEnv(t, ownEnv+"=1")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("RunNode after Own: %v\n%s", err, out)

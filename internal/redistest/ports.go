@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"sync"
 	"syscall"
+	"testing"
 )
 
 // The servers of one process get ports from a block of portBlock ports that
@@ -41,7 +42,7 @@ var ports struct {
 func claimBlock() int {
 	for _, i := range rand.Perm(portBlocks) {
 		first := portBase + i*portBlock
-		name := filepath.Join(os.TempDir(), fmt.Sprintf("redistest-ports-%d.lock", first))
+		name := filepath.Join(lockDir(), fmt.Sprintf("redistest-ports-%d.lock", first))
 		f, err := os.OpenFile(name, os.O_CREATE|os.O_RDWR, 0o666)
 		if err != nil {
 			continue
@@ -54,6 +55,28 @@ func claimBlock() int {
 		return first
 	}
 	return 0
+}
+
+// locksEnv names the directory of the port blocks' lock files, when it is
+// not the temporary directory: a test binary run as a subprocess has a
+// temporary directory of its own (SubprocessEnv), and must lock its block
+// where every other test process does.
+const locksEnv = "REDISTEST_LOCKS"
+
+func lockDir() string {
+	if d := os.Getenv(locksEnv); d != "" {
+		return d
+	}
+	return os.TempDir()
+}
+
+// SubprocessEnv returns the environment for a test binary that t runs as
+// a subprocess, with extra added: its temporary directory is one of t's,
+// removed with it even when the subprocess is killed and so cleans up
+// nothing (a watchdog's exit, a kill), and it takes its servers' ports as
+// every test process does.
+func SubprocessEnv(t testing.TB, extra ...string) []string {
+	return append(os.Environ(), append([]string{"TMPDIR=" + t.TempDir(), locksEnv + "=" + lockDir()}, extra...)...)
 }
 
 // freePort returns a port on host for a server to listen on, whose bus

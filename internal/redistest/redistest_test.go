@@ -34,7 +34,7 @@ func TestMissingServer(t *testing.T) {
 		wantFail bool
 	}{{"", false}, {"1", true}} {
 		cmd := exec.Command(os.Args[0], "-test.run", "^TestMissingServerHelper$", "-test.v")
-		cmd.Env = append(os.Environ(), "PATH=/nonexistent", "REDISTEST_HELPER=1", RequireEnv+"="+tc.require)
+		cmd.Env = SubprocessEnv(t, "PATH=/nonexistent", "REDISTEST_HELPER=1", RequireEnv+"="+tc.require)
 		out, err := cmd.CombinedOutput()
 		if tc.wantFail {
 			assert.Error(t, err, "%s", out)
@@ -83,7 +83,7 @@ func TestServerDiesWithTestProcessHelper(t *testing.T) {
 func TestServerDiesWithTestProcess(t *testing.T) {
 	Binary(t, "redis-server")
 	cmd := exec.Command(os.Args[0], "-test.run", "^TestServerDiesWithTestProcessHelper$")
-	cmd.Env = append(os.Environ(), "REDISTEST_HELPER=1")
+	cmd.Env = SubprocessEnv(t, "REDISTEST_HELPER=1")
 	out, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
