@@ -260,6 +260,99 @@ func TestDistinctInterleaves(t *testing.T) {
 	})
 }
 
+// memLocker is a lock in memory, without a server, that logs the turns
+// of its TryLock callers as turnLocker does; Lock waits for the holder's
+// Unlock.
+type memLocker struct {
+	name  string
+	turns *turnLog
+	mu    sync.Mutex
+	held  map[string]chan struct{} // closed on Unlock
+}
+
+func (l *memLocker) take(key string) (Held, chan struct{}) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if ch, ok := l.held[key]; ok {
+		return nil, ch
+	}
+	if l.held == nil {
+		l.held = map[string]chan struct{}{}
+	}
+	l.held[key] = make(chan struct{})
+	return memHeld{l, key}, nil
+}
+
+func (l *memLocker) TryLock(_ context.Context, key string) (Held, error) {
+	l.turns.mu.Lock()
+	if n := len(l.turns.names); n == 0 || l.turns.names[n-1] != l.name {
+		l.turns.names = append(l.turns.names, l.name)
+	}
+	l.turns.mu.Unlock()
+	if h, _ := l.take(key); h != nil {
+		return h, nil
+	}
+	return nil, errBusy
+}
+
+func (l *memLocker) Lock(ctx context.Context, key string) (Held, error) {
+	for {
+		h, ch := l.take(key)
+		if h != nil {
+			return h, nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+func (l *memLocker) Close() error { return nil }
+
+type memHeld struct {
+	l   *memLocker
+	key string
+}
+
+func (h memHeld) Unlock(context.Context) error {
+	h.l.mu.Lock()
+	defer h.l.mu.Unlock()
+	close(h.l.held[h.key])
+	delete(h.l.held, h.key)
+	return nil
+}
+
+// TestHandoffInterleaves: the contenders of a repetition of the hand-off
+// scenario take their rounds in turn, each gets a sample from every
+// round, and the figures are the lockers' own (in virtual time, a waiter
+// woken by the release takes the lock at the instant of the release).
+func TestHandoffInterleaves(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := &runner{cfg: smokeConfig(), progress: io.Discard}
+		turns := &turnLog{}
+		var in []*entry
+		for i, name := range []string{"a", "b", "c"} {
+			in = append(in, &entry{Contender: Contender{Name: name}, idx: i, locker: &memLocker{name: name, turns: turns}})
+		}
+		vals, errs := runHandoff(context.Background(), r, in, 0)
+		want := "abc" + strings.Repeat("abc", r.cfg.HandoffRounds) // the warm-up, then the rounds
+		if got := strings.Join(turns.names, ""); got != want {
+			t.Errorf("turns %q, want %q", got, want)
+		}
+		for j, e := range in {
+			if errs[j] != nil {
+				t.Errorf("%s: %v", e.Name, errs[j])
+				continue
+			}
+			if vals[j]["failed"] != 0 || vals[j]["p50_ms"] != 0 {
+				t.Errorf("%s: %v, want no failed round and hand-offs at the release", e.Name, vals[j])
+			}
+		}
+	})
+}
+
 // brokenLocker grants every request: a lock without mutual exclusion.
 type brokenLocker struct{}
 
@@ -281,8 +374,8 @@ func TestContendedCatchesBrokenLock(t *testing.T) {
 	if _, err := runContended(context.Background(), r, e, 0); err == nil || !strings.Contains(err.Error(), "mutual exclusion violated") {
 		t.Errorf("contended: err = %v, want a mutual exclusion violation", err)
 	}
-	if _, err := runHandoff(context.Background(), r, e, 0); err == nil || !strings.Contains(err.Error(), "mutual exclusion violated") {
-		t.Errorf("handoff: err = %v, want a mutual exclusion violation", err)
+	if _, errs := runHandoff(context.Background(), r, []*entry{e}, 0); errs[0] == nil || !strings.Contains(errs[0].Error(), "mutual exclusion violated") {
+		t.Errorf("handoff: err = %v, want a mutual exclusion violation", errs[0])
 	}
 }
 

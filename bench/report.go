@@ -433,10 +433,14 @@ func scenarioDetail(s ScenarioResult, c Config) string {
 			"Wait = time in Lock (a wait still pending at the end counts with its length so far, so starvation shows). Spread = coefficient of variation of acquisitions per goroutine (0 = perfectly even). "+
 			"An in-process counter checks that no two goroutines ever hold the lock at once.", c.ContendedG, c.ContendedDur, c.ContendedHold)
 	case "handoff":
-		return fmt.Sprintf("%d rounds: a holder keeps the key %v–%v while %d goroutines wait in Lock; "+
+		rounds := fmt.Sprint(c.HandoffRounds, " rounds")
+		if s.Rounds > 0 {
+			rounds += ", the contenders' in turn"
+		}
+		return fmt.Sprintf("%s: a holder keeps the key %v–%v while %d goroutines wait in Lock; "+
 			"figure = time from the holder's Unlock call to the first waiter's acquisition. "+
 			"PING = one round trip to the contender's (first) server on a connection of its own, after as long an idle as a round's hold, "+
-			"over the same path: the machine's round trip after an idle, against which a hand-off is measured.", c.HandoffRounds, c.HandoffHoldMin, c.HandoffHoldMax, c.HandoffWaiters)
+			"over the same path: the machine's round trip after an idle, against which a hand-off is measured.", rounds, c.HandoffHoldMin, c.HandoffHoldMax, c.HandoffWaiters)
 	case "silent":
 		return fmt.Sprintf("The fifth node is stopped with SIGSTOP (keeps its connections, answers nothing). "+
 			"%d serial TryLock+Unlock pairs on fresh keys, each call with a %v caller deadline. "+

@@ -88,7 +88,10 @@ func run(ctx context.Context, cfg Config, top Topology, o Options, progress io.W
 
 	for _, p := range plan {
 		s, in, reps := p.s, p.in, p.reps
-		sr := ScenarioResult{Name: s.Name, Title: s.Title, Metrics: s.Metrics, Reps: reps, Rounds: s.Rounds}
+		sr := ScenarioResult{Name: s.Name, Title: s.Title, Metrics: s.Metrics, Reps: reps}
+		if s.Rounds != nil {
+			sr.Rounds = s.Rounds(r.cfg)
+		}
 		sStart, stealStart := time.Now(), readCPUTimes()
 		unpin := func() {}
 		if s.OneCPU {
@@ -270,7 +273,9 @@ func (r *runner) attempt(ctx context.Context, s Scenario, order []*entry, k, rep
 	got := make([]attempt, len(order))
 	if s.RunAll != nil {
 		t0 := time.Now()
-		sctx, cancel := context.WithTimeout(ctx, scenarioTimeout)
+		// Each contender has its scenarioTimeout, as when they run one
+		// after another.
+		sctx, cancel := context.WithTimeout(ctx, time.Duration(len(order))*scenarioTimeout)
 		vals, errs := s.RunAll(sctx, r, order, k)
 		cancel()
 		for j, e := range order {

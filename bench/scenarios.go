@@ -110,7 +110,7 @@ type Scenario struct {
 	// repetition in one call, in the order given (rotated by one each
 	// repetition), and returns their figures and errors in that order.
 	RunAll func(ctx context.Context, r *runner, in []*entry, rep int) ([]map[string]float64, []error)
-	Rounds int // turns each contender takes in a repetition of RunAll
+	Rounds func(Config) int // turns each contender takes in a repetition of RunAll
 	// OneCPU runs the repetitions with this process and every server on
 	// one CPU (Topology.Pin).
 	OneCPU bool
@@ -145,7 +145,7 @@ var scenarios = []Scenario{
 			{Key: "bytes_op", Label: "B/op", Unit: ""},
 			{Key: "failed", Label: "failed", Unit: ""},
 		},
-		Applies: always, RunAll: runSerial, Rounds: serialRounds, OneCPU: true,
+		Applies: always, RunAll: runSerial, Rounds: func(Config) int { return serialRounds }, OneCPU: true,
 		Est: func(cfg Config, c Contender) time.Duration {
 			return time.Duration(cfg.Warmup+cfg.SerialOps) * pairCost(c)
 		},
@@ -163,7 +163,7 @@ var scenarios = []Scenario{
 			// ratio is fair only where its contenders' steal was alike.
 			{Key: "steal_pct", Label: "steal", Unit: "%", Reference: true},
 		},
-		Applies: always, RunAll: runDistinct, Rounds: distinctRounds,
+		Applies: always, RunAll: runDistinct, Rounds: func(Config) int { return distinctRounds },
 		Est: func(cfg Config, c Contender) time.Duration {
 			return warmCost(cfg, c) + time.Duration(cfg.DistinctG*warmAllPairs)*pairCost(c)/2 + cfg.DistinctDur
 		},
@@ -188,7 +188,7 @@ var scenarios = []Scenario{
 			{Key: "rtt_p50_ms", Label: "PING p50", Unit: "ms", Reference: true},
 			{Key: "failed", Label: "failed rounds", Unit: ""},
 		},
-		Applies: always, Run: runHandoff,
+		Applies: always, RunAll: runHandoff, Rounds: func(c Config) int { return c.HandoffRounds },
 		Est: func(cfg Config, c Contender) time.Duration {
 			return warmCost(cfg, c) + time.Duration(cfg.HandoffRounds)*((cfg.HandoffHoldMin+cfg.HandoffHoldMax)+5*time.Millisecond)
 		},
@@ -569,111 +569,156 @@ func runContended(ctx context.Context, r *runner, c *entry, rep int) (map[string
 	}, nil
 }
 
-func runHandoff(ctx context.Context, r *runner, c *entry, rep int) (map[string]float64, error) {
-	key := c.key("handoff")
-	if err := warm(ctx, r, c, key); err != nil {
-		return nil, err
+// runHandoff measures every contender of a repetition in HandoffRounds
+// rounds: in each, every contender in turn hands its lock off once, so
+// that a drift of the machine's speed falls on all alike (as in
+// runDistinct).
+func runHandoff(ctx context.Context, r *runner, in []*entry, rep int) ([]map[string]float64, []error) {
+	ts := make([]handoffTally, len(in))
+	errs := make([]error, len(in))
+	for j, c := range in {
+		errs[j] = ts[j].start(ctx, r, c)
+		defer ts[j].close()
 	}
+	for range r.cfg.HandoffRounds {
+		for j, c := range in {
+			if errs[j] == nil && ctx.Err() == nil {
+				errs[j] = ts[j].round(ctx, r, c)
+			}
+		}
+	}
+	out := make([]map[string]float64, len(in))
+	for j := range in {
+		if errs[j] == nil {
+			out[j], errs[j] = ts[j].vals(r.cfg.HandoffRounds)
+		}
+	}
+	return out, errs
+}
+
+// handoffTally is one contender's hand-off rounds.
+type handoffTally struct {
+	key            string
+	ping           *pinger // nil: the contender has no server address (a test's)
+	samples, pings []time.Duration
+	failedRounds   int
+	firstErr       error
+}
+
+// start warms the contender up and dials its PING connection.
+func (t *handoffTally) start(ctx context.Context, r *runner, c *entry) error {
+	t.key = c.key("handoff")
+	if err := warm(ctx, r, c, t.key); err != nil {
+		return err
+	}
+	if len(c.env.Addrs) > 0 {
+		var err error
+		if t.ping, err = dialPing(c.env.Addrs[0]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (t *handoffTally) close() {
+	if t.ping != nil {
+		t.ping.Close()
+	}
+}
+
+// round is one hand-off: a holder keeps the key while HandoffWaiters wait
+// in Lock, then releases it; the sample is the time from the release to
+// the first waiter's acquisition. An error ends the contender's
+// measurement (two waiters holding the lock at once, a failed unlock); a
+// failed acquisition only fails the round.
+func (t *handoffTally) round(ctx context.Context, r *runner, c *entry) error {
 	type got struct {
 		h   Held
 		at  time.Time
 		err error
 	}
-	var samples, pings []time.Duration
-	failedRounds := 0
-	var firstErr error
-	var ping *pinger
-	if len(c.env.Addrs) > 0 { // a test's contender may have none
-		var err error
-		if ping, err = dialPing(c.env.Addrs[0]); err != nil {
-			return nil, err
-		}
-		defer ping.Close()
-	}
-	for range r.cfg.HandoffRounds {
-		if ping != nil {
-			// The reference: one round trip to the contender's (first)
-			// server after as long an idle as the hand-off's, over the
-			// same path.
-			time.Sleep(r.cfg.HandoffHoldMin + rand.N(r.cfg.HandoffHoldMax-r.cfg.HandoffHoldMin+1))
-			d, err := ping.roundTrip()
-			if err != nil {
-				return nil, err
-			}
-			pings = append(pings, d)
-		}
-		holder, err := c.locker.TryLock(ctx, key)
-		if err != nil && !errors.Is(err, errBusy) {
-			failedRounds++ // a node call failed; try the next round
-			firstErr = cmp.Or(firstErr, err)
-			continue
-		}
+	if t.ping != nil {
+		// The reference: one round trip to the contender's (first)
+		// server after as long an idle as the hand-off's, over the
+		// same path.
+		time.Sleep(r.cfg.HandoffHoldMin + rand.N(r.cfg.HandoffHoldMax-r.cfg.HandoffHoldMin+1))
+		d, err := t.ping.roundTrip()
 		if err != nil {
-			// The key is held: a waiter of an earlier round whose wait was
-			// cancelled left its lock behind (a peer that does not undo
-			// an acquisition it abandons). The round fails; the next
-			// begins once that lock's TTL has run out.
-			failedRounds++
-			firstErr = cmp.Or(firstErr, fmt.Errorf("holder lock: %w (an earlier round's waiter left its lock behind)", err))
-			time.Sleep(r.cfg.TTL)
-			continue
+			return err
 		}
-		wctx, cancel := context.WithTimeout(ctx, r.cfg.WaitBudget)
-		ch := make(chan got, r.cfg.HandoffWaiters)
-		for range r.cfg.HandoffWaiters {
-			go func() {
-				h, err := c.locker.Lock(wctx, key)
-				ch <- got{h, time.Now(), err}
-			}()
-		}
-		hold := r.cfg.HandoffHoldMin + rand.N(r.cfg.HandoffHoldMax-r.cfg.HandoffHoldMin+1)
-		time.Sleep(hold)
-		released := time.Now()
-		if err := unlock(ctx, holder); err != nil {
-			cancel()
-			return nil, fmt.Errorf("holder unlock: %w", err)
-		}
-		first := <-ch
-		cancel() // the other waiters give up
-		var winners []Held
-		var errs []error
-		if first.err == nil {
-			winners = append(winners, first.h)
-			samples = append(samples, first.at.Sub(released))
-		} else {
-			// A waiter gave up on a node error (bsm/redislock does):
-			// the round has no sample.
-			failedRounds++
-			firstErr = cmp.Or(firstErr, first.err)
-		}
-		for range r.cfg.HandoffWaiters - 1 {
-			g := <-ch
-			if g.err == nil {
-				winners = append(winners, g.h)
-			}
-		}
-		if len(winners) > 1 {
-			errs = append(errs, fmt.Errorf("mutual exclusion violated: %d waiters hold the lock", len(winners)))
-		}
-		for _, h := range winners {
-			if err := unlock(ctx, h); err != nil {
-				errs = append(errs, fmt.Errorf("waiter unlock: %w", err))
-			}
-		}
-		if err := errors.Join(errs...); err != nil {
-			return nil, err
+		t.pings = append(t.pings, d)
+	}
+	holder, err := c.locker.TryLock(ctx, t.key)
+	if err != nil && !errors.Is(err, errBusy) {
+		t.failedRounds++ // a node call failed; try the next round
+		t.firstErr = cmp.Or(t.firstErr, err)
+		return nil
+	}
+	if err != nil {
+		// The key is held: a waiter of an earlier round whose wait was
+		// cancelled left its lock behind (a peer that does not undo
+		// an acquisition it abandons). The round fails; the next
+		// begins once that lock's TTL has run out.
+		t.failedRounds++
+		t.firstErr = cmp.Or(t.firstErr, fmt.Errorf("holder lock: %w (an earlier round's waiter left its lock behind)", err))
+		time.Sleep(r.cfg.TTL)
+		return nil
+	}
+	wctx, cancel := context.WithTimeout(ctx, r.cfg.WaitBudget)
+	defer cancel()
+	ch := make(chan got, r.cfg.HandoffWaiters)
+	for range r.cfg.HandoffWaiters {
+		go func() {
+			h, err := c.locker.Lock(wctx, t.key)
+			ch <- got{h, time.Now(), err}
+		}()
+	}
+	time.Sleep(r.cfg.HandoffHoldMin + rand.N(r.cfg.HandoffHoldMax-r.cfg.HandoffHoldMin+1))
+	released := time.Now()
+	if err := unlock(ctx, holder); err != nil {
+		return fmt.Errorf("holder unlock: %w", err)
+	}
+	first := <-ch
+	cancel() // the other waiters give up
+	var winners []Held
+	if first.err == nil {
+		winners = append(winners, first.h)
+		t.samples = append(t.samples, first.at.Sub(released))
+	} else {
+		// A waiter gave up on a node error (bsm/redislock does): the
+		// round has no sample.
+		t.failedRounds++
+		t.firstErr = cmp.Or(t.firstErr, first.err)
+	}
+	for range r.cfg.HandoffWaiters - 1 {
+		if g := <-ch; g.err == nil {
+			winners = append(winners, g.h)
 		}
 	}
-	if len(samples) == 0 || failedRounds > r.cfg.HandoffRounds/2 {
-		return nil, fmt.Errorf("%d of %d rounds failed, first: %w", failedRounds, r.cfg.HandoffRounds, firstErr)
+	var errs []error
+	if len(winners) > 1 {
+		errs = append(errs, fmt.Errorf("mutual exclusion violated: %d waiters hold the lock", len(winners)))
+	}
+	for _, h := range winners {
+		if err := unlock(ctx, h); err != nil {
+			errs = append(errs, fmt.Errorf("waiter unlock: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// vals returns the contender's figures over its rounds.
+func (t *handoffTally) vals(rounds int) (map[string]float64, error) {
+	if len(t.samples) == 0 || t.failedRounds > rounds/2 {
+		return nil, fmt.Errorf("%d of %d rounds failed, first: %w", t.failedRounds, rounds, t.firstErr)
 	}
 	m := map[string]float64{
-		"p50_ms": ms(pct(samples, 50)),
-		"p90_ms": ms(pct(samples, 90)),
-		"failed": float64(failedRounds),
+		"p50_ms": ms(pct(t.samples, 50)),
+		"p90_ms": ms(pct(t.samples, 90)),
+		"failed": float64(t.failedRounds),
 	}
-	if len(pings) > 0 {
-		m["rtt_p50_ms"] = ms(pct(pings, 50))
+	if len(t.pings) > 0 {
+		m["rtt_p50_ms"] = ms(pct(t.pings, 50))
 	}
 	return m, nil
 }
