@@ -276,9 +276,13 @@ func stealSpreadText(s ScenarioResult, c Config) string {
 	for i, v := range s.StealSpread {
 		parts[i] = strconv.FormatFloat(v, 'f', 1, 64)
 	}
+	redone := fmt.Sprintf("%d were", s.Redone)
+	if s.Redone == 1 {
+		redone = "1 was"
+	}
 	return fmt.Sprintf("Steal time of the contenders within a repetition lay %s points apart (in each repetition kept). "+
-		"A repetition in which it lay more than %g points apart was run again, up to %d times, and the attempt with the least difference kept: %d were run again.",
-		strings.Join(parts, ", "), stealSpreadMax, c.StealRedo, s.Redone)
+		"A repetition in which it lay more than %g points apart was run again, up to %d times, and the attempt with the least difference kept: %s run again.",
+		strings.Join(parts, ", "), stealSpreadMax, c.StealRedo, redone)
 }
 
 // stealText is stealShare as text, such as "7.6%"; "" when it cannot tell.
