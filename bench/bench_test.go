@@ -216,6 +216,26 @@ type turnLog struct {
 	names []string
 }
 
+// threeContenders returns contenders named a, b and c, with the lockers
+// newLocker makes, which log their turns in the log returned.
+func threeContenders(newLocker func(name string, turns *turnLog) Locker) ([]*entry, *turnLog) {
+	turns := &turnLog{}
+	var in []*entry
+	for i, name := range []string{"a", "b", "c"} {
+		in = append(in, &entry{Contender: Contender{Name: name}, idx: i, locker: newLocker(name, turns)})
+	}
+	return in, turns
+}
+
+// check checks that three contenders took their turns in order: the
+// warm-up, then rounds rounds.
+func (l *turnLog) check(t *testing.T, rounds int) {
+	t.Helper()
+	if got, want := strings.Join(l.names, ""), strings.Repeat("abc", 1+rounds); got != want {
+		t.Errorf("turns %q, want %q", got, want)
+	}
+}
+
 func (l turnLocker) TryLock(ctx context.Context, key string) (Held, error) {
 	l.turns.mu.Lock()
 	if n := len(l.turns.names); n == 0 || l.turns.names[n-1] != l.name {
@@ -234,16 +254,9 @@ func (l turnLocker) TryLock(ctx context.Context, key string) (Held, error) {
 func TestDistinctInterleaves(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := &runner{cfg: smokeConfig(), progress: io.Discard}
-		turns := &turnLog{}
-		var in []*entry
-		for i, name := range []string{"a", "b", "c"} {
-			in = append(in, &entry{Contender: Contender{Name: name}, idx: i, locker: turnLocker{name: name, turns: turns}})
-		}
+		in, turns := threeContenders(func(name string, turns *turnLog) Locker { return turnLocker{name: name, turns: turns} })
 		vals, errs := runDistinct(context.Background(), r, in, 0)
-		want := "abc" + strings.Repeat("abc", distinctRounds) // the warm-up, then the rounds
-		if got := strings.Join(turns.names, ""); got != want {
-			t.Errorf("turns %q, want %q", got, want)
-		}
+		turns.check(t, distinctRounds)
 		for j, e := range in {
 			if errs[j] != nil {
 				t.Errorf("%s: %v", e.Name, errs[j])
@@ -331,16 +344,9 @@ func (h memHeld) Unlock(context.Context) error {
 func TestHandoffInterleaves(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := &runner{cfg: smokeConfig(), progress: io.Discard}
-		turns := &turnLog{}
-		var in []*entry
-		for i, name := range []string{"a", "b", "c"} {
-			in = append(in, &entry{Contender: Contender{Name: name}, idx: i, locker: &memLocker{name: name, turns: turns}})
-		}
+		in, turns := threeContenders(func(name string, turns *turnLog) Locker { return &memLocker{name: name, turns: turns} })
 		vals, errs := runHandoff(context.Background(), r, in, 0)
-		want := "abc" + strings.Repeat("abc", r.cfg.HandoffRounds) // the warm-up, then the rounds
-		if got := strings.Join(turns.names, ""); got != want {
-			t.Errorf("turns %q, want %q", got, want)
-		}
+		turns.check(t, r.cfg.HandoffRounds)
 		for j, e := range in {
 			if errs[j] != nil {
 				t.Errorf("%s: %v", e.Name, errs[j])
