@@ -189,9 +189,10 @@ func (n *Node) Coalescing() bool {
 // epochs' shortfall of the worse mode, is at most probeBudget of it. The
 // cost of probing is then at most two epochs of the worse mode in
 // minHold+4, and falls as the load stays the same and as the modes lie
-// further apart. Nodes made Together probe as one: the first measures (a
-// first node that is down completes nothing in either mode, a tie, and
-// they coalesce).
+// further apart. Nodes made Together probe as one: the first measures. A
+// first node that is down leaves them at their choice (its calls fail
+// fast: it is seldom contended, and its epochs do not count), or, frozen,
+// completes nothing in either mode, a tie, and they coalesce.
 const (
 	epoch         = 50 * time.Millisecond  // at least; until minEpochCalls runs succeeded
 	maxEpoch      = 500 * time.Millisecond // at most
