@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -32,13 +33,16 @@ const (
 
 var ports struct {
 	sync.Mutex
-	claimed bool // a block was tried for
-	first   int  // the block's first port; 0 for none
-	next    int  // the offset in the block to try next
+	claimed bool     // a block was tried for
+	first   int      // the block's first port; 0 for none
+	next    int      // the offset in the block to try next
+	lock    *os.File // the block's lock file, open (and locked) for the life of the process
 }
 
 // claimBlock takes the first block, in random order, that no other
-// process holds, and keeps its lock file open for the life of the process.
+// process holds, and keeps its lock file open for the life of the process
+// in ports.lock: a file nothing refers to is closed by its finalizer at
+// the next garbage collection, and its lock goes with it.
 func claimBlock() int {
 	for _, i := range rand.Perm(portBlocks) {
 		first := portBase + i*portBlock
@@ -51,7 +55,7 @@ func claimBlock() int {
 			f.Close()
 			continue
 		}
-		// f stays open (the lock with it) until the process ends.
+		ports.lock = f
 		return first
 	}
 	return 0
@@ -113,4 +117,39 @@ func portFree(host string, port int) bool {
 	}
 	l.Close()
 	return true
+}
+
+// listens reports whether process pid has a TCP socket listening on port,
+// as its network namespace's /proc tables show; false when they cannot be
+// read (a process that exited).
+func listens(pid, port int) bool {
+	inodes := map[string]bool{}
+	for _, table := range []string{"tcp", "tcp6"} {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/%s", pid, table))
+		if err != nil {
+			continue
+		}
+		// Each line after the header: sl local_address rem_address st
+		// … inode, the address as hex IP:port, LISTEN as state 0A.
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			f := strings.Fields(line)
+			if len(f) < 10 || f[3] != "0A" {
+				continue
+			}
+			_, hexPort, ok := strings.Cut(f[1], ":")
+			if p, err := strconv.ParseUint(hexPort, 16, 16); ok && err == nil && int(p) == port {
+				inodes["socket:["+f[9]+"]"] = true
+			}
+		}
+	}
+	if len(inodes) == 0 {
+		return false
+	}
+	fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	for _, fd := range fds {
+		if target, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name())); err == nil && inodes[target] {
+			return true
+		}
+	}
+	return false
 }

@@ -227,7 +227,9 @@ func (s *Server) start() error {
 			return fmt.Errorf("%s on port %d exited: %s", filepath.Base(s.bin), s.Port, s.LogTail())
 		default:
 		}
-		if pingTLS(s.Addr, s.TLS()) == nil {
+		// The answer must come from this process: when another holds the
+		// port, it answers while this one fails to bind and exits.
+		if pingTLS(s.Addr, s.TLS()) == nil && listens(cmd.Process.Pid, s.Port) {
 			return nil
 		}
 		time.Sleep(10 * time.Millisecond)

@@ -8,6 +8,8 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -160,4 +162,58 @@ func TestFreePortsTakeTurns(t *testing.T) {
 	for p := range seen {
 		assert.True(t, p >= ports.first && p < ports.first+portBlock, "port %d outside the block at %d", p, ports.first)
 	}
+}
+
+// The block's lock outlives a garbage collection: the lock file's *os.File
+// was once dropped, its finalizer closed it, and two test processes (four
+// subprocesses of one conformance test, starting the same servers in the
+// same order) took the same ports.
+func TestBlockHeldAfterGC(t *testing.T) {
+	_, err := freePort("127.0.0.1")
+	require.NoError(t, err)
+	if ports.first == 0 {
+		t.Skip("no block of ports was free: the kernel picked the port")
+	}
+	runtime.GC()
+	runtime.GC()
+	f, err := os.Open(filepath.Join(lockDir(), fmt.Sprintf("redistest-ports-%d.lock", ports.first)))
+	require.NoError(t, err)
+	defer f.Close()
+	if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) == nil {
+		t.Fatalf("the block at %d could be locked again after a GC: another process would share it", ports.first)
+	}
+}
+
+// A server that cannot bind its port, because something else listens
+// there, is not taken for started when that something answers PING: it
+// was, and the test's CONFIG SET went to another process's server, which
+// that process then stopped.
+func TestLaunchSkipsAPortAnotherAnswers(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				r := bufio.NewReader(c)
+				for {
+					if _, err := r.ReadString('\n'); err != nil {
+						return
+					}
+					_, _ = c.Write([]byte("+PONG\r\n"))
+				}
+			}()
+		}
+	}()
+	taken := l.Addr().(*net.TCPAddr).Port
+	s, err := Launch(Config{Dir: t.TempDir(), Ports: []int{taken, 0}})
+	require.NoError(t, err)
+	defer s.Stop()
+	assert.NotEqual(t, taken, s.Port, "the server was taken to listen on a port another process holds")
+	assert.NoError(t, ping(s.Addr))
 }
