@@ -127,7 +127,7 @@ var clockBuild struct {
 }
 
 // clockLib builds clockshim/clock.c into a shared library once per process,
-// in a directory named for its source's hash.
+// in a directory of the user's cache named for its source's hash.
 func clockLib() (string, error) {
 	clockBuild.once.Do(func() {
 		cc, err := exec.LookPath("cc")
@@ -136,7 +136,13 @@ func clockLib() (string, error) {
 			return
 		}
 		sum := sha256.Sum256(clockSource)
-		dir := filepath.Join(os.TempDir(), "dlm-clock-"+hex.EncodeToString(sum[:8]))
+		// A cache, kept between runs as Go keeps its build cache (not in
+		// the temporary directory, which tests must leave as they found it).
+		cache, err := os.UserCacheDir()
+		if err != nil {
+			cache = os.TempDir()
+		}
+		dir := filepath.Join(cache, "dlm-clock-"+hex.EncodeToString(sum[:8]))
 		clockBuild.path = filepath.Join(dir, "libdlmclock.so")
 		if _, err := os.Stat(clockBuild.path); err == nil {
 			return
