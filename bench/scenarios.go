@@ -61,7 +61,7 @@ func fullConfig() Config {
 		WaitBudget: 10 * time.Second, OpTimeout: 500 * time.Millisecond, PoolSize: 128,
 		SerialOps: 2000, DistinctG: 64, DistinctDur: time.Second,
 		ContendedG: 16, ContendedHold: time.Millisecond, ContendedDur: 2 * time.Second,
-		HandoffRounds: 15, HandoffWaiters: 4, HandoffHoldMin: 20 * time.Millisecond, HandoffHoldMax: 80 * time.Millisecond,
+		HandoffRounds: 30, HandoffWaiters: 4, HandoffHoldMin: 20 * time.Millisecond, HandoffHoldMax: 80 * time.Millisecond,
 		SilentOps: 12, SilentReps: 3,
 		RenewLocks: 10000, RenewReps: 3, RenewTTL: 2 * time.Second, RenewWindow: 4 * time.Second,
 		Warmup: 50, StealRedo: 2,
