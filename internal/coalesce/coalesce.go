@@ -281,6 +281,9 @@ type waiter struct {
 	calls []dlm.Call
 	wait  *dlm.Wait     // RunWait's; nil for Run
 	done  chan struct{} // closed once calls (and acks, err) hold the results
+	// notify, of a call queued by Enqueue, is called instead (done is nil):
+	// no goroutine waits for it.
+	notify func()
 	// spillAt is when the waiter's calls go out in a run of their own if
 	// no slot came free by then.
 	spillAt time.Time
@@ -322,15 +325,7 @@ func (n *Node) RunWait(ctx context.Context, calls []dlm.Call, w dlm.Wait) (dlm.A
 func (n *Node) run(ctx context.Context, calls []dlm.Call, w *dlm.Wait) (dlm.Acks, error) {
 	now := time.Now()
 	n.mu.Lock()
-	if in := n.busy + len(n.queue) + 1; in > n.ctl.peak {
-		n.ctl.peak = in
-	}
-	if !n.ctl.idleSince.IsZero() {
-		if gap := now.Sub(n.ctl.idleSince); gap >= epoch {
-			n.ctl.idle += gap
-		}
-		n.ctl.idleSince = time.Time{}
-	}
+	n.arriveLocked(now)
 	if !n.on || n.busy < n.inFlight || n.busy-n.overdueLocked() < n.inFlight {
 		n.busy++
 		var seq uint64 // of this run in n.flights; 0: not there
@@ -352,17 +347,7 @@ func (n *Node) run(ctx context.Context, calls []dlm.Call, w *dlm.Wait) (dlm.Acks
 		}
 		return acks, err
 	}
-	// A node whose runs take long waits longer before spilling, but never
-	// past half the time the caller has: runs kept past their callers'
-	// deadlines (a driver ignoring them) hold their slots, and a call with
-	// a short deadline would otherwise never be sent.
-	wait := 4 * time.Duration(n.runTime.Load())
-	if d, ok := ctx.Deadline(); ok {
-		wait = min(wait, d.Sub(now)/2)
-	}
-	wt := &waiter{ctx: ctx, calls: calls, wait: w, done: make(chan struct{}), spillAt: now.Add(max(spillAfter, wait))}
-	n.queue = append(n.queue, wt)
-	n.armSpillLocked(wt.spillAt)
+	wt := n.queueLocked(ctx, &waiter{ctx: ctx, calls: calls, wait: w, done: make(chan struct{})}, now)
 	n.mu.Unlock()
 	select {
 	case <-wt.done:
@@ -384,6 +369,62 @@ func (n *Node) run(ctx context.Context, calls []dlm.Call, w *dlm.Wait) (dlm.Acks
 		calls[i].Reply, calls[i].Err = nil, ctx.Err()
 	}
 	return dlm.Acks{}, ctx.Err()
+}
+
+// arriveLocked counts a caller's run that arrives at now in the
+// controller's measures. Called with n.mu held.
+func (n *Node) arriveLocked(now time.Time) {
+	if in := n.busy + len(n.queue) + 1; in > n.ctl.peak {
+		n.ctl.peak = in
+	}
+	if !n.ctl.idleSince.IsZero() {
+		if gap := now.Sub(n.ctl.idleSince); gap >= epoch {
+			n.ctl.idle += gap
+		}
+		n.ctl.idleSince = time.Time{}
+	}
+}
+
+// queueLocked puts wt in the queue for the next batch. Called with n.mu
+// held.
+func (n *Node) queueLocked(ctx context.Context, wt *waiter, now time.Time) *waiter {
+	// A node whose runs take long waits longer before spilling, but never
+	// past half the time the caller has: runs kept past their callers'
+	// deadlines (a driver ignoring them) hold their slots, and a call with
+	// a short deadline would otherwise never be sent.
+	wait := 4 * time.Duration(n.runTime.Load())
+	if d, ok := ctx.Deadline(); ok {
+		wait = min(wait, d.Sub(now)/2)
+	}
+	wt.spillAt = now.Add(max(spillAfter, wait))
+	n.queue = append(n.queue, wt)
+	n.armSpillLocked(wt.spillAt)
+	return wt
+}
+
+// Enqueue is Run for a caller that does not wait for the results itself:
+// when coalescing is on and no slot is free, it puts calls in the queue for
+// the next batch and reports true, and notify is then called once, from the
+// batch's goroutine, when calls hold their replies (or ctx's error, when ctx
+// ended before the batch was sent); when a slot is free it does nothing and
+// reports false, and the caller sends calls with Run. A caller that waits
+// for several nodes at once (a Redlock round) so saves a goroutine's two
+// hand-offs per queued call. Unlike a Run's, ctx's cancellation does not cut
+// short a batch already sent, which ends at its calls' latest deadline.
+func (n *Node) Enqueue(ctx context.Context, calls []dlm.Call, notify func()) bool {
+	if len(calls) == 0 {
+		return false
+	}
+	now := time.Now()
+	n.mu.Lock()
+	if !n.on || n.busy < n.inFlight || n.busy-n.overdueLocked() < n.inFlight {
+		n.mu.Unlock()
+		return false
+	}
+	n.arriveLocked(now)
+	n.queueLocked(ctx, &waiter{ctx: ctx, calls: calls, notify: notify}, now)
+	n.mu.Unlock()
+	return true
 }
 
 // succeeded reports whether every call has a reply.
@@ -572,8 +613,16 @@ func sameKind(a, b *waiter) bool {
 func (n *Node) runBatch(batch []*waiter, size int) {
 	live := batch[:0]
 	calls := make([]dlm.Call, 0, size)
+	var late []*waiter // Enqueue's, whose contexts ended in the queue
 	for _, w := range batch {
 		w.mu.Lock()
+		if w.notify != nil && w.ctx.Err() != nil {
+			w.gone = true
+			for i := range w.calls {
+				w.calls[i].Reply, w.calls[i].Err = nil, w.ctx.Err()
+			}
+			late = append(late, w)
+		}
 		if !w.gone { // w.calls is the caller's until it returns
 			live = append(live, w)
 			for _, c := range w.calls {
@@ -581,6 +630,9 @@ func (n *Node) runBatch(batch []*waiter, size int) {
 			}
 		}
 		w.mu.Unlock()
+	}
+	for _, w := range late {
+		w.notify()
 	}
 	if len(live) == 0 {
 		n.next(0, time.Now())
@@ -608,10 +660,15 @@ func (n *Node) runBatch(batch []*waiter, size int) {
 				// (the caller undoes its calls).
 				w.err = err
 			}
-			close(w.done)
+			if w.notify == nil {
+				close(w.done)
+			}
 		}
 		w.mu.Unlock()
 		i += len(w.calls)
+		if w.notify != nil {
+			w.notify()
+		}
 	}
 }
 

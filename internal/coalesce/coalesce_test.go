@@ -314,3 +314,62 @@ func TestConformance(t *testing.T) {
 		return newNode(t, addr, 0)
 	})
 }
+
+// Enqueue leaves a call to the caller while a slot is free; while none is,
+// it queues the call, and the batch's goroutine notifies once with the
+// reply; a queued call whose context ended before its batch went out is
+// notified with the context's error and never sent.
+func TestEnqueue(t *testing.T) {
+	srv := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer c.Close()
+	hn := &holdNode{Node: goredis.New(c), release: make(chan struct{})}
+	n := coalesce.New(hn, 1)
+	n.SetMode(coalesce.On)
+	runs0, _ := warm(t, n)
+	call := func(key, arg string) []dlm.Call {
+		return []dlm.Call{{SHA1: incr.SHA1(), Keys: []string{key}, Args: []string{arg}}}
+	}
+	notified := make(chan string, 4)
+	assert.False(t, n.Enqueue(context.Background(), call("idle", "0"), func() { notified <- "idle" }), "queued on an idle node")
+
+	held := make(chan struct{})
+	go func() {
+		defer close(held)
+		_, _ = incr.Run(context.Background(), n, []string{"hold"}, "0")
+	}()
+	require.Eventually(t, func() bool { r, _ := n.Stats(); return r-runs0 == 1 }, 10*time.Second, time.Millisecond)
+
+	a := call("a", "7")
+	require.True(t, n.Enqueue(context.Background(), a, func() { notified <- "a" }), "not queued while the node's one slot is held")
+	ctx, cancel := context.WithCancel(context.Background())
+	b := call("b", "8")
+	require.True(t, n.Enqueue(ctx, b, func() { notified <- "b" }))
+	cancel()
+	// Both go out, after 10ms, in a slot beyond the held one.
+	got := map[string]bool{}
+	for range 2 {
+		select {
+		case who := <-notified:
+			got[who] = true
+		case <-time.After(10 * time.Second):
+			t.Fatalf("notified only %v", got)
+		}
+	}
+	assert.Equal(t, map[string]bool{"a": true, "b": true}, got)
+	require.NoError(t, a[0].Err)
+	assert.Equal(t, []int64{7, 1}, a[0].Reply)
+	assert.ErrorIs(t, b[0].Err, context.Canceled)
+
+	close(hn.release)
+	<-held
+	_, err := incr.Run(context.Background(), n, []string{"after"}, "9")
+	require.NoError(t, err)
+	select {
+	case who := <-notified:
+		t.Errorf("%s notified twice", who)
+	default:
+	}
+	_, err = c.Get(context.Background(), "b").Result()
+	assert.True(t, errors.Is(err, redis.Nil), "the call whose context ended in the queue was sent (got %v)", err)
+}
