@@ -216,25 +216,40 @@ func (n *holdNode) Run(ctx context.Context, calls []dlm.Call) {
 	n.Node.Run(ctx, calls)
 }
 
+// newHoldNode returns a coalescing node of one slot over a holdNode, with
+// incr loaded, and a client of its server.
+func newHoldNode(t *testing.T) (*coalesce.Node, *holdNode, *redis.Client) {
+	srv := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = c.Close() })
+	hn := &holdNode{Node: goredis.New(c), release: make(chan struct{})}
+	n := coalesce.New(hn, 1)
+	n.SetMode(coalesce.On)
+	warm(t, n)
+	return n, hn, c
+}
+
+// hold takes n's one slot with a call on key "hold", and returns a channel
+// closed once that call returned (after hn.release is closed).
+func hold(t *testing.T, n *coalesce.Node) <-chan struct{} {
+	runs0, _ := n.Stats()
+	held := make(chan struct{})
+	go func() {
+		defer close(held)
+		_, _ = incr.Run(context.Background(), n, []string{"hold"}, "0")
+	}()
+	require.Eventually(t, func() bool { r, _ := n.Stats(); return r-runs0 == 1 }, 10*time.Second, time.Millisecond)
+	return held
+}
+
 // A batch of callers whose contexts cannot end (context.Background) has a
 // context that cannot end either, on which a driver needs no goroutine to
 // await it; a batch of cancelable callers has a cancelable context.
 func TestBatchCanEndOnlyIfItsCallersCan(t *testing.T) {
 	for _, cancelable := range []bool{false, true} {
 		t.Run(fmt.Sprintf("cancelable=%v", cancelable), func(t *testing.T) {
-			srv := redistest.Start(t)
-			c := redis.NewClient(&redis.Options{Addr: srv.Addr})
-			defer c.Close()
-			hn := &holdNode{Node: goredis.New(c), release: make(chan struct{})}
-			n := coalesce.New(hn, 1)
-			n.SetMode(coalesce.On)
-			runs0, _ := warm(t, n)
-			held := make(chan struct{})
-			go func() {
-				defer close(held)
-				_, _ = incr.Run(context.Background(), n, []string{"hold"}, "0")
-			}()
-			require.Eventually(t, func() bool { r, _ := n.Stats(); return r-runs0 == 1 }, 10*time.Second, time.Millisecond)
+			n, hn, _ := newHoldNode(t)
+			held := hold(t, n)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			if !cancelable {
@@ -320,26 +335,14 @@ func TestConformance(t *testing.T) {
 // reply; a queued call whose context ended before its batch went out is
 // notified with the context's error and never sent.
 func TestEnqueue(t *testing.T) {
-	srv := redistest.Start(t)
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	defer c.Close()
-	hn := &holdNode{Node: goredis.New(c), release: make(chan struct{})}
-	n := coalesce.New(hn, 1)
-	n.SetMode(coalesce.On)
-	runs0, _ := warm(t, n)
+	n, hn, c := newHoldNode(t)
 	call := func(key, arg string) []dlm.Call {
 		return []dlm.Call{{SHA1: incr.SHA1(), Keys: []string{key}, Args: []string{arg}}}
 	}
 	notified := make(chan string, 4)
 	assert.False(t, n.Enqueue(context.Background(), call("idle", "0"), func() { notified <- "idle" }), "queued on an idle node")
 
-	held := make(chan struct{})
-	go func() {
-		defer close(held)
-		_, _ = incr.Run(context.Background(), n, []string{"hold"}, "0")
-	}()
-	require.Eventually(t, func() bool { r, _ := n.Stats(); return r-runs0 == 1 }, 10*time.Second, time.Millisecond)
-
+	held := hold(t, n)
 	a := call("a", "7")
 	require.True(t, n.Enqueue(context.Background(), a, func() { notified <- "a" }), "not queued while the node's one slot is held")
 	ctx, cancel := context.WithCancel(context.Background())
