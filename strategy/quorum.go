@@ -66,6 +66,7 @@ type round struct {
 	cancel  context.CancelFunc
 	ch      chan reply   // every reply, with room for all of them
 	running atomic.Int32 // calls not yet replied
+	sent    time.Time    // when the calls went to the nodes (or their queues)
 	left    int          // replies not yet received by the collector
 
 	// The storage of t, its results and copies for a round of one call to
@@ -103,6 +104,7 @@ func (s *Redlock) round(ctx context.Context, op string, script *nodekit.Script, 
 	}
 	r.ctx, r.cancel = context.WithTimeout(ctx, timeout)
 	r.running.Store(int32(len(nodes)))
+	r.sent = time.Now()
 	for k, i := range nodes {
 		if !r.enqueue(k, i) {
 			s.workers.Go(job{r, k, i})
@@ -111,10 +113,16 @@ func (s *Redlock) round(ctx context.Context, op string, script *nodekit.Script, 
 	return r
 }
 
-// callsTo returns the round's calls to its k-th node, in their own copy.
-func (r *round) callsTo(k int) []dlm.Call {
+// callsOf returns the copy of the round's calls for its k-th node.
+func (r *round) callsOf(k int) []dlm.Call {
 	n := len(r.calls)
-	calls := r.copies[k*n : (k+1)*n : (k+1)*n]
+	return r.copies[k*n : (k+1)*n : (k+1)*n]
+}
+
+// callsTo returns the copy of the round's calls for its k-th node, filled
+// afresh.
+func (r *round) callsTo(k int) []dlm.Call {
+	calls := r.callsOf(k)
 	copy(calls, r.calls)
 	return calls
 }
@@ -129,7 +137,7 @@ func (r *round) call(k, i int) {
 
 // enqueue puts the round's calls to node i, its k-th, in the node's queue
 // for its next batch, when it coalesces and has no slot free: the batch's
-// goroutine then sends the reply, and no worker waits for it: the two
+// goroutine then sends the reply (Notify), and no worker waits for it: the two
 // hand-offs between goroutines that a worker adds cost a five-node pair
 // 15–23% of its time in BenchmarkRedlockParallel. It reports false when
 // the node would send the calls at once, which a worker then does (call).
@@ -142,18 +150,22 @@ func (r *round) enqueue(k, i int) bool {
 	for j := range calls {
 		calls[j].SHA1 = r.script.SHA1()
 	}
-	start := time.Now()
-	return q.Enqueue(r.ctx, calls, func() {
-		for _, c := range calls {
-			if errors.Is(c.Err, dlm.ErrNoScript) {
-				// The server lost its scripts (a restart, SCRIPT FLUSH):
-				// a worker sends the calls again, with EVAL when needed.
-				r.s.workers.Go(job{r, k, i})
-				return
-			}
+	return q.Enqueue(r.ctx, calls, r, k)
+}
+
+// Notify implements coalesce.Notifier: the calls to the round's k-th node
+// that enqueue queued hold their replies.
+func (r *round) Notify(k int) {
+	i, calls := r.nodes[k], r.callsOf(k)
+	for _, c := range calls {
+		if errors.Is(c.Err, dlm.ErrNoScript) {
+			// The server lost its scripts (a restart, SCRIPT FLUSH): a
+			// worker sends the calls again, with EVAL when needed.
+			r.s.workers.Go(job{r, k, i})
+			return
 		}
-		r.reply(i, calls, start)
-	})
+	}
+	r.reply(i, calls, r.sent)
 }
 
 // reply sends node i's reply to calls, made since start.

@@ -281,9 +281,10 @@ type waiter struct {
 	calls []dlm.Call
 	wait  *dlm.Wait     // RunWait's; nil for Run
 	done  chan struct{} // closed once calls (and acks, err) hold the results
-	// notify, of a call queued by Enqueue, is called instead (done is nil):
-	// no goroutine waits for it.
-	notify func()
+	// notify, of calls queued by Enqueue, is told instead, with tag (done
+	// is nil): no goroutine waits for them.
+	notify Notifier
+	tag    int
 	// spillAt is when the waiter's calls go out in a run of their own if
 	// no slot came free by then.
 	spillAt time.Time
@@ -402,16 +403,22 @@ func (n *Node) queueLocked(ctx context.Context, wt *waiter, now time.Time) *wait
 	return wt
 }
 
+// A Notifier is told when calls it queued with Enqueue hold their replies.
+type Notifier interface {
+	Notify(tag int)
+}
+
 // Enqueue is Run for a caller that does not wait for the results itself:
 // when coalescing is on and no slot is free, it puts calls in the queue for
-// the next batch and reports true, and notify is then called once, from the
-// batch's goroutine, when calls hold their replies (or ctx's error, when ctx
-// ended before the batch was sent); when a slot is free it does nothing and
-// reports false, and the caller sends calls with Run. A caller that waits
-// for several nodes at once (a Redlock round) so saves a goroutine's two
-// hand-offs per queued call. Unlike a Run's, ctx's cancellation does not cut
-// short a batch already sent, which ends at its calls' latest deadline.
-func (n *Node) Enqueue(ctx context.Context, calls []dlm.Call, notify func()) bool {
+// the next batch and reports true, and to.Notify(tag) is then called once,
+// from the batch's goroutine, when calls hold their replies (or ctx's
+// error, when ctx ended before the batch was sent); when a slot is free it
+// does nothing (it allocates nothing) and reports false, and the caller
+// sends calls with Run. A caller that waits for several nodes at once (a
+// Redlock round) so saves a goroutine's two hand-offs per queued call.
+// Unlike a Run's, ctx's cancellation does not cut short a batch already
+// sent, which ends at its calls' latest deadline.
+func (n *Node) Enqueue(ctx context.Context, calls []dlm.Call, to Notifier, tag int) bool {
 	if len(calls) == 0 {
 		return false
 	}
@@ -422,7 +429,7 @@ func (n *Node) Enqueue(ctx context.Context, calls []dlm.Call, notify func()) boo
 		return false
 	}
 	n.arriveLocked(now)
-	n.queueLocked(ctx, &waiter{ctx: ctx, calls: calls, notify: notify}, now)
+	n.queueLocked(ctx, &waiter{ctx: ctx, calls: calls, notify: to, tag: tag}, now)
 	n.mu.Unlock()
 	return true
 }
@@ -632,7 +639,7 @@ func (n *Node) runBatch(batch []*waiter, size int) {
 		w.mu.Unlock()
 	}
 	for _, w := range late {
-		w.notify()
+		w.notify.Notify(w.tag)
 	}
 	if len(live) == 0 {
 		n.next(0, time.Now())
@@ -667,7 +674,7 @@ func (n *Node) runBatch(batch []*waiter, size int) {
 		w.mu.Unlock()
 		i += len(w.calls)
 		if w.notify != nil {
-			w.notify()
+			w.notify.Notify(w.tag)
 		}
 	}
 }

@@ -330,6 +330,11 @@ func TestConformance(t *testing.T) {
 	})
 }
 
+// notifier sends each tag it is told.
+type notifier chan int
+
+func (n notifier) Notify(tag int) { n <- tag }
+
 // Enqueue leaves a call to the caller while a slot is free; while none is,
 // it queues the call, and the batch's goroutine notifies once with the
 // reply; a queued call whose context ended before its batch went out is
@@ -339,18 +344,19 @@ func TestEnqueue(t *testing.T) {
 	call := func(key, arg string) []dlm.Call {
 		return []dlm.Call{{SHA1: incr.SHA1(), Keys: []string{key}, Args: []string{arg}}}
 	}
-	notified := make(chan string, 4)
-	assert.False(t, n.Enqueue(context.Background(), call("idle", "0"), func() { notified <- "idle" }), "queued on an idle node")
+	notified := make(chan int, 4)
+	to := notifier(notified)
+	assert.False(t, n.Enqueue(context.Background(), call("idle", "0"), to, 0), "queued on an idle node")
 
 	held := hold(t, n)
 	a := call("a", "7")
-	require.True(t, n.Enqueue(context.Background(), a, func() { notified <- "a" }), "not queued while the node's one slot is held")
+	require.True(t, n.Enqueue(context.Background(), a, to, 'a'), "not queued while the node's one slot is held")
 	ctx, cancel := context.WithCancel(context.Background())
 	b := call("b", "8")
-	require.True(t, n.Enqueue(ctx, b, func() { notified <- "b" }))
+	require.True(t, n.Enqueue(ctx, b, to, 'b'))
 	cancel()
 	// Both go out, after 10ms, in a slot beyond the held one.
-	got := map[string]bool{}
+	got := map[int]bool{}
 	for range 2 {
 		select {
 		case who := <-notified:
@@ -359,7 +365,7 @@ func TestEnqueue(t *testing.T) {
 			t.Fatalf("notified only %v", got)
 		}
 	}
-	assert.Equal(t, map[string]bool{"a": true, "b": true}, got)
+	assert.Equal(t, map[int]bool{'a': true, 'b': true}, got)
 	require.NoError(t, a[0].Err)
 	assert.Equal(t, []int64{7, 1}, a[0].Reply)
 	assert.ErrorIs(t, b[0].Err, context.Canceled)
@@ -370,7 +376,7 @@ func TestEnqueue(t *testing.T) {
 	require.NoError(t, err)
 	select {
 	case who := <-notified:
-		t.Errorf("%s notified twice", who)
+		t.Errorf("%c notified twice", who)
 	default:
 	}
 	_, err = c.Get(context.Background(), "b").Result()
