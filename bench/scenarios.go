@@ -31,11 +31,11 @@ type Config struct {
 	OpTimeout   time.Duration // the caller's deadline on each call in the silent-node scenario
 	PoolSize    int
 
-	// SerialOps is each serial contender's pairs per repetition. Their
-	// p99 is decided by the SerialOps/100 slowest pairs, whose latency is
-	// mostly the machine's (a timer, the hypervisor): with 2,000 pairs the
-	// p99 of one contender against another moved between 0.86x and 1.25x
-	// from one repetition to the next, whoever the contenders were.
+	// SerialOps is how many pairs each serial contender makes in a
+	// repetition. Its p99 is set by its SerialOps/100 slowest pairs, whose
+	// latency is mostly the machine's (a timer, the hypervisor): with 2,000
+	// pairs one contender's p99 over another's moved between 0.86x and
+	// 1.25x from one repetition to the next, whoever the contenders were.
 	SerialOps      int
 	DistinctG      int
 	DistinctDur    time.Duration
