@@ -158,20 +158,28 @@ type firstGroup struct {
 	dlm              *exec.Cmd
 	out              *bytes.Buffer
 	leader, grandkid int
+	pids             []int // every pid COMMAND wrote
 }
 
 // startFirstGroup starts dlm (the binary at bin) run on key with such a
 // COMMAND and returns once COMMAND wrote both pids.
 func startFirstGroup(t *testing.T, bin, url, key string, flags ...string) firstGroup {
+	return startScriptGroup(t, bin, url, key, "sleep 60 & echo $$ $! > %s; wait", 2, flags...)
+}
+
+// startScriptGroup starts dlm (the binary at bin) run on key with COMMAND
+// sh -c script, script's %s the name of a file to which it writes n pids
+// on one line, and returns once it did.
+func startScriptGroup(t *testing.T, bin, url, key, script string, n int, flags ...string) firstGroup {
 	t.Helper()
 	pidFile := filepath.Join(t.TempDir(), "pids")
 	args := append([]string{"run", "--url", url, "--key", key}, flags...)
-	args = append(args, "--", "sh", "-c", "sleep 60 & echo $$ $! > "+pidFile+"; wait")
+	args = append(args, "--", "sh", "-c", fmt.Sprintf(script, pidFile))
 	cmd := exec.Command(bin, args...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	t.Cleanup(func() { _ = cmd.Process.Signal(syscall.SIGCONT); _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	var pids []int
 	require.Eventually(t, func() bool {
 		b, err := os.ReadFile(pidFile)
@@ -186,8 +194,8 @@ func startFirstGroup(t *testing.T, bin, url, key string, flags ...string) firstG
 			}
 			pids = append(pids, p)
 		}
-		return len(pids) == 2
-	}, 10*time.Second, 10*time.Millisecond, "COMMAND never wrote its pids")
+		return len(pids) == n
+	}, 10*time.Second, 10*time.Millisecond, "COMMAND never wrote its pids: %s", &out)
 	t.Cleanup(func() {
 		for _, p := range pids {
 			if alive(p) {
@@ -195,7 +203,11 @@ func startFirstGroup(t *testing.T, bin, url, key string, flags ...string) firstG
 			}
 		}
 	})
-	return firstGroup{dlm: cmd, out: &out, leader: pids[0], grandkid: pids[1]}
+	g := firstGroup{dlm: cmd, out: &out, pids: pids, leader: pids[0]}
+	if n > 1 {
+		g.grandkid = pids[1]
+	}
+	return g
 }
 
 // childrenOf returns the pids whose parent is pid.
@@ -225,7 +237,8 @@ func childrenOf(t *testing.T, pid int) []int {
 // returns its exit code and output.
 func secondHolder(t *testing.T, url, key string, g firstGroup) (int, string) {
 	t.Helper()
-	check := fmt.Sprintf(`for p in %d %d; do if [ -r /proc/$p/stat ] && ! grep -q ') Z' /proc/$p/stat; then echo "OVERLAP $p"; exit 9; fi; done; echo clean`, g.leader, g.grandkid)
+	pids := strings.Trim(fmt.Sprint(g.pids), "[]")
+	check := fmt.Sprintf(`for p in %s; do if [ -r /proc/$p/stat ] && ! grep -q ') Z' /proc/$p/stat; then echo "OVERLAP $p"; exit 9; fi; done; echo clean`, pids)
 	return runDLM(t, "run", "--url", url, "--key", key, "--wait", "20s", "--", "sh", "-c", check)
 }
 
@@ -338,4 +351,107 @@ func TestRunSupervisorStopped(t *testing.T) {
 	var ee *exec.ExitError
 	require.ErrorAs(t, err, &ee, g.out.String())
 	assert.Equal(t, exitLost, ee.ExitCode(), g.out.String())
+}
+
+// dlm stopped (SIGSTOP: a debugger, a frozen cgroup, a VM pause) while it
+// holds the lock: its renewals stop, and the watchdog kills COMMAND's group
+// at the validity dlm last confirmed, so the next holder finds nothing of
+// it running. Resumed, dlm reports the lock lost.
+func TestRunDLMStopped(t *testing.T) {
+	url := "single://" + redistest.Start(t).Addr
+	g := startFirstGroup(t, dlmBin, url, "dlm-stopped", "--ttl", "1s")
+	require.NoError(t, syscall.Kill(g.dlm.Process.Pid, syscall.SIGSTOP))
+	code, text := secondHolder(t, url, "dlm-stopped", g)
+	assert.Equal(t, 0, code, text)
+	assert.Contains(t, text, "clean")
+	require.NoError(t, syscall.Kill(g.dlm.Process.Pid, syscall.SIGCONT))
+	err := g.dlm.Wait()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee, g.out.String())
+	assert.Equal(t, exitLost, ee.ExitCode(), g.out.String())
+}
+
+// Ctrl-Z: SIGTSTP to dlm and its supervisor, whose process group is the
+// terminal's foreground job, while COMMAND, in a group of its own, runs on.
+// The watchdog ignores SIGTSTP and kills the group at the lease's end.
+func TestRunStoppedByCtrlZ(t *testing.T) {
+	url := "single://" + redistest.Start(t).Addr
+	g := startFirstGroup(t, dlmBin, url, "ctrl-z", "--ttl", "1s")
+	sups := childrenOf(t, g.dlm.Process.Pid)
+	require.Len(t, sups, 1, "dlm run's supervisor")
+	t.Cleanup(func() { _ = syscall.Kill(sups[0], syscall.SIGCONT) })
+	for _, p := range []int{g.dlm.Process.Pid, sups[0]} {
+		require.NoError(t, syscall.Kill(p, syscall.SIGTSTP))
+	}
+	code, text := secondHolder(t, url, "ctrl-z", g)
+	assert.Equal(t, 0, code, text)
+	assert.Contains(t, text, "clean")
+	for _, p := range []int{sups[0], g.dlm.Process.Pid} {
+		require.NoError(t, syscall.Kill(p, syscall.SIGCONT))
+	}
+	err := g.dlm.Wait()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee, g.out.String())
+	assert.Equal(t, exitLost, ee.ExitCode(), g.out.String())
+}
+
+// dlm stopped while COMMAND has started a process outside its group
+// (setsid): the watchdog kills that one too.
+func TestRunDLMStoppedEscaped(t *testing.T) {
+	url := "single://" + redistest.Start(t).Addr
+	g := startScriptGroup(t, dlmBin, url, "stopped-escaped", "setsid sleep 60 & echo $$ $! > %s; wait", 2, "--ttl", "1s")
+	require.NoError(t, syscall.Kill(g.dlm.Process.Pid, syscall.SIGSTOP))
+	code, text := secondHolder(t, url, "stopped-escaped", g)
+	assert.Equal(t, 0, code, text)
+	assert.Contains(t, text, "clean")
+}
+
+// COMMAND starts a process that leaves its group and exits, leaving it
+// running: setsid in the background, and a double fork (the process's
+// parent exits at once, so that it is orphaned while COMMAND still runs).
+// dlm, the orphan's new parent, kills and reaps it before it releases the
+// lock, so a holder waiting for the lock finds nothing of it running.
+func TestRunEscapedProcess(t *testing.T) {
+	url := "single://" + redistest.Start(t).Addr
+	for _, tc := range []struct{ name, script string }{
+		{"setsid", "setsid sleep 60 & echo $! > %[1]s; sleep 0.5"},
+		{"double-fork", `sh -c 'setsid sleep 60 & echo $! > %[1]s'; sleep 0.5`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			key := "escaped-" + tc.name
+			g := startScriptGroup(t, dlmBin, url, key, tc.script, 1)
+			code, text := secondHolder(t, url, key, g)
+			assert.Equal(t, 0, code, text)
+			assert.Contains(t, text, "clean")
+			require.NoError(t, g.dlm.Wait(), g.out.String())
+			assert.False(t, alive(g.pids[0]), "the escaped process outlived dlm run")
+		})
+	}
+}
+
+// The supervisor stopped while COMMAND ends: it cannot report the exit, so
+// dlm finds the group empty, kills the supervisor, reaps COMMAND itself and
+// exits with its status, releasing the lock instead of renewing it for a
+// command that no longer runs.
+func TestRunSupervisorStoppedCommandEnds(t *testing.T) {
+	url := "single://" + redistest.Start(t).Addr
+	gate := filepath.Join(t.TempDir(), "gate")
+	g := startScriptGroup(t, dlmBin, url, "sup-stopped-ends", "echo $$ > %s; while [ ! -e "+gate+" ]; do sleep 0.02; done; exit 7", 1)
+	sups := childrenOf(t, g.dlm.Process.Pid)
+	require.Len(t, sups, 1, "dlm run's supervisor")
+	require.NoError(t, syscall.Kill(sups[0], syscall.SIGSTOP))
+	t.Cleanup(func() { _ = syscall.Kill(sups[0], syscall.SIGKILL) })
+	require.NoError(t, os.WriteFile(gate, nil, 0o644))
+	done := make(chan error, 1)
+	go func() { done <- g.dlm.Wait() }()
+	select {
+	case err := <-done:
+		var ee *exec.ExitError
+		require.ErrorAs(t, err, &ee, g.out.String())
+		assert.Equal(t, 7, ee.ExitCode(), g.out.String())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("dlm run still holds the lock 30s after COMMAND ended: %s", g.out)
+	}
+	code, text := runDLM(t, "run", "--url", url, "--key", "sup-stopped-ends", "--", "true")
+	assert.Equal(t, 0, code, "released: %s", text)
 }

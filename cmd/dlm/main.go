@@ -192,7 +192,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case superviseArg:
 		return supervise(args[2:]) // after "--"
 	case watchArg:
-		return watch()
+		return watch(args[1:])
 	case "help":
 		if len(args) > 1 {
 			cmd, ok := commands[args[1]]

@@ -57,10 +57,20 @@ SIGKILL after --grace; in any case SIGTERM comes once less than --grace of
 the lease is left (--grace is capped at a third of the TTL) and SIGKILL
 just before it ends. If dlm itself dies, even by SIGKILL, the group is
 killed at once; if its supervisor process dies, dlm kills the group
-before releasing the lock; if both die at once, a watchdog process that
-dlm puts in the group (dlm __watch, deaf to forwarded signals) kills it.
-When COMMAND exits, what it left running in its group is killed, and
-confirmed gone, before the lock is released. --on-lost ignore lets the
+before releasing the lock. A watchdog process (dlm __watch, in a process
+group of its own) holds the validity of each renewal: if dlm cannot act at
+the lease's end (stopped by SIGSTOP, Ctrl-Z, a debugger), or dlm and its
+supervisor die at once, the watchdog kills the group. When COMMAND exits,
+what it left running in its group is killed, and confirmed gone, before
+the lock is released.
+
+Processes COMMAND starts outside its group (setsid, setpgid, a double
+fork) are followed while they stay below dlm, which adopts them as a child
+subreaper: they are killed and reaped before the lock is released, and at
+the lease's end with the group; one that cannot be killed keeps the lock
+unreleased (it runs out within its TTL) and is named. Not followed: a
+process re-parented outside dlm's tree (started by a service manager, or
+adopted by init because dlm itself was killed). --on-lost ignore lets the
 group run on after a loss (and past the lease): the rule no longer holds.
 
 Bounds: --wait 0 (the default) makes one attempt, given at most 1s, or
@@ -240,11 +250,8 @@ func runWhileHeld(ctx context.Context, tf targetFlags, o holdOptions, cmdArgs []
 		fmt.Fprintf(stderr, "%s: could not lock %s: %v%s\n", o.name, o.what, err, clusterHint(cfg, err))
 		return exitNotLocked
 	}
-	keep := false // COMMAND's group could not be confirmed gone: let the lease run out
-	defer func() {
-		if keep {
-			return
-		}
+	code, release := runCommand(lock, o, cmdArgs, env(lock), stdout, stderr)
+	if release {
 		// Bounded: a server that stopped answering must not hold dlm up
 		// after COMMAND has exited.
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unlockTimeout)
@@ -252,49 +259,54 @@ func runWhileHeld(ctx context.Context, tf targetFlags, o holdOptions, cmdArgs []
 		if err := lock.Unlock(uctx); err != nil && !errors.Is(err, dlm.ErrNotHeld) {
 			fmt.Fprintf(stderr, "%s: unlock %s: %v (the lease runs out within its TTL)\n", o.name, o.what, err)
 		}
-	}()
+	}
+	return code
+}
 
+// runCommand runs argv under a supervisor while lock is held, stops it as
+// watchLease says, and returns its exit status once nothing of it runs.
+// release is false when that could not be confirmed: the lock must then be
+// left to run out.
+func runCommand(lock held, o holdOptions, argv, env []string, stdout, stderr io.Writer) (code int, release bool) {
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)
 	defer signal.Stop(sigs)
 	if err := becomeSubreaper(); err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", o.name, err)
-		return 127
+		return 127, true
 	}
-	sup, group, pgid, err := startSupervised(cmdArgs, append(os.Environ(), env(lock)...), os.Stdin, stdout, stderr)
+	first := int64(noDeadline)
+	if o.onLost != "ignore" {
+		first = monoDeadline(lock.Until())
+	}
+	s, err := startSupervised(argv, append(os.Environ(), env...), os.Stdin, stdout, stderr, first)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", o.name, err)
-		return 127
+		return 127, true
 	}
-	defer group.Close()
+	defer s.conn.Close()
+	g := &commandGroup{supervised: s, reaper: &reaper{pgid: s.pgid}, exited: make(chan struct{})}
 	stopReaping := make(chan struct{})
-	go reapOrphans(pgid, stopReaping)
+	go g.reaper.reapUntil(stopReaping)
 	defer close(stopReaping)
-	exited := make(chan struct{})
-	go func() { _ = sup.Wait(); close(exited) }()
-	status := func() int { return exitStatus(sup.ProcessState) }
-	// SIGKILL also goes straight to the group, in case the supervisor
-	// cannot act (stopped); a supervisor that has not exited a second
-	// later is killed in turn.
-	kill := func(supToo bool) {
-		_ = syscall.Kill(-pgid, syscall.SIGKILL)
-		if supToo {
-			_ = sup.Process.Kill()
-		}
-	}
-	code := watchLease(lock, o.onLost, *grace, exited, sigs, group, kill, status, func(cause error) {
+	go func() { _ = s.sup.Wait(); close(g.exited) }()
+	code = watchLease(lock, o.onLost, o.grace, g, sigs, func(cause error) {
 		fmt.Fprintf(stderr, "%s: lost the lock on %s: %v\n", o.name, o.what, cause)
 	})
 	// However the supervisor ended (COMMAND's exit, SIGKILL, the OOM
-	// killer), nothing of COMMAND's group may run once the lock is released.
-	if ws, ok := sup.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+	// killer), nothing of COMMAND may run once the lock is released.
+	if ws, ok := s.sup.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() && !g.endedStopped {
 		fmt.Fprintf(stderr, "%s: COMMAND's supervisor was killed (%v): stopping COMMAND's process group\n", o.name, ws.Signal())
 	}
-	if err := stopGroup(pgid, lock.Until); err != nil {
-		keep = true
+	if err := stopGroup(s.pgid, g.reaper, lock.Until); err != nil {
 		fmt.Fprintf(stderr, "%s: %v: %s not released, its lease runs out within its TTL\n", o.name, err, o.what)
+		return code, false
 	}
-	return code
+	if err := stopAdopted(lock.Until); err != nil {
+		fmt.Fprintf(stderr, "%s: %v: %s not released, its lease runs out within its TTL\n", o.name, err, o.what)
+		return code, false
+	}
+	return code, true
 }
 
 // minRunTTL is the shortest TTL dlm run takes: renewal comes every TTL/3 there,
@@ -309,26 +321,31 @@ const stopMargin = 50 * time.Millisecond
 // COMMAND's group and stopping the group as onLost says: when the lock is
 // lost, and in any case so that no process of the group runs after the
 // lease's validity ends — SIGTERM once less than grace+stopMargin of it is
-// left, SIGKILL at stopMargin. SIGKILL goes through the supervisor and
-// through kill(false) too; kill(true) also kills a supervisor that has not
-// exited a second after.
-func watchLease(lock held, onLost string, grace time.Duration, exited <-chan struct{}, sigs <-chan os.Signal,
-	group io.Writer, kill func(supToo bool), status func() int, reportLost func(error)) int {
+// left, SIGKILL at stopMargin. It tells the watchdog each validity a
+// renewal confirms, and kills a stopped supervisor whose COMMAND has ended.
+func watchLease(lock held, onLost string, grace time.Duration, g *commandGroup, sigs <-chan os.Signal, reportLost func(error)) int {
 	lost := lock.Context().Done() // the Manager renews; this ends when it cannot
 	wasLost, killed := false, false
-	var termed, killedAt time.Time // when SIGTERM and SIGKILL were sent
+	var termed, killedAt, checked time.Time // when SIGTERM and SIGKILL were sent, when the supervisor was checked
+	confirmed := lock.Until()
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		select {
-		case <-exited:
-			// Stopped by dlm because the lease was ending counts as lost.
+		case <-g.exited:
+			// Stopped by dlm because the lease was ending counts as lost,
+			// and so does an end after the lease's (dlm was stopped, and
+			// the watchdog acted).
+			if onLost != "ignore" && !wasLost && !time.Now().Before(lock.Until().Add(-stopMargin)) {
+				wasLost = true
+				reportLost(errors.New("its lease ended while dlm could not renew it (stopped?): the watchdog stopped COMMAND"))
+			}
 			if (wasLost || killed || !termed.IsZero()) && onLost != "ignore" {
 				return exitLost
 			}
-			return status()
+			return g.status()
 		case s := <-sigs:
-			signalGroup(group, s.(syscall.Signal))
+			signalGroup(g.conn, s.(syscall.Signal))
 			continue
 		case <-lost:
 			lost = nil
@@ -336,8 +353,16 @@ func watchLease(lock held, onLost string, grace time.Duration, exited <-chan str
 			reportLost(context.Cause(lock.Context()))
 		case <-tick.C:
 		}
+		if until := lock.Until(); onLost != "ignore" && !wasLost && until.After(confirmed) {
+			confirmed = until
+			_ = writeDeadline(g.conn.watch, monoDeadline(until))
+		}
+		if time.Since(checked) >= time.Second {
+			checked = time.Now()
+			g.killIfEndedStopped()
+		}
 		if killed && !killedAt.IsZero() && time.Since(killedAt) >= time.Second {
-			kill(true)
+			g.kill(true)
 			killedAt = time.Time{}
 		}
 		if onLost == "ignore" || killed {
@@ -350,22 +375,77 @@ func watchLease(lock held, onLost string, grace time.Duration, exited <-chan str
 		}
 		switch {
 		case left <= stopMargin || wasLost && onLost == "kill" || !termed.IsZero() && time.Since(termed) >= grace:
-			signalGroup(group, syscall.SIGKILL)
-			kill(false)
+			signalGroup(g.conn, syscall.SIGKILL)
+			g.kill(false)
 			killed, killedAt = true, time.Now()
 		case termed.IsZero() && (left <= grace+stopMargin || wasLost):
-			signalGroup(group, syscall.SIGTERM)
+			signalGroup(g.conn, syscall.SIGTERM)
 			termed = time.Now()
+		}
+	}
+}
+
+// A commandGroup is COMMAND under its supervisor, as dlm run drives it.
+type commandGroup struct {
+	*supervised
+	reaper       *reaper
+	exited       chan struct{} // closed once the supervisor has exited and been waited for
+	endedStopped bool          // COMMAND ended while the supervisor was stopped: dlm killed the supervisor
+}
+
+// kill sends SIGKILL to COMMAND's group and to every process below dlm but
+// the supervisor and the watchdog, in case the supervisor cannot act (stopped); supToo
+// kills the supervisor as well.
+func (g *commandGroup) kill(supToo bool) {
+	_ = syscall.Kill(-g.pgid, syscall.SIGKILL)
+	killTree(os.Getpid(), g.sup.Process.Pid, g.watchdog)
+	if supToo {
+		_ = g.sup.Process.Kill()
+	}
+}
+
+// killIfEndedStopped kills the supervisor when it is stopped and nothing of
+// COMMAND's group runs: COMMAND has ended, and the
+// supervisor, which would report it, cannot.
+func (g *commandGroup) killIfEndedStopped() {
+	if g.endedStopped || !stopped(g.sup.Process.Pid) || groupRuns(g.pgid) {
+		return
+	}
+	g.endedStopped = true
+	_ = g.sup.Process.Kill()
+}
+
+// status is COMMAND's exit status, as the supervisor reported it; when dlm
+// killed a stopped supervisor, as dlm reaped COMMAND (re-parented to dlm).
+func (g *commandGroup) status() int {
+	if !g.endedStopped {
+		return exitStatus(g.sup.ProcessState)
+	}
+	for end := time.Now().Add(time.Second); ; time.Sleep(5 * time.Millisecond) {
+		g.reaper.reap()
+		if ws, ok := g.reaper.leaderStatus(); ok {
+			return waitStatus(ws)
+		}
+		if time.Now().After(end) {
+			return exitLost // COMMAND's status is not to be had
 		}
 	}
 }
 
 // exitStatus is the shell's view of how a process ended.
 func exitStatus(ps *os.ProcessState) int {
-	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return 128 + int(ws.Signal())
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok {
+		return waitStatus(ws)
 	}
 	return ps.ExitCode()
+}
+
+// waitStatus is the shell's view of a wait status.
+func waitStatus(ws syscall.WaitStatus) int {
+	if ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ws.ExitStatus()
 }
 
 // runOwner names a dlm run or dlm elect process for dlm ls and inspect:
