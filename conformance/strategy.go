@@ -77,13 +77,18 @@ type Topology struct {
 //     or free) fails with dlm.ErrNotHeld and changes nothing; empty or
 //     equal tokens are dlm.ErrInvalid.
 //
-// One rule runs a dlm.Manager over the strategy:
+// Two rules run a dlm.Manager over the strategy:
 //
 //   - InspectRevoke (a strategy that is an inspect.Inspector): Inspect names the
 //     holder, its fence and lease, and counts a waiting process; Revoke
 //     ends the holder's Context with dlm.ErrRevoked at its next renewal,
 //     wakes the waiter, whose fence is at least two above, and leaves a
 //     note on a quorum of nodes.
+//   - UnlockAt: Lock.UnlockAt(now+500ms), which extends with a TTL shorter
+//     than the lease's, ends the Lock's Context at once and keeps the key
+//     from another Manager and from a Lock call of the same Manager until
+//     then; for an inspect.Inspector, the servers' TTL stays within the
+//     time left (no renewal lengthens it) until the key is gone.
 //
 // The lock family's rules (packages semaphore, multilock and rwlock) are
 // package conformance/family's (family.Run), so that this package does not
@@ -215,6 +220,7 @@ var strategyRules = []strategyRule{
 	{"BatchExtend", testBatchExtend},
 	{"WatchRelease", testWatchRelease},
 	{"InspectRevoke", testInspectRevoke},
+	{"UnlockAt", testUnlockAt},
 }
 
 const ttl = 10 * time.Second
