@@ -63,6 +63,14 @@ When COMMAND exits, what it left running in its group is killed, and
 confirmed gone, before the lock is released. --on-lost ignore lets the
 group run on after a loss (and past the lease): the rule no longer holds.
 
+Once per schedule: --hold-at-least D keeps the lock, unrenewed, until D
+after it was granted (counted from when dlm received the grant) when
+COMMAND ends sooner, then leaves it to expire; other runs meanwhile exit 75
+(with --wait 0). It applies whatever COMMAND's status, once COMMAND was
+started; dlm exits as soon as COMMAND has: the servers keep the key (its
+TTL set once to the time left). D must not be negative, nor above 24h,
+the config's max_ttl or --max-hold.
+
 Bounds: --wait 0 (the default) makes one attempt, given at most 1s, or
 three node timeouts (the config's timeout) when that is longer; --wait D
 waits up to D. dlm elect's --wait means the same.
@@ -105,6 +113,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	permits := fs.Int("permits", 0, "KEY is a semaphore of this many permits: take one")
 	readers := fs.Int("readers", 0, "KEY is a read-write lock admitting this many readers: take its write side, or with --shared a read side")
 	shared := fs.Bool("shared", false, "with --readers: take a read side")
+	holdAtLeast := fs.Duration("hold-at-least", 0, "when COMMAND ends sooner, keep the lock (unrenewed) until this long after it was granted, then let it expire")
 	if err := fs.Parse(args); err != nil {
 		return parseExit(err)
 	}
@@ -119,7 +128,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "dlm run: --shared needs --readers N")
 		return 2
 	}
-	o := holdOptions{name: "dlm run", what: strconv.Quote(*key), onLost: *onLost, wait: *wait, ttl: *ttl, grace: *grace, maxHold: *maxHold}
+	o := holdOptions{name: "dlm run", what: strconv.Quote(*key), onLost: *onLost, wait: *wait, ttl: *ttl, grace: *grace, maxHold: *maxHold, holdAtLeast: *holdAtLeast}
 	return runWhileHeld(ctx, tf, o, fs.Args(), stdout, stderr, func(ctx context.Context, m *dlm.Manager) (held, error) {
 		switch {
 		case *permits > 0:
@@ -174,6 +183,7 @@ type holdOptions struct {
 	what                      string // what is held, for messages
 	onLost                    string
 	wait, ttl, grace, maxHold time.Duration
+	holdAtLeast               time.Duration // dlm run's --hold-at-least
 }
 
 // runWhileHeld takes a hold with take (ctx bounded by --wait when it is
@@ -217,6 +227,10 @@ func runWhileHeld(ctx context.Context, tf targetFlags, o holdOptions, cmdArgs []
 	if *maxHold == 0 {
 		*maxHold = math.MaxInt64
 	}
+	if d := o.holdAtLeast; d < 0 || d > dlm.MaxTTL || cfg.MaxTTL > 0 && d > time.Duration(cfg.MaxTTL) || d > *maxHold {
+		fmt.Fprintf(stderr, "%s: --hold-at-least %v: must not be negative, nor above %v, the config's max_ttl or --max-hold\n", o.name, d, dlm.MaxTTL)
+		return 2
+	}
 	m, closer, err := tf.open(ctx, cfg, dlm.WithTTL(*ttl), dlm.WithAutoRenew(renewFraction(*ttl), *maxHold), dlm.WithOwner(runOwner(o.name, cmdArgs[0])))
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", o.name, err)
@@ -227,6 +241,7 @@ func runWhileHeld(ctx context.Context, tf targetFlags, o holdOptions, cmdArgs []
 	wctx, cancel := context.WithTimeout(ctx, cmp.Or(o.wait, attemptBound(cfg))) // --wait 0: one attempt
 	lock, err := take(wctx, m)
 	cancel()
+	granted := time.Now() // --hold-at-least counts from here
 	switch {
 	case err == nil:
 	case errors.Is(err, dlm.ErrInvalid), errors.Is(err, semaphore.ErrMismatch):
@@ -240,7 +255,8 @@ func runWhileHeld(ctx context.Context, tf targetFlags, o holdOptions, cmdArgs []
 		fmt.Fprintf(stderr, "%s: could not lock %s: %v%s\n", o.name, o.what, err, clusterHint(cfg, err))
 		return exitNotLocked
 	}
-	keep := false // COMMAND's group could not be confirmed gone: let the lease run out
+	keep := false    // COMMAND's group could not be confirmed gone: let the lease run out
+	started := false // COMMAND was started: --hold-at-least applies
 	defer func() {
 		if keep {
 			return
@@ -249,7 +265,14 @@ func runWhileHeld(ctx context.Context, tf targetFlags, o holdOptions, cmdArgs []
 		// after COMMAND has exited.
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unlockTimeout)
 		defer cancel()
-		if err := lock.Unlock(uctx); err != nil && !errors.Is(err, dlm.ErrNotHeld) {
+		unlock := lock.Unlock
+		if h, ok := lock.(interface {
+			UnlockAt(context.Context, time.Time) error
+		}); ok && o.holdAtLeast > 0 && started {
+			// Kept from others until then; an Unlock once that has passed.
+			unlock = func(ctx context.Context) error { return h.UnlockAt(ctx, granted.Add(o.holdAtLeast)) }
+		}
+		if err := unlock(uctx); err != nil && !errors.Is(err, dlm.ErrNotHeld) {
 			fmt.Fprintf(stderr, "%s: unlock %s: %v (the lease runs out within its TTL)\n", o.name, o.what, err)
 		}
 	}()
@@ -266,6 +289,7 @@ func runWhileHeld(ctx context.Context, tf targetFlags, o holdOptions, cmdArgs []
 		fmt.Fprintf(stderr, "%s: %v\n", o.name, err)
 		return 127
 	}
+	started = true
 	defer group.Close()
 	stopReaping := make(chan struct{})
 	go reapOrphans(pgid, stopReaping)
