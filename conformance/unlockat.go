@@ -13,12 +13,13 @@ import (
 // testUnlockAt: a Manager's Lock.UnlockAt over the strategy leaves the key
 // held until at, through the strategy's Extend with a TTL shorter than the
 // lease's. The Lock's Context ends at once; another process's TryLock is
-// refused before at; a Lock call of the same Manager gets the key only
-// once at has passed; and, for an inspect.Inspector, the servers' TTL of
-// the holder's lock never exceeds the time left until at (no renewal
-// lengthens it again) until the key is gone. Assertions that need a moment
-// before at are skipped, and logged, when the machine was too slow to
-// make them in time.
+// refused before at, and the holder's remaining TTL its refusal reports
+// (dlm.RetryAfter) is within the time left; a Lock call of the same
+// Manager gets the key only once at has passed; and, for an
+// inspect.Inspector, the servers' TTL of the holder's lock stays within
+// the time left (no renewal lengthens it again) until the key is gone.
+// Assertions that need a moment before at are skipped, and logged, when
+// the machine was too slow to make them in time.
 func testUnlockAt(t *testing.T, c *strategyCase) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -54,6 +55,7 @@ func testUnlockAt(t *testing.T, c *strategyCase) {
 	} else if cause := context.Cause(lctx); !errors.Is(cause, dlm.ErrUnlocked) {
 		t.Errorf("the Lock's Context ended with %v; want dlm.ErrUnlocked", cause)
 	}
+	tried := time.Now()
 	_, err = other.TryLock(ctx, key)
 	switch before := time.Now().Before(at); {
 	case err == nil && before:
@@ -62,6 +64,11 @@ func testUnlockAt(t *testing.T, c *strategyCase) {
 		t.Log("another Manager's TryLock came after at (a slow machine): the refusal before at is not checked")
 	case !errors.Is(err, dlm.ErrNotAcquired):
 		t.Errorf("another Manager's TryLock before at: error %v does not match dlm.ErrNotAcquired", err)
+	}
+	// The holder's remaining TTL, where the refusal reports it, is within
+	// the time left until at (with a round trip's slack).
+	if left, ok := dlm.RetryAfter(err); ok && left > at.Sub(tried)+100*time.Millisecond {
+		t.Fatalf("another Manager's TryLock %v before at was told the holder's TTL is %v: the key was not left to expire at at", at.Sub(tried), left)
 	}
 
 	if _, ok := c.Strategy.(inspect.Inspector); ok {
