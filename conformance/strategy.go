@@ -87,9 +87,10 @@ type Topology struct {
 //   - UnlockAt: Lock.UnlockAt(now+500ms), which extends with a TTL shorter
 //     than the lease's, ends the Lock's Context at once and keeps the key
 //     from another Manager and from a Lock call of the same Manager until
-//     then; the holder's TTL that a refusal reports, and for an
-//     inspect.Inspector the servers' TTL until the key is gone, stay
-//     within the time left (Extend shortens a TTL; no renewal lengthens it).
+//     then; the holder's TTL that a refusal reports (over one node), and
+//     for an inspect.Inspector the servers' TTL until the key is gone,
+//     stay within the time left (Extend shortens a TTL; no renewal
+//     lengthens it).
 //
 // The lock family's rules (packages semaphore, multilock and rwlock) are
 // package conformance/family's (family.Run), so that this package does not

@@ -13,8 +13,8 @@ import (
 // testUnlockAt: a Manager's Lock.UnlockAt over the strategy leaves the key
 // held until at, through the strategy's Extend with a TTL shorter than the
 // lease's. The Lock's Context ends at once; another process's TryLock is
-// refused before at, and the holder's remaining TTL its refusal reports
-// (dlm.RetryAfter) is within the time left; a Lock call of the same
+// refused before at, and (over one node) the holder's remaining TTL its
+// refusal reports (dlm.RetryAfter) is within the time left; a Lock call of the same
 // Manager gets the key only once at has passed; and, for an
 // inspect.Inspector, the servers' TTL of the holder's lock stays within
 // the time left (no renewal lengthens it again) until the key is gone.
@@ -66,8 +66,11 @@ func testUnlockAt(t *testing.T, c *strategyCase) {
 		t.Errorf("another Manager's TryLock before at: error %v does not match dlm.ErrNotAcquired", err)
 	}
 	// The holder's remaining TTL, where the refusal reports it, is within
-	// the time left until at (with a round trip's slack).
-	if left, ok := dlm.RetryAfter(err); ok && left > at.Sub(tried)+100*time.Millisecond {
+	// the time left until at (with a round trip's slack). Not with a
+	// quorum of several nodes: a minority may keep the old TTL (the
+	// extension had not reached it yet, or it was down), and a refusal
+	// decided by the first nodes to answer may report theirs.
+	if left, ok := dlm.RetryAfter(err); ok && c.quorum == len(c.faulty) && left > at.Sub(tried)+100*time.Millisecond {
 		t.Fatalf("another Manager's TryLock %v before at was told the holder's TTL is %v: the key was not left to expire at at", at.Sub(tried), left)
 	}
 
