@@ -6,7 +6,8 @@
 // config builds one from a URL); [Manager.Lock], which waits for a key, and
 // [Manager.TryLock], which tries once; and the [Lock] they return, which
 // carries a fencing token ([Lock.Fence]), the time until which its lease
-// can be trusted ([Lock.Until], [Lock.Context]), and [Lock.Unlock]. Options:
+// can be trusted ([Lock.Until], [Lock.Context]), and [Lock.Unlock] (or
+// [Lock.UnlockAt], which leaves the key held until a given time). Options:
 // [WithTTL], [WithRetryDelay], [WithAutoRenew], [WithOwner], [WithObserver].
 //
 // The package example (Example, in example_test.go: compiled, and run by go
@@ -58,8 +59,8 @@ var (
 	ErrNoScript = errors.New("dlm: NOSCRIPT no matching script")
 	// ErrInvalid reports a bad argument or configuration value.
 	ErrInvalid = errors.New("dlm: invalid argument")
-	// ErrUnlocked is the cause of a Lock's context ending because Unlock was
-	// called.
+	// ErrUnlocked is the cause of a Lock's context ending because Unlock or
+	// UnlockAt was called.
 	ErrUnlocked = errors.New("dlm: lock released")
 	// ErrClosed is wrapped by a Call's error once the client the Node wraps
 	// was closed, where the driver can tell (go-redis and redigo can; rueidis

@@ -79,10 +79,11 @@ func (l *Lock) Until() time.Time {
 //     deleted or now belongs to another owner;
 //   - when auto-renewal fails until the validity runs out, or stops at the
 //     maximum hold time;
-//   - when Unlock is called.
+//   - when Unlock or UnlockAt is called.
 //
 // context.Cause reports why: an error matching ErrLost (wrapping the
-// renewal's error when there was one), or ErrUnlocked after Unlock.
+// renewal's error when there was one), or ErrUnlocked after Unlock or
+// UnlockAt.
 //
 // Deadline reports the validity last confirmed, Until. Unlike most
 // contexts, successive calls may report a later time after a renewal; a
@@ -295,20 +296,124 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	l.endLocked(ErrUnlocked)
 	l.mu.Unlock()
 	l.m.renewer.remove(l)
+	err := l.release(ctx)
+	if o != nil && ending {
+		o.Released(l.key, held, err)
+	}
+	return err
+}
+
+// release hands the lock off to a waiter or releases it (Unlock's work
+// once the lease has ended), and records that it was released unless a
+// node error left that undecided.
+func (l *Lock) release(ctx context.Context) error {
 	err, handed := l.m.queues.handOff(ctx, l)
 	if !handed {
 		err = l.m.s.Release(ctx, l.key, l.token)
 	}
+	l.settle(err)
+	if !handed {
+		l.m.queues.releasedHere(l.key)
+	}
+	return err
+}
+
+// settle records that the lock was released, or left to expire, unless
+// err says a node error left that undecided.
+func (l *Lock) settle(err error) {
 	if err == nil || errors.Is(err, ErrNotHeld) {
 		l.mu.Lock()
 		l.released = true
 		l.mu.Unlock()
 	}
-	if !handed {
-		l.m.queues.releasedHere(l.key)
+}
+
+// UnlockAt ends the lock as Unlock does (its context ends with
+// ErrUnlocked, renewal stops) but leaves the key held on the servers until
+// at instead of deleting it: it sets the key's remaining TTL to
+// time.Until(at), rounded up to the millisecond, through the strategy's
+// Extend (Redlock's quorum and the failover strategy's wait for replicas
+// included). Nobody, this Manager's waiting Lock calls included, takes the
+// key before at; then it expires. A renewal under way is waited for first,
+// so it cannot lengthen the TTL again; a concurrent Extend can. A later
+// Unlock does nothing but return an error matching ErrNotHeld.
+//
+//   - An at that has passed makes UnlockAt an Unlock. With WithAutoRenew's
+//     maximum hold time, at is moved back to it as Extend is.
+//   - When time.Until(at) is too short for the strategy to take as a TTL
+//     (below its drift margin; on a failover strategy, also its wait for
+//     replicas), UnlockAt waits until at, within ctx, and then releases the
+//     lock as Unlock does, rather than free the key early.
+//   - An at more than MaxTTL away is an error matching ErrInvalid, and
+//     changes nothing.
+//   - When the lock was no longer held the error matches ErrNotHeld. When
+//     the servers could not be told (a node error, too few
+//     acknowledgements, a TTL above the strategy's WithMaxTTL), the lock
+//     stays releasable, as after a failed Unlock: call UnlockAt or Unlock
+//     again; meanwhile its key keeps the TTL it had.
+//
+// The servers expire the key by their own clocks, as they do every lease.
+// A semaphore's permit is a Lock and has UnlockAt; see packages multilock
+// and rwlock for theirs.
+func (l *Lock) UnlockAt(ctx context.Context, at time.Time) error {
+	if maxHold := l.m.o.maxHold; maxHold > 0 {
+		if end := l.base.Add(maxHold); end.Before(at) {
+			at = end
+		}
 	}
+	d := time.Until(at)
+	if d <= 0 {
+		return l.Unlock(ctx)
+	}
+	if d > MaxTTL {
+		return invalidf("UnlockAt: %v from now is beyond MaxTTL (%v)", d, MaxTTL)
+	}
+	l.mu.Lock()
+	if l.released {
+		l.mu.Unlock()
+		return fmt.Errorf("%w: %q was already unlocked", ErrNotHeld, l.key)
+	}
+	o := l.m.o.observer
+	var held time.Duration
+	if o != nil {
+		l.expireLocked() // as in Unlock
+		held = time.Since(l.base)
+	}
+	ending := l.ended == nil
+	l.endLocked(ErrUnlocked)
+	l.mu.Unlock()
+	l.m.renewer.removeSettled(ctx, l)
+	err := l.expireAt(ctx, at)
 	if o != nil && ending {
 		o.Released(l.key, held, err)
+	}
+	return err
+}
+
+// expireAt is UnlockAt's work once the lease has ended and renewal
+// stopped.
+func (l *Lock) expireAt(ctx context.Context, at time.Time) error {
+	ttl := time.Until(at)
+	if ttl <= 0 {
+		return l.release(ctx)
+	}
+	ttl = (ttl + time.Millisecond - 1).Truncate(time.Millisecond)
+	_, err := l.m.s.Extend(ctx, l.key, l.token, ttl)
+	if errors.Is(err, ErrInvalid) && ttl < l.m.o.ttl {
+		// Too short for the strategy (which took the Manager's TTL):
+		// release at at, not before.
+		t := time.NewTimer(time.Until(at))
+		defer t.Stop()
+		select {
+		case <-t.C:
+			return l.release(ctx)
+		case <-ctx.Done():
+			return fmt.Errorf("dlm: UnlockAt of %q: waiting to release it at %v: %w", l.key, at.Format(time.RFC3339Nano), ctx.Err())
+		}
+	}
+	l.settle(err)
+	if err == nil {
+		l.m.queues.expiring(l.key, at)
 	}
 	return err
 }

@@ -297,6 +297,19 @@ func (w *queues) releasedHere(key string) {
 	}
 }
 
+// expiring is called when this Manager left key to expire at at
+// (Lock.UnlockAt) instead of releasing it: nothing is handed off, and the
+// key's first waiter, if any, is woken at at, as by a release here, rather
+// than at its next poll.
+func (w *queues) expiring(key string, at time.Time) {
+	w.mu.Lock()
+	q := w.q[key]
+	w.mu.Unlock()
+	if q != nil {
+		time.AfterFunc(time.Until(at), func() { w.releasedHere(key) })
+	}
+}
+
 // wakeLaterLocked wakes q's first waiter after a random delay of up to
 // the span: the longest recent attempt (at least 300µs), doubled for each
 // attempt refused while the key is contended (up to 32 times; not reset

@@ -68,6 +68,7 @@ type renewer struct {
 	locks   map[*Lock]struct{}
 	running bool
 	kick    chan struct{}
+	settled chan struct{} // made by removeSettled, closed when a batch ends
 }
 
 func newRenewer(s Strategy, o options) *renewer {
@@ -111,6 +112,35 @@ func (r *renewer) remove(l *Lock) {
 	if l.renewing {
 		l.renewing = false
 		delete(r.locks, l)
+	}
+}
+
+// removeSettled stops renewing l and waits, within ctx, until no renewal
+// of l is under way: one sent before would reset its TTL after a change
+// sent now.
+func (r *renewer) removeSettled(ctx context.Context, l *Lock) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if l.renewing {
+		l.renewing = false
+		delete(r.locks, l)
+	}
+	for l.inflight {
+		if r.settled == nil {
+			r.settled = make(chan struct{})
+		}
+		ch := r.settled
+		r.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			r.mu.Lock()
+			return
+		}
+		r.mu.Lock()
 	}
 }
 
@@ -246,5 +276,9 @@ func (r *renewer) renew(batch []*Lock) {
 		default:
 			l.due = now.Add(retry)
 		}
+	}
+	if r.settled != nil {
+		close(r.settled)
+		r.settled = nil
 	}
 }

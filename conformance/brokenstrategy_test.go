@@ -79,6 +79,13 @@ func (b *brokenStrategy) Release(ctx context.Context, key, token string) error {
 	return b.Strategy.Release(ctx, key, token)
 }
 
+func (b *brokenStrategy) Extend(ctx context.Context, key, token string, ttl time.Duration) (dlm.Lease, error) {
+	if b.breakage == "NeverShortens" { // as PEXPIRE GT would: an Extend never shortens a lock's TTL
+		ttl = max(ttl, 10*time.Second)
+	}
+	return b.Strategy.Extend(ctx, key, token, ttl)
+}
+
 func (b *brokenStrategy) ExtendMany(ctx context.Context, locks []dlm.HeldKey, ttl time.Duration) []dlm.ExtendResult {
 	if b.breakage == "ExtendsForAnyone" {
 		locks = slices.Clone(locks)
@@ -138,6 +145,7 @@ func TestBrokenStrategiesFail(t *testing.T) {
 		{name: "ReleasesForAnyone", rules: []string{"ReleaseOwnerOnly"}},
 		{name: "ExtendsForAnyone", rules: []string{"BatchExtend"}},
 		{name: "NeverNotifies", rules: []string{"WatchRelease"}},
+		{name: "NeverShortens", rules: []string{"UnlockAt"}},
 		// The script caches are flushed before each rule, so the driver's
 		// fallback runs (Release runs the acquire script).
 		{name: "FallbackWrongSource", rules: []string{"MutualExclusion", "ReleaseOwnerOnly"}},

@@ -77,13 +77,20 @@ type Topology struct {
 //     or free) fails with dlm.ErrNotHeld and changes nothing; empty or
 //     equal tokens are dlm.ErrInvalid.
 //
-// One rule runs a dlm.Manager over the strategy:
+// Two rules run a dlm.Manager over the strategy:
 //
 //   - InspectRevoke (a strategy that is an inspect.Inspector): Inspect names the
 //     holder, its fence and lease, and counts a waiting process; Revoke
 //     ends the holder's Context with dlm.ErrRevoked at its next renewal,
 //     wakes the waiter, whose fence is at least two above, and leaves a
 //     note on a quorum of nodes.
+//   - UnlockAt: Lock.UnlockAt(now+500ms), which extends with a TTL shorter
+//     than the lease's, ends the Lock's Context at once and keeps the key
+//     from another Manager and from a Lock call of the same Manager until
+//     then; the holder's TTL that a refusal reports (over one node), and
+//     for an inspect.Inspector the servers' TTL until the key is gone,
+//     stay within the time left (Extend shortens a TTL; no renewal
+//     lengthens it).
 //
 // The lock family's rules (packages semaphore, multilock and rwlock) are
 // package conformance/family's (family.Run), so that this package does not
@@ -215,6 +222,7 @@ var strategyRules = []strategyRule{
 	{"BatchExtend", testBatchExtend},
 	{"WatchRelease", testWatchRelease},
 	{"InspectRevoke", testInspectRevoke},
+	{"UnlockAt", testUnlockAt},
 }
 
 const ttl = 10 * time.Second

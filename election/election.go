@@ -172,6 +172,11 @@ func (l *Leadership) announce(ctx context.Context, mode string) (bool, error) {
 // Resign ends the leadership: observers learn there is no leader, and the
 // lock is released so that a campaigner takes over at once. The
 // leadership's Context ends with dlm.ErrUnlocked.
+//
+// There is no resigning that keeps others out until a given time (as
+// dlm.Lock.UnlockAt does for a lock): observers would see no leader while
+// nobody may lead. Calling UnlockAt on Lock() leaves the leader record
+// announcing this process until the key expires.
 func (l *Leadership) Resign(ctx context.Context) error {
 	_, err := l.announce(ctx, "r")
 	uerr := l.lock.Unlock(ctx)

@@ -12,6 +12,9 @@
 // long after its last renewal. A waiter whose context ends leaves the queue
 // at once.
 //
+// The lock is a *dlm.Lock: its UnlockAt keeps the key until a given time,
+// and the queue's head takes it once it expires.
+//
 // Every user of a fair key must take it through this package: a plain
 // dlm.Manager.Lock on the same key does not queue and may go first.
 //

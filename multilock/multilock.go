@@ -208,3 +208,21 @@ func (s *Set) Unlock(ctx context.Context) error {
 	wg.Wait()
 	return errors.Join(errs...)
 }
+
+// UnlockAt ends the Set as Unlock does, but leaves every key held on the
+// servers until at (see dlm.Lock.UnlockAt), all at once. The error joins
+// those of the keys that failed; each of those stays releasable.
+func (s *Set) UnlockAt(ctx context.Context, at time.Time) error {
+	s.cancel(dlm.ErrUnlocked)
+	errs := make([]error, len(s.locks))
+	var wg sync.WaitGroup
+	for i, l := range s.locks {
+		wg.Go(func() {
+			if err := l.UnlockAt(ctx, at); err != nil {
+				errs[i] = fmt.Errorf("multilock: %q: %w", l.Key(), err)
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}

@@ -121,6 +121,21 @@ func (h *Hold) Unlock(ctx context.Context) error {
 	return err
 }
 
+// UnlockAt ends the hold as Unlock does but leaves its locks held on the
+// servers until at (see dlm.Lock.UnlockAt): after a writer's, nobody
+// reads or writes before at; after a reader's, its permit stays taken, so
+// writers wait until at while other readers come and go.
+func (h *Hold) UnlockAt(ctx context.Context, at time.Time) error {
+	err := h.set.UnlockAt(ctx, at)
+	if h.passed != nil {
+		select {
+		case <-h.passed:
+		case <-ctx.Done():
+		}
+	}
+	return err
+}
+
 // RLock takes a read hold, waiting while a writer holds or waits for the
 // lock and while maxReaders readers hold it, until it succeeds or ctx ends.
 // RLock and Lock give back what they took before they return an error (for

@@ -187,7 +187,8 @@ func (s *Semaphore) Permits() int { return len(s.keys) }
 // the permit nearest its end has left.
 //
 // The returned Lock is the permit: keep its Context for the work the permit
-// allows, and Unlock it to give the permit back.
+// allows, and Unlock it to give the permit back (or UnlockAt, to keep the
+// permit taken until a given time).
 func (s *Semaphore) TryAcquire(ctx context.Context) (*dlm.Lock, error) {
 	if err := s.CheckPermits(ctx); err != nil {
 		return nil, err

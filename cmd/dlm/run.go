@@ -73,6 +73,14 @@ process re-parented outside dlm's tree (started by a service manager, or
 adopted by init because dlm itself was killed). --on-lost ignore lets the
 group run on after a loss (and past the lease): the rule no longer holds.
 
+Once per schedule: --hold-at-least D keeps the lock, unrenewed, until D
+after it was granted (counted from when dlm received the grant) when
+COMMAND ends sooner, then leaves it to expire; other runs meanwhile exit 75
+(with --wait 0). It applies whatever COMMAND's status, once COMMAND was
+started; dlm exits as soon as COMMAND has: the servers keep the key (its
+TTL set once to the time left). D must not be negative, nor above 24h,
+the config's max_ttl or --max-hold.
+
 Bounds: --wait 0 (the default) makes one attempt, given at most 1s, or
 three node timeouts (the config's timeout) when that is longer; --wait D
 waits up to D. dlm elect's --wait means the same.
@@ -115,6 +123,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	permits := fs.Int("permits", 0, "KEY is a semaphore of this many permits: take one")
 	readers := fs.Int("readers", 0, "KEY is a read-write lock admitting this many readers: take its write side, or with --shared a read side")
 	shared := fs.Bool("shared", false, "with --readers: take a read side")
+	holdAtLeast := fs.Duration("hold-at-least", 0, "when COMMAND ends sooner, keep the lock (unrenewed) until this long after it was granted, then let it expire")
 	if err := fs.Parse(args); err != nil {
 		return parseExit(err)
 	}
@@ -129,7 +138,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "dlm run: --shared needs --readers N")
 		return 2
 	}
-	o := holdOptions{name: "dlm run", what: strconv.Quote(*key), onLost: *onLost, wait: *wait, ttl: *ttl, grace: *grace, maxHold: *maxHold}
+	o := holdOptions{name: "dlm run", what: strconv.Quote(*key), onLost: *onLost, wait: *wait, ttl: *ttl, grace: *grace, maxHold: *maxHold, holdAtLeast: *holdAtLeast}
 	return runWhileHeld(ctx, tf, o, fs.Args(), stdout, stderr, func(ctx context.Context, m *dlm.Manager) (held, error) {
 		switch {
 		case *permits > 0:
@@ -184,6 +193,7 @@ type holdOptions struct {
 	what                      string // what is held, for messages
 	onLost                    string
 	wait, ttl, grace, maxHold time.Duration
+	holdAtLeast               time.Duration // dlm run's --hold-at-least
 }
 
 // runWhileHeld takes a hold with take (ctx bounded by --wait when it is
@@ -227,6 +237,10 @@ func runWhileHeld(ctx context.Context, tf targetFlags, o holdOptions, cmdArgs []
 	if *maxHold == 0 {
 		*maxHold = math.MaxInt64
 	}
+	if d := o.holdAtLeast; d < 0 || d > dlm.MaxTTL || cfg.MaxTTL > 0 && d > time.Duration(cfg.MaxTTL) || d > *maxHold {
+		fmt.Fprintf(stderr, "%s: --hold-at-least %v: must not be negative, nor above %v, the config's max_ttl or --max-hold\n", o.name, d, dlm.MaxTTL)
+		return 2
+	}
 	m, closer, err := tf.open(ctx, cfg, dlm.WithTTL(*ttl), dlm.WithAutoRenew(renewFraction(*ttl), *maxHold), dlm.WithOwner(runOwner(o.name, cmdArgs[0])))
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", o.name, err)
@@ -237,6 +251,7 @@ func runWhileHeld(ctx context.Context, tf targetFlags, o holdOptions, cmdArgs []
 	wctx, cancel := context.WithTimeout(ctx, cmp.Or(o.wait, attemptBound(cfg))) // --wait 0: one attempt
 	lock, err := take(wctx, m)
 	cancel()
+	granted := time.Now() // --hold-at-least counts from here
 	switch {
 	case err == nil:
 	case errors.Is(err, dlm.ErrInvalid), errors.Is(err, semaphore.ErrMismatch):
@@ -250,13 +265,20 @@ func runWhileHeld(ctx context.Context, tf targetFlags, o holdOptions, cmdArgs []
 		fmt.Fprintf(stderr, "%s: could not lock %s: %v%s\n", o.name, o.what, err, clusterHint(cfg, err))
 		return exitNotLocked
 	}
-	code, release := runCommand(lock, o, cmdArgs, env(lock), stdout, stderr)
+	code, started, release := runCommand(lock, o, cmdArgs, env(lock), stdout, stderr)
 	if release {
 		// Bounded: a server that stopped answering must not hold dlm up
 		// after COMMAND has exited.
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unlockTimeout)
 		defer cancel()
-		if err := lock.Unlock(uctx); err != nil && !errors.Is(err, dlm.ErrNotHeld) {
+		unlock := lock.Unlock
+		if h, ok := lock.(interface {
+			UnlockAt(context.Context, time.Time) error
+		}); ok && o.holdAtLeast > 0 && started {
+			// Kept from others until then; an Unlock once that has passed.
+			unlock = func(ctx context.Context) error { return h.UnlockAt(ctx, granted.Add(o.holdAtLeast)) }
+		}
+		if err := unlock(uctx); err != nil && !errors.Is(err, dlm.ErrNotHeld) {
 			fmt.Fprintf(stderr, "%s: unlock %s: %v (the lease runs out within its TTL)\n", o.name, o.what, err)
 		}
 	}
@@ -264,16 +286,16 @@ func runWhileHeld(ctx context.Context, tf targetFlags, o holdOptions, cmdArgs []
 }
 
 // runCommand runs argv under a supervisor while lock is held, stops it as
-// watchLease says, and returns its exit status once nothing of it runs.
-// release is false when that could not be confirmed: the lock must then be
-// left to run out.
-func runCommand(lock held, o holdOptions, argv, env []string, stdout, stderr io.Writer) (code int, release bool) {
+// watchLease says, and returns its exit status once nothing of it runs, and
+// whether it was started. release is false when dlm could not confirm that
+// nothing of it runs: the lock must then be left to run out.
+func runCommand(lock held, o holdOptions, argv, env []string, stdout, stderr io.Writer) (code int, started, release bool) {
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)
 	defer signal.Stop(sigs)
 	if err := becomeSubreaper(); err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", o.name, err)
-		return 127, true
+		return 127, false, true
 	}
 	first := int64(noDeadline)
 	if o.onLost != "ignore" {
@@ -282,7 +304,7 @@ func runCommand(lock held, o holdOptions, argv, env []string, stdout, stderr io.
 	s, err := startSupervised(argv, append(os.Environ(), env...), os.Stdin, stdout, stderr, first)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", o.name, err)
-		return 127, true
+		return 127, false, true
 	}
 	defer s.conn.Close()
 	g := &commandGroup{supervised: s, reaper: &reaper{pgid: s.pgid}, exited: make(chan struct{})}
@@ -300,13 +322,13 @@ func runCommand(lock held, o holdOptions, argv, env []string, stdout, stderr io.
 	}
 	if err := stopGroup(s.pgid, g.reaper, lock.Until); err != nil {
 		fmt.Fprintf(stderr, "%s: %v: %s not released, its lease runs out within its TTL\n", o.name, err, o.what)
-		return code, false
+		return code, true, false
 	}
 	if err := stopAdopted(lock.Until); err != nil {
 		fmt.Fprintf(stderr, "%s: %v: %s not released, its lease runs out within its TTL\n", o.name, err, o.what)
-		return code, false
+		return code, true, false
 	}
-	return code, true
+	return code, true, true
 }
 
 // minRunTTL is the shortest TTL dlm run takes: renewal comes every TTL/3 there,
