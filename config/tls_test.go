@@ -244,3 +244,24 @@ func lockOverTLS(t *testing.T, u string, dial config.Dialer, key string) error {
 	}
 	return l.Unlock(ctx)
 }
+
+// A TLS client at a plain server's port fails at once, with every driver,
+// for one server and for Redlock masters (whose adaptive per-node timeout
+// leaves each handshake well under a second): the servers never answer the
+// handshake, and nodekit.Dial asks the port in plain text instead.
+func TestTLSClientAtPlainPort(t *testing.T) {
+	srv := redistest.Start(t)
+	masters := redistest.StartN(t, 3)
+	tlsQuery := "tls=true&tls_insecure=true"
+	for _, u := range []string{
+		"single://" + srv.Addr + "?" + tlsQuery,
+		"redlock://" + masters[0].Addr + "," + masters[1].Addr + "," + masters[2].Addr + "?" + tlsQuery,
+	} {
+		for _, d := range dialers {
+			err := lockOverTLS(t, u, d.dial, "plain-port-"+d.name)
+			require.Error(t, err, "%s %s", d.name, u)
+			assert.True(t, dlm.Permanent(err), "%s %s: not permanent: %v", d.name, u, err)
+			assert.Contains(t, err.Error(), "the server does not speak TLS", "%s %s", d.name, u)
+		}
+	}
+}

@@ -104,3 +104,24 @@ func TestDoctorClusterTLS(t *testing.T) {
 	assert.Equal(t, 3, strings.Count(out, "ok   cluster_state ok"), out)
 	assert.NotContains(t, out, "\n  fail ")
 }
+
+// tls=true against a plain server's port: dlm run and dlm doctor say so,
+// naming TLS, over every driver, instead of waiting out --wait and saying
+// "context deadline exceeded".
+func TestTLSClientAtPlainPort(t *testing.T) {
+	srv := redistest.Start(t)
+	u := "single://" + srv.Addr + "?tls=true&tls_insecure=true"
+	for _, d := range []string{"goredis", "redigo", "rueidis", "valkeygo"} {
+		start := time.Now()
+		code, out := runDLM(t, "run", "--driver", d, "--url", u, "--key", "k", "--wait", "50s", "--", "true")
+		assert.Less(t, time.Since(start), 25*time.Second, "%s waited for --wait", d) // generous: it takes well under 2s
+		assert.Equal(t, exitNotLocked, code, "%s: %s", d, out)
+		assert.Contains(t, out, "TLS with "+srv.Addr+": the server does not speak TLS", d)
+		assert.NotContains(t, out, "deadline exceeded", d)
+
+		code, out = runDLM(t, "doctor", "--driver", d, "--url", u)
+		assert.NotEqual(t, 0, code, "%s: %s", d, out)
+		assert.Contains(t, out, "TLS with "+srv.Addr+": the server does not speak TLS", d)
+		assert.NotContains(t, out, "deadline exceeded", d)
+	}
+}
