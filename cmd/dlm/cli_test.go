@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -444,4 +445,35 @@ func TestHelpNamesTheDefaultDeployment(t *testing.T) {
 func fenceOf(key string) string {
 	_, f := strategy.Keys(key)
 	return f
+}
+
+// --url or --config given empty (--url "$REDIS_URL" with the variable not
+// set) is refused with exit 2 by every command that takes them; it does not
+// fall back to DLM_URL, here a live server, or the default.
+func TestEmptyTargetFlagRefused(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, args := range [][]string{
+		{"run", "--url", "", "--key", "k", "--", "true"},
+		{"run", "--url=", "--key", "k", "--", "true"},
+		{"run", "--config", "", "--key", "k", "--", "true"},
+		{"elect", "--url", "", "--name", "n", "--wait", "0", "--", "true"},
+		{"doctor", "--url", ""},
+		{"ls", "--url", ""},
+		{"inspect", "--url", "", "k"},
+		{"revoke", "--url", "", "--reason", "r", "k"},
+		{"demo", "--url", "", "--duration", "100ms"},
+		{"demo", "--config", "", "--duration", "100ms"},
+	} {
+		cmd := exec.Command(dlmBin, args...)
+		cmd.Env = append(os.Environ(), "DLM_URL=single://"+srv.Addr)
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		require.ErrorAs(t, err, &ee, "%q: %s", args, out)
+		assert.Equal(t, 2, ee.ExitCode(), "%q: %s", args, out)
+		flagName := "--url"
+		if slices.Contains(args, "--config") {
+			flagName = "--config"
+		}
+		assert.Contains(t, string(out), flagName+" is empty (a variable that is not set?)", "%q", args)
+	}
 }

@@ -25,7 +25,8 @@ const defaultURL = "single://127.0.0.1:6379"
 // fallback says what is used when none of them is given.
 func targetUsage(fallback string) string {
 	return `The deployment comes from --config (a JSON file), else --url, else the
-DLM_URL environment variable, else ` + fallback + `. One URL form per deployment:
+DLM_URL environment variable, else ` + fallback + ` (--url or --config
+given empty is an error). One URL form per deployment:
   single://host:6379?ttl=10s                      one server
   redlock://h1:6379,h2:6379,h3:6379?timeout=50ms  independent masters (Redlock)
   sentinel://s1:26379,s2:26379/mymaster?ack=all   a primary found through Sentinel
@@ -42,9 +43,11 @@ See docs/configuration.md for every field.
 // targetFlags are the flags that say which deployment a command works on,
 // and over which client.
 type targetFlags struct {
-	url    *string
-	config *string
-	driver *string
+	url      *string
+	config   *string
+	driver   *string
+	fs       *flag.FlagSet // to tell a flag given empty from one not given
+	fallback string        // what is used when nothing names a deployment
 }
 
 // drivers are the clients --driver names.
@@ -56,7 +59,16 @@ func addTargetFlags(fs *flag.FlagSet, fallback string) targetFlags {
 		url:    fs.String("url", "", "deployment URL (default: $DLM_URL, else "+fallback+")"),
 		config: fs.String("config", "", "deployment config file (JSON); overrides --url and DLM_URL"),
 		driver: fs.String("driver", "goredis", "the Redis client: goredis, redigo, rueidis or valkeygo"),
+		fs:     fs, fallback: fallback,
 	}
+}
+
+// set reports whether the flag name was given on the command line, even
+// empty.
+func (f targetFlags) set(name string) bool {
+	found := false
+	f.fs.Visit(func(fl *flag.Flag) { found = found || fl.Name == name })
+	return found
 }
 
 // dialer returns the Dial of the client --driver names.
@@ -67,15 +79,28 @@ func (f targetFlags) dialer() (config.Dialer, error) {
 	return nil, fmt.Errorf("--driver %q: want goredis, redigo, rueidis or valkeygo", *f.driver)
 }
 
-// given reports whether the flags or the environment name a deployment.
+// given reports whether the flags or the environment name a deployment
+// (a flag given empty counts: load refuses it).
 func (f targetFlags) given() bool {
-	return *f.url != "" || *f.config != "" || os.Getenv("DLM_URL") != ""
+	return f.set("url") || f.set("config") || os.Getenv("DLM_URL") != ""
 }
 
 // load returns the configuration the flags name (and checks --driver).
+// --url or --config given empty is an error, not the same as leaving the
+// flag out: it is most often a variable that is not set (--url "$REDIS_URL"),
+// and falling back to DLM_URL or the default would lock elsewhere.
 func (f targetFlags) load() (config.Config, error) {
 	if _, err := f.dialer(); err != nil {
 		return config.Config{}, err
+	}
+	for _, fl := range []struct {
+		name string
+		v    *string
+		want string
+	}{{"url", f.url, "a deployment URL"}, {"config", f.config, "a file"}} {
+		if f.set(fl.name) && *fl.v == "" {
+			return config.Config{}, fmt.Errorf("--%s is empty (a variable that is not set?): give %s, or leave --%s out to use DLM_URL, else %s", fl.name, fl.want, fl.name, f.fallback)
+		}
 	}
 	if *f.config != "" {
 		file, err := os.Open(*f.config)
