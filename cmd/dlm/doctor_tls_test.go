@@ -54,6 +54,13 @@ func TestDoctorTLS(t *testing.T) {
 	assert.Equal(t, 1, code, out)
 	assert.Contains(t, out, "fail TLS: the server's certificate expired on")
 	assert.NotContains(t, out, "reachable")
+	// Under tls_insecure the connection works, and the expiry is a failure
+	// that says how long ago, not "expires in -24h0m0s".
+	code, out = runDLM(t, "doctor", "--url", "single://"+srv.Addr+"?tls=true&tls_insecure=true&tls_cert="+certs.ClientCert+"&tls_key="+certs.ClientKey)
+	assert.Equal(t, 1, code, out)
+	assert.Regexp(t, `fail TLS 1\.3: the server's certificate expired 24h\d+m0s ago \(`, out)
+	assert.NotContains(t, out, "expires in -", out)
+	assert.Contains(t, out, "ok   reachable", out)
 	// dlm run gives up at once, saying why.
 	code, out = runDLM(t, "run", "--url", tlsURL, "--key", "tls-job", "--wait", "1m", "--", "true")
 	assert.NotEqual(t, 0, code, out)
