@@ -207,6 +207,9 @@ func TestConfigErrors(t *testing.T) {
 		{args: []string{"run", "--key", strings.Repeat("k", 1025), "--url", "single://127.0.0.1:1", "--", "true"}, want: "longer than MaxKeyLen"},
 		{args: []string{"run", "--key", "k", "--ttl", "25h", "--url", "single://127.0.0.1:1", "--", "true"}, want: "at most 24h"},
 		{args: []string{"run", "--key", "k", "--ttl", "100ms", "--url", "single://127.0.0.1:1", "--", "true"}, want: "too short"},
+		// A count of 0 given explicitly is not the default "no count".
+		{args: []string{"run", "--key", "k", "--permits", "0", "--url", "single://127.0.0.1:1", "--", "true"}, want: "--permits and --readers take a positive count"},
+		{args: []string{"run", "--key", "k", "--readers=0", "--url", "single://127.0.0.1:1", "--", "true"}, want: "--permits and --readers take a positive count"},
 	} {
 		cmd := exec.Command(dlmBin, tc.args...)
 		cmd.Env = append(os.Environ(), "DLM_URL=")

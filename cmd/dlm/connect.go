@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -65,10 +66,25 @@ func addTargetFlags(fs *flag.FlagSet, fallback string) targetFlags {
 
 // set reports whether the flag name was given on the command line, even
 // empty.
-func (f targetFlags) set(name string) bool {
+func (f targetFlags) set(name string) bool { return flagGiven(f.fs, name) }
+
+// flagGiven reports whether the flag name was given on fs's command line,
+// whatever its value (a value equal to the default included).
+func flagGiven(fs *flag.FlagSet, name string) bool {
 	found := false
-	f.fs.Visit(func(fl *flag.Flag) { found = found || fl.Name == name })
+	fs.Visit(func(fl *flag.Flag) { found = found || fl.Name == name })
 	return found
+}
+
+// zeroGiven reports whether one of the flags names was given as 0, for a
+// count whose default, 0, means "not given" (dlm run's --permits and
+// --readers): given explicitly, 0 is an error, not the default.
+func zeroGiven(fs *flag.FlagSet, names ...string) bool {
+	zero := false
+	fs.Visit(func(fl *flag.Flag) {
+		zero = zero || slices.Contains(names, fl.Name) && fl.Value.String() == "0"
+	})
+	return zero
 }
 
 // dialer returns the Dial of the client --driver names.

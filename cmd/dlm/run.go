@@ -112,7 +112,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case *key == "":
 		fmt.Fprintln(stderr, "dlm run: --key is required")
 		return 2
-	case *permits < 0 || *readers < 0 || *permits > 0 && *readers > 0:
+	case *permits < 0 || *readers < 0 || *permits > 0 && *readers > 0 || zeroGiven(fs, "permits", "readers"):
 		fmt.Fprintln(stderr, "dlm run: --permits and --readers take a positive count, and not both")
 		return 2
 	case *shared && *readers == 0:
