@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"math"
 	"net/url"
 	"os"
 	"strconv"
@@ -15,6 +16,8 @@ func (c Config) validateTLS() error {
 	switch {
 	case c.DB < 0:
 		return badField("db", "%d is negative", c.DB)
+	case c.DB > math.MaxInt32:
+		return badField("db", "%d is above %d, the largest database number Redis takes (a server has databases 0 to its databases setting - 1, 16 by default)", c.DB, math.MaxInt32)
 	case c.DB != 0 && c.Cluster:
 		return badField("db", "a Redis Cluster has only database 0, got db=%d", c.DB)
 	case c.SentinelTLS && c.Master == "":

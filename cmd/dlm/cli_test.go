@@ -480,3 +480,28 @@ func TestEmptyTargetFlagRefused(t *testing.T) {
 		assert.Contains(t, string(out), flagName+" is empty (a variable that is not set?)", "%q", args)
 	}
 }
+
+// A database the server does not have (?db=16 with the default 16
+// databases) is a configuration error, exit 2 with advice, at once and over
+// every driver, not "could not lock" (75) after --wait; dlm ls says the same,
+// and doctor names it instead of blaming the password. A number Redis never
+// takes (above 2^31-1) is refused when the URL is parsed.
+func TestDBOutOfRange(t *testing.T) {
+	srv := redistest.Start(t)
+	u := "single://" + srv.Addr + "?db=16"
+	for _, d := range []string{"goredis", "redigo", "rueidis", "valkeygo"} {
+		code, out := runDLM(t, "run", "--driver", d, "--url", u, "--key", "k", "--wait", "50s", "--", "true")
+		assert.Equal(t, 2, code, "%s: %s", d, out)
+		assert.Contains(t, out, "ERR DB index is out of range\n  hint: db=16: the server has no such database", d)
+	}
+	code, out := runDLM(t, "ls", "--url", u)
+	assert.Equal(t, 2, code, out)
+	assert.Contains(t, out, "hint: db=16: the server has no such database")
+	code, out = runDLM(t, "doctor", "--url", u)
+	assert.Equal(t, 1, code, out)
+	assert.Contains(t, out, "fail db=16: ERR DB index is out of range: the server has no such database")
+	assert.NotContains(t, out, "authentication")
+	code, out = runDLM(t, "run", "--url", "single://"+srv.Addr+"?db=99999999999", "--key", "k", "--", "true")
+	assert.Equal(t, 2, code, out)
+	assert.Contains(t, out, "db: 99999999999 is above 2147483647")
+}

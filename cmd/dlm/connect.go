@@ -11,12 +11,15 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/config"
 	"github.com/dlmgo/dlm/driver/goredis"
 	"github.com/dlmgo/dlm/driver/redigo"
 	"github.com/dlmgo/dlm/driver/rueidis"
 	"github.com/dlmgo/dlm/driver/valkeygo"
+	"github.com/dlmgo/dlm/nodekit"
 )
 
 // defaultURL is used when neither --url, DLM_URL nor --config is given.
@@ -154,6 +157,27 @@ func clusterHint(cfg config.Config, err error) string {
 		return ""
 	}
 	return fmt.Sprintf("\n  hint: %s is a Redis Cluster node: give the Cluster as cluster://%s", strings.Join(cfg.Addrs, ","), strings.Join(cfg.Addrs, ","))
+}
+
+// dbOutOfRange reports whether err holds the server's refusal of the
+// configured database number (SELECT): "ERR DB index is out of range",
+// from a driver (a *dlm.ReplyError) or from the go-redis clients of doctor
+// and the operator commands.
+func dbOutOfRange(err error) bool {
+	var ge redis.Error
+	if errors.As(err, &ge) {
+		err = nodekit.Reply(ge.Error(), err)
+	}
+	var re *dlm.ReplyError
+	return errors.As(err, &re) && re.Code == "ERR" && strings.HasPrefix(re.Message, "DB index is out of range")
+}
+
+// dbHint returns advice for an error that shows the server refused db, else "".
+func dbHint(db int, err error) string {
+	if !dbOutOfRange(err) {
+		return ""
+	}
+	return fmt.Sprintf("\n  hint: db=%d: the server has no such database; it has databases 0 to its databases setting - 1 (16 by default): give a lower db, or raise databases in the server's configuration", db)
 }
 
 // open returns a Manager over the deployment cfg describes, on clients of

@@ -368,6 +368,8 @@ func ping(ctx context.Context, c *redis.Client, r *report) map[string]string {
 	if err := c.Ping(ctx).Err(); err != nil {
 		if errors.As(err, new(*nodekit.TLSError)) {
 			r.addf("fail", "%v: check tls and the tls_* fields (docs/tls.md)", err)
+		} else if dbOutOfRange(err) {
+			r.addf("fail", "db=%d: %v: the server has no such database; it has databases 0 to its databases setting - 1 (16 by default): give a lower db, or raise databases", c.Options().DB, err)
 		} else if permanent(err) {
 			r.addf("fail", "authentication failed: %v: put the right user and password in the URL (single://user:password@host:port, percent-encoded)", err)
 		} else {

@@ -69,6 +69,7 @@ tell (the state is unknown: the lock may still be held).
 // operator holds what the three commands share: the strategy over the
 // deployment and the go-redis clients that scan it.
 type operator struct {
+	cfg     config.Config
 	s       dlm.Strategy
 	clients []any // *redis.Client or *redis.ClusterClient, one per endpoint
 	close   io.Closer
@@ -83,7 +84,7 @@ func openOperator(ctx context.Context, tf targetFlags) (*operator, error) {
 	if *tf.driver != "goredis" { // its clients scan the deployment
 		return nil, fmt.Errorf("--driver %s: the operator commands work over goredis only", *tf.driver)
 	}
-	op := &operator{}
+	op := &operator{cfg: cfg}
 	s, closer, err := cfg.OpenStrategy(ctx, func(ctx context.Context, ep config.Endpoint) (dlm.Node, io.Closer, error) {
 		n, c, err := goredis.Dial(ctx, ep)
 		if err == nil {
@@ -138,15 +139,15 @@ func lsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	defer op.close.Close()
 	keys, err := op.scan(ctx, match)
 	if err != nil {
-		fmt.Fprintf(stderr, "dlm ls: %v\n", err)
-		return 1
+		fmt.Fprintf(stderr, "dlm ls: %v%s\n", err, dbHint(op.cfg.DB, err))
+		return exitFor(err)
 	}
 	var held []inspect.Info
 	for _, k := range keys {
 		info, err := inspect.Key(ctx, op.s, k)
 		if err != nil {
-			fmt.Fprintf(stderr, "dlm ls: %q: %v\n", k, err)
-			return 1
+			fmt.Fprintf(stderr, "dlm ls: %s: %v%s\n", displayKey(k), err, dbHint(op.cfg.DB, err))
+			return exitFor(err)
 		}
 		if info.Held {
 			held = append(held, info)
@@ -187,7 +188,7 @@ func inspectCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	defer op.close.Close()
 	info, err := inspect.Key(ctx, op.s, key)
 	if err != nil {
-		fmt.Fprintf(stderr, "dlm inspect: %v\n", err)
+		fmt.Fprintf(stderr, "dlm inspect: %v%s\n", err, dbHint(op.cfg.DB, err))
 		return exitFor(err)
 	}
 	if *asJSON {
@@ -228,7 +229,7 @@ func revokeCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return exitNotLocked
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "dlm revoke: %v\n", err)
+		fmt.Fprintf(stderr, "dlm revoke: %v%s\n", err, dbHint(op.cfg.DB, err))
 		return exitFor(err)
 	}
 	fmt.Fprintf(stderr, "dlm revoke: %s %q held by %s (fence %d) revoked by %s: %s\n",
@@ -248,9 +249,10 @@ func (k *keyFlags) add(fs *flag.FlagSet) {
 	k.quoted = fs.String("key-quoted", "", `the key Go-quoted, as dlm ls prints one that is not plain text ("a\nb"), instead of KEY`)
 }
 
-// exitFor is the exit status after err: 2 for bad input, else 1.
+// exitFor is the exit status after err: 2 for bad input (a db the server
+// does not have included), else 1.
 func exitFor(err error) int {
-	if errors.Is(err, dlm.ErrInvalid) || errors.Is(err, errors.ErrUnsupported) {
+	if errors.Is(err, dlm.ErrInvalid) || errors.Is(err, errors.ErrUnsupported) || dbOutOfRange(err) {
 		return 2
 	}
 	return 1

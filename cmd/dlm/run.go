@@ -230,7 +230,7 @@ func runWhileHeld(ctx context.Context, tf targetFlags, o holdOptions, cmdArgs []
 	switch {
 	case err == nil:
 	case errors.Is(err, dlm.ErrInvalid), errors.Is(err, semaphore.ErrMismatch):
-		fmt.Fprintf(stderr, "%s: %v\n", o.name, err)
+		fmt.Fprintf(stderr, "%s: %v%s\n", o.name, err, dbHint(cfg.DB, err))
 		return 2
 	case ctx.Err() != nil:
 		code, sig := interrupted(ctx)
