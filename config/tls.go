@@ -9,6 +9,8 @@ import (
 	"net/url"
 	"os"
 	"strconv"
+
+	"github.com/dlmgo/dlm/internal/echo"
 )
 
 // validateTLS checks the TLS fields and DB without reading any file.
@@ -55,7 +57,7 @@ func pathDB(path string, q url.Values) (int, error) {
 	}
 	n, err := strconv.Atoi(path)
 	if err != nil {
-		return 0, badField("db", "the path of a redis:// URL is the database number, got %q", path)
+		return 0, badField("db", "the path of a redis:// URL is the database number, got %s", echo.Quote(path))
 	}
 	return n, nil
 }

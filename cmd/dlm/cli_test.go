@@ -505,3 +505,31 @@ func TestDBOutOfRange(t *testing.T) {
 	assert.Equal(t, 2, code, out)
 	assert.Contains(t, out, "db: 99999999999 is above 2147483647")
 }
+
+// No message of dlm quotes a user's input whole: a 100,000-character
+// unknown URL parameter, flag value, flag name or command comes back as its
+// first bytes and its length (exit 2 in every case).
+func TestErrorsBoundTheirEchoes(t *testing.T) {
+	long := strings.Repeat("x", 100_000)
+	for _, args := range [][]string{
+		{"run", "--url", "single://127.0.0.1:1?" + long + "=1", "--key", "k", "--", "true"},
+		{"run", "--url", "single://127.0.0.1:1?ttl=" + long, "--key", "k", "--", "true"},
+		{"run", "--url", "single://127.0.0.1:1", "--on-lost", long, "--key", "k", "--", "true"},
+		{"run", "--url", "single://127.0.0.1:1", "--ttl", long, "--key", "k", "--", "true"},
+		{"run", "--" + long, "--key", "k", "--", "true"},
+		{"doctor", "--driver", long},
+		{"ls", "--url", "single://127.0.0.1:1", "[" + long},
+		{"demo", "--strategy", long, "--addr", "127.0.0.1:1"},
+		{long},
+		{"help", long},
+	} {
+		cmd := exec.Command(dlmBin, args...)
+		cmd.Env = append(os.Environ(), "DLM_URL=")
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		require.ErrorAs(t, err, &ee, "%.60q", args)
+		assert.Equal(t, 2, ee.ExitCode(), "%.60q: %.500s", args, out)
+		assert.NotContains(t, string(out), strings.Repeat("x", 1000), "%.60q", args)
+		assert.Contains(t, string(out), "bytes)", "%.60q: %.500s", args, out)
+	}
+}

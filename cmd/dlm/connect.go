@@ -58,7 +58,10 @@ type targetFlags struct {
 var drivers = map[string]config.Dialer{"goredis": goredis.Dial, "redigo": redigo.Dial, "rueidis": rueidis.Dial, "valkeygo": valkeygo.Dial}
 
 // fallback says what is used when no flag or DLM_URL names a deployment.
+// It also bounds the lines fs writes (boundLines): the flag package's
+// errors quote a bad value or an unknown flag's name whole.
 func addTargetFlags(fs *flag.FlagSet, fallback string) targetFlags {
+	fs.SetOutput(boundLines(fs.Output()))
 	return targetFlags{
 		url:    fs.String("url", "", "deployment URL (default: $DLM_URL, else "+fallback+")"),
 		config: fs.String("config", "", "deployment config file (JSON); overrides --url and DLM_URL"),
@@ -95,7 +98,7 @@ func (f targetFlags) dialer() (config.Dialer, error) {
 	if d, ok := drivers[*f.driver]; ok {
 		return d, nil
 	}
-	return nil, fmt.Errorf("--driver %q: want goredis, redigo, rueidis or valkeygo", *f.driver)
+	return nil, fmt.Errorf("--driver %s: want goredis, redigo, rueidis or valkeygo", quoteInput(*f.driver))
 }
 
 // given reports whether the flags or the environment name a deployment

@@ -113,7 +113,7 @@ func doctor(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case cfg.Strategy == "failover":
 		primary := cfg.Addrs[0]
 		if cfg.Master != "" {
-			r.section(fmt.Sprintf("Sentinels for %q", cfg.Master))
+			r.section(fmt.Sprintf("Sentinels for %s", quoteInput(cfg.Master)))
 			primary = checkSentinels(ctx, cfg, *timeout, r)
 			if primary == "" {
 				break
@@ -187,7 +187,7 @@ func checkSentinels(ctx context.Context, cfg config.Config, timeout time.Duratio
 		hp, err := sc.GetMasterAddrByName(cctx, cfg.Master).Result()
 		switch {
 		case errors.Is(err, redis.Nil):
-			r.addf("fail", "%s knows no master named %q: check the name (SENTINEL MASTERS lists the ones it monitors)", addr, cfg.Master)
+			r.addf("fail", "%s knows no master named %s: check the name (SENTINEL MASTERS lists the ones it monitors)", addr, quoteInput(cfg.Master))
 		case errors.As(err, new(*nodekit.TLSError)):
 			r.addf("fail", "%s: %v: check sentinel_tls and the tls_* fields (docs/tls.md)", addr, err)
 		case err != nil && permanent(err):

@@ -186,7 +186,7 @@ func runWhileHeld(ctx context.Context, tf targetFlags, o holdOptions, cmdArgs []
 		fmt.Fprintf(stderr, "%s: no command given (put it after --)\n", o.name)
 		return 2
 	case o.onLost != "term" && o.onLost != "kill" && o.onLost != "ignore":
-		fmt.Fprintf(stderr, "%s: --on-lost %q: want term, kill or ignore\n", o.name, o.onLost)
+		fmt.Fprintf(stderr, "%s: --on-lost %s: want term, kill or ignore\n", o.name, quoteInput(o.onLost))
 		return 2
 	case o.wait < 0 || o.ttl < 0 || o.grace < 0 || o.maxHold < 0:
 		fmt.Fprintf(stderr, "%s: --wait, --ttl, --grace and --max-hold must not be negative\n", o.name)

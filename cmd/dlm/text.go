@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/dlmgo/dlm/internal/echo"
 )
 
 // How dlm prints strings that come from outside: lock keys, owners and
@@ -79,23 +81,9 @@ func keyArg(args []string, b64, quoted string) (string, error) {
 	return args[0], nil
 }
 
-// maxEcho is how many bytes of a user's input an error quotes.
-const maxEcho = 64
-
-// quoteInput quotes s, something a user gave, for an error message: whole
-// when it is at most maxEcho bytes, else its first maxEcho bytes (cut at a
-// character's start) followed by "…(N bytes)", so that a mistaken
-// 100 KB argument does not come back whole on standard error.
-func quoteInput(s string) string {
-	if len(s) <= maxEcho {
-		return strconv.Quote(s)
-	}
-	cut := maxEcho
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return strconv.Quote(s[:cut]) + fmt.Sprintf("…(%d bytes)", len(s))
-}
+// quoteInput quotes s, something a user gave, for an error message, at
+// most echo.Max bytes of it (echo.Quote).
+func quoteInput(s string) string { return echo.Quote(s) }
 
 // maxLine bounds the lines a FlagSet writes (its errors quote the value or
 // the flag name a user gave, whole).

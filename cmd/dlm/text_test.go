@@ -38,16 +38,6 @@ func TestDisplayKey(t *testing.T) {
 	assert.Equal(t, `"evil\nKEY  OWNER"`, displayText("evil\nKEY  OWNER"))
 }
 
-func TestQuoteInput(t *testing.T) {
-	assert.Equal(t, `"short"`, quoteInput("short"))
-	long := strings.Repeat("x", 100_000)
-	q := quoteInput(long)
-	assert.Equal(t, `"`+strings.Repeat("x", maxEcho)+`"…(100000 bytes)`, q)
-	// The cut falls on a character's start.
-	q = quoteInput(strings.Repeat("é", 100))
-	assert.Equal(t, `"`+strings.Repeat("é", maxEcho/2)+`"…(200 bytes)`, q)
-}
-
 func TestBoundLines(t *testing.T) {
 	var b bytes.Buffer
 	w := boundLines(&b)
