@@ -275,7 +275,9 @@ func invalidf(format string, args ...any) error {
 // replies as a *ReplyError that wraps its client's own error (so errors.As
 // with the client's type still works). Permanent, and everything else in
 // dlm, classifies replies by Code and Message, never by a client's text.
-// A reply with Code "NOSCRIPT" matches ErrNoScript.
+// A reply with Code "NOSCRIPT" matches ErrNoScript; "ERR DB index is out
+// of range" (SELECT of a database the server does not have) matches
+// ErrInvalid, and so is permanent.
 type ReplyError struct {
 	// Code is the reply's first word: "ERR", "WRONGTYPE", "NOAUTH", ...
 	Code string
@@ -294,13 +296,26 @@ func (e *ReplyError) Error() string {
 
 func (e *ReplyError) Unwrap() error { return e.Err }
 
-// Is makes a NOSCRIPT reply match ErrNoScript.
-func (e *ReplyError) Is(target error) bool { return target == ErrNoScript && e.Code == "NOSCRIPT" }
+// Is makes a NOSCRIPT reply match ErrNoScript, and the reply to SELECT of
+// a database number the server does not have ("ERR DB index is out of
+// range": the number is at or above its databases setting) match
+// ErrInvalid: it is a configuration error.
+func (e *ReplyError) Is(target error) bool {
+	switch target {
+	case ErrNoScript:
+		return e.Code == "NOSCRIPT"
+	case ErrInvalid:
+		return e.Code == "ERR" && strings.HasPrefix(e.Message, "DB index is out of range")
+	}
+	return false
+}
 
 // Permanent reports whether err says that trying again cannot succeed, so
 // that Lock returns it at once instead of waiting:
 //
-//   - an error matching ErrInvalid, ErrClosed or ErrUnknownMaster;
+//   - an error matching ErrInvalid (which includes the reply "ERR DB index
+//     is out of range" to a database number the server does not have),
+//     ErrClosed or ErrUnknownMaster;
 //   - a *ReplyError in err's tree that refuses the request itself: the
 //     codes WRONGTYPE (the lock's key holds a value of another type),
 //     NOAUTH, WRONGPASS and NOPERM (authentication and ACLs) and DENIED

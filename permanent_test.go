@@ -144,12 +144,15 @@ func TestPermanentByMeaning(t *testing.T) {
 		{"TRYAGAIN Multiple keys request during rehashing of slot", false},
 		{"CLUSTERDOWN The cluster is down", false},
 		{"NOSCRIPT No matching script.", false},
+		{"ERR DB index is out of range", true}, // SELECT of a database the server lacks
+		{"DB index is out of range", true},     // rueidis
 	} {
 		r := nodekit.Reply(tc.text, errors.New(tc.text))
 		assert.Equal(t, tc.permanent, dlm.Permanent(r), "%q as %q", tc.text, r)
 		assert.Equal(t, tc.permanent, dlm.Permanent(fmt.Errorf("wrapped: %w", errors.Join(errors.New("other"), r))), "%q wrapped", tc.text)
 		assert.False(t, dlm.Permanent(errors.New(tc.text)), "%q not mapped to a ReplyError", tc.text)
 		assert.Equal(t, strings.HasPrefix(tc.text, "NOSCRIPT"), errors.Is(r, dlm.ErrNoScript), "%q matches ErrNoScript", tc.text)
+		assert.Equal(t, strings.Contains(tc.text, "DB index"), errors.Is(r, dlm.ErrInvalid), "%q matches ErrInvalid", tc.text)
 	}
 	assert.True(t, dlm.Permanent(fmt.Errorf("%w %q", dlm.ErrUnknownMaster, "m")))
 }

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/internal/echo"
 	"github.com/dlmgo/dlm/strategy"
 )
 
@@ -151,7 +152,7 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	}
 	v, err := time.ParseDuration(s)
 	if err != nil {
-		return fmt.Errorf("%q is not a duration such as \"10s\"", s)
+		return fmt.Errorf("%s is not a duration such as \"10s\"", echo.Quote(s))
 	}
 	*d = Duration(v)
 	return nil
@@ -238,13 +239,17 @@ func ParseJSON(r io.Reader) (Config, error) {
 func (c *Config) set(name string, raw json.RawMessage) error {
 	f, ok := fieldByJSONName(name)
 	if !ok {
-		return badField(strconv.Quote(name), "unknown field")
+		return badField(echo.Quote(name), "unknown field")
 	}
 	v := reflect.New(f.Type)
 	if err := json.Unmarshal(raw, v.Interface()); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) {
-			return badField(name, "want %s, got %s", describe(f.Type), te.Value)
+			got := te.Value // "number 1.5": the literal, of any length
+			if len(got) > echo.Max {
+				got = fmt.Sprintf("%s…(%d bytes)", got[:echo.Max], len(got))
+			}
+			return badField(name, "want %s, got %s", describe(f.Type), got)
 		}
 		return badField(name, "%s", strings.TrimPrefix(err.Error(), dlm.ErrInvalid.Error()+": "))
 	}
@@ -291,7 +296,7 @@ func ParseURL(s string) (Config, error) {
 		return Config{}, badField("strategy", "missing; the URL must begin with one of %s", urlSchemes())
 	}
 	if !slices.Contains(strings.Split(urlSchemes(), ", "), scheme+"://") {
-		return Config{}, badField("strategy", "unknown URL scheme %q; one of %s", scheme+"://", urlSchemes())
+		return Config{}, badField("strategy", "unknown URL scheme %s; one of %s", echo.Quote(scheme+"://"), urlSchemes())
 	}
 	if strings.Contains(rest, "#") {
 		return Config{}, invalid("URL: a '#' (a URL takes no fragment); %s", encodeCredentials)
@@ -340,7 +345,7 @@ func ParseURL(s string) (Config, error) {
 		c.Strategy, c.Cluster = "single", true
 		if s, ok := q["strategy"]; ok {
 			if len(s) != 1 || s[0] != "single" && s[0] != "failover" {
-				return Config{}, badField("strategy", "cluster:// runs single or failover (strategy=failover), got %q", strings.Join(s, ","))
+				return Config{}, badField("strategy", "cluster:// runs single or failover (strategy=failover), got %s", echo.Quote(strings.Join(s, ",")))
 			}
 			c.Strategy = s[0]
 			delete(q, "strategy")
@@ -359,7 +364,7 @@ func ParseURL(s string) (Config, error) {
 		for _, h := range strings.Split(hosts, ",") {
 			if h != "" {
 				if _, err := url.Parse("redis://" + h); err != nil {
-					return Config{}, badField("addrs", "%q: %v", h, errors.Unwrap(err))
+					return Config{}, badField("addrs", "%s: want host:port, with an IPv6 host in brackets ([::1]:6379)", echo.Quote(h))
 				}
 			}
 			c.Addrs = append(c.Addrs, h)
@@ -382,7 +387,11 @@ func ParseURL(s string) (Config, error) {
 	case scheme == "cluster" && c.Master != "":
 		return Config{}, badField("master", "cluster:// takes its nodes' addresses and no path")
 	case scheme == "failover" && c.Master != "":
-		return Config{}, badField("master", "failover:// takes the primary's address and no path; for a primary found through Sentinel use sentinel://s1:26379,s2:26379/%s", c.Master)
+		name := c.Master
+		if len(name) > echo.Max {
+			name = "MASTER"
+		}
+		return Config{}, badField("master", "failover:// takes the primary's address and no path; for a primary found through Sentinel use sentinel://s1:26379,s2:26379/%s", name)
 	}
 	for _, name := range slices.Sorted(maps.Keys(q)) {
 		if err := c.setParam(name, q[name]); err != nil {
@@ -404,7 +413,7 @@ func cutLast(s, sep string) (before, after string, found bool) {
 func (c *Config) setParam(name string, vals []string) error {
 	f, ok := fieldByJSONName(name)
 	if !ok || slices.Contains(urlParts, name) {
-		return badField(strconv.Quote(name), "unknown parameter")
+		return badField(echo.Quote(name), "unknown parameter")
 	}
 	if len(vals) != 1 {
 		return badField(name, "given %d times", len(vals))
@@ -415,12 +424,12 @@ func (c *Config) setParam(name string, vals []string) error {
 	if f.Type.Kind() == reflect.Bool {
 		b, err := strconv.ParseBool(vals[0])
 		if err != nil {
-			return badField(name, "%q is not true or false", vals[0])
+			return badField(name, "%s is not true or false", echo.Quote(vals[0]))
 		}
 		raw = strconv.FormatBool(b)
 	} else if describe(f.Type) != "a string" {
 		if _, err := strconv.ParseFloat(vals[0], 64); err != nil {
-			return badField(name, "%q is not a number", vals[0])
+			return badField(name, "%s is not a number", echo.Quote(vals[0]))
 		}
 		raw = vals[0]
 	}
@@ -490,7 +499,7 @@ func (c Config) Validate() error {
 		if c.Strategy == "" {
 			return badField("strategy", "missing; one of %s", strategyNames())
 		}
-		return badField("strategy", "unknown strategy %q; one of %s", c.Strategy, strategyNames())
+		return badField("strategy", "unknown strategy %s; one of %s", echo.Quote(c.Strategy), strategyNames())
 	}
 	if c.Strategy != "failover" {
 		v := reflect.ValueOf(c)
@@ -506,10 +515,10 @@ func (c Config) Validate() error {
 		}
 		host, port, err := net.SplitHostPort(a)
 		if n, perr := strconv.Atoi(port); err != nil || host == "" || perr != nil || n < 1 || n > 65535 {
-			return badField("addrs", "%q: want host:port, with an IPv6 host in brackets ([::1]:6379)", a)
+			return badField("addrs", "%s: want host:port, with an IPv6 host in brackets ([::1]:6379)", echo.Quote(a))
 		}
 		if slices.Index(c.Addrs, a) < i {
-			return badField("addrs", "%s is given twice", a)
+			return badField("addrs", "%s is given twice", echo.Bare(a))
 		}
 	}
 	switch {
@@ -565,7 +574,7 @@ func (c Config) Validate() error {
 	switch c.WaitAOF {
 	case "", "replicas", "local":
 	default:
-		return badField("wait_aof", "%q: want replicas or local", c.WaitAOF)
+		return badField("wait_aof", "%s: want replicas or local", echo.Quote(c.WaitAOF))
 	}
 	if c.Strategy == "failover" {
 		none := c.Ack != nil && *c.Ack == strategy.AckNone()

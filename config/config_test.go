@@ -316,3 +316,40 @@ func TestNewStrategyNodeCounts(t *testing.T) {
 	_, err = config.Config{Strategy: "single", Addrs: []string{"a:1"}, MaxHold: config.Duration(time.Second)}.NewStrategy(nodes[0])
 	assert.ErrorIs(t, err, dlm.ErrInvalid, "NewStrategy validates")
 }
+
+// No error quotes a user's input whole: an unknown parameter of 100,000
+// characters, or such a value, comes back as its first bytes and its length.
+func TestErrorsBoundTheirEchoes(t *testing.T) {
+	long := strings.Repeat("x", 100_000)
+	for _, u := range []string{
+		"single://h:1?" + long + "=1",
+		"single://h:1?ttl=" + long,
+		"single://h:1?db=" + long,
+		"single://h:1?db=0." + strings.Repeat("0", 100_000) + "1",
+		"single://h:1?tls=" + long,
+		"sentinel://h:1/m?ack=" + long,
+		"sentinel://h:1/m?wait_aof=" + long,
+		"single://" + long,
+		"single://h:1,h:1" + long,
+		"redis://h:1/" + long,
+		long + "://h:1",
+		"cluster://h:1?strategy=" + long,
+		"failover://h:1/" + long,
+	} {
+		_, err := config.ParseURL(u)
+		require.ErrorIs(t, err, dlm.ErrInvalid, u[:40])
+		assert.Less(t, len(err.Error()), 400, "%.40s…: %.300s", u, err)
+	}
+	for _, j := range []string{
+		`{"` + long + `":1}`,
+		`{"strategy":"` + long + `"}`,
+		`{"strategy":"single","addrs":["h:1"],"ttl":"` + long + `"}`,
+		`{"strategy":"single","addrs":["` + long + `"]}`,
+	} {
+		_, err := config.ParseJSON(strings.NewReader(j))
+		require.ErrorIs(t, err, dlm.ErrInvalid, j[:40])
+		assert.Less(t, len(err.Error()), 400, "%.40s…: %.300s", j, err)
+	}
+	_, err := config.ParseURL("single://h:1?" + long + "=1")
+	assert.ErrorContains(t, err, `config: "`+strings.Repeat("x", 64)+`"…(100000 bytes): unknown parameter`)
+}

@@ -5,9 +5,12 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"math"
 	"net/url"
 	"os"
 	"strconv"
+
+	"github.com/dlmgo/dlm/internal/echo"
 )
 
 // validateTLS checks the TLS fields and DB without reading any file.
@@ -15,6 +18,8 @@ func (c Config) validateTLS() error {
 	switch {
 	case c.DB < 0:
 		return badField("db", "%d is negative", c.DB)
+	case c.DB > math.MaxInt32:
+		return badField("db", "%d is above %d, the largest database number Redis takes (a server has databases 0 to its databases setting - 1, 16 by default)", c.DB, math.MaxInt32)
 	case c.DB != 0 && c.Cluster:
 		return badField("db", "a Redis Cluster has only database 0, got db=%d", c.DB)
 	case c.SentinelTLS && c.Master == "":
@@ -52,7 +57,7 @@ func pathDB(path string, q url.Values) (int, error) {
 	}
 	n, err := strconv.Atoi(path)
 	if err != nil {
-		return 0, badField("db", "the path of a redis:// URL is the database number, got %q", path)
+		return 0, badField("db", "the path of a redis:// URL is the database number, got %s", echo.Quote(path))
 	}
 	return n, nil
 }

@@ -51,6 +51,10 @@ func TestParseTLS(t *testing.T) {
 		{"single://h:1?tls=true&tls_key=/k.pem", "tls_key", "needs tls_cert"},
 		{"cluster://h:1,h:2?db=1", "db", "only database 0"},
 		{"single://h:1?db=-1", "db", "negative"},
+		{"single://h:1?db=2147483648", "db", "is above 2147483647"},
+		{"redis://h:1/99999999999", "db", "is above 2147483647"},
+		{"single://h:1?db=x", "db", `"x" is not a number`},
+		{"single://h:1?db=1.5", "db", "want an integer"},
 		{"single://h:1?tls_ca=/ca.pem", "tls_ca", "tls=true"},
 		{"single://h:1?tls_insecure=true", "tls_insecure", "tls=true"},
 		{"single://h:1?tls=true&tls_insecure=true&tls_ca=/ca.pem", "tls_insecure", "unused"},
@@ -243,4 +247,25 @@ func lockOverTLS(t *testing.T, u string, dial config.Dialer, key string) error {
 		return err
 	}
 	return l.Unlock(ctx)
+}
+
+// A TLS client at a plain server's port fails at once, with every driver,
+// for one server and for Redlock masters (whose adaptive per-node timeout
+// leaves each handshake well under a second): the servers never answer the
+// handshake, and nodekit.Dial asks the port in plain text instead.
+func TestTLSClientAtPlainPort(t *testing.T) {
+	srv := redistest.Start(t)
+	masters := redistest.StartN(t, 3)
+	tlsQuery := "tls=true&tls_insecure=true"
+	for _, u := range []string{
+		"single://" + srv.Addr + "?" + tlsQuery,
+		"redlock://" + masters[0].Addr + "," + masters[1].Addr + "," + masters[2].Addr + "?" + tlsQuery,
+	} {
+		for _, d := range dialers {
+			err := lockOverTLS(t, u, d.dial, "plain-port-"+d.name)
+			require.Error(t, err, "%s %s", d.name, u)
+			assert.True(t, dlm.Permanent(err), "%s %s: not permanent: %v", d.name, u, err)
+			assert.Contains(t, err.Error(), "the server does not speak TLS", "%s %s", d.name, u)
+		}
+	}
 }

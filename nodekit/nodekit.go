@@ -155,12 +155,13 @@ func RunGroups(calls []dlm.Call, groups [][]int, run func(part []dlm.Call)) {
 
 // Reply returns a client's error reply as a *dlm.ReplyError wrapping err,
 // the client's error: text is the reply as the client words it, code
-// first. A text whose first word is not a code in capitals (or is AUTH,
-// which begins an ERR reply's message) is taken as code ERR with text the
+// first. A text whose first word is not a code in capitals (or is AUTH or
+// DB, which begin ERR replies' messages: "AUTH <password> called without
+// …", "DB index is out of range") is taken as code ERR with text the
 // message: the form of a client that strips "ERR " (rueidis does).
 func Reply(text string, err error) *dlm.ReplyError {
 	code, msg, _ := strings.Cut(text, " ")
-	if !isCode(code) || code == "AUTH" {
+	if !isCode(code) || code == "AUTH" || code == "DB" {
 		return &dlm.ReplyError{Code: "ERR", Message: text, Err: err}
 	}
 	return &dlm.ReplyError{Code: code, Message: msg, Err: err}

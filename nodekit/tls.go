@@ -1,6 +1,7 @@
 package nodekit
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -8,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -47,7 +49,10 @@ func Dialer(cfg *tls.Config, timeout time.Duration) func(ctx context.Context, ne
 // Dial connects to addr with d within ctx, then, when cfg is not nil, makes
 // a TLS handshake with cfg (ServerName set to the host of addr when cfg's
 // is empty) within ctx and d.Timeout. A handshake that fails for a reason
-// of TLS returns a *TLSError. A plain connection (cfg nil) whose first read
+// of TLS returns a *TLSError, and so does one at a port that answers plain
+// text: a handshake that hears nothing for a while (probeAfter, or half of
+// its time when that is shorter) makes Dial send a plain-text PING over a
+// second connection, and a RESP reply to it ends the handshake. A plain connection (cfg nil) whose first read
 // finds the server speaking TLS (a TLS record, or the connection closed by
 // a server that answers a TLS handshake) fails that read and every later
 // one with a *TLSError too, and so does a TLS connection whose first read
@@ -66,20 +71,104 @@ func Dial(ctx context.Context, d *net.Dialer, cfg *tls.Config, network, addr str
 		c = cfg.Clone()
 		c.ServerName, _, _ = net.SplitHostPort(addr)
 	}
-	tc := tls.Client(conn, c)
+	heard := &hearing{Conn: conn}
+	tc := tls.Client(heard, c)
 	if d.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, d.Timeout)
 		defer cancel()
 	}
-	if err := tc.HandshakeContext(ctx); err != nil {
+	hctx, cancel := context.WithCancelCause(ctx)
+	probed := make(chan struct{})
+	go func() {
+		defer close(probed)
+		probeDuringHandshake(hctx, cancel, heard, d, network, addr)
+	}()
+	err = tc.HandshakeContext(hctx)
+	plain := errors.Is(context.Cause(hctx), errTLSToPlain)
+	cancel(nil)
+	<-probed
+	if err != nil {
 		_ = conn.Close()
+		if plain {
+			return nil, &TLSError{Addr: addr, Err: errTLSToPlain}
+		}
 		if tlsProblem(err) {
 			return nil, &TLSError{Addr: addr, Err: err}
 		}
 		return nil, err
 	}
 	return &tlsConn{Conn: tc, addr: addr}, nil
+}
+
+// errTLSToPlain is what a TLS client is told when the server answers in
+// plain text.
+var errTLSToPlain = errors.New("the server does not speak TLS (it answers plain-text commands) and this client does: drop tls=true, or give the server's TLS port")
+
+// probeAfter is how long a TLS handshake may go without a byte from the
+// server before Dial asks the port, over a second connection and in plain
+// text, whether it is a Redis server that does not speak TLS (or half the
+// time the handshake has left, when that is shorter).
+const probeAfter = 250 * time.Millisecond
+
+// probeDuringHandshake waits until the handshake on heard has gone
+// probeAfter (or half of what ctx leaves it) without a byte from the
+// server, then asks addr for a plain-text PING; if a RESP reply comes
+// while the handshake still has heard nothing, it cancels ctx with
+// errTLSToPlain as the cause. A Redis server that does not speak TLS takes
+// the client's hello for the start of an inline command and waits for the
+// rest of it, silent, so the handshake alone would wait out its deadline.
+// A TLS port never answers the PING with a RESP line, so a slow TLS server
+// costs one extra connection and no false verdict. It returns when ctx
+// ends (the handshake cancels it when it returns).
+func probeDuringHandshake(ctx context.Context, cancel context.CancelCauseFunc, heard *hearing, d *net.Dialer, network, addr string) {
+	delay := probeAfter
+	if dl, ok := ctx.Deadline(); ok {
+		delay = min(delay, time.Until(dl)/2)
+	}
+	t := time.NewTimer(delay)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return
+	case <-t.C:
+	}
+	if heard.heard.Load() || !answersPlainRESP(ctx, d, network, addr) || heard.heard.Load() {
+		return
+	}
+	cancel(errTLSToPlain)
+}
+
+// answersPlainRESP reports whether addr answers a plain-text PING, within
+// ctx, with a RESP simple string or error line (+PONG, or -NOAUTH and the
+// like from a server that wants a password first).
+func answersPlainRESP(ctx context.Context, d *net.Dialer, network, addr string) bool {
+	conn, err := d.DialContext(ctx, network, addr)
+	if err != nil {
+		return false
+	}
+	defer conn.Close()
+	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	if _, err := conn.Write([]byte("PING\r\n")); err != nil {
+		return false
+	}
+	line, err := bufio.NewReaderSize(io.LimitReader(conn, 512), 512).ReadString('\n')
+	return err == nil && len(line) >= 3 && (line[0] == '+' || line[0] == '-') && strings.HasSuffix(line, "\r\n")
+}
+
+// hearing is a connection that notes whether a byte was ever read from it.
+type hearing struct {
+	net.Conn
+	heard atomic.Bool
+}
+
+func (h *hearing) Read(b []byte) (int, error) {
+	n, err := h.Conn.Read(b)
+	if n > 0 && !h.heard.Load() {
+		h.heard.Store(true)
+	}
+	return n, err
 }
 
 // tlsProblem reports whether a handshake error is about TLS itself, not

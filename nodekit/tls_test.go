@@ -114,3 +114,37 @@ func TestDialerClassifies(t *testing.T) {
 	require.ErrorIs(t, err, io.EOF)
 	assert.False(t, dlm.Permanent(err))
 }
+
+// A TLS client at a real Redis server's plain port is told so before its
+// context ends, with a permanent *TLSError: the server, which takes the
+// client's hello for the start of an inline command and waits for the
+// rest, never answers the handshake by itself.
+func TestDialTLSToPlainRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	pw := redistest.Start(t, "--requirepass", "secret") // answers PING with -NOAUTH
+	for _, addr := range []string{srv.Addr, pw.Addr} {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		conn, err := nodekit.Dialer(&tls.Config{InsecureSkipVerify: true}, 0)(ctx, "tcp", addr)
+		require.NoError(t, ctx.Err(), "the handshake waited out its context")
+		cancel()
+		if conn != nil {
+			conn.Close()
+		}
+		var te *nodekit.TLSError
+		require.ErrorAs(t, err, &te)
+		assert.True(t, dlm.Permanent(err))
+		assert.Contains(t, err.Error(), "TLS with "+addr+": the server does not speak TLS")
+	}
+	// A TLS server is not mistaken for a plain one, even when the
+	// handshake is slow enough to probe it.
+	certs := redistest.NewCerts(t)
+	tlsSrv := redistest.StartTLS(t, certs)
+	proxy := redistest.StartProxy(t, tlsSrv.Addr)
+	proxy.SetDelay(400 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := nodekit.Dialer(certs.ClientConfig(), 0)(ctx, "tcp", proxy.Addr)
+	require.NoError(t, err)
+	conn.Close()
+	assert.Equal(t, int64(2), proxy.Accepted(), "the handshake and the probe")
+}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/internal/echo"
 )
 
 // The options of the strategies' constructors: those every strategy takes,
@@ -262,7 +263,7 @@ func ParseAckPolicy(s string) (AckPolicy, error) {
 	}
 	n, err := strconv.Atoi(s)
 	if err != nil || n < 1 {
-		return AckPolicy{}, fmt.Errorf("%w: ack policy %q: want all, majority, none or a number ≥ 1", dlm.ErrInvalid, s)
+		return AckPolicy{}, fmt.Errorf("%w: ack policy %s: want all, majority, none or a number ≥ 1", dlm.ErrInvalid, echo.Quote(s))
 	}
 	return AckN(n), nil
 }

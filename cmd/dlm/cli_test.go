@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -206,6 +207,9 @@ func TestConfigErrors(t *testing.T) {
 		{args: []string{"run", "--key", strings.Repeat("k", 1025), "--url", "single://127.0.0.1:1", "--", "true"}, want: "longer than MaxKeyLen"},
 		{args: []string{"run", "--key", "k", "--ttl", "25h", "--url", "single://127.0.0.1:1", "--", "true"}, want: "at most 24h"},
 		{args: []string{"run", "--key", "k", "--ttl", "100ms", "--url", "single://127.0.0.1:1", "--", "true"}, want: "too short"},
+		// A count of 0 given explicitly is not the default "no count".
+		{args: []string{"run", "--key", "k", "--permits", "0", "--url", "single://127.0.0.1:1", "--", "true"}, want: "--permits and --readers take a positive count"},
+		{args: []string{"run", "--key", "k", "--readers=0", "--url", "single://127.0.0.1:1", "--", "true"}, want: "--permits and --readers take a positive count"},
 	} {
 		cmd := exec.Command(dlmBin, tc.args...)
 		cmd.Env = append(os.Environ(), "DLM_URL=")
@@ -444,4 +448,88 @@ func TestHelpNamesTheDefaultDeployment(t *testing.T) {
 func fenceOf(key string) string {
 	_, f := strategy.Keys(key)
 	return f
+}
+
+// --url or --config given empty (--url "$REDIS_URL" with the variable not
+// set) is refused with exit 2 by every command that takes them; it does not
+// fall back to DLM_URL, here a live server, or the default.
+func TestEmptyTargetFlagRefused(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, args := range [][]string{
+		{"run", "--url", "", "--key", "k", "--", "true"},
+		{"run", "--url=", "--key", "k", "--", "true"},
+		{"run", "--config", "", "--key", "k", "--", "true"},
+		{"elect", "--url", "", "--name", "n", "--wait", "0", "--", "true"},
+		{"doctor", "--url", ""},
+		{"ls", "--url", ""},
+		{"inspect", "--url", "", "k"},
+		{"revoke", "--url", "", "--reason", "r", "k"},
+		{"demo", "--url", "", "--duration", "100ms"},
+		{"demo", "--config", "", "--duration", "100ms"},
+	} {
+		cmd := exec.Command(dlmBin, args...)
+		cmd.Env = append(os.Environ(), "DLM_URL=single://"+srv.Addr)
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		require.ErrorAs(t, err, &ee, "%q: %s", args, out)
+		assert.Equal(t, 2, ee.ExitCode(), "%q: %s", args, out)
+		flagName := "--url"
+		if slices.Contains(args, "--config") {
+			flagName = "--config"
+		}
+		assert.Contains(t, string(out), flagName+" is empty (a variable that is not set?)", "%q", args)
+	}
+}
+
+// A database the server does not have (?db=16 with the default 16
+// databases) is a configuration error, exit 2 with advice, at once and over
+// every driver, not "could not lock" (75) after --wait; dlm ls says the same,
+// and doctor names it instead of blaming the password. A number Redis never
+// takes (above 2^31-1) is refused when the URL is parsed.
+func TestDBOutOfRange(t *testing.T) {
+	srv := redistest.Start(t)
+	u := "single://" + srv.Addr + "?db=16"
+	for _, d := range []string{"goredis", "redigo", "rueidis", "valkeygo"} {
+		code, out := runDLM(t, "run", "--driver", d, "--url", u, "--key", "k", "--wait", "50s", "--", "true")
+		assert.Equal(t, 2, code, "%s: %s", d, out)
+		assert.Contains(t, out, "ERR DB index is out of range\n  hint: db=16: the server has no such database", d)
+	}
+	code, out := runDLM(t, "ls", "--url", u)
+	assert.Equal(t, 2, code, out)
+	assert.Contains(t, out, "hint: db=16: the server has no such database")
+	code, out = runDLM(t, "doctor", "--url", u)
+	assert.Equal(t, 1, code, out)
+	assert.Contains(t, out, "fail db=16: ERR DB index is out of range: the server has no such database")
+	assert.NotContains(t, out, "authentication")
+	code, out = runDLM(t, "run", "--url", "single://"+srv.Addr+"?db=99999999999", "--key", "k", "--", "true")
+	assert.Equal(t, 2, code, out)
+	assert.Contains(t, out, "db: 99999999999 is above 2147483647")
+}
+
+// No message of dlm quotes a user's input whole: a 100,000-character
+// unknown URL parameter, flag value, flag name or command comes back as its
+// first bytes and its length (exit 2 in every case).
+func TestErrorsBoundTheirEchoes(t *testing.T) {
+	long := strings.Repeat("x", 100_000)
+	for _, args := range [][]string{
+		{"run", "--url", "single://127.0.0.1:1?" + long + "=1", "--key", "k", "--", "true"},
+		{"run", "--url", "single://127.0.0.1:1?ttl=" + long, "--key", "k", "--", "true"},
+		{"run", "--url", "single://127.0.0.1:1", "--on-lost", long, "--key", "k", "--", "true"},
+		{"run", "--url", "single://127.0.0.1:1", "--ttl", long, "--key", "k", "--", "true"},
+		{"run", "--" + long, "--key", "k", "--", "true"},
+		{"doctor", "--driver", long},
+		{"ls", "--url", "single://127.0.0.1:1", "[" + long},
+		{"demo", "--strategy", long, "--addr", "127.0.0.1:1"},
+		{long},
+		{"help", long},
+	} {
+		cmd := exec.Command(dlmBin, args...)
+		cmd.Env = append(os.Environ(), "DLM_URL=")
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		require.ErrorAs(t, err, &ee, "%.60q", args)
+		assert.Equal(t, 2, ee.ExitCode(), "%.60q: %.500s", args, out)
+		assert.NotContains(t, string(out), strings.Repeat("x", 1000), "%.60q", args)
+		assert.Contains(t, string(out), "bytes)", "%.60q: %.500s", args, out)
+	}
 }

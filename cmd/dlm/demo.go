@@ -263,7 +263,7 @@ func (f *demoFlags) pickStrategy(addrs int) (string, error) {
 	case f.strategy == "cluster" && addrs == 0:
 		return "", usagef("--strategy cluster needs --addr: some nodes of the Cluster")
 	case f.strategy != "single" && f.strategy != "redlock" && f.strategy != "cluster":
-		return "", usagef("--strategy %q: want single, redlock or cluster (or --url for failover)", f.strategy)
+		return "", usagef("--strategy %s: want single, redlock or cluster (or --url for failover)", quoteInput(f.strategy))
 	case f.strategy == "single" && addrs > 1:
 		return "", usagef("--strategy single takes one --addr")
 	}

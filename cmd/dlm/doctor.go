@@ -34,7 +34,9 @@ links, and, with strategy=failover, each master's replicas against the ack
 policy). On every server it compares the server's clock with this machine's:
 Redis expires keys by its wall clock, so a clock that is off by more than a
 tenth of the TTL (--ttl, else the config's, else 30s) is a sign that clocks
-are not kept in step, and a step back into step frees locks early.
+are not kept in step, and a step back into step frees locks early. For
+sentinel:// and cluster:// it compares how long a failover takes with what
+dlm run rides through at that TTL.
 
 Exit status: 0 when nothing needs changing, 1 when something does, 2 on
 usage or configuration errors.
@@ -75,7 +77,7 @@ func doctor(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.Usage = func() { fmt.Fprint(stderr, doctorUsage+targetUsage(defaultURL)+"\nflags:\n"); fs.PrintDefaults() }
 	tf := addTargetFlags(fs, defaultURL)
 	timeout := fs.Duration("timeout", 2*time.Second, "bound on each server's checks")
-	ttl := fs.Duration("ttl", 0, "the TTL locks use, for the clock check (default: the config's ttl, else 30s)")
+	ttl := fs.Duration("ttl", 0, "the TTL locks use, for the clock check and the failover-time verdict (default: the config's ttl, else 30s)")
 	if err := fs.Parse(args); err != nil {
 		return parseExit(err)
 	}
@@ -111,7 +113,7 @@ func doctor(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case cfg.Strategy == "failover":
 		primary := cfg.Addrs[0]
 		if cfg.Master != "" {
-			r.section(fmt.Sprintf("Sentinels for %q", cfg.Master))
+			r.section(fmt.Sprintf("Sentinels for %s", quoteInput(cfg.Master)))
 			primary = checkSentinels(ctx, cfg, *timeout, r)
 			if primary == "" {
 				break
@@ -122,11 +124,10 @@ func doctor(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if info == nil {
 			break
 		}
-		n, _ := strconv.Atoi(info["connected_slaves"])
-		checkAcks(cfg, n, r)
-		for _, addr := range replicaAddrs(info) {
-			r.section(addr + " (replica)")
-			check(addr, func(ctx context.Context, c *redis.Client) map[string]string { return checkReplica(ctx, c, cfg, r) })
+		checkAcks(cfg, info, r)
+		for _, rs := range replicaStates(info) {
+			r.section(rs.addr + " (replica)")
+			check(rs.addr, func(ctx context.Context, c *redis.Client) map[string]string { return checkReplica(ctx, c, cfg, r) })
 		}
 	default:
 		if n := len(cfg.Addrs); cfg.Strategy == "redlock" && (n < 3 || n%2 == 0) {
@@ -149,7 +150,9 @@ func doctor(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			}
 		}
 	}
-	checkFailoverTime(ctx, cfg, *timeout, r)
+	fcfg := cfg // the failover-time verdict is for the TTL in use: --ttl's when given
+	fcfg.TTL = config.Duration(*ttl)
+	checkFailoverTime(ctx, fcfg, *timeout, r)
 	if r.problems > 0 {
 		fmt.Fprintf(stdout, "\n%d thing(s) to change\n", r.problems)
 		return 1
@@ -184,7 +187,7 @@ func checkSentinels(ctx context.Context, cfg config.Config, timeout time.Duratio
 		hp, err := sc.GetMasterAddrByName(cctx, cfg.Master).Result()
 		switch {
 		case errors.Is(err, redis.Nil):
-			r.addf("fail", "%s knows no master named %q: check the name (SENTINEL MASTERS lists the ones it monitors)", addr, cfg.Master)
+			r.addf("fail", "%s knows no master named %s: check the name (SENTINEL MASTERS lists the ones it monitors)", addr, quoteInput(cfg.Master))
 		case errors.As(err, new(*nodekit.TLSError)):
 			r.addf("fail", "%s: %v: check sentinel_tls and the tls_* fields (docs/tls.md)", addr, err)
 		case err != nil && permanent(err):
@@ -219,8 +222,25 @@ func checkSentinels(ctx context.Context, cfg config.Config, timeout time.Duratio
 	return primary
 }
 
-// checkAcks compares the primary's connected replicas with the ack policy.
-func checkAcks(cfg config.Config, connected int, r *report) {
+// checkAcks compares the replicas of a primary, from its INFO, with the
+// ack policy. The strategy asks WAIT for acknowledgements from as many
+// replicas as are connected (or as replicas= says, when more), but only a
+// replica the primary reports online acknowledges anything: one still
+// waiting for or loading its first full sync (state wait_bgsave or
+// send_bulk) is connected and not in sync.
+func checkAcks(cfg config.Config, info map[string]string, r *report) {
+	connected, _ := strconv.Atoi(info["connected_slaves"])
+	inSync := 0
+	for _, rs := range replicaStates(info) {
+		if rs.online() {
+			inSync++
+		}
+	}
+	inSync = min(inSync, connected)
+	have := fmt.Sprintf("%d replica(s) connected", connected)
+	if inSync < connected {
+		have = fmt.Sprintf("%d replica(s) in sync (%d connected)", inSync, connected)
+	}
 	ack := strategy.AckAll()
 	if cfg.Ack != nil {
 		ack = *cfg.Ack
@@ -235,23 +255,26 @@ func checkAcks(cfg config.Config, connected int, r *report) {
 		r.addf("warn", "ack none: no replica acknowledges a lock, so a failover can hand a held lock to a second owner; use ack=all")
 		return
 	case strategy.AckAll():
-		if connected < configured {
-			r.addf("fail", "ack all with replicas=%d, but %d replica(s) connected: every lock is refused until they are back", configured, connected)
-		} else {
+		switch {
+		case connected < configured:
+			r.addf("fail", "ack all with replicas=%d, but %s: every lock is refused until they are back", configured, have)
+		case inSync < counted:
+			r.addf("fail", "ack all asks %d acknowledgement(s), but %s: every lock is refused until every replica is in sync", counted, have)
+		default:
 			r.addf("ok", "ack all: %d acknowledgement(s) per lock from %d connected replica(s)", counted, connected)
 		}
 	case strategy.AckMajority():
 		need := counted/2 + 1
-		if connected < need {
-			r.addf("fail", "ack majority needs %d acknowledgement(s), %d replica(s) connected: every lock is refused", need, connected)
+		if inSync < need {
+			r.addf("fail", "ack majority needs %d acknowledgement(s), %s: every lock is refused", need, have)
 		} else {
 			r.addf("warn", "ack majority: %d of %d replicas acknowledge; Sentinel may promote one that did not, so only ack=all keeps every lock through a failover", need, counted)
 		}
 	default:
 		need, _ := strconv.Atoi(ack.String())
 		switch {
-		case connected < need:
-			r.addf("fail", "ack %d, but %d replica(s) connected: every lock is refused", need, connected)
+		case inSync < need:
+			r.addf("fail", "ack %d, but %s: every lock is refused", need, have)
 		case need < connected:
 			r.addf("warn", "ack %d of %d connected replicas: Sentinel may promote one that did not acknowledge; use ack=all", need, connected)
 		default:
@@ -263,9 +286,20 @@ func checkAcks(cfg config.Config, connected int, r *report) {
 	}
 }
 
-// replicaAddrs lists the replicas in the primary's INFO replication.
-func replicaAddrs(info map[string]string) []string {
-	var out []string
+// A replicaState is one replica as its primary's INFO replication lists
+// it (slaveN:ip=…,port=…,state=…,offset=…,lag=…).
+type replicaState struct {
+	addr, state, lag string
+}
+
+// online reports whether the primary counts the replica in sync: its first
+// full sync done, so that it receives and acknowledges every write.
+// A replica listed without a state (servers before 2.8) counts as in sync.
+func (rs replicaState) online() bool { return rs.state == "online" || rs.state == "" }
+
+// replicaStates lists the replicas in the primary's INFO replication.
+func replicaStates(info map[string]string) []replicaState {
+	var out []replicaState
 	for i := 0; ; i++ {
 		v, ok := info["slave"+strconv.Itoa(i)]
 		if !ok {
@@ -278,7 +312,18 @@ func replicaAddrs(info map[string]string) []string {
 			}
 		}
 		if kv["ip"] != "" && kv["port"] != "" {
-			out = append(out, net.JoinHostPort(kv["ip"], kv["port"]))
+			out = append(out, replicaState{addr: net.JoinHostPort(kv["ip"], kv["port"]), state: kv["state"], lag: kv["lag"]})
+		}
+	}
+}
+
+// checkReplicaStates reports each replica the primary lists that is not in
+// sync: connected, but waiting for or loading its first full sync, so that
+// it acknowledges nothing and holds none of the locks.
+func checkReplicaStates(info map[string]string, r *report) {
+	for _, rs := range replicaStates(info) {
+		if !rs.online() {
+			r.addf("warn", "replica %s is not in sync (state %s, as the primary reports it: its first full sync has not finished): it acknowledges no lock and holds none, until it is online", rs.addr, orUnknown(rs.state))
 		}
 	}
 }
@@ -323,6 +368,8 @@ func ping(ctx context.Context, c *redis.Client, r *report) map[string]string {
 	if err := c.Ping(ctx).Err(); err != nil {
 		if errors.As(err, new(*nodekit.TLSError)) {
 			r.addf("fail", "%v: check tls and the tls_* fields (docs/tls.md)", err)
+		} else if dbOutOfRange(err) {
+			r.addf("fail", "db=%d: %v: the server has no such database; it has databases 0 to its databases setting - 1 (16 by default): give a lower db, or raise databases", c.Options().DB, err)
 		} else if permanent(err) {
 			r.addf("fail", "authentication failed: %v: put the right user and password in the URL (single://user:password@host:port, percent-encoded)", err)
 		} else {
@@ -431,7 +478,8 @@ func checkServer(ctx context.Context, c *redis.Client, cfg config.Config, r *rep
 	case strat == "failover" && replicas == 0:
 		r.addf("warn", "no connected replicas: WAIT cannot protect locks against a failover")
 	case strat == "failover":
-		r.addf("ok", "%d connected replica(s)%s", replicas, replicaLag(info, replicas))
+		r.addf("ok", "%d connected replica(s)%s", replicas, replicaLag(info))
+		checkReplicaStates(info, r)
 	case strat == "redlock" && replicas > 0:
 		r.addf("warn", "%d replica(s): Redlock wants independent masters; a failover to a replica that missed a write breaks the quorum's guarantee", replicas)
 	case replicas > 0 && cfg.Cluster:
@@ -525,14 +573,13 @@ func hasCommand(ctx context.Context, c *redis.Client, name string) bool {
 	return err == nil && len(res) == 1 && res[0] != nil
 }
 
-// replicaLag summarises the replicas' lag from INFO replication.
-func replicaLag(info map[string]string, n int) string {
+// replicaLag summarises the lag of the replicas in sync from INFO
+// replication (checkReplicaStates reports the others).
+func replicaLag(info map[string]string) string {
 	var lags []string
-	for i := range n {
-		for _, kv := range strings.Split(info["slave"+strconv.Itoa(i)], ",") {
-			if k, v, ok := strings.Cut(kv, "="); ok && k == "lag" {
-				lags = append(lags, v+"s")
-			}
+	for _, rs := range replicaStates(info) {
+		if rs.online() && rs.lag != "" {
+			lags = append(lags, rs.lag+"s")
 		}
 	}
 	if len(lags) == 0 {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -106,8 +105,7 @@ func checkCluster(ctx context.Context, cfg config.Config, timeout time.Duration,
 		r.section(fmt.Sprintf("%s (master, slots %s)", m.addr, strings.Join(m.slots, " ")))
 		info := checkClusterNode(ctx, cfg, m.addr, "master", timeout, r)
 		if cfg.Strategy == "failover" && info != nil {
-			n, _ := strconv.Atoi(info["connected_slaves"])
-			checkAcks(cfg, n, r)
+			checkAcks(cfg, info, r)
 		}
 		for _, rep := range replicas {
 			if rep.master == m.id {

@@ -73,9 +73,12 @@ func transport(ctx context.Context, tc *tls.Config, addr, prefix string, r *repo
 	leaf := state.PeerCertificates[0]
 	left := time.Until(leaf.NotAfter)
 	when := leaf.NotAfter.UTC().Format(time.DateTime)
-	if left < certWarning {
+	switch {
+	case left <= 0: // only tls_insecure gets this far with it
+		r.addf("fail", "%s%s: the server's certificate expired %s ago (%s UTC): every client that verifies it refuses it; renew it", prefix, tls.VersionName(state.Version), days(-left), when)
+	case left < certWarning:
 		r.addf("warn", "%s%s: the server's certificate expires in %s (%s UTC): renew it; clients refuse it from then on", prefix, tls.VersionName(state.Version), days(left), when)
-	} else {
+	default:
 		r.addf("ok", "%s%s, the server's certificate valid until %s UTC (%s)", prefix, tls.VersionName(state.Version), when, days(left))
 	}
 	return true

@@ -54,6 +54,13 @@ func TestDoctorTLS(t *testing.T) {
 	assert.Equal(t, 1, code, out)
 	assert.Contains(t, out, "fail TLS: the server's certificate expired on")
 	assert.NotContains(t, out, "reachable")
+	// Under tls_insecure the connection works, and the expiry is a failure
+	// that says how long ago, not "expires in -24h0m0s".
+	code, out = runDLM(t, "doctor", "--url", "single://"+srv.Addr+"?tls=true&tls_insecure=true&tls_cert="+certs.ClientCert+"&tls_key="+certs.ClientKey)
+	assert.Equal(t, 1, code, out)
+	assert.Regexp(t, `fail TLS 1\.3: the server's certificate expired 24h\d+m0s ago \(`, out)
+	assert.NotContains(t, out, "expires in -", out)
+	assert.Contains(t, out, "ok   reachable", out)
 	// dlm run gives up at once, saying why.
 	code, out = runDLM(t, "run", "--url", tlsURL, "--key", "tls-job", "--wait", "1m", "--", "true")
 	assert.NotEqual(t, 0, code, out)
@@ -103,4 +110,25 @@ func TestDoctorClusterTLS(t *testing.T) {
 	assert.Equal(t, 3, strings.Count(out, "TLS 1.3: the server's certificate expires in"), out)
 	assert.Equal(t, 3, strings.Count(out, "ok   cluster_state ok"), out)
 	assert.NotContains(t, out, "\n  fail ")
+}
+
+// tls=true against a plain server's port: dlm run and dlm doctor say so,
+// naming TLS, over every driver, instead of waiting out --wait and saying
+// "context deadline exceeded".
+func TestTLSClientAtPlainPort(t *testing.T) {
+	srv := redistest.Start(t)
+	u := "single://" + srv.Addr + "?tls=true&tls_insecure=true"
+	for _, d := range []string{"goredis", "redigo", "rueidis", "valkeygo"} {
+		start := time.Now()
+		code, out := runDLM(t, "run", "--driver", d, "--url", u, "--key", "k", "--wait", "50s", "--", "true")
+		assert.Less(t, time.Since(start), 25*time.Second, "%s waited for --wait", d) // generous: it takes well under 2s
+		assert.Equal(t, exitNotLocked, code, "%s: %s", d, out)
+		assert.Contains(t, out, "TLS with "+srv.Addr+": the server does not speak TLS", d)
+		assert.NotContains(t, out, "deadline exceeded", d)
+
+		code, out = runDLM(t, "doctor", "--driver", d, "--url", u)
+		assert.NotEqual(t, 0, code, "%s: %s", d, out)
+		assert.Contains(t, out, "TLS with "+srv.Addr+": the server does not speak TLS", d)
+		assert.NotContains(t, out, "deadline exceeded", d)
+	}
 }

@@ -197,7 +197,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if len(args) > 1 {
 			cmd, ok := commands[args[1]]
 			if !ok {
-				fmt.Fprintf(stderr, "dlm help: unknown command %q\n\n%s", args[1], usage)
+				fmt.Fprintf(stderr, "dlm help: unknown command %s\n\n%s", quoteInput(args[1]), usage)
 				return 2
 			}
 			return cmd(ctx, []string{"-h"}, stdout, stdout) // the help on stdout, as asked for
@@ -208,7 +208,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stdout, usage)
 		return 0
 	default:
-		fmt.Fprintf(stderr, "dlm: unknown command %q\n\n%s", args[0], usage)
+		fmt.Fprintf(stderr, "dlm: unknown command %s\n\n%s", quoteInput(args[0]), usage)
 		return 2
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -34,13 +35,23 @@ Lists the locks held in the deployment whose keys match PATTERN (a Redis
 glob: * ? [abc]; default *): key, owner, how long held, fence, remaining
 TTL and waiting processes. It scans the servers (SCAN, in batches) and
 reads each lock without changing it.
-`
+` + keyUsage
 
 const inspectUsage = `usage: dlm inspect [flags] KEY
 
 Shows who holds the lock KEY and since when, its fence, its remaining TTL,
 how often it was renewed, how many processes wait for it, and what each
 server holds (Redlock: whether a majority agrees). Changes nothing.
+` + keyUsage
+
+// keyUsage says how ls prints keys and how inspect and revoke take them.
+const keyUsage = `
+Keys in the text output are printed as they are when every character is
+printable and none is a space or '"', else Go-quoted ("a\nb", "caf\xe9");
+--json gives key (text; bytes that are not UTF-8 become U+FFFD) and key_b64
+(the exact bytes, standard base64). To name a key that is not plain text,
+give --key-quoted with the quoted form, or --key-b64 with key_b64, instead
+of KEY.
 `
 
 const revokeUsage = `usage: dlm revoke [flags] --reason WHY KEY
@@ -53,11 +64,12 @@ written), and leaves a note that makes the holder's next renewal fail with
 are logged on standard error and kept beside the key for dlm inspect.
 Exit status 1 when no lock was held, 75 when too few servers answered to
 tell (the state is unknown: the lock may still be held).
-`
+` + keyUsage
 
 // operator holds what the three commands share: the strategy over the
 // deployment and the go-redis clients that scan it.
 type operator struct {
+	cfg     config.Config
 	s       dlm.Strategy
 	clients []any // *redis.Client or *redis.ClusterClient, one per endpoint
 	close   io.Closer
@@ -72,7 +84,7 @@ func openOperator(ctx context.Context, tf targetFlags) (*operator, error) {
 	if *tf.driver != "goredis" { // its clients scan the deployment
 		return nil, fmt.Errorf("--driver %s: the operator commands work over goredis only", *tf.driver)
 	}
-	op := &operator{}
+	op := &operator{cfg: cfg}
 	s, closer, err := cfg.OpenStrategy(ctx, func(ctx context.Context, ep config.Endpoint) (dlm.Node, io.Closer, error) {
 		n, c, err := goredis.Dial(ctx, ep)
 		if err == nil {
@@ -127,15 +139,15 @@ func lsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	defer op.close.Close()
 	keys, err := op.scan(ctx, match)
 	if err != nil {
-		fmt.Fprintf(stderr, "dlm ls: %v\n", err)
-		return 1
+		fmt.Fprintf(stderr, "dlm ls: %v%s\n", err, dbHint(op.cfg.DB, err))
+		return exitFor(err)
 	}
 	var held []inspect.Info
 	for _, k := range keys {
 		info, err := inspect.Key(ctx, op.s, k)
 		if err != nil {
-			fmt.Fprintf(stderr, "dlm ls: %q: %v\n", k, err)
-			return 1
+			fmt.Fprintf(stderr, "dlm ls: %s: %v%s\n", displayKey(k), err, dbHint(op.cfg.DB, err))
+			return exitFor(err)
 		}
 		if info.Held {
 			held = append(held, info)
@@ -148,22 +160,24 @@ func lsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "KEY\tOWNER\tHELD FOR\tFENCE\tTTL LEFT\tWAITING")
 	for _, in := range held {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%v\t%d\n", in.Key, owner(in), heldFor(in, now), in.Fence, round(in.Remaining), in.Waiters)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%v\t%d\n", displayKey(in.Key), displayText(owner(in)), heldFor(in, now), in.Fence, round(in.Remaining), in.Waiters)
 	}
 	_ = tw.Flush()
 	if len(held) == 0 {
-		fmt.Fprintf(stderr, "dlm ls: no lock matching %q is held\n", pattern)
+		fmt.Fprintf(stderr, "dlm ls: no lock matching %s is held\n", quoteInput(pattern))
 	}
 	return 0
 }
 
 func inspectCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs, tf, asJSON, err := operatorFlags("inspect", inspectUsage, args, stderr, nil)
+	var kf keyFlags
+	fs, tf, asJSON, err := operatorFlags("inspect", inspectUsage, args, stderr, kf.add)
 	if err != nil {
 		return parseExit(err)
 	}
-	if fs.NArg() != 1 {
-		fmt.Fprintln(stderr, "dlm inspect: one KEY, please (dlm inspect -h)")
+	key, err := keyArg(fs.Args(), *kf.b64, *kf.quoted)
+	if err != nil {
+		fmt.Fprintf(stderr, "dlm inspect: %v (dlm inspect -h)\n", err)
 		return 2
 	}
 	op, err := openOperator(ctx, tf)
@@ -172,9 +186,9 @@ func inspectCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return 2
 	}
 	defer op.close.Close()
-	info, err := inspect.Key(ctx, op.s, fs.Arg(0))
+	info, err := inspect.Key(ctx, op.s, key)
 	if err != nil {
-		fmt.Fprintf(stderr, "dlm inspect: %v\n", err)
+		fmt.Fprintf(stderr, "dlm inspect: %v%s\n", err, dbHint(op.cfg.DB, err))
 		return exitFor(err)
 	}
 	if *asJSON {
@@ -186,15 +200,21 @@ func inspectCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 
 func revokeCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var reason, by *string
+	var kf keyFlags
 	fs, tf, asJSON, err := operatorFlags("revoke", revokeUsage, args, stderr, func(fs *flag.FlagSet) {
 		reason = fs.String("reason", "", "why the lock is revoked (required; logged and kept beside the key)")
 		by = fs.String("by", whoAmI(), "who revokes it")
+		kf.add(fs)
 	})
 	if err != nil {
 		return parseExit(err)
 	}
-	if fs.NArg() != 1 || *reason == "" {
-		fmt.Fprintln(stderr, "dlm revoke: one KEY and --reason, please (dlm revoke -h)")
+	key, err := keyArg(fs.Args(), *kf.b64, *kf.quoted)
+	if err == nil && *reason == "" {
+		err = errors.New("--reason is required")
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "dlm revoke: %v (dlm revoke -h)\n", err)
 		return 2
 	}
 	op, err := openOperator(ctx, tf)
@@ -203,28 +223,36 @@ func revokeCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return 2
 	}
 	defer op.close.Close()
-	key := fs.Arg(0)
 	info, err := inspect.Revoke(ctx, op.s, key, *by, *reason)
 	if errors.Is(err, dlm.ErrStateUnknown) {
 		fmt.Fprintf(stderr, "dlm revoke: %q: state unknown: %v\n", key, err)
 		return exitNotLocked
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "dlm revoke: %v\n", err)
+		fmt.Fprintf(stderr, "dlm revoke: %v%s\n", err, dbHint(op.cfg.DB, err))
 		return exitFor(err)
 	}
 	fmt.Fprintf(stderr, "dlm revoke: %s %q held by %s (fence %d) revoked by %s: %s\n",
-		time.Now().UTC().Format(time.RFC3339), key, owner(info), info.Fence, *by, *reason)
+		time.Now().UTC().Format(time.RFC3339), key, displayText(owner(info)), info.Fence, displayText(*by), displayText(*reason))
 	if *asJSON {
 		return printJSON(stdout, stderr, inspectJSON(info, time.Now()))
 	}
-	fmt.Fprintf(stdout, "revoked %s (held by %s, fence %d)\n", key, owner(info), info.Fence)
+	fmt.Fprintf(stdout, "revoked %s (held by %s, fence %d)\n", displayKey(key), displayText(owner(info)), info.Fence)
 	return 0
 }
 
-// exitFor is the exit status after err: 2 for bad input, else 1.
+// keyFlags are the ways inspect and revoke take a key besides KEY.
+type keyFlags struct{ b64, quoted *string }
+
+func (k *keyFlags) add(fs *flag.FlagSet) {
+	k.b64 = fs.String("key-b64", "", "the key as standard base64 (key_b64 in --json), instead of KEY")
+	k.quoted = fs.String("key-quoted", "", `the key Go-quoted, as dlm ls prints one that is not plain text ("a\nb"), instead of KEY`)
+}
+
+// exitFor is the exit status after err: 2 for bad input (a db the server
+// does not have included), else 1.
 func exitFor(err error) int {
-	if errors.Is(err, dlm.ErrInvalid) || errors.Is(err, errors.ErrUnsupported) {
+	if errors.Is(err, dlm.ErrInvalid) || errors.Is(err, errors.ErrUnsupported) || dbOutOfRange(err) {
 		return 2
 	}
 	return 1
@@ -288,7 +316,7 @@ func globRegexp(glob string) (*regexp.Regexp, error) {
 		case '[':
 			j := strings.IndexByte(glob[i+1:], ']')
 			if j < 0 {
-				return nil, fmt.Errorf("pattern %q: '[' without ']'", glob)
+				return nil, fmt.Errorf("pattern %s: '[' without ']'", quoteInput(glob))
 			}
 			set := glob[i+1 : i+1+j]
 			if strings.HasPrefix(set, "^") {
@@ -353,11 +381,11 @@ func renewals(in inspect.Info, now time.Time) (atLeast int, last time.Duration, 
 
 // printInfo prints what Inspect found, for people.
 func printInfo(w io.Writer, in inspect.Info, now time.Time) {
-	fmt.Fprintf(w, "key:       %s\n", in.Key)
+	fmt.Fprintf(w, "key:       %s\n", displayKey(in.Key))
 	if !in.Held {
 		fmt.Fprintf(w, "held:      no\n")
 	} else {
-		fmt.Fprintf(w, "held:      yes, by %s\n", owner(in))
+		fmt.Fprintf(w, "held:      yes, by %s\n", displayText(owner(in)))
 		if in.HolderOK {
 			fmt.Fprintf(w, "since:     %s (%s ago, the holder's clock)\n", in.Holder.Since.UTC().Format(time.RFC3339Nano), round(now.Sub(in.Holder.Since)))
 			fmt.Fprintf(w, "lease:     %v TTL, %v left\n", in.Holder.TTL, round(in.Remaining))
@@ -404,7 +432,7 @@ func printInfo(w io.Writer, in inspect.Info, now time.Time) {
 			if h, ok := inspect.HolderOf(r.Token); ok {
 				who = h.Owner
 			}
-			fmt.Fprintf(w, "revoked on %s: %s's lock, %s ago, by %s: %s\n", n.Node, who, round(now.Sub(r.At)), r.By, r.Reason)
+			fmt.Fprintf(w, "revoked on %s: %s's lock, %s ago, by %s: %s\n", n.Node, displayText(who), round(now.Sub(r.At)), displayText(r.By), displayText(r.Reason))
 		}
 	}
 }
@@ -422,7 +450,8 @@ type nodeJSON struct {
 }
 
 type infoJSON struct {
-	Key         string     `json:"key"`
+	Key         string     `json:"key"`     // as text: bytes that are not UTF-8 become U+FFFD
+	KeyB64      string     `json:"key_b64"` // the key's bytes exactly, standard base64 (--key-b64)
 	Held        bool       `json:"held"`
 	Owner       string     `json:"owner,omitempty"`
 	Since       *time.Time `json:"since,omitempty"`
@@ -436,7 +465,7 @@ type infoJSON struct {
 }
 
 func inspectJSON(in inspect.Info, now time.Time) infoJSON {
-	j := infoJSON{Key: in.Key, Held: in.Held, TTLMillis: in.Remaining.Milliseconds(), Fence: in.Fence, Waiters: in.Waiters, Token: in.Token}
+	j := infoJSON{Key: in.Key, KeyB64: base64.StdEncoding.EncodeToString([]byte(in.Key)), Held: in.Held, TTLMillis: in.Remaining.Milliseconds(), Fence: in.Fence, Waiters: in.Waiters, Token: in.Token}
 	if in.HolderOK {
 		since := in.Holder.Since.UTC()
 		j.Owner, j.Since, j.LeaseMillis = in.Holder.Owner, &since, in.Holder.TTL.Milliseconds()

@@ -131,7 +131,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case *key == "":
 		fmt.Fprintln(stderr, "dlm run: --key is required")
 		return 2
-	case *permits < 0 || *readers < 0 || *permits > 0 && *readers > 0:
+	case *permits < 0 || *readers < 0 || *permits > 0 && *readers > 0 || zeroGiven(fs, "permits", "readers"):
 		fmt.Fprintln(stderr, "dlm run: --permits and --readers take a positive count, and not both")
 		return 2
 	case *shared && *readers == 0:
@@ -206,7 +206,7 @@ func runWhileHeld(ctx context.Context, tf targetFlags, o holdOptions, cmdArgs []
 		fmt.Fprintf(stderr, "%s: no command given (put it after --)\n", o.name)
 		return 2
 	case o.onLost != "term" && o.onLost != "kill" && o.onLost != "ignore":
-		fmt.Fprintf(stderr, "%s: --on-lost %q: want term, kill or ignore\n", o.name, o.onLost)
+		fmt.Fprintf(stderr, "%s: --on-lost %s: want term, kill or ignore\n", o.name, quoteInput(o.onLost))
 		return 2
 	case o.wait < 0 || o.ttl < 0 || o.grace < 0 || o.maxHold < 0:
 		fmt.Fprintf(stderr, "%s: --wait, --ttl, --grace and --max-hold must not be negative\n", o.name)
@@ -255,7 +255,7 @@ func runWhileHeld(ctx context.Context, tf targetFlags, o holdOptions, cmdArgs []
 	switch {
 	case err == nil:
 	case errors.Is(err, dlm.ErrInvalid), errors.Is(err, semaphore.ErrMismatch):
-		fmt.Fprintf(stderr, "%s: %v\n", o.name, err)
+		fmt.Fprintf(stderr, "%s: %v%s\n", o.name, err, dbHint(cfg.DB, err))
 		return 2
 	case ctx.Err() != nil:
 		code, sig := interrupted(ctx)
