@@ -137,7 +137,7 @@ func startSupervised(argv, env []string, stdin io.Reader, stdout, stderr io.Writ
 		mine.Close()
 		watchMine.Close()
 		_ = sup.Wait() // it reported why on stderr and exits 127
-		return nil, fmt.Errorf("could not start %q", argv[0])
+		return nil, fmt.Errorf("could not start %s", quoteInput(argv[0]))
 	}
 	return &supervised{sup: sup, conn: supervisorConn{mine, watchMine}, pgid: pgid, watchdog: wpid}, nil
 }
