@@ -172,10 +172,17 @@ func startFirstGroup(t *testing.T, bin, url, key string, flags ...string) firstG
 // on one line, and returns once it did.
 func startScriptGroup(t *testing.T, bin, url, key, script string, n int, flags ...string) firstGroup {
 	t.Helper()
+	return startScriptGroupAttr(t, nil, bin, url, key, script, n, flags...)
+}
+
+// startScriptGroupAttr is startScriptGroup with dlm started with attr.
+func startScriptGroupAttr(t *testing.T, attr *syscall.SysProcAttr, bin, url, key, script string, n int, flags ...string) firstGroup {
+	t.Helper()
 	pidFile := filepath.Join(t.TempDir(), "pids")
 	args := append([]string{"run", "--url", url, "--key", key}, flags...)
 	args = append(args, "--", "sh", "-c", fmt.Sprintf(script, pidFile))
 	cmd := exec.Command(bin, args...)
+	cmd.SysProcAttr = attr
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	require.NoError(t, cmd.Start())
@@ -371,24 +378,26 @@ func TestRunDLMStopped(t *testing.T) {
 	assert.Equal(t, exitLost, ee.ExitCode(), g.out.String())
 }
 
-// Ctrl-Z: SIGTSTP to dlm and its supervisor, whose process group is the
-// terminal's foreground job, while COMMAND, in a group of its own, runs on.
-// The watchdog ignores SIGTSTP and kills the group at the lease's end.
+// Ctrl-Z: SIGTSTP to the terminal's foreground job, dlm's process group
+// (dlm and its supervisor), while COMMAND, in a group of its own, runs on
+// and the watchdog, in another, kills it at the lease's end. dlm runs in a
+// group of its own whose parent, this test, is in another group of the
+// same session, as a shell's job is: the kernel drops SIGTSTP sent to an
+// orphaned process group.
 func TestRunStoppedByCtrlZ(t *testing.T) {
 	url := "single://" + redistest.Start(t).Addr
-	g := startFirstGroup(t, dlmBin, url, "ctrl-z", "--ttl", "1s")
+	g := startScriptGroupAttr(t, &syscall.SysProcAttr{Setpgid: true}, dlmBin, url, "ctrl-z", "sleep 60 & echo $$ $! > %s; wait", 2, "--ttl", "1s")
 	sups := childrenOf(t, g.dlm.Process.Pid)
 	require.Len(t, sups, 1, "dlm run's supervisor")
-	t.Cleanup(func() { _ = syscall.Kill(sups[0], syscall.SIGCONT) })
+	t.Cleanup(func() { _ = syscall.Kill(-g.dlm.Process.Pid, syscall.SIGCONT) })
+	require.NoError(t, syscall.Kill(-g.dlm.Process.Pid, syscall.SIGTSTP))
 	for _, p := range []int{g.dlm.Process.Pid, sups[0]} {
-		require.NoError(t, syscall.Kill(p, syscall.SIGTSTP))
+		require.Eventually(t, func() bool { return isStopped(p) }, 10*time.Second, 5*time.Millisecond, "SIGTSTP did not stop %d", p)
 	}
 	code, text := secondHolder(t, url, "ctrl-z", g)
 	assert.Equal(t, 0, code, text)
 	assert.Contains(t, text, "clean")
-	for _, p := range []int{sups[0], g.dlm.Process.Pid} {
-		require.NoError(t, syscall.Kill(p, syscall.SIGCONT))
-	}
+	require.NoError(t, syscall.Kill(-g.dlm.Process.Pid, syscall.SIGCONT))
 	err := g.dlm.Wait()
 	var ee *exec.ExitError
 	require.ErrorAs(t, err, &ee, g.out.String())
@@ -454,4 +463,15 @@ func TestRunSupervisorStoppedCommandEnds(t *testing.T) {
 	}
 	code, text := runDLM(t, "run", "--url", url, "--key", "sup-stopped-ends", "--", "true")
 	assert.Equal(t, 0, code, "released: %s", text)
+}
+
+// isStopped reports whether pid is stopped (state T).
+func isStopped(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i >= 0 && i+2 < len(s) && s[i+2] == 'T'
 }
