@@ -79,7 +79,7 @@ done
 # into a temporary directory (through the module proxy, then from the module
 # and build caches); its findings fail the run. The release rehearsal and
 # the license check are Go tests of tools/release, run with the others.
-staticcheck_version=v0.8.2 # staticcheck 2026.2.2, built for Go 1.26
+staticcheck_version=v0.8.2 # staticcheck 2026.2.2, which supports Go 1.26
 staticcheck_bin=$(mktemp -d)
 echo "test.sh: installing staticcheck $staticcheck_version" >&2
 GOBIN="$staticcheck_bin" go install "honnef.co/go/tools/cmd/staticcheck@$staticcheck_version"
