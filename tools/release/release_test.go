@@ -283,7 +283,8 @@ func TestRehearsal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	// A cold build cache costs minutes of compiling (docs/development.md).
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
 	start := time.Now()
 	log := lineWriter(func(line string) { t.Log(line) })
