@@ -19,12 +19,9 @@ import (
 	"github.com/dlmgo/dlm/strategy"
 )
 
-func benchManager(b *testing.B, ctxOnWire bool, opts ...strategy.Option) *dlm.Manager {
-	return benchManagerOn(b, "goredis", ctxOnWire, opts...)
-}
-
-// benchManagerOn is benchManager over the named driver: goredis, redigo
-// or rueidis (ctxOnWire matters to goredis only).
+// benchManagerOn returns a Manager over one server started for b, through
+// the named driver: goredis, redigo or rueidis (ctxOnWire matters to
+// goredis only).
 func benchManagerOn(b *testing.B, driver string, ctxOnWire bool, opts ...strategy.Option) *dlm.Manager {
 	srv := redistest.Start(b)
 	var node dlm.Node

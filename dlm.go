@@ -86,8 +86,8 @@ var (
 
 // A Node is one Redis deployment seen through a client library: a single
 // server, a primary behind Sentinel, or a Cluster. The packages under
-// driver/ adapt go-redis, redigo and rueidis; package conformance checks any
-// other implementation.
+// driver/ adapt go-redis, redigo, rueidis and valkey-go; package conformance
+// checks any other implementation.
 //
 // Each method makes at most one round trip per server it reaches and never
 // retries. Methods are safe for concurrent use and honour ctx, including its

@@ -148,7 +148,7 @@ func TestObserverLostOnceWhateverEndsIt(t *testing.T) {
 		m2 := newVManager(t, srv, dlm.WithObserver(rec2), dlm.WithTTL(150*time.Millisecond))
 		l, err = m2.Lock(ctx, "expires")
 		require.NoError(t, err)
-		time.Sleep(l.Until().Sub(time.Now()) - time.Nanosecond)
+		time.Sleep(time.Until(l.Until()) - time.Nanosecond)
 		synctest.Wait()
 		assert.Equal(t, []string{"start expires try=false", "done expires err=false"}, rec2.snapshot(), "not lost before its validity")
 		time.Sleep(time.Nanosecond)

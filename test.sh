@@ -73,6 +73,22 @@ for dir in $dirs; do
 	echo "test.sh: go vet in $dir" >&2
 	(cd "$dir" && go vet ./...)
 done
+
+# --- release checks (issue 51) ---------------------------------------------
+# staticcheck, at a pinned version, on every module. It is installed once
+# into a temporary directory (through the module proxy, then from the module
+# and build caches); its findings fail the run. The release rehearsal and
+# the license check are Go tests of tools/release, run with the others.
+staticcheck_version=v0.8.2 # staticcheck 2026.2.2, which supports Go 1.26
+staticcheck_bin=$(mktemp -d)
+echo "test.sh: installing staticcheck $staticcheck_version" >&2
+GOBIN="$staticcheck_bin" go install "honnef.co/go/tools/cmd/staticcheck@$staticcheck_version"
+for dir in $dirs; do
+	echo "test.sh: staticcheck in $dir" >&2
+	(cd "$dir" && "$staticcheck_bin/staticcheck" ./...)
+done
+rm -rf "$staticcheck_bin"
+# --- end of release checks -------------------------------------------------
 for dir in $dirs; do
 	echo "test.sh: go test in $dir" >&2
 	case "$dir" in

@@ -2,11 +2,9 @@ module github.com/dlmgo/dlm/bench
 
 go 1.26.0
 
-replace github.com/dlmgo/dlm => ../
-
 require (
 	github.com/bsm/redislock v0.9.4
-	github.com/dlmgo/dlm v0.0.0-00010101000000-000000000000
+	github.com/dlmgo/dlm v0.1.0
 	github.com/go-redsync/redsync/v4 v4.18.1
 	github.com/gomodule/redigo v1.9.3
 	github.com/redis/go-redis/v9 v9.23.0

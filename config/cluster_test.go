@@ -152,6 +152,7 @@ func TestOpenCluster(t *testing.T) {
 			single := redistest.Start(t)
 			_, c, err := config.Open(ctx, "cluster://"+single.Addr, d.dial)
 			if err == nil { // go-redis finds out on the first call
+				_ = c.Close()
 				var m *dlm.Manager
 				m, c, err = config.Open(ctx, "cluster://"+single.Addr+"?timeout=1s", d.dial)
 				require.NoError(t, err)

@@ -152,9 +152,9 @@ const (
 	keepLead  = 100 * time.Millisecond
 )
 
-// poisonErr is what PartReadBatch writes into the calls once Run returned:
+// errPoison is what PartReadBatch writes into the calls once Run returned:
 // a Node that writes into them later overwrites it.
-var poisonErr = errors.New("conformance: written by the caller after Run returned")
+var errPoison = errors.New("conformance: written by the caller after Run returned")
 
 // testPartReadBatch runs a batch of thousands of fast grant calls with one
 // slow call (a busy script) in the middle, under a deadline that falls
@@ -244,7 +244,7 @@ func testPartReadBatch(t *testing.T, c *nodeCase) {
 	t.Logf("%s returned after %v with %d replies kept (the batch without its slow call took %v)", what, took.Round(time.Millisecond), kept, plain.Round(time.Millisecond))
 	// The caller owns the calls again: what it writes stays.
 	for i := range calls {
-		calls[i].Reply, calls[i].Err = nil, poisonErr
+		calls[i].Reply, calls[i].Err = nil, errPoison
 	}
 
 	// Once the server answers again, the node's next call is its own.
@@ -259,7 +259,7 @@ func testPartReadBatch(t *testing.T, c *nodeCase) {
 	}
 	ownReplies(t, c)
 	for i, cl := range calls {
-		if cl.Reply != nil || cl.Err != poisonErr {
+		if cl.Reply != nil || cl.Err != errPoison {
 			t.Errorf("%s: call %d was written after Run returned (reply %s, error %v): a Node keeps no reference to the calls once Run returns", what, i+1, ints(cl.Reply), cl.Err)
 			break
 		}

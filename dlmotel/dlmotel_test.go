@@ -86,7 +86,7 @@ func (r *rig) metric(t *testing.T, name string) metricdata.Aggregation {
 func matches(set attribute.Set, want map[string]string) bool {
 	for k, v := range want {
 		got, ok := set.Value(attribute.Key(k))
-		if !ok || got.Emit() != v {
+		if !ok || got.String() != v {
 			return false
 		}
 	}
@@ -131,7 +131,7 @@ func (r *rig) lockSpans() []sdktrace.ReadOnlySpan {
 func attr(s sdktrace.ReadOnlySpan, key string) string {
 	for _, kv := range s.Attributes() {
 		if string(kv.Key) == key {
-			return kv.Value.Emit()
+			return kv.Value.String()
 		}
 	}
 	return ""
@@ -150,7 +150,7 @@ func nodeEvents(s sdktrace.ReadOnlySpan) []sdktrace.Event {
 func eventAttr(e sdktrace.Event, key string) string {
 	for _, kv := range e.Attributes {
 		if string(kv.Key) == key {
-			return kv.Value.Emit()
+			return kv.Value.String()
 		}
 	}
 	return ""

@@ -72,7 +72,7 @@ func Example() {
 				if met.Name == dlmotel.AcquireDuration {
 					for _, p := range d.DataPoints {
 						outcome, _ := p.Attributes.Value("dlm.outcome")
-						fmt.Println(met.Name, outcome.Emit(), p.Count)
+						fmt.Println(met.Name, outcome.String(), p.Count)
 					}
 				}
 			case metricdata.Sum[int64]:
@@ -88,7 +88,7 @@ func Example() {
 		}
 		attrs := map[string]string{}
 		for _, kv := range s.Attributes() {
-			attrs[string(kv.Key)] = kv.Value.Emit()
+			attrs[string(kv.Key)] = kv.Value.String()
 		}
 		nodes := 0
 		for _, e := range s.Events() {

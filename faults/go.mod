@@ -2,15 +2,10 @@ module github.com/dlmgo/dlm/faults
 
 go 1.26.0
 
-replace (
-	github.com/dlmgo/dlm => ..
-	github.com/dlmgo/dlm/fencing/pgtest => ../fencing/pgtest
-)
-
 require (
 	github.com/anishathalye/porcupine v1.3.1
-	github.com/dlmgo/dlm v0.0.0-00010101000000-000000000000
-	github.com/dlmgo/dlm/fencing/pgtest v0.0.0-00010101000000-000000000000
+	github.com/dlmgo/dlm v0.1.0
+	github.com/dlmgo/dlm/fencing/pgtest v0.1.0
 	github.com/redis/go-redis/v9 v9.23.0
 	golang.org/x/sys v0.48.0
 )

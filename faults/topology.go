@@ -79,14 +79,6 @@ func (s *server) wipe() error {
 	return nil
 }
 
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, " | ")
-}
-
 // A topology is the deployment of one strategy: the servers that hold
 // locks (Data: the Redlock masters, the one server, or the primary first
 // and then its replicas), the Sentinels, and the URL clients open.

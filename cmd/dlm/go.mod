@@ -2,11 +2,9 @@ module github.com/dlmgo/dlm/cmd/dlm
 
 go 1.26.0
 
-replace github.com/dlmgo/dlm => ../..
-
 require (
 	github.com/alicebob/miniredis/v2 v2.40.0
-	github.com/dlmgo/dlm v0.0.0-00010101000000-000000000000
+	github.com/dlmgo/dlm v0.1.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/stretchr/testify v1.12.1
 	golang.org/x/sys v0.48.0

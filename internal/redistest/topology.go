@@ -202,7 +202,7 @@ func (s *Server) ReplicaOf(t testing.TB, primary *Server) {
 	ctx := context.Background()
 	c := redis.NewClient(s.options())
 	defer c.Close()
-	if err := c.SlaveOf(ctx, "127.0.0.1", strconv.Itoa(primary.Port)).Err(); err != nil {
+	if err := c.ReplicaOf(ctx, "127.0.0.1", strconv.Itoa(primary.Port)).Err(); err != nil {
 		t.Fatalf("redistest: REPLICAOF: %v", err)
 	}
 	waitFor(t, 10*time.Second, s.Addr+" replicating from "+primary.Addr, func() bool {
