@@ -53,7 +53,7 @@ func TestDoctorReplicaNotInSync(t *testing.T) {
 	require.NoError(t, primary.ConfigSet(ctx, "repl-diskless-sync", "yes").Err())
 	require.NoError(t, primary.ConfigSet(ctx, "repl-diskless-sync-delay", "60").Err())
 	late := redistest.Start(t)
-	require.NoError(t, late.Client(t).SlaveOf(ctx, "127.0.0.1", strconv.Itoa(topo.Primary.Port)).Err())
+	require.NoError(t, late.Client(t).ReplicaOf(ctx, "127.0.0.1", strconv.Itoa(topo.Primary.Port)).Err())
 	require.Eventually(t, func() bool {
 		info, err := primary.Info(ctx, "replication").Result()
 		return err == nil && strings.Contains(info, "port="+strconv.Itoa(late.Port)+",state=wait_bgsave")
