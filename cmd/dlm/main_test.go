@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -58,4 +59,26 @@ func TestDemoUnreachable(t *testing.T) {
 	assert.Equal(t, 1, code, out.String())
 	assert.Contains(t, out.String(), "FAILED")
 	assert.Contains(t, out.String(), "acquire on 127.0.0.1:1")
+}
+
+// The demo's verdict tells a lock that did not hold (two holders, a fence
+// going back, a lost update) from calls that failed while it held.
+func TestDemoReportVerdict(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		r    results
+		code int
+		says string
+	}{
+		{"held", results{acquisitions: 3, maxHolders: 1, lastFence: 3, counter: 3}, 0, "OK: one holder at a time"},
+		{"call failed", results{acquisitions: 3, maxHolders: 1, lastFence: 3, counter: 3, errs: []error{errors.New("i/o timeout")}}, 1, "FAILED: the lock held (one holder at a time"},
+		{"two holders", results{acquisitions: 3, maxHolders: 2, lastFence: 3, counter: 3}, 1, "FAILED: the lock did not hold"},
+		{"lost update", results{acquisitions: 3, maxHolders: 1, lastFence: 3, counter: 2}, 1, "FAILED: the lock did not hold"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out bytes.Buffer
+			assert.Equal(t, tc.code, tc.r.report(&out))
+			assert.Contains(t, out.String(), tc.says)
+		})
+	}
 }
