@@ -10,8 +10,6 @@ package nodekit
 
 import (
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -20,6 +18,7 @@ import (
 	"time"
 
 	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/internal/sha1"
 )
 
 // Name names n for errors and logs: its String method when it has one,
@@ -32,7 +31,9 @@ func Name(n dlm.Node, index int) string {
 }
 
 // A Script is a Lua script that replies with an integer or an array of
-// integers. Its SHA1 digest is computed once, on first use.
+// integers. Its SHA1 digest is computed once, on first use, without
+// crypto/sha1 (which a program run with GODEBUG=fips140=only may not use:
+// the digest is only the server's name for the cached script).
 type Script struct {
 	src  string
 	once sync.Once
@@ -48,8 +49,7 @@ func (s *Script) Source() string { return s.src }
 // SHA1 returns the hex SHA1 digest by which Redis caches the script.
 func (s *Script) SHA1() string {
 	s.once.Do(func() {
-		sum := sha1.Sum([]byte(s.src))
-		s.sha = hex.EncodeToString(sum[:])
+		s.sha = sha1.Hex(s.src)
 	})
 	return s.sha
 }
