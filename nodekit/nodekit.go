@@ -158,12 +158,45 @@ func RunGroups(calls []dlm.Call, groups [][]int, run func(part []dlm.Call)) {
 // first. A text whose first word is not a code in capitals (or is AUTH,
 // which begins an ERR reply's message) is taken as code ERR with text the
 // message: the form of a client that strips "ERR " (rueidis does).
+//
+// A server before Redis 7.0 wraps the error reply of a command a script
+// called in one of its own: "ERR Error running script (call to f_<sha1>):
+// @user_script:<line>: WRONGTYPE Operation against …". Such a reply is
+// read as the command's (code WRONGTYPE), as Redis 7.0 replies it, so that
+// dlm.Permanent classifies it alike on every server.
 func Reply(text string, err error) *dlm.ReplyError {
 	code, msg, _ := strings.Cut(text, " ")
 	if !isCode(code) || code == "AUTH" {
-		return &dlm.ReplyError{Code: "ERR", Message: text, Err: err}
+		code, msg = "ERR", text
+	}
+	if code == "ERR" {
+		if c, m, ok := scriptCallError(msg); ok {
+			code, msg = c, m
+		}
 	}
 	return &dlm.ReplyError{Code: code, Message: msg, Err: err}
+}
+
+// scriptCallError returns the code and message of the command's reply in
+// msg, the message of a pre-7.0 server's ERR reply to a script whose
+// redis.call met an error reply.
+func scriptCallError(msg string) (code, inner string, ok bool) {
+	rest, ok := strings.CutPrefix(msg, "Error running script (call to f_")
+	if !ok {
+		return "", "", false
+	}
+	if _, rest, ok = strings.Cut(rest, "): @user_script:"); !ok {
+		return "", "", false
+	}
+	line, rest, ok := strings.Cut(rest, ": ")
+	if !ok || line == "" || strings.Trim(line, "0123456789") != "" {
+		return "", "", false
+	}
+	code, inner, _ = strings.Cut(rest, " ")
+	if !isCode(code) {
+		return "", "", false // a Lua error, not a command's reply
+	}
+	return code, inner, true
 }
 
 // isCode reports whether w is a word in capitals (digits and _ allowed
