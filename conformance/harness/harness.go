@@ -8,9 +8,10 @@
 //		})
 //	}
 //
-// Run starts redis-server (found on PATH) on a free loopback port, puts a
-// fault proxy in front of it, and runs conformance.RunNode with nodes dial
-// returns for the proxy's address. Owning the path to the server lets the
+// Run starts redis-server (found on PATH, or the program of the Server
+// option: valkey-server, another release of Redis) on a free loopback
+// port, puts a fault proxy in front of it, and runs conformance.RunNode
+// with nodes dial returns for the proxy's address. Owning the path to the server lets the
 // suite check what no wrapper of a Node can reach: that a driver never
 // retries a script (a reply cut or held on the wire) and that its dial
 // honours the context (connects that hang). For the PermanentErrors rule it
