@@ -322,7 +322,9 @@ func (e *ReplyError) Is(target error) bool {
 //     (protected mode), and code ERR with a message that begins "unknown
 //     command" (an endpoint without scripting, such as a Sentinel's port),
 //     "AUTH" or "invalid password" (a password the server does not
-//     expect) or "No such master" (a Sentinel's unknown master name);
+//     expect), "No such master" (a Sentinel's unknown master name) or
+//     "dlm needs Redis" (a server older than dlm's minimum, Redis 6.0,
+//     refusing the first acquisition);
 //   - an error in err's tree with a method Permanent() bool that reports
 //     true; the outermost such method decides (a Redlock quorum error says
 //     whether too many nodes failed permanently for a quorum ever to form).
@@ -355,7 +357,7 @@ func permanentReply(r *ReplyError) bool {
 	case "WRONGTYPE", "NOAUTH", "WRONGPASS", "NOPERM", "DENIED":
 		return true
 	case "ERR":
-		for _, p := range []string{"unknown command", "AUTH", "invalid password", "No such master"} {
+		for _, p := range []string{"unknown command", "AUTH", "invalid password", "No such master", "dlm needs Redis"} {
 			if strings.HasPrefix(r.Message, p) {
 				return true
 			}

@@ -56,6 +56,20 @@ if ! command -v valgrind >/dev/null; then
 	fi
 fi
 
+# ---- begin: server matrix and FIPS (issue 51) ----
+# The server matrix (internal/redistest.Builds: Redis 7.0.15, Valkey 8.0.1,
+# Redis 6.0.16) needs Valkey from bookworm-backports and Redis 6.0 unpacked
+# from bullseye into a cache directory; .ci/servers.sh does both,
+# idempotently (see it for how). TestServerMatrix (driver/goredis) and the
+# pre-7.0 tests of strategy skip without them, or fail under
+# DLM_REQUIRE_REDIS=1.
+./.ci/servers.sh
+# A program run with GODEBUG=fips140=only, where crypto/sha1 panics, takes
+# locks: the README's Example (TestFIPS140Only adds a Redlock lock).
+echo "test.sh: GODEBUG=fips140=only go test -run Example ." >&2
+GODEBUG=fips140=only go test -count=1 -run 'Example' .
+# ---- end: server matrix and FIPS (issue 51) ----
+
 unformatted=$(gofmt -l .)
 if [ -n "$unformatted" ]; then
 	echo "test.sh: gofmt would change:" >&2

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/conformance/internal/transport"
 	"github.com/dlmgo/dlm/nodekit"
 )
 
@@ -129,13 +130,10 @@ end
 return {0, 0}`
 
 // markedBusyScript is busyScript that first records, in KEYS[2], when it
-// started by the server's clock (microseconds).
-const markedBusyScript = `local function now()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
+// started by the server's clock (TIME, microseconds).
+const markedBusyScript = transport.BusyClock + `local t = redis.call('TIME')
+redis.call('SET', KEYS[2], tonumber(t[1]) * 1000000 + tonumber(t[2]), 'PX', 60000)
 local start = now()
-redis.call('SET', KEYS[2], start, 'PX', 60000)
 while now() - start < tonumber(ARGV[1]) do end
 return {1}`
 

@@ -299,8 +299,9 @@ func lateHint(err error) string {
 	return ": another call's reply (a connection whose reply was left unread when a call ended must be closed, not reused)"
 }
 
-// busyScript blocks the server: it busy-waits on the server clock for
-// ARGV[1] microseconds and replies {1}.
+// busyScript blocks the server: it busy-waits for ARGV[1] microseconds
+// (on a clock that moves while a script runs: transport.BusyClock) and
+// replies {1}.
 const busyScript = transport.BusyScript
 
 // The server is blocked for busyFor; a call with a 100ms deadline must

@@ -25,7 +25,7 @@ import (
 // MeterProvider with a reader that is never collected, a TracerProvider
 // that samples every span and exports none); otel-unsampled, the same
 // with a TracerProvider that samples no span (metrics only); otel+node,
-// otel with the node wrapped by WrapNode; slog, dlmslog over a text handler at Info, so
+// otel with the node wrapped by the Observer's WrapNode; slog, dlmslog over a text handler at Info, so
 // that the Debug records of a lock that is taken and released are off.
 // Compare with benchstat -col /observer.
 func BenchmarkLockUnlock(b *testing.B) {
@@ -42,7 +42,7 @@ func BenchmarkLockUnlock(b *testing.B) {
 		}},
 		{"otel+node", func(b *testing.B) (func(dlm.Node) dlm.Node, dlm.Observer) {
 			obs := benchOtel(b, sdktrace.AlwaysSample())
-			return func(n dlm.Node) dlm.Node { return dlmotel.WrapNode(n, "redis-a", dlmotel.WithMeterProvider(benchMP)) }, obs
+			return func(n dlm.Node) dlm.Node { return obs.WrapNode(n, "redis-a") }, obs
 		}},
 		{"slog", func(*testing.B) (func(dlm.Node) dlm.Node, dlm.Observer) {
 			return nil, dlmslog.New(slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelInfo})))
@@ -76,7 +76,7 @@ func BenchmarkLockUnlock(b *testing.B) {
 
 var benchMP *sdkmetric.MeterProvider
 
-func benchOtel(b *testing.B, sampler sdktrace.Sampler) dlm.Observer {
+func benchOtel(b *testing.B, sampler sdktrace.Sampler) *dlmotel.Observer {
 	benchMP = sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sampler))
 	b.Cleanup(func() { _ = benchMP.Shutdown(context.Background()); _ = tp.Shutdown(context.Background()) })

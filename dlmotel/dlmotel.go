@@ -1,18 +1,19 @@
 // Package dlmotel reports what a dlm.Manager's locks do as OpenTelemetry
 // metrics and traces, through OpenTelemetry's API: New returns a
-// dlm.Observer to pass to dlm.WithObserver, and WrapNode wraps each Node so
+// dlm.Observer to pass to dlm.WithObserver, and its WrapNode wraps each Node so
 // that every Lock's span shows what each node answered and node errors are
 // counted by node. Package dlm itself imports only the standard library; a
 // Manager without an Observer pays nothing for one.
 //
 // Wiring:
 //
-//	obs, err := dlmotel.New() // the global MeterProvider and TracerProvider
-//	node := dlmotel.WrapNode(goredis.New(client), "redis-a")
+//	obs, err := dlmotel.New() // the global MeterProvider and TracerProvider, or WithMeterProvider(mp), ...
+//	node := obs.WrapNode(goredis.New(client), "redis-a") // reports to New's providers
 //	single, err := strategy.NewSingle(node)
 //	m, err := dlm.New(single, dlm.WithObserver(obs))
 //
-// Instruments (meter "github.com/dlmgo/dlm/dlmotel"); durations are in
+// Instruments (meter "github.com/dlmgo/dlm/dlmotel", with this module's
+// version as the scope's version: see ScopeVersion); durations are in
 // seconds. The lock's key is never a metric attribute (it would make one
 // series per key); it is a span attribute.
 //
@@ -22,7 +23,7 @@
 //	dlm.locks.held             updowncounter  locks held now
 //	dlm.lock.renewals          counter        renewals (auto-renewal and Extend), by dlm.outcome (ok, refused, error)
 //	dlm.lock.losses            counter        leases ended without Unlock, by dlm.cause
-//	dlm.node.errors            counter        failed node calls (WrapNode), by dlm.node and error.type
+//	dlm.node.errors            counter        failed node calls (Observer.WrapNode), by dlm.node and error.type
 //
 // dlm.outcome of an acquisition is acquired, busy (another owner holds the
 // key), canceled (the caller's context ended first) or error. dlm.cause of
@@ -32,7 +33,7 @@
 // Traces: each Lock and TryLock is a span named "dlm.Lock" (attributes
 // dlm.key, dlm.try, dlm.fence, dlm.attempts, dlm.outcome; status Error when
 // it failed other than busy), the parent of whatever the strategy does
-// under it. A node wrapped by WrapNode adds a "dlm.node" event to the span
+// under it. A node wrapped by Observer.WrapNode adds a "dlm.node" event to the span
 // found in each call's context: the node's name, the operation, how many
 // script calls, how many failed and the first error.
 package dlmotel
@@ -40,6 +41,8 @@ package dlmotel
 import (
 	"context"
 	"errors"
+	"runtime/debug"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -55,6 +58,39 @@ import (
 // ScopeName is the instrumentation scope of the Meter and Tracer.
 const ScopeName = "github.com/dlmgo/dlm/dlmotel"
 
+// ScopeVersion returns the version of the instrumentation scope: the
+// version of this module the program was built with (v0.4.0, or a
+// pseudo-version), as runtime/debug.ReadBuildInfo reports it; "" when
+// unknown (a build from a checkout, whose version is "(devel)", one that
+// replaces the module by a directory, or a binary without build
+// information).
+func ScopeVersion() string { return scopeVersion() }
+
+var scopeVersion = sync.OnceValue(func() string {
+	bi, _ := debug.ReadBuildInfo()
+	return versionIn(bi)
+})
+
+// versionIn returns this module's version in bi (see ScopeVersion).
+func versionIn(bi *debug.BuildInfo) string {
+	if bi == nil {
+		return ""
+	}
+	for _, m := range append([]*debug.Module{&bi.Main}, bi.Deps...) {
+		if m == nil || m.Path != ScopeName {
+			continue
+		}
+		if r := m.Replace; r != nil {
+			m = r // a directory has no version; a module of another path does
+		}
+		if m.Version == "(devel)" {
+			return ""
+		}
+		return m.Version
+	}
+	return ""
+}
+
 // Instrument names.
 const (
 	AcquireDuration = "dlm.lock.acquire.duration"
@@ -69,7 +105,7 @@ const (
 // SpanName is the name of the span of a Lock or TryLock call.
 const SpanName = "dlm.Lock"
 
-// An Option configures New and WrapNode.
+// An Option configures New.
 type Option func(*config)
 
 type config struct {
@@ -87,6 +123,11 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 // one (otel.GetTracerProvider) at the time of New.
 func WithTracerProvider(tp trace.TracerProvider) Option {
 	return func(c *config) { c.tp = tp }
+}
+
+// meter returns the Meter of c's MeterProvider for this scope.
+func (c config) meter() metric.Meter {
+	return c.mp.Meter(ScopeName, metric.WithInstrumentationVersion(ScopeVersion()))
 }
 
 func newConfig(opts []Option) config {
@@ -111,6 +152,7 @@ var buckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.
 
 // Observer is a dlm.Observer that records metrics and spans.
 type Observer struct {
+	meter                 metric.Meter // for WrapNode
 	tracer                trace.Tracer
 	acquire, wait, hold   metric.Float64Histogram
 	held                  metric.Int64UpDownCounter
@@ -128,8 +170,8 @@ var _ dlm.Observer = (*Observer)(nil)
 // only when an instrument cannot be created.
 func New(opts ...Option) (*Observer, error) {
 	c := newConfig(opts)
-	meter := c.mp.Meter(ScopeName)
-	o := &Observer{tracer: c.tp.Tracer(ScopeName)}
+	meter := c.meter()
+	o := &Observer{meter: meter, tracer: c.tp.Tracer(ScopeName, trace.WithInstrumentationVersion(ScopeVersion()))}
 	var errs [7]error
 	o.acquire, errs[0] = meter.Float64Histogram(AcquireDuration, metric.WithUnit("s"),
 		metric.WithDescription("Duration of Lock and TryLock calls."), metric.WithExplicitBucketBoundaries(buckets...))

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -60,7 +61,7 @@ func (r *rig) manager(t *testing.T, client *redis.Client, sopts []strategy.Optio
 	t.Helper()
 	obs, err := dlmotel.New(dlmotel.WithMeterProvider(r.mp), dlmotel.WithTracerProvider(r.tp))
 	require.NoError(t, err)
-	node := dlmotel.WrapNode(goredis.New(client), "redis-a", dlmotel.WithMeterProvider(r.mp))
+	node := obs.WrapNode(goredis.New(client), "redis-a")
 	s, err := strategy.NewSingle(node, sopts...)
 	require.NoError(t, err)
 	m, err := dlm.New(s, append([]dlm.Option{dlm.WithObserver(obs)}, opts...)...)
@@ -413,13 +414,13 @@ func TestOtelCauseOf(t *testing.T) {
 func TestOtelRedlockNodeEvents(t *testing.T) {
 	r := newBareRig(t)
 	srvs := []*redistest.Server{r.srv, redistest.Start(t), redistest.Start(t)}
+	obs, err := dlmotel.New(dlmotel.WithMeterProvider(r.mp), dlmotel.WithTracerProvider(r.tp))
+	require.NoError(t, err)
 	var nodes []dlm.Node
 	for i, srv := range srvs {
-		nodes = append(nodes, dlmotel.WrapNode(goredis.New(srv.Client(t)), "master-"+strconv.Itoa(i), dlmotel.WithMeterProvider(r.mp)))
+		nodes = append(nodes, obs.WrapNode(goredis.New(srv.Client(t)), "master-"+strconv.Itoa(i)))
 	}
 	s, err := strategy.NewRedlock(nodes, strategy.WithTimeout(100*time.Millisecond))
-	require.NoError(t, err)
-	obs, err := dlmotel.New(dlmotel.WithMeterProvider(r.mp), dlmotel.WithTracerProvider(r.tp))
 	require.NoError(t, err)
 	m, err := dlm.New(s, dlm.WithObserver(obs))
 	require.NoError(t, err)
@@ -454,4 +455,49 @@ func TestOtelRedlockNodeEvents(t *testing.T) {
 		r.count(t, dlmotel.NodeErrors, map[string]string{"dlm.node": "master-2", "error.type": "other"}))
 	assert.GreaterOrEqual(t, r.count(t, dlmotel.NodeErrors, map[string]string{"dlm.node": "master-2"}), int64(1))
 	assert.Zero(t, r.count(t, dlmotel.NodeErrors, map[string]string{"dlm.node": "master-0"}))
+}
+
+// Issue 51: the node of the Observer's WrapNode reports to the providers
+// given to New, as docs/observability.md wires it, not to the global
+// ones: a failed call counts in New's MeterProvider. The instruments'
+// scope is named ScopeName and carries the module's version
+// (ScopeVersion).
+func TestOtelWrapNodeUsesNewsProviders(t *testing.T) {
+	global := sdkmetric.NewManualReader()
+	gmp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(global))
+	defer func() { _ = gmp.Shutdown(context.Background()) }()
+	prev := otel.GetMeterProvider()
+	otel.SetMeterProvider(gmp)
+	defer otel.SetMeterProvider(prev)
+
+	r := newBareRig(t)
+	obs, err := dlmotel.New(dlmotel.WithMeterProvider(r.mp), dlmotel.WithTracerProvider(r.tp))
+	require.NoError(t, err)
+	node := obs.WrapNode(goredis.New(r.srv.Client(t)), "redis-a")
+	s, err := strategy.NewSingle(node, strategy.WithTimeout(100*time.Millisecond))
+	require.NoError(t, err)
+	m, err := dlm.New(s, dlm.WithObserver(obs))
+	require.NoError(t, err)
+	r.srv.Kill(t)
+	_, err = m.TryLock(context.Background(), "k")
+	require.Error(t, err)
+
+	assert.Positive(t, r.count(t, dlmotel.NodeErrors, map[string]string{"dlm.node": "redis-a"}), "counted in New's MeterProvider")
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, global.Collect(context.Background(), &rm))
+	for _, sm := range rm.ScopeMetrics {
+		for _, met := range sm.Metrics {
+			assert.NotEqual(t, dlmotel.NodeErrors, met.Name, "nothing goes to the global MeterProvider")
+		}
+	}
+
+	require.NoError(t, r.reader.Collect(context.Background(), &rm))
+	require.NotEmpty(t, rm.ScopeMetrics)
+	for _, sm := range rm.ScopeMetrics {
+		assert.Equal(t, dlmotel.ScopeName, sm.Scope.Name)
+		assert.Equal(t, dlmotel.ScopeVersion(), sm.Scope.Version)
+	}
+	for _, span := range r.spans.Ended() {
+		assert.Equal(t, dlmotel.ScopeVersion(), span.InstrumentationScope().Version)
+	}
 }

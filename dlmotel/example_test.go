@@ -39,7 +39,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	node := dlmotel.WrapNode(goredis.New(client), "redis-a", dlmotel.WithMeterProvider(mp))
+	node := obs.WrapNode(goredis.New(client), "redis-a") // reports to mp, as obs does
 	single, err := strategy.NewSingle(node)
 	if err != nil {
 		panic(err)

@@ -16,7 +16,7 @@ import (
 	"github.com/dlmgo/dlm/nodekit"
 )
 
-// Node is a dlm.Node that reports each call (see WrapNode).
+// Node is a dlm.Node that reports each call (see Observer.WrapNode).
 type Node struct {
 	node   dlm.Node
 	name   string
@@ -31,15 +31,15 @@ var (
 	_ nodekit.Router = (*Node)(nil)
 )
 
-// WrapNode returns n reporting as name (the dlm.node attribute): each
-// failed script call counts in dlm.node.errors, and each call whose context
-// carries a recording span (the span of the Lock call it serves, or any
-// other) adds a "dlm.node" event to it. Only the meter provider of opts is
-// used. Wrap each node before building the strategy over it.
+// WrapNode returns n reporting as name (the dlm.node attribute) to the
+// providers given to New: each failed script call counts in
+// dlm.node.errors, and each call whose context carries a recording span
+// (the span of the Lock call it serves, or any other) adds a "dlm.node"
+// event to it. Wrap each node before building the strategy over it.
 //
 // Calls that a strategy coalesces (several callers' calls in one round
 // trip, see strategy.WithCoalescing) run under a context of their own:
-// WrapNode finds each caller's context through it, and adds the event, for
+// the Node finds each caller's context through it, and adds the event, for
 // that caller's calls, to each caller's span (dlm.batch says how many
 // callers shared the round trip).
 //
@@ -51,9 +51,12 @@ var (
 // whole, as the module does routinely. The wrapper keeps n's routing
 // (nodekit.Router) and its name in errors (fmt.Stringer; name when n has
 // none).
-func WrapNode(n dlm.Node, name string, opts ...Option) *Node {
-	c := newConfig(opts)
-	counter, err := c.mp.Meter(ScopeName).Int64Counter(NodeErrors, metric.WithUnit("{call}"),
+func (o *Observer) WrapNode(n dlm.Node, name string) *Node {
+	return wrapNode(n, name, o.meter)
+}
+
+func wrapNode(n dlm.Node, name string, meter metric.Meter) *Node {
+	counter, err := meter.Int64Counter(NodeErrors, metric.WithUnit("{call}"),
 		metric.WithDescription("Failed script calls, by node."))
 	if err != nil {
 		otel.Handle(err)
@@ -68,7 +71,7 @@ func WrapNode(n dlm.Node, name string, opts ...Option) *Node {
 }
 
 // String returns the wrapped node's name in errors: its String, or the
-// name given to WrapNode.
+// name given to Observer.WrapNode.
 func (n *Node) String() string {
 	if s, ok := n.node.(fmt.Stringer); ok {
 		return s.String()

@@ -1,8 +1,6 @@
 package dlmtest
 
 import (
-	"crypto/sha1"
-	"encoding/hex"
 	"fmt"
 	"math"
 	"strconv"
@@ -11,6 +9,8 @@ import (
 
 	lua "github.com/yuin/gopher-lua"
 	"github.com/yuin/gopher-lua/parse"
+
+	"github.com/dlmgo/dlm/internal/sha1"
 )
 
 // Redis 7.0.15, the version this package answers as (REDIS_VERSION_NUM,
@@ -20,10 +20,9 @@ const (
 	redisVersionNum = 0x07000f
 )
 
-func sha1Hex(src string) string {
-	sum := sha1.Sum([]byte(src))
-	return hex.EncodeToString(sum[:])
-}
+// sha1Hex is SHA1 as Redis computes it, without crypto/sha1 (which panics
+// under GODEBUG=fips140=only).
+func sha1Hex(src string) string { return sha1.Hex(src) }
 
 // newLua returns the server's Lua VM: the libraries Redis gives scripts
 // (base without file access, table, string, math), the redis table, and

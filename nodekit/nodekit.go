@@ -10,8 +10,6 @@ package nodekit
 
 import (
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -20,6 +18,7 @@ import (
 	"time"
 
 	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/internal/sha1"
 )
 
 // Name names n for errors and logs: its String method when it has one,
@@ -32,7 +31,9 @@ func Name(n dlm.Node, index int) string {
 }
 
 // A Script is a Lua script that replies with an integer or an array of
-// integers. Its SHA1 digest is computed once, on first use.
+// integers. Its SHA1 digest is computed once, on first use, without
+// crypto/sha1 (which a program run with GODEBUG=fips140=only may not use:
+// the digest is only the server's name for the cached script).
 type Script struct {
 	src  string
 	once sync.Once
@@ -48,8 +49,7 @@ func (s *Script) Source() string { return s.src }
 // SHA1 returns the hex SHA1 digest by which Redis caches the script.
 func (s *Script) SHA1() string {
 	s.once.Do(func() {
-		sum := sha1.Sum([]byte(s.src))
-		s.sha = hex.EncodeToString(sum[:])
+		s.sha = sha1.Hex(s.src)
 	})
 	return s.sha
 }
@@ -159,12 +159,45 @@ func RunGroups(calls []dlm.Call, groups [][]int, run func(part []dlm.Call)) {
 // DB, which begin ERR replies' messages: "AUTH <password> called without
 // …", "DB index is out of range") is taken as code ERR with text the
 // message: the form of a client that strips "ERR " (rueidis does).
+//
+// A server before Redis 7.0 wraps the error reply of a command a script
+// called in one of its own: "ERR Error running script (call to f_<sha1>):
+// @user_script:<line>: WRONGTYPE Operation against …". Such a reply is
+// read as the command's (code WRONGTYPE), as Redis 7.0 replies it, so that
+// dlm.Permanent classifies it alike on every server.
 func Reply(text string, err error) *dlm.ReplyError {
 	code, msg, _ := strings.Cut(text, " ")
 	if !isCode(code) || code == "AUTH" || code == "DB" {
-		return &dlm.ReplyError{Code: "ERR", Message: text, Err: err}
+		code, msg = "ERR", text
+	}
+	if code == "ERR" {
+		if c, m, ok := scriptCallError(msg); ok {
+			code, msg = c, m
+		}
 	}
 	return &dlm.ReplyError{Code: code, Message: msg, Err: err}
+}
+
+// scriptCallError returns the code and message of the command's reply in
+// msg, the message of a pre-7.0 server's ERR reply to a script whose
+// redis.call met an error reply.
+func scriptCallError(msg string) (code, inner string, ok bool) {
+	rest, ok := strings.CutPrefix(msg, "Error running script (call to f_")
+	if !ok {
+		return "", "", false
+	}
+	if _, rest, ok = strings.Cut(rest, "): @user_script:"); !ok {
+		return "", "", false
+	}
+	line, rest, ok := strings.Cut(rest, ": ")
+	if !ok || line == "" || strings.Trim(line, "0123456789") != "" {
+		return "", "", false
+	}
+	code, inner, _ = strings.Cut(rest, " ")
+	if !isCode(code) {
+		return "", "", false // a Lua error, not a command's reply
+	}
+	return code, inner, true
 }
 
 // isCode reports whether w is a word in capitals (digits and _ allowed

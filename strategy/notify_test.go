@@ -39,26 +39,19 @@ func calls(t *testing.T, c *redis.Client, cmd string) int {
 // A release publishes only when an acquisition was refused on the lock: the
 // refusal marks the lock in the same script; an extension and a hand-off
 // keep the mark; a refusal gives back the fence it took, so the slot's
-// fences stay consecutive. Likewise on a server before Redis 7.0, whose
-// acquisitions read the lock first; from 7.0 an acquisition that is
-// granted reads nothing but what its SET answers.
+// fences stay consecutive. Likewise on Redis 6.0 (a real 6.0.16: see
+// redistest.Builds), whose acquisitions read the lock first; from 7.0 an
+// acquisition that is granted reads nothing but what its SET answers.
 func TestReleasePublishesOnlyForWaiters(t *testing.T) {
-	for _, before70 := range []bool{false, true} {
-		name := "Redis 7.0"
-		if before70 {
-			name = "before Redis 7.0"
-		}
+	for _, name := range []string{redistest.Redis70, redistest.Redis60} {
 		t.Run(name, func(t *testing.T) {
-			if before70 {
-				strategy.Before70ForTest(t)
-			}
-			testReleasePublishes(t, before70)
+			s := redistest.StartBuild(t, redistest.Find(t, name))
+			testReleasePublishes(t, s.Client(t), name == redistest.Redis60)
 		})
 	}
 }
 
-func testReleasePublishes(t *testing.T, before70 bool) {
-	c := redistest.Start(t).Client(t)
+func testReleasePublishes(t *testing.T, c *redis.Client, before70 bool) {
 	ctx := context.Background()
 	s, err := strategy.NewSingle(goredis.New(c), strategy.WithCoalescing(false))
 	require.NoError(t, err)

@@ -428,19 +428,8 @@ func checkServer(ctx context.Context, c *redis.Client, cfg config.Config, r *rep
 	strat := cfg.Strategy
 
 	version := info["redis_version"]
-	major, minor := versionParts(version)
-	switch {
-	case major < 6:
-		r.addf("warn", "Redis %s: below 6.0 there is no client tracking, so waiters poll; upgrade to 7.2 or later", version)
-	case major < 7 || major == 7 && minor < 2:
-		level := "ok"
-		if cfg.WaitAOF != "" {
-			level = "fail"
-		}
-		r.addf(level, "Redis %s (WAITAOF, which wait_aof uses, needs 7.2 or later)", version)
-	default:
-		r.addf("ok", "Redis %s", version)
-	}
+	major, _ := versionParts(version)
+	r.add(versionFinding(version, cfg))
 
 	switch p := info["maxmemory_policy"]; {
 	case p == "noeviction" && info["maxmemory"] != "" && info["maxmemory"] != "0":
@@ -559,6 +548,27 @@ func permanent(err error) bool {
 		err = nodekit.Reply(re.Error(), err)
 	}
 	return dlm.Permanent(err)
+}
+
+// versionFinding is doctor's finding on a server's version (redis_version
+// of its INFO): dlm needs Redis 6.0 or later, whose SET takes KEEPTTL (the
+// acquire script's first call on an older server fails with an error
+// saying so), and wait_aof needs 7.2.
+func versionFinding(version string, cfg config.Config) finding {
+	major, minor := versionParts(version)
+	switch {
+	case version == "":
+		return finding{"warn", "the server does not report its version (redis_version): dlm needs Redis 6.0 or later"}
+	case major < 6:
+		return finding{"fail", fmt.Sprintf("Redis %s: dlm needs Redis 6.0 or later (SET KEEPTTL); locks cannot be taken here", version)}
+	case major < 7 || major == 7 && minor < 2:
+		level := "ok"
+		if cfg.WaitAOF != "" {
+			level = "fail"
+		}
+		return finding{level, fmt.Sprintf("Redis %s (WAITAOF, which wait_aof uses, needs 7.2 or later)", version)}
+	}
+	return finding{"ok", "Redis " + version}
 }
 
 // hasWaitAOF reports whether the server's version, from its INFO, has

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/dlmgo/dlm/config"
 	"github.com/dlmgo/dlm/internal/redistest"
 )
 
@@ -54,4 +55,17 @@ func TestRunSingleOnAClusterNodeHints(t *testing.T) {
 		return
 	}
 	t.Fatal("every key's slot was on the node given")
+}
+
+// Issue 51: a server below Redis 6.0 fails doctor's version check, saying
+// that dlm needs 6.0 (SET KEEPTTL); 6.0 and later pass it.
+func TestDoctorVersionMinimum(t *testing.T) {
+	f := versionFinding("5.0.14", config.Config{})
+	assert.Equal(t, "fail", f.level)
+	assert.Contains(t, f.text, "Redis 5.0.14: dlm needs Redis 6.0 or later (SET KEEPTTL)")
+	for _, v := range []string{"6.0.16", "7.0.15", "7.2.4", "8.0.2"} {
+		assert.Equal(t, "ok", versionFinding(v, config.Config{}).level, v)
+	}
+	assert.Equal(t, "fail", versionFinding("7.0.15", config.Config{WaitAOF: "replicas"}).level, "wait_aof on 7.0")
+	assert.Equal(t, "warn", versionFinding("", config.Config{}).level)
 }

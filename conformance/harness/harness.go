@@ -8,9 +8,10 @@
 //		})
 //	}
 //
-// Run starts redis-server (found on PATH) on a free loopback port, puts a
-// fault proxy in front of it, and runs conformance.RunNode with nodes dial
-// returns for the proxy's address. Owning the path to the server lets the
+// Run starts redis-server (found on PATH, or the program of the Server
+// option: valkey-server, another release of Redis) on a free loopback
+// port, puts a fault proxy in front of it, and runs conformance.RunNode
+// with nodes dial returns for the proxy's address. Owning the path to the server lets the
 // suite check what no wrapper of a Node can reach: that a driver never
 // retries a script (a reply cut or held on the wire) and that its dial
 // honours the context (connects that hang). For the PermanentErrors rule it
@@ -46,6 +47,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -75,12 +77,23 @@ type config struct {
 	first, last int // ports to use; 0: any free port
 	dial        func(t *testing.T, addr string) (dlm.Node, error)
 	sentinel    func(t *testing.T, addrs []string, master string) (dlm.Node, error)
+	bin         string   // the server program; "": redis-server on PATH
+	env         []string // added to its environment
 }
 
 // Ports makes the harness listen only on loopback ports first to last
 // (the server and the fault point take one each, the first free ones).
 func Ports(first, last int) Option {
 	return func(c *config) { c.first, c.last = first, last }
+}
+
+// Server makes the harness run bin for every server it starts, instead
+// of redis-server found on PATH: a program that takes redis-server's
+// arguments, such as valkey-server or another release of Redis (6.0 or
+// later), with env added to its environment (for example
+// "LD_LIBRARY_PATH=/opt/redis-6.0/lib").
+func Server(bin string, env ...string) Option {
+	return func(c *config) { c.bin, c.env = bin, env }
 }
 
 func newConfig(t testing.TB, opts []Option) config {
@@ -178,7 +191,7 @@ func WithSentinel(dial func(t *testing.T, addrs []string, master string) (dlm.No
 // ends; the Sentinel monitors srv.
 func startRefusers(t testing.TB, srv *redistest.Server, cfg config) (*transport.Refusers, error) {
 	start := func(conf string, args ...string) (string, error) {
-		s, err := redistest.Launch(redistest.Config{Dir: t.TempDir(), Ports: cfg.ports(), Conf: conf, Args: args})
+		s, err := redistest.Launch(redistest.Config{Bin: cfg.program(t), Env: cfg.env, Dir: t.TempDir(), Ports: cfg.ports(), Conf: conf, Args: args})
 		if err != nil {
 			return "", err
 		}
@@ -204,13 +217,17 @@ func startRefusers(t testing.TB, srv *redistest.Server, cfg config) (*transport.
 		},
 		func() (err error) {
 			if r.NoPerm, err = start(""); err == nil {
-				err = do(r.NoPerm, "ACL", "SETUSER", "default", "-eval", "-evalsha", "-eval_ro", "-evalsha_ro")
+				// EVAL_RO and EVALSHA_RO begin with Redis 7.0.
+				if err = do(r.NoPerm, "ACL", "SETUSER", "default", "-eval", "-evalsha", "-eval_ro", "-evalsha_ro"); err != nil {
+					err = do(r.NoPerm, "ACL", "SETUSER", "default", "-eval", "-evalsha")
+				}
 			}
 			return err
 		},
 		func() (err error) {
 			if r.Busy, err = start(""); err == nil {
-				err = do(r.Busy, "CONFIG", "SET", "busy-reply-threshold", "100")
+				// busy-reply-threshold, as Redis 7.0 calls it too.
+				err = do(r.Busy, "CONFIG", "SET", "lua-time-limit", "100")
 			}
 			return err
 		},
@@ -241,6 +258,16 @@ func StartServer(t testing.TB, opts ...Option) string {
 	return startServer(t, newConfig(t, opts)).Addr
 }
 
+// program returns the server program: the Server option's, or
+// redis-server on PATH (skipping or failing t when it is missing).
+func (c config) program(t testing.TB) string {
+	t.Helper()
+	if c.bin != "" {
+		return c.bin
+	}
+	return redistest.Binary(t, "redis-server")
+}
+
 // stall stops the server's process (SIGSTOP) for d: it answers nobody, its
 // connections stay open, and it burns no CPU meanwhile.
 func stall(s *redistest.Server, d time.Duration) error {
@@ -258,9 +285,9 @@ func stall(s *redistest.Server, d time.Duration) error {
 // ends or when the test process dies.
 func startServer(t testing.TB, cfg config) *redistest.Server {
 	t.Helper()
-	srv, err := redistest.Launch(redistest.Config{Bin: redistest.Binary(t, "redis-server"), Dir: t.TempDir(), Ports: cfg.ports()})
+	srv, err := redistest.Launch(redistest.Config{Bin: cfg.program(t), Env: cfg.env, Dir: t.TempDir(), Ports: cfg.ports()})
 	if err != nil {
-		t.Fatalf("conformance/harness: no redis-server started: %v", err)
+		t.Fatalf("conformance/harness: no %s started: %v", filepath.Base(cfg.program(t)), err)
 	}
 	t.Cleanup(srv.Stop)
 	return srv

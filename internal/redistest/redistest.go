@@ -87,6 +87,8 @@ type Config struct {
 	// Clock, when set, is the server's wall clock (NewClock), in every
 	// start and restart.
 	Clock *Clock
+	// Env is added to the program's environment (a Build's Env).
+	Env []string
 }
 
 // Launch starts a server as c says, with persistence off, and returns it
@@ -95,8 +97,9 @@ type Config struct {
 // fault suite start their servers with it.
 func Launch(c Config) (*Server, error) {
 	s := &Server{bin: c.Bin, dir: c.Dir, host: c.Host, args: c.Args, conf: c.Conf, command: c.Command, ready: c.Ready}
+	s.env = append(s.env, c.Env...)
 	if c.Clock != nil {
-		s.env = c.Clock.env
+		s.env = append(s.env, c.Clock.env...)
 	}
 	if s.bin == "" {
 		p, err := exec.LookPath("redis-server")

@@ -2,8 +2,6 @@ package sim
 
 import (
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
 	"strconv"
 	"strings"
 	"sync"
@@ -11,6 +9,7 @@ import (
 
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/dlmtest"
+	"github.com/dlmgo/dlm/internal/sha1"
 	"github.com/dlmgo/dlm/semaphore"
 	"github.com/dlmgo/dlm/strategy"
 )
@@ -91,8 +90,7 @@ var sources sync.Map
 // source returns the source of c's script, when known.
 func source(c *dlm.Call) string {
 	if c.Source != "" {
-		sum := sha1.Sum([]byte(c.Source))
-		sources.LoadOrStore(hex.EncodeToString(sum[:]), c.Source)
+		sources.LoadOrStore(sha1.Hex(c.Source), c.Source)
 		return c.Source
 	}
 	if v, ok := sources.Load(c.SHA1); ok {

@@ -37,6 +37,15 @@ if not ARGV[3] and redis.REDIS_VERSION_NUM then
   if not v then
     return fence
   end
+elseif not redis.REDIS_VERSION_NUM and not redis.setresp then
+  -- Before Redis 6.0 (where redis.setresp begins) SET has no KEEPTTL,
+  -- which a refusal needs: every acquisition fails with this error before
+  -- it writes anything, and dlm.Permanent makes Lock return it at once.
+  -- Raised, not returned, so that a batch of calls (internal/coalesce)
+  -- sends the call again by itself; the server replies "ERR Error running
+  -- script (...): @user_script:<line>: ERR dlm needs ...", which
+  -- nodekit.Reply reads as this ERR.
+  error('ERR dlm needs Redis 6.0 or later (SET KEEPTTL); this server is older', 0)
 end
 -- prelude
 

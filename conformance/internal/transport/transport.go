@@ -126,12 +126,24 @@ func Do(addr string, timeout time.Duration, args ...string) (string, error) {
 	return line[1:], nil
 }
 
-// BusyScript busy-waits on the server clock for ARGV[1] microseconds, so
-// the server answers nobody meanwhile, and replies {1}.
-const BusyScript = `local function now()
+// BusyClock defines a Lua function now() for busy-waiting: the server's
+// clock in microseconds, and one that moves while a script runs. Valkey
+// 8.0 answers TIME with the time its script began for as long as the
+// script runs (a loop on TIME never ends) but has os.clock, the server's
+// CPU time, which a busy loop spends; Redis 7.0 and earlier have no os
+// (reading it is an error, which pcall catches) and a TIME that moves.
+const BusyClock = `local clocked, clock = pcall(function() return os.clock end)
+local function now()
+  if clocked and clock then
+    return clock() * 1000000
+  end
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
-local start = now()
+`
+
+// BusyScript busy-waits for ARGV[1] microseconds (BusyClock), so the
+// server answers nobody meanwhile, and replies {1}.
+const BusyScript = BusyClock + `local start = now()
 while now() - start < tonumber(ARGV[1]) do end
 return {1}`
