@@ -279,6 +279,16 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 // its TTL in any case. Use a context that is still live, such as
 // context.WithoutCancel(ctx), when unlocking in a defer.
 func (l *Lock) Unlock(ctx context.Context) error {
+	return l.end(func() error {
+		l.m.renewer.remove(l)
+		return l.release(ctx)
+	})
+}
+
+// end ends the lease with ErrUnlocked, then runs finish (what is done on
+// the servers), and reports the end to the Observer: Unlock's and
+// UnlockAt's shared frame. A lock already released is ErrNotHeld.
+func (l *Lock) end(finish func() error) error {
 	l.mu.Lock()
 	if l.released {
 		l.mu.Unlock()
@@ -295,8 +305,7 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	ending := l.ended == nil // this call ends the lease: report it
 	l.endLocked(ErrUnlocked)
 	l.mu.Unlock()
-	l.m.renewer.remove(l)
-	err := l.release(ctx)
+	err := finish()
 	if o != nil && ending {
 		o.Released(l.key, held, err)
 	}
@@ -368,26 +377,10 @@ func (l *Lock) UnlockAt(ctx context.Context, at time.Time) error {
 	if d > MaxTTL {
 		return invalidf("UnlockAt: %v from now is beyond MaxTTL (%v)", d, MaxTTL)
 	}
-	l.mu.Lock()
-	if l.released {
-		l.mu.Unlock()
-		return fmt.Errorf("%w: %q was already unlocked", ErrNotHeld, l.key)
-	}
-	o := l.m.o.observer
-	var held time.Duration
-	if o != nil {
-		l.expireLocked() // as in Unlock
-		held = time.Since(l.base)
-	}
-	ending := l.ended == nil
-	l.endLocked(ErrUnlocked)
-	l.mu.Unlock()
-	l.m.renewer.removeSettled(ctx, l)
-	err := l.expireAt(ctx, at)
-	if o != nil && ending {
-		o.Released(l.key, held, err)
-	}
-	return err
+	return l.end(func() error {
+		l.m.renewer.removeSettled(ctx, l)
+		return l.expireAt(ctx, at)
+	})
 }
 
 // expireAt is UnlockAt's work once the lease has ended and renewal
