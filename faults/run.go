@@ -85,12 +85,15 @@ type run struct {
 	mu       sync.Mutex
 	events   []Event
 	attempts int      // Acquire events so far
+	struck   bool     // the nemesis has struck (a Fault event)
 	granted  chan int // the client of each grant, when a nemesis waits for one
 }
 
-// stopWhenDone ends the run once it has lasted until from and the clients
-// have made min Lock calls: the clients finish their operation and stop
-// (SIGTERM), and the nemesis strikes no more.
+// stopWhenDone ends the run once it has lasted until from, the clients
+// have made min Lock calls and the nemesis (if any) has struck: the
+// clients finish their operation and stop (SIGTERM), and the nemesis
+// strikes no more. On a loaded machine the nemesis's first strike, which
+// waits for a long hold to be granted, can come after from.
 func (r *run) stopWhenDone(from int64, min int) {
 	for {
 		time.Sleep(100 * time.Millisecond)
@@ -99,7 +102,7 @@ func (r *run) stopWhenDone(from int64, min int) {
 			return
 		}
 		r.mu.Lock()
-		enough := r.attempts >= min
+		enough := r.attempts >= min && (r.struck || r.cell.Nemesis == "none")
 		r.mu.Unlock()
 		if t >= from && enough {
 			r.stopAt.Store(t)
@@ -244,8 +247,11 @@ func (r *run) record(e Event) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.events = append(r.events, e)
-	if e.Kind == Acquire {
+	switch e.Kind {
+	case Acquire:
 		r.attempts++
+	case Fault:
+		r.struck = true
 	}
 	if e.Kind == Granted && e.Info == grantedLong {
 		select {
