@@ -33,3 +33,14 @@ func ContextMadeForTest(l *Lock) bool {
 	defer l.mu.Unlock()
 	return l.ctx != nil || l.timer != nil
 }
+
+// ParkedForTest reports whether the first Lock call m has waiting for key
+// is parked: in the queue and neither woken nor attempting, so that an
+// Unlock now hands it the lock.
+func ParkedForTest(m *Manager, key string) bool {
+	w := &m.queues
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	q := w.q[key]
+	return q != nil && len(q.waiters) > 0 && !q.waiters[0].trying
+}

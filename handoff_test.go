@@ -94,8 +94,8 @@ func parkWaiter(t *testing.T, wctx context.Context, s *handoffCounting, m *dlm.M
 	t.Helper()
 	before := s.acquires.Load()
 	got := waitFor(wctx, m, key)
-	require.Eventually(t, func() bool { return s.acquires.Load() >= before+2 }, 10*time.Second, time.Millisecond, "the waiter's two attempts")
-	time.Sleep(20 * time.Millisecond) // the second refusal is taken in
+	require.Eventually(t, func() bool { return s.acquires.Load() >= before+2 && dlm.ParkedForTest(m, key) }, 10*time.Second, time.Millisecond,
+		"the waiter's two attempts, the second refusal taken in")
 	return got
 }
 
