@@ -176,7 +176,12 @@ func RunNode(t *testing.T, newNode func(t *testing.T) dlm.Node) {
 			if fresh == nil || sh == nil {
 				t.Fatal("newNode returned nil")
 			}
-			c := &nodeCase{Node: fresh, keyspace: newKeyspace(run), run: run, which: "fresh", tr: tr, newNode: factory}
+			// The rule's nodes talk to the transport's server under
+			// harness.Run, and under harness.Own only for the owned rules:
+			// the others' nodes talk to a server of the caller's, which the
+			// suite may block only through a node of its own.
+			onTr := tr != nil && (tr.NewNode == nil || rule.owned)
+			c := &nodeCase{Node: fresh, keyspace: newKeyspace(run), run: run, which: "fresh", tr: tr, onTr: onTr, newNode: factory}
 			c.other = c.on(sh, "shared")
 			if rule.both {
 				c.other.keyspace = c.keyspace // one server (Cluster master) for both
@@ -198,6 +203,17 @@ func RunNode(t *testing.T, newNode func(t *testing.T) dlm.Node) {
 			}
 		}
 	}
+}
+
+// NodeRules returns the names of RunNode's rules, in the order it runs
+// them: each is the name of a subtest of RunNode's test, and of a rule of
+// docs/driver-contract.md.
+func NodeRules() []string {
+	names := make([]string, len(nodeRules))
+	for i, r := range nodeRules {
+		names[i] = r.name
+	}
+	return names
 }
 
 // serverAlive fails t when the server the suite owns (tr) has exited, so
@@ -278,6 +294,9 @@ type nodeCase struct {
 	which string    // "fresh" or "shared"
 	other *nodeCase // the other node, for the rules that check both
 	tr    *transport.Transport
+	// onTr says the nodes talk to tr's server (through its fault point):
+	// only then may the rule stall or reconfigure the server through tr.
+	onTr bool
 	// stalled is when whileBlocked last began to stall the server: the
 	// server answers nobody from some moment after it until busyFor after
 	// that moment.
@@ -289,7 +308,7 @@ type nodeCase struct {
 
 // on returns a case for node n, named which, with keys of its own.
 func (c *nodeCase) on(n dlm.Node, which string) *nodeCase {
-	return &nodeCase{Node: n, keyspace: newKeyspace(c.run), run: c.run, which: which, tr: c.tr, newNode: c.newNode}
+	return &nodeCase{Node: n, keyspace: newKeyspace(c.run), run: c.run, which: which, tr: c.tr, onTr: c.onTr, newNode: c.newNode}
 }
 
 // both returns the fresh and the shared node's cases (c alone when c is

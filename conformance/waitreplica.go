@@ -149,7 +149,7 @@ func testRunWaitAOF(t *testing.T, c *nodeCase) {
 		t.Skipf("WAITAOF needs Redis 7.2 or later; the server is %s", versionString(v))
 	}
 	if c.info(t, "persistence", "aof_enabled:") != 1 {
-		if c.tr == nil {
+		if !c.onTr {
 			t.Skip("the server has appendonly off: WAITAOF cannot report a local fsync")
 		}
 		if _, err := transport.Do(c.tr.Addr, 5*time.Second, "CONFIG", "SET", "appendonly", "yes"); err != nil {
@@ -164,7 +164,7 @@ func testRunWaitAOF(t *testing.T, c *nodeCase) {
 		}
 	}
 	frozen := false
-	if c.tr != nil && c.tr.FreezeReplica != nil {
+	if c.onTr && c.tr.FreezeReplica != nil {
 		freezeReplica(t, c)
 		frozen = true
 	}
