@@ -141,7 +141,8 @@ func Run(t *testing.T, dial func(t *testing.T, addr string) dlm.Node, opts ...Op
 
 // Own starts a server and a fault point in front of it for the rules of
 // conformance.RunNode that need the suite to own them (NoRetry,
-// DialDeadline): the next RunNode(t, …) with the same t runs those rules on
+// DialDeadline, PermanentErrors, RunWaitFrozenReplica, WatchResubscribes,
+// WatchDialDeadline): the next RunNode(t, …) with the same t runs those rules on
 // nodes dial returns for the fault point's address, and every other rule on
 // its own nodes (of a Cluster, a Sentinel deployment, a server of the
 // caller's):
