@@ -114,6 +114,31 @@ func (b *brokenNode) Run(ctx context.Context, calls []dlm.Call) {
 			}
 		}
 		return
+	case "RetriesSHAOnce": // RetriesOnce for a call of a cached script only (EVALSHA): one that times out is sent again while ctx has time
+		if len(calls) != 1 || calls[0].Source != "" {
+			break
+		}
+		attempt := ctx
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) > 300*time.Millisecond {
+			var cancel context.CancelFunc
+			attempt, cancel = context.WithTimeout(ctx, 300*time.Millisecond)
+			defer cancel()
+		}
+		b.Node.Run(attempt, calls)
+		for _, c := range calls {
+			if c.Err != nil && !isServerError(c.Err) && !errors.Is(c.Err, dlm.ErrNoScript) && ctx.Err() == nil {
+				b.Node.Run(ctx, calls)
+				break
+			}
+		}
+		return
+	case "GraceAfterDeadline": // waits 500ms past the context's deadline for a large batch's replies still on the way
+		if dl, ok := ctx.Deadline(); ok && len(calls) > 100 {
+			grace, cancel := context.WithDeadline(context.WithoutCancel(ctx), dl.Add(500*time.Millisecond))
+			defer cancel()
+			b.Node.Run(grace, calls)
+			return
+		}
 	case "SharesDeadline": // as rueidis, without nodekit's check, for a call sent alone
 		b.runSharing(ctx, calls)
 		return
@@ -269,6 +294,12 @@ func TestBrokenDriversFail(t *testing.T) {
 		// arrived: PartReadBatch catches that too when the deadline exceeds
 		// an attempt's 300ms.
 		{name: "RetriesOnce", rules: []string{"NoRetry"}, within: []string{"NoRetry", "PartReadBatch"}},
+		// Issue 53: NoRetry's calls of a cached script (EVALSHA) held
+		// past the attempt catch it; every other rule passed it.
+		{name: "RetriesSHAOnce", rules: []string{"NoRetry"}, within: []string{"NoRetry"}},
+		// Issue 53: a 250ms batch that returned after 755ms passed
+		// PartReadBatch, which bounded it only by the slow call's answer.
+		{name: "GraceAfterDeadline", rules: []string{"PartReadBatch"}, within: []string{"PartReadBatch"}},
 		{name: "DialIgnoresContext", rules: []string{"DialDeadline"}, within: []string{"DialDeadline"}},
 		{name: "HealthCheckHoldsLock", rules: []string{"DeadlineThroughoutStall"}, within: stallRules},
 		{name: "SharesDeadline", rules: []string{"OwnContext"}, within: stallRules},

@@ -165,6 +165,7 @@ func own(t *testing.T, dial func(t *testing.T, addr string) dlm.Node, cfg config
 	}
 	tr.Refusers = func(t testing.TB) (*transport.Refusers, error) { return startRefusers(t, srv, cfg) }
 	tr.FreezeReplica = startReplica(t, srv, cfg)
+	tr.WaitAOFServer = func(t testing.TB) (string, string) { return startWaitAOFServer(t, cfg) }
 	transport.Register(t, tr)
 	return tr
 }
@@ -247,6 +248,23 @@ func startRefusers(t testing.TB, srv *redistest.Server, cfg config) (*transport.
 		}
 	}
 	return r, nil
+}
+
+// startWaitAOFServer starts, for RunWaitAOF, a server of the matrix that
+// answers WAITAOF (redistest.Valkey80: Valkey 8.0), with its append-only
+// file on, on one of cfg's ports; it returns "" and why when none is
+// installed or it did not start.
+func startWaitAOFServer(t testing.TB, cfg config) (addr, why string) {
+	b, err := redistest.LookupBuild(redistest.Valkey80)
+	if err != nil {
+		return "", err.Error()
+	}
+	s, err := redistest.Launch(redistest.Config{Bin: b.Bin, Env: b.Env, Dir: t.TempDir(), Ports: cfg.ports(), Args: []string{"--appendonly", "yes"}})
+	if err != nil {
+		return "", fmt.Sprintf("starting %s: %v", b.Bin, err)
+	}
+	t.Cleanup(s.Stop)
+	return s.Addr, ""
 }
 
 // StartServer starts a throwaway redis-server on a free loopback port (one

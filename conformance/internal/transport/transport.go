@@ -52,6 +52,12 @@ type Transport struct {
 	// Refusers starts servers that refuse scripts, each for a reason of
 	// its own, and stops them when t ends.
 	Refusers func(t testing.TB) (*Refusers, error)
+	// WaitAOFServer, when not nil, starts (once per call) a server that
+	// answers WAITAOF (Valkey 8.0, Redis 7.2 or later) with its
+	// append-only file on, stopped when t ends, and returns its address,
+	// reached directly; it returns "" and the reason when none can be
+	// started. RunWaitAOF uses it where the rule's server lacks WAITAOF.
+	WaitAOFServer func(t testing.TB) (addr, why string)
 	// FreezeReplica, while on, stops the server's one replica (SIGSTOP):
 	// it stays connected and acknowledges nothing more. Off resumes it and
 	// returns once it acknowledges writes again.
