@@ -17,7 +17,10 @@
 // honours the context (connects that hang). For the PermanentErrors rule it
 // also starts, for that rule only, servers that refuse scripts (EVAL
 // renamed away, a password, an ACL, a busy script) and a Sentinel, and
-// dials them with the driver. The servers die with the test process
+// dials them with the driver. Where its server lacks WAITAOF (before Redis 7.2),
+// it starts for the RunWaitAOF rule a Valkey 8.0 (valkey-server on PATH,
+// when installed) with its append-only file on, and dials it with the
+// driver. The servers die with the test process
 // however it ends (a parent-death signal, and t.Cleanup).
 //
 // A driver whose other rules run against a deployment of the author's own
