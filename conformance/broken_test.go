@@ -2,6 +2,7 @@ package conformance_test
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"os"
@@ -264,6 +265,18 @@ func TestBrokenDriver(t *testing.T) {
 			}
 			t.Cleanup(func() { _ = c.Close() })
 			return &brokenNode{Node: n, breakage: breakage}, nil
+		}),
+		harness.WithTLS(func(t *testing.T, addr string, cfg *tls.Config) (dlm.Node, error) {
+			if breakage == "SkipsVerify" { // as a driver that turned verification off to get going
+				cfg = cfg.Clone()
+				cfg.InsecureSkipVerify = true
+			}
+			n, c, err := goredis.Dial(context.Background(), nodekit.Endpoint{Addr: addr, TLS: cfg})
+			if err != nil {
+				return nil, err
+			}
+			t.Cleanup(func() { _ = c.Close() })
+			return &brokenNode{Node: n, breakage: breakage}, nil
 		}))
 }
 
@@ -300,6 +313,8 @@ func TestBrokenDriversFail(t *testing.T) {
 		// Issue 53: a 250ms batch that returned after 755ms passed
 		// PartReadBatch, which bounded it only by the slow call's answer.
 		{name: "GraceAfterDeadline", rules: []string{"PartReadBatch"}, within: []string{"PartReadBatch"}},
+		// Issue 53: no rule touched TLS.
+		{name: "SkipsVerify", rules: []string{"TLS"}, within: []string{"TLS"}},
 		{name: "DialIgnoresContext", rules: []string{"DialDeadline"}, within: []string{"DialDeadline"}},
 		{name: "HealthCheckHoldsLock", rules: []string{"DeadlineThroughoutStall"}, within: stallRules},
 		{name: "SharesDeadline", rules: []string{"OwnContext"}, within: stallRules},
@@ -310,7 +325,7 @@ func TestBrokenDriversFail(t *testing.T) {
 var abilityRules = []string{"BatchOrder", "BatchNoScript", "BatchContext", "RunWaitReplies", "RunWaitNoScript", "RunWaitDeadline", "WatchDelivers"}
 
 // ownedRules need harness.Run.
-var ownedRules = []string{"NoRetry", "DialDeadline", "PermanentErrors"}
+var ownedRules = []string{"NoRetry", "DialDeadline", "PermanentErrors", "TLS"}
 
 // scriptRules are the rules that run new scripts through EVALSHA and a
 // fallback: one family.

@@ -66,7 +66,7 @@ func TestContractNamesEveryRule(t *testing.T) {
 	for _, m := range regexp.MustCompile(`\[([^\]]+)\]`).FindAllStringSubmatch(strings.ReplaceAll(body, "\n", " "), -1) {
 		for _, tok := range strings.Split(m[1], ",") {
 			tok = strings.TrimSpace(tok)
-			if !regexp.MustCompile(`^[A-Z][a-z]+[A-Z]?[A-Za-z]*$`).MatchString(tok) {
+			if !regexp.MustCompile(`^[A-Z][A-Za-z]+$`).MatchString(tok) {
 				continue // not a rule's name (a link, code, a list of words)
 			}
 			if !slices.Contains(names, tok) {

@@ -28,12 +28,12 @@ import (
 // "Every rule" (NodeRules returns their names); a test fails when the list
 // and the rules differ.
 //
-// Six rules need the suite to own the server, its replica and the path to
+// Seven rules need the suite to own the server, its replica and the path to
 // it (NoRetry, DialDeadline, PermanentErrors, RunWaitFrozenReplica,
-// WatchResubscribes, WatchDialDeadline), and run only under package
+// WatchResubscribes, WatchDialDeadline, TLS), and run only under package
 // conformance/harness (skipped, saying so, otherwise): harness.Run runs
 // every rule on one server it starts; harness.Own, called before RunNode,
-// runs these six on a server it starts and the others on the nodes given
+// runs these seven on a server it starts and the others on the nodes given
 // to RunNode (a Cluster, say). Both take the ports to use from an option
 // or DLM_CONFORMANCE_PORTS (see package harness). The RunWait and Watch
 // rules are skipped, saying so, when the first RunWait or Watch returns an
@@ -185,6 +185,7 @@ var nodeRules = []nodeRule{
 	{name: "WatchResubscribes", run: testWatchResubscribes, owned: true},
 	{name: "WatchDialDeadline", run: testWatchDialDeadline, both: true, owned: true},
 	{name: "DeadlineBehindLongCall", run: testDeadlineBehindLongCall},
+	{name: "TLS", run: testTLS, both: true, owned: true},
 }
 
 // A nodeCase is one node under test, with keys of its own.

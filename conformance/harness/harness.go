@@ -46,6 +46,7 @@
 package harness
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -80,6 +81,7 @@ type config struct {
 	first, last int // ports to use; 0: any free port
 	dial        func(t *testing.T, addr string) (dlm.Node, error)
 	sentinel    func(t *testing.T, addrs []string, master string) (dlm.Node, error)
+	tls         func(t *testing.T, addr string, cfg *tls.Config) (dlm.Node, error)
 	bin         string   // the server program; "": redis-server on PATH
 	env         []string // added to its environment
 }
@@ -145,7 +147,7 @@ func Run(t *testing.T, dial func(t *testing.T, addr string) dlm.Node, opts ...Op
 // Own starts a server and a fault point in front of it for the rules of
 // conformance.RunNode that need the suite to own them (NoRetry,
 // DialDeadline, PermanentErrors, RunWaitFrozenReplica, WatchResubscribes,
-// WatchDialDeadline): the next RunNode(t, …) with the same t runs those rules on
+// WatchDialDeadline, TLS): the next RunNode(t, …) with the same t runs those rules on
 // nodes dial returns for the fault point's address, and every other rule on
 // its own nodes (of a Cluster, a Sentinel deployment, a server of the
 // caller's):
@@ -162,7 +164,8 @@ func own(t *testing.T, dial func(t *testing.T, addr string) dlm.Node, cfg config
 	t.Helper()
 	srv := startServer(t, cfg)
 	tr := newFaultPoint(t, srv, cfg)
-	tr.Dial, tr.DialSentinel = cfg.dial, cfg.sentinel
+	tr.Dial, tr.DialSentinel, tr.DialTLS = cfg.dial, cfg.sentinel, cfg.tls
+	tr.TLSServer = startTLSServer
 	if tr.Dial == nil {
 		tr.Dial = func(t *testing.T, addr string) (dlm.Node, error) { return dial(t, addr), nil }
 	}
@@ -179,6 +182,32 @@ func own(t *testing.T, dial func(t *testing.T, addr string) dlm.Node, cfg config
 // for the error of every call. It should close its client with t.Cleanup.
 func WithDial(dial func(t *testing.T, addr string) (dlm.Node, error)) Option {
 	return func(c *config) { c.dial = dial }
+}
+
+// WithTLS gives Run the driver's way to a server over TLS: dial returns a
+// Node over a new client of addr that speaks TLS with cfg (its root CAs,
+// its client certificate), or the error its dial met; it should close its
+// client with t.Cleanup. Run then checks, in the TLS rule, on a server it
+// starts that speaks TLS only: that a client trusting a CA that did not
+// sign the server's certificate fails (dial or first call) with an error
+// dlm.Permanent reports true, and that one trusting the right CA works.
+// Without it the TLS rule skips, saying so.
+func WithTLS(dial func(t *testing.T, addr string, cfg *tls.Config) (dlm.Node, error)) Option {
+	return func(c *config) { c.tls = dial }
+}
+
+// startTLSServer starts a redis-server that speaks TLS only, with the
+// certificates of a new CA, and returns its address, a client
+// configuration that trusts that CA, and one that trusts another CA (both
+// with a client certificate the server accepts).
+func startTLSServer(t testing.TB) (addr string, right, wrong *tls.Config) {
+	certs := redistest.NewCerts(t)
+	other := redistest.NewCerts(t)
+	srv := redistest.StartTLS(t, certs)
+	right = certs.ClientConfig()
+	wrong = other.ClientConfig()
+	wrong.Certificates = right.Certificates // only the server's certificate fails
+	return srv.Addr, right, wrong
 }
 
 // WithSentinel gives Run the driver's way to a primary through Sentinel:

@@ -8,6 +8,7 @@ package eagerdriver
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"time"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/driver/goredis"
+	"github.com/dlmgo/dlm/nodekit"
 )
 
 // Driver is a dlm.Node over a go-redis client whose first connections
@@ -30,11 +32,16 @@ var _ dlm.Node = (*Driver)(nil)
 // New dials n connections to addr at once and returns a Driver whose
 // client uses them first, then dials more as it needs them (each dial
 // bounded by its context). Close closes it.
-func New(addr string, n int) (*Driver, error) {
+func New(addr string, n int) (*Driver, error) { return NewTLS(addr, n, nil) }
+
+// NewTLS is New over TLS with cfg (plain when cfg is nil): its dials are
+// nodekit.Dial's, which verify the server's certificate and report a
+// failure of TLS as a permanent error.
+func NewTLS(addr string, n int, cfg *tls.Config) (*Driver, error) {
 	d := &net.Dialer{Timeout: 5 * time.Second}
 	pool := make(chan net.Conn, n)
 	for range n {
-		c, err := d.Dial("tcp", addr)
+		c, err := nodekit.Dial(context.Background(), d, cfg, "tcp", addr)
 		if err != nil {
 			close(pool)
 			for c := range pool {
@@ -55,7 +62,7 @@ func New(addr string, n int) (*Driver, error) {
 			case c := <-pool:
 				return c, nil
 			default:
-				return d.DialContext(ctx, network, addr)
+				return nodekit.Dial(ctx, d, cfg, network, addr)
 			}
 		},
 	})
