@@ -91,10 +91,7 @@ func TestContractNamesEveryRule(t *testing.T) {
 		text := strings.ReplaceAll(strings.ReplaceAll(string(src), "\n//", ""), "\n", " ")
 		found := false
 		for _, m := range regexp.MustCompile(`\((NoRetry,[^)]*)\)`).FindAllStringSubmatch(text, -1) {
-			var got []string
-			for _, tok := range regexp.MustCompile(`[A-Z]\w+`).FindAllString(m[1], -1) {
-				got = append(got, tok)
-			}
+			got := regexp.MustCompile(`[A-Z]\w+`).FindAllString(m[1], -1)
 			sort.Strings(got)
 			found = true
 			if !slices.Equal(got, sortedOwned) {
