@@ -2,6 +2,7 @@ package conformance_test
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"os"
@@ -114,6 +115,31 @@ func (b *brokenNode) Run(ctx context.Context, calls []dlm.Call) {
 			}
 		}
 		return
+	case "RetriesSHAOnce": // RetriesOnce for a call of a cached script only (EVALSHA): one that times out is sent again while ctx has time
+		if len(calls) != 1 || calls[0].Source != "" {
+			break
+		}
+		attempt := ctx
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) > 300*time.Millisecond {
+			var cancel context.CancelFunc
+			attempt, cancel = context.WithTimeout(ctx, 300*time.Millisecond)
+			defer cancel()
+		}
+		b.Node.Run(attempt, calls)
+		for _, c := range calls {
+			if c.Err != nil && !isServerError(c.Err) && !errors.Is(c.Err, dlm.ErrNoScript) && ctx.Err() == nil {
+				b.Node.Run(ctx, calls)
+				break
+			}
+		}
+		return
+	case "GraceAfterDeadline": // waits 500ms past the context's deadline for a large batch's replies still on the way
+		if dl, ok := ctx.Deadline(); ok && len(calls) > 100 {
+			grace, cancel := context.WithDeadline(context.WithoutCancel(ctx), dl.Add(500*time.Millisecond))
+			defer cancel()
+			b.Node.Run(grace, calls)
+			return
+		}
 	case "SharesDeadline": // as rueidis, without nodekit's check, for a call sent alone
 		b.runSharing(ctx, calls)
 		return
@@ -239,6 +265,18 @@ func TestBrokenDriver(t *testing.T) {
 			}
 			t.Cleanup(func() { _ = c.Close() })
 			return &brokenNode{Node: n, breakage: breakage}, nil
+		}),
+		harness.WithTLS(func(t *testing.T, addr string, cfg *tls.Config) (dlm.Node, error) {
+			if breakage == "SkipsVerify" { // as a driver that turned verification off to get going
+				cfg = cfg.Clone()
+				cfg.InsecureSkipVerify = true
+			}
+			n, c, err := goredis.Dial(context.Background(), nodekit.Endpoint{Addr: addr, TLS: cfg})
+			if err != nil {
+				return nil, err
+			}
+			t.Cleanup(func() { _ = c.Close() })
+			return &brokenNode{Node: n, breakage: breakage}, nil
 		}))
 }
 
@@ -269,6 +307,14 @@ func TestBrokenDriversFail(t *testing.T) {
 		// arrived: PartReadBatch catches that too when the deadline exceeds
 		// an attempt's 300ms.
 		{name: "RetriesOnce", rules: []string{"NoRetry"}, within: []string{"NoRetry", "PartReadBatch"}},
+		// Issue 53: NoRetry's calls of a cached script (EVALSHA) held
+		// past the attempt catch it; every other rule passed it.
+		{name: "RetriesSHAOnce", rules: []string{"NoRetry"}, within: []string{"NoRetry"}},
+		// Issue 53: a 250ms batch that returned after 755ms passed
+		// PartReadBatch, which bounded it only by the slow call's answer.
+		{name: "GraceAfterDeadline", rules: []string{"PartReadBatch"}, within: []string{"PartReadBatch"}},
+		// Issue 53: no rule touched TLS.
+		{name: "SkipsVerify", rules: []string{"TLS"}, within: []string{"TLS"}},
 		{name: "DialIgnoresContext", rules: []string{"DialDeadline"}, within: []string{"DialDeadline"}},
 		{name: "HealthCheckHoldsLock", rules: []string{"DeadlineThroughoutStall"}, within: stallRules},
 		{name: "SharesDeadline", rules: []string{"OwnContext"}, within: stallRules},
@@ -279,7 +325,7 @@ func TestBrokenDriversFail(t *testing.T) {
 var abilityRules = []string{"BatchOrder", "BatchNoScript", "BatchContext", "RunWaitReplies", "RunWaitNoScript", "RunWaitDeadline", "WatchDelivers"}
 
 // ownedRules need harness.Run.
-var ownedRules = []string{"NoRetry", "DialDeadline", "PermanentErrors"}
+var ownedRules = []string{"NoRetry", "DialDeadline", "PermanentErrors", "TLS"}
 
 // scriptRules are the rules that run new scripts through EVALSHA and a
 // fallback: one family.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/driver/goredis"
+	"github.com/dlmgo/dlm/internal/redistest"
 	"github.com/dlmgo/dlm/nodekit"
 )
 
@@ -263,8 +264,10 @@ func serverHasWaitAOF(t *testing.T) bool {
 // that catches it, and no rule outside the family it names.
 func TestBrokenWaitDriversFail(t *testing.T) {
 	aof := breakage{name: "WaitAOFSwapsNumbers", rules: []string{"RunWaitAOF"}, within: []string{"RunWaitAOF"}}
-	if !serverHasWaitAOF(t) {
-		// The server has no WAITAOF: the rule skips, saying why, and the
+	if _, err := redistest.LookupBuild(redistest.Valkey80); err != nil && !serverHasWaitAOF(t) {
+		// Neither the server nor one the harness can start has WAITAOF
+		// (issue 53: the harness runs the rule on Valkey 8.0 when
+		// valkey-server is installed): the rule skips, saying why, and the
 		// bug goes unseen.
 		aof = breakage{name: "WaitAOFSwapsNumbers", skipped: []string{"RunWaitAOF"}, passed: []string{"RunWaitKeepsReplies"}}
 	}

@@ -16,7 +16,7 @@
 // RunNode itself serves deployments the harness cannot start (a Cluster,
 // Sentinel); the rules that need the suite to own the server, its replica
 // and the path to it (NoRetry, DialDeadline, PermanentErrors,
-// RunWaitFrozenReplica, WatchResubscribes, WatchDialDeadline) then skip, or
+// RunWaitFrozenReplica, WatchResubscribes, WatchDialDeadline, TLS) then skip, or
 // run on a server of the harness's when harness.Own was called first.
 // RunStrategy checks a locking algorithm over nodes of any deployment.
 // docs/driver-contract.md states the driver contract these rules check, in

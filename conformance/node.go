@@ -20,123 +20,24 @@ import (
 // dlm.Node contract (docs/driver-contract.md has them all in one place), each in a
 // subtest named after the rule. Every Run must
 // set exactly one of each call's Reply (non-nil, empty for an empty array)
-// and Err; a call that runs one script is "Eval" below when it sends the
-// source and "EvalSHA" when it sends the digest.
+// and Err; a call that runs one script is "Eval" in the rules'
+// descriptions when it sends the source and "EvalSHA" when it sends the
+// digest.
 //
-//   - NoScript: EvalSHA of a script the server lacks fails with an error
-//     matching dlm.ErrNoScript.
-//   - EvalCachesScript: after Eval, EvalSHA of the same source runs it.
-//   - ScriptRunFallsBack: nodekit.Script.Run runs a new script (EVALSHA,
-//     then EVAL).
-//   - FallbackSource: after Eval of one script, EvalSHA of another the
-//     server lacks still fails with dlm.ErrNoScript (a driver's own
-//     fallback must not send a source it cached for another script), and
-//     Script.Run of several new scripts in turn runs each one's own source.
-//   - ScriptErrors: error replies and failing scripts are errors that do
-//     not match dlm.ErrNoScript (so Script.Run does not run them twice).
-//   - IntegerReplies: arrays of integers come back exact, negative values
-//     and ±2^53 included, in order, of any length, empty too; an integer n
-//     comes back as []int64{n}.
-//   - OtherReplyShapes: any other reply (string, nil, status, nested or
-//     mixed array) is an error, never a guess.
-//   - BinaryKeys, BinaryArgs: keys and arguments reach the server byte for
-//     byte (NUL, CR LF, invalid UTF-8, empty, long).
-//   - ArgumentOrder: keys and arguments keep their number and order.
-//   - SetNX: SET NX PX in a script sets only an absent key.
-//   - MillisecondTTL: TTLs in milliseconds reach the server unchanged.
-//   - Expiry: a key set with PX expires on the server.
-//   - CanceledContext: a call with an ended context fails with its error.
-//   - Deadline: while the server is blocked, a call returns near its
-//     context's deadline with an error matching context.DeadlineExceeded
-//     (or os.ErrDeadlineExceeded).
-//   - Cancel: while the server is blocked, cancelling the context makes
-//     the call return promptly with context.Canceled.
-//   - DeadlineThroughoutStall: calls made one after another over a 1.5s
-//     stall of the server each return near their deadline, whenever they
-//     start (a pool health check that holds a lock while the server stalls
-//     makes the calls after it wait for the server).
-//   - LateReply: after calls, single and batched, ended at their deadline or
-//     by cancellation while the server stalled, the next calls, one after
-//     another and concurrent, each get their own reply once it answers (a
-//     connection with a reply left unread must not be reused).
-//   - OwnContext: while the server is blocked, a call sent while another
-//     with a short deadline waits gets its reply once the server answers,
-//     or fails with an error that does not match context.DeadlineExceeded
-//     or context.Canceled: a call's context error is its own (a client
-//     that closes a connection at one call's deadline fails the others on
-//     it).
-//   - OneWinner: of 64 goroutines racing SET NX on one key, exactly one wins.
-//   - ConcurrentUse: concurrent calls each get their own reply.
-//   - Stringer: a node that implements fmt.Stringer names itself (skipped
-//     otherwise).
-//   - BatchOrder: Run of 1, 3 and 1000 calls, EVAL and EVALSHA mixed, sets
-//     every call's exact reply in the order of the calls; Run of no calls
-//     returns.
-//   - BatchNoScript: a script the server lacks fails each call with
-//     dlm.ErrNoScript; a call whose script errors fails alone, not as
-//     NOSCRIPT; nodekit.Script.RunMany loads the script and runs them all.
-//   - BatchContext: an ended context fails every call of a batch; while the
-//     server is blocked, a batch returns near its context's deadline, every
-//     call failing with context.DeadlineExceeded.
-//   - PartReadBatch: a batch of 2000 fast calls, one that holds the
-//     server, then 1000 more, with a deadline that falls while the server
-//     holds: it returns near its deadline, also after its first replies
-//     arrived; it sets only the calls' own replies; it keeps at least 80%
-//     of the replies of the calls before the slow one when the server began
-//     the slow call 100ms or more before the deadline (those replies had
-//     arrived); it writes nothing into the calls after returning; and once the server answers, the node's
-//     next Acquire of a key another client holds is refused (a stale grant
-//     of the cut batch would make two holders) and its next calls get
-//     their own replies.
-//   - BatchRunsOnce: in a batch mixing cached scripts (EVAL, EVALSHA) with
-//     one the server lacks, each call of the cached ones runs once and the
-//     others fail with dlm.ErrNoScript without running.
-//   - RunWaitReplies: RunWait with EVAL, with EVALSHA, of several calls and
-//     through nodekit.Script.RunWait returns the calls' exact replies, and
-//     WAIT for 0 replicas answers at once; a zero Wait.Timeout is refused
-//     with dlm.ErrInvalid; a failing script is an error with zero Acks.
-//   - RunWaitNoScript: RunWait of an unknown script fails with
-//     dlm.ErrNoScript and zero Acks.
-//   - RunWaitDeadline: on a server without replicas, WAIT for 1 replica
-//     with a long timeout returns near the context's deadline with
-//     context.DeadlineExceeded, and the node answers afterwards (skipped when
-//     the server has a replica).
-//   - WatchDelivers: messages published after Watch returned reach notify,
-//     byte for byte, published as dlm's release script does (on a shard
-//     channel on a Redis Cluster of version 7.0 or later); none after stop
-//     returned; a second stop does nothing; Watch with an ended context
-//     fails.
+// docs/driver-contract.md lists every rule, with what it checks, under
+// "Every rule" (NodeRules returns their names); a test fails when the list
+// and the rules differ.
 //
-// Three rules need the suite to own the path to the server, and run only
-// under package conformance/harness (skipped, saying so, otherwise):
-// harness.Run runs every rule on one server it starts; harness.Own, called
-// before RunNode, runs these two on a server it starts and the others on
-// the nodes given to RunNode (a Cluster, say). Both take the ports to use
-// from an option or DLM_CONFORMANCE_PORTS (see package harness).
-//
-//   - NoRetry: a call, single or batched, whose connection breaks after the
-//     server ran its script, and one whose reply is held 500ms (within its
-//     context), ran the script exactly once: a Node never retries.
-//   - DialDeadline: while connects to the server hang (SYNs unanswered) and
-//     every open connection was closed, calls return near their deadline
-//     (the dial honours the context), and the node answers again once the
-//     server is reachable (within a few seconds: calls that meet a
-//     connection the fault broke may fail first, once each).
-//   - PermanentErrors: on servers the suite starts, Run of EVAL, of EVALSHA
-//     and of a batch gets every error reply as a *dlm.ReplyError with the
-//     server's code and message, whatever the client's wording: "ERR
-//     unknown command" where EVAL and EVALSHA were renamed away and on a
-//     Sentinel's port, NOAUTH without the password a server requires,
-//     NOPERM for a user without script rights, WRONGTYPE for a key holding
-//     a list; dlm.Permanent reports each true, and false for BUSY, a
-//     script's own error reply and a refused connection. With
-//     harness.WithSentinel, a master name no Sentinel knows fails (dial
-//     or first call) with an error that names it and matches
-//     dlm.ErrUnknownMaster, a Sentinel refusing connections with a
-//     transient one, and the known name reaches the server.
-//
-// The RunWait and Watch rules are skipped, saying so, when the first
-// RunWait or Watch returns an error matching errors.ErrUnsupported.
+// Seven rules need the suite to own the server, its replica and the path to
+// it (NoRetry, DialDeadline, PermanentErrors, RunWaitFrozenReplica,
+// WatchResubscribes, WatchDialDeadline, TLS), and run only under package
+// conformance/harness (skipped, saying so, otherwise): harness.Run runs
+// every rule on one server it starts; harness.Own, called before RunNode,
+// runs these seven on a server it starts and the others on the nodes given
+// to RunNode (a Cluster, say). Both take the ports to use from an option
+// or DLM_CONFORMANCE_PORTS (see package harness). The RunWait and Watch
+// rules are skipped, saying so, when the first RunWait or Watch returns an
+// error matching errors.ErrUnsupported.
 //
 // Every rule runs on two Nodes: one newNode returned for this rule (fresh)
 // and one it returned once for all rules (shared), which carries whatever
@@ -176,7 +77,12 @@ func RunNode(t *testing.T, newNode func(t *testing.T) dlm.Node) {
 			if fresh == nil || sh == nil {
 				t.Fatal("newNode returned nil")
 			}
-			c := &nodeCase{Node: fresh, keyspace: newKeyspace(run), run: run, which: "fresh", tr: tr, newNode: factory}
+			// The rule's nodes talk to the transport's server under
+			// harness.Run, and under harness.Own only for the owned rules:
+			// the others' nodes talk to a server of the caller's, which the
+			// suite may block only through a node of its own.
+			onTr := tr != nil && (tr.NewNode == nil || rule.owned)
+			c := &nodeCase{Node: fresh, keyspace: newKeyspace(run), run: run, which: "fresh", tr: tr, onTr: onTr, newNode: factory}
 			c.other = c.on(sh, "shared")
 			if rule.both {
 				c.other.keyspace = c.keyspace // one server (Cluster master) for both
@@ -198,6 +104,17 @@ func RunNode(t *testing.T, newNode func(t *testing.T) dlm.Node) {
 			}
 		}
 	}
+}
+
+// NodeRules returns the names of RunNode's rules, in the order it runs
+// them: each is the name of a subtest of RunNode's test, and of a rule of
+// docs/driver-contract.md.
+func NodeRules() []string {
+	names := make([]string, len(nodeRules))
+	for i, r := range nodeRules {
+		names[i] = r.name
+	}
+	return names
 }
 
 // serverAlive fails t when the server the suite owns (tr) has exited, so
@@ -268,6 +185,7 @@ var nodeRules = []nodeRule{
 	{name: "WatchResubscribes", run: testWatchResubscribes, owned: true},
 	{name: "WatchDialDeadline", run: testWatchDialDeadline, both: true, owned: true},
 	{name: "DeadlineBehindLongCall", run: testDeadlineBehindLongCall},
+	{name: "TLS", run: testTLS, both: true, owned: true},
 }
 
 // A nodeCase is one node under test, with keys of its own.
@@ -278,6 +196,9 @@ type nodeCase struct {
 	which string    // "fresh" or "shared"
 	other *nodeCase // the other node, for the rules that check both
 	tr    *transport.Transport
+	// onTr says the nodes talk to tr's server (through its fault point):
+	// only then may the rule stall or reconfigure the server through tr.
+	onTr bool
 	// stalled is when whileBlocked last began to stall the server: the
 	// server answers nobody from some moment after it until busyFor after
 	// that moment.
@@ -289,7 +210,7 @@ type nodeCase struct {
 
 // on returns a case for node n, named which, with keys of its own.
 func (c *nodeCase) on(n dlm.Node, which string) *nodeCase {
-	return &nodeCase{Node: n, keyspace: newKeyspace(c.run), run: c.run, which: which, tr: c.tr, newNode: c.newNode}
+	return &nodeCase{Node: n, keyspace: newKeyspace(c.run), run: c.run, which: which, tr: c.tr, onTr: c.onTr, newNode: c.newNode}
 }
 
 // both returns the fresh and the shared node's cases (c alone when c is

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/nodekit"
 )
 
 // Rules that need the suite to own the path to the server (package
@@ -35,31 +36,44 @@ func testNoRetry(t *testing.T, c *nodeCase) {
 			return c.tr.DelayReplies(0)
 		}, false, []int{1}},
 	}
+	// Each fault meets calls that send the source (EVAL) and calls of the
+	// cached script (EVALSHA): a driver that re-sends only the digest of a
+	// script the server has runs it twice as surely.
+	sha := nodekit.NewScript(incr).SHA1()
 	for fi, f := range faults {
 		for _, nc := range c.both() {
 			for _, n := range f.sizes {
-				calls := make([]dlm.Call, n)
-				for i := range calls {
-					calls[i] = dlm.Call{Source: incr, Keys: []string{c.key(fmt.Sprintf("%s-%d-%d-%d", nc.which, fi, n, i))}}
-				}
-				warmUp(t, nc)
-				if err := f.set(true); err != nil {
-					t.Fatalf("the fault point: %v", err)
-				}
-				cx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-				nc.Run(cx, calls)
-				cancel()
-				if err := f.set(false); err != nil {
-					t.Fatalf("the fault point: %v", err)
-				}
-				settled(t, "Run", calls)
-				for i, cl := range calls {
-					what := fmt.Sprintf("on the %s node, call %d of %d, whose %s,", nc.which, i+1, n, f.what)
-					if f.mustFail && cl.Err == nil {
-						t.Errorf("%s succeeded (reply %s): no reply could arrive, so the driver ran it again", what, ints(cl.Reply))
+				for _, cached := range []bool{false, true} {
+					calls := make([]dlm.Call, n)
+					for i := range calls {
+						calls[i] = dlm.Call{Source: incr, Keys: []string{c.key(fmt.Sprintf("%s-%d-%d-%d-%t", nc.which, fi, n, i, cached))}}
+						if cached {
+							calls[i].Source, calls[i].SHA1 = "", sha
+						}
 					}
-					if runs := countRuns(t, nc, cl.Keys[0]); runs > 1 {
-						t.Errorf("%s ran its script %d times (error %v): a Node never retries, its client's retries (go-redis MaxRetries, for one) included", what, runs, cl.Err)
+					if cached {
+						// The server caches the script (an EVAL before the fault).
+						nc.eval(t, incr, []string{c.key("cache")})
+					}
+					warmUp(t, nc)
+					if err := f.set(true); err != nil {
+						t.Fatalf("the fault point: %v", err)
+					}
+					cx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+					nc.Run(cx, calls)
+					cancel()
+					if err := f.set(false); err != nil {
+						t.Fatalf("the fault point: %v", err)
+					}
+					settled(t, "Run", calls)
+					for i, cl := range calls {
+						what := fmt.Sprintf("on the %s node, call %d of %d (%s), whose %s,", nc.which, i+1, n, map[bool]string{false: "EVAL of the source", true: "EVALSHA of the cached script"}[cached], f.what)
+						if f.mustFail && cl.Err == nil {
+							t.Errorf("%s succeeded (reply %s): no reply could arrive, so the driver ran it again", what, ints(cl.Reply))
+						}
+						if runs := countRuns(t, nc, cl.Keys[0]); runs > 1 {
+							t.Errorf("%s ran its script %d times (error %v): a Node never retries, its client's retries (go-redis MaxRetries, for one) included", what, runs, cl.Err)
+						}
 					}
 				}
 			}

@@ -318,38 +318,42 @@ const (
 // answers again and checks that both nodes answer their next calls with
 // their own replies. f reports whether a call was answered by the server
 // before it was blocked, in which case the probe is tried again. The
-// server is blocked through the transport when the suite owns it, or else
-// through a node of its own (newNode's), so that the probed nodes'
-// connections stay free for the probes.
+// server is blocked through the transport when the suite owns it and the
+// rule's nodes talk to it (harness.Run; not the caller's nodes under
+// harness.Own), or else through a node of its own (newNode's), so that the
+// probed nodes' connections stay free for the probes.
 func whileBlocked(t *testing.T, c *nodeCase, f func(probe string, keys []string) (early bool)) {
 	t.Helper()
 	var blocker dlm.Node
-	if c.tr == nil {
+	viaTr := c.onTr && c.tr.Stall != nil
+	if !viaTr {
 		if blocker = c.newNode(t); blocker == nil {
 			t.Fatal("newNode returned nil")
 		}
 	}
 	for attempt := 1; ; attempt++ {
+		busyKey, probeKey := c.key(fmt.Sprintf("busy-%d", attempt)), c.key(fmt.Sprintf("probe-%d", attempt))
 		done := make(chan error, 1)
 		c.stalled = time.Now()
 		go func() {
-			if c.tr != nil {
+			if viaTr {
 				done <- c.tr.Stall(busyFor)
 				return
 			}
 			cx, cancel := context.WithTimeout(context.Background(), callTimeout)
 			defer cancel()
-			calls := []dlm.Call{{Source: c.script(busyScript), Keys: []string{c.key("busy")}, Args: []string{strconv.FormatInt(busyFor.Microseconds(), 10)}}}
+			calls := []dlm.Call{{Source: c.script(stampedBusyScript), Keys: []string{busyKey}, Args: []string{strconv.FormatInt(busyFor.Microseconds(), 10)}}}
 			blocker.Run(cx, calls)
 			done <- calls[0].Err
 		}()
 		time.Sleep(stallLead) // let the busy script reach the server
-		early := f(c.script(fmt.Sprintf("return {%d}", -attempt)), []string{c.key("probe")})
+		early := f(c.script(fmt.Sprintf(stampedProbe, -attempt)), []string{probeKey})
+		var busyErr error
 		select {
-		case err := <-done:
-			if err != nil {
+		case busyErr = <-done:
+			if busyErr != nil {
 				serverAlive(t, c.tr, false)
-				t.Logf("the busy script failed: %v", err)
+				t.Logf("the busy script failed: %v", busyErr)
 			}
 		case <-time.After(callTimeout + time.Second):
 			t.Fatal("the busy script did not return")
@@ -360,11 +364,60 @@ func whileBlocked(t *testing.T, c *nodeCase, f func(probe string, keys []string)
 		if !early || t.Failed() {
 			return
 		}
+		if !viaTr {
+			// A loaded machine may delay the busy script past the probes,
+			// or the probes past the stall; say so only when that is what
+			// happened: the probes' server ran the busy script and the
+			// probes (both stamp the server's time on keys of one hash
+			// slot), not one without the other (nodes of two servers).
+			stamps := c.script(`return {tonumber(redis.call('GET', KEYS[1]) or '-1'), tonumber(redis.call('GET', KEYS[2]) or '-1')}`)
+			var busyAt, probeAt int64 = -1, -1
+			for _, nc := range c.both() {
+				r := nc.eval(t, stamps, []string{busyKey, probeKey})
+				if len(r) != 2 {
+					t.Fatalf("reading the busy script's and the probes' time stamps: reply %s", ints(r))
+				}
+				switch {
+				case r[0] < 0 && busyErr != nil:
+					t.Fatalf("the script that blocks the server failed (%v), so the probes were answered: the rule cannot stall the server through a node newNode returns", busyErr)
+				case r[0] < 0 && r[1] >= 0:
+					t.Fatalf("the %s node's server ran the probes but never the script that blocked the server (through a node newNode returned): the nodes newNode returns must talk to one server for a given key, or the rule cannot block the server they use", nc.which)
+				case r[0] >= 0 && r[1] >= 0 && probeAt < 0:
+					busyAt, probeAt = r[0], r[1]
+				}
+			}
+			switch {
+			case probeAt < 0:
+				t.Logf("attempt %d: no server ran the probes that were answered: trying again", attempt)
+			case probeAt >= busyAt:
+				t.Logf("attempt %d: the server first ran a probe %v after the busy script began, once it had ended: the rule's probes outlasted the stall (the machine is loaded); trying again", attempt, time.Duration(probeAt-busyAt)*time.Microsecond)
+			default:
+				t.Logf("attempt %d: the server ran the probes %v before the busy script (the machine is loaded); trying again", attempt, time.Duration(busyAt-probeAt)*time.Microsecond)
+			}
+		}
 		if attempt == 3 {
-			t.Fatal("the server answered every probe before the busy script blocked it; the machine is too slow for this rule")
+			t.Fatal("the server answered every probe before the busy script blocked it, or after the stall ended; the machine is too slow for this rule")
 		}
 	}
 }
+
+// stampedBusyScript is busyScript that first stamps the server's time (in
+// microseconds) on KEYS[1], and stampedProbe (a format: the reply's one
+// integer) a probe that stamps on KEYS[1] the time the server first ran
+// it: whileBlocked tells by them whether probes answered early ran before
+// the server was blocked, or on another server.
+const (
+	stampedBusyScript = transport.BusyClock + `local t0 = redis.call('TIME')
+redis.call('SET', KEYS[1], t0[1] .. string.format('%06d', tonumber(t0[2])), 'PX', 60000)
+local start = now()
+while now() - start < tonumber(ARGV[1]) do end
+return {1}`
+	stampedProbe = `local t = redis.call('TIME')
+if not redis.call('GET', KEYS[1]) then
+  redis.call('SET', KEYS[1], t[1] .. string.format('%%06d', tonumber(t[2])), 'PX', 60000)
+end
+return {%d}`
+)
 
 // waitAnswering waits until c's node answers a trivial script again, and
 // fails t when the reply is not the call's own.

@@ -146,25 +146,63 @@ func testRunWaitAOF(t *testing.T, c *nodeCase) {
 	keys := []string{c.key("k")}
 	v := c.eval(t, c.script("return {redis.REDIS_VERSION_NUM or 0}"), keys)
 	if len(v) != 1 || v[0] < 0x070200 {
-		t.Skipf("WAITAOF needs Redis 7.2 or later; the server is %s", versionString(v))
+		// The harness starts a server that has WAITAOF (Valkey 8.0) when
+		// one is installed, and the rule runs there, on a node of the
+		// driver dialled to it.
+		if c.tr == nil || c.tr.WaitAOFServer == nil || c.tr.Dial == nil {
+			t.Skipf("WAITAOF needs Redis 7.2 or later; the server is %s (under conformance/harness the rule runs on a Valkey 8.0 the harness starts, when valkey-server is installed)", versionString(v))
+		}
+		addr, why := c.tr.WaitAOFServer(t)
+		if addr == "" {
+			t.Skipf("WAITAOF needs Redis 7.2 or later; the server is %s, and the harness started none that has it: %s", versionString(v), why)
+		}
+		n, err := c.tr.Dial(t, addr)
+		if err != nil {
+			t.Fatalf("dialling the server with WAITAOF the harness started (%s): %v", addr, err)
+		}
+		if n == nil {
+			t.Fatal("the dial returned nil")
+		}
+		nc := c.on(n, c.which+" (dialled to a server with WAITAOF)")
+		nc.onTr = false
+		t.Logf("the server is %s, without WAITAOF: the rule runs on %s, which the harness started with its append-only file on", versionString(v), addr)
+		awaitAOFRewrite(t, nc)
+		waitAOF(t, nc, false)
+		return
 	}
 	if c.info(t, "persistence", "aof_enabled:") != 1 {
-		if c.tr == nil {
+		if !c.onTr {
 			t.Skip("the server has appendonly off: WAITAOF cannot report a local fsync")
 		}
 		if _, err := transport.Do(c.tr.Addr, 5*time.Second, "CONFIG", "SET", "appendonly", "yes"); err != nil {
 			t.Fatalf("turning the server's append-only file on: %v", err)
 		}
 		t.Cleanup(func() { _, _ = transport.Do(c.tr.Addr, 5*time.Second, "CONFIG", "SET", "appendonly", "no") })
-		for deadline := time.Now().Add(callTimeout); c.info(t, "persistence", "aof_rewrite_in_progress:") != 0 ||
-			c.info(t, "persistence", "aof_rewrite_scheduled:") != 0; time.Sleep(50 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("the server's first append-only file rewrite did not end within %v", callTimeout)
-			}
+		awaitAOFRewrite(t, c)
+	}
+	waitAOF(t, c, c.onTr && c.tr.FreezeReplica != nil)
+}
+
+// awaitAOFRewrite waits until the server of c's node has no append-only
+// file rewrite in progress or scheduled (its first, once the file is on).
+func awaitAOFRewrite(t *testing.T, c *nodeCase) {
+	t.Helper()
+	for deadline := time.Now().Add(callTimeout); c.info(t, "persistence", "aof_rewrite_in_progress:") != 0 ||
+		c.info(t, "persistence", "aof_rewrite_scheduled:") != 0; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the server's first append-only file rewrite did not end within %v", callTimeout)
 		}
 	}
+}
+
+// waitAOF checks RunWait with WAITAOF 1 0 on c's node, whose server has
+// WAITAOF and an append-only file, with the suite's replica frozen when
+// freeze is set.
+func waitAOF(t *testing.T, c *nodeCase, freeze bool) {
+	t.Helper()
+	keys := []string{c.key("k")}
 	frozen := false
-	if c.tr != nil && c.tr.FreezeReplica != nil {
+	if freeze {
 		freezeReplica(t, c)
 		frozen = true
 	}

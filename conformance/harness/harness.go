@@ -17,7 +17,10 @@
 // honours the context (connects that hang). For the PermanentErrors rule it
 // also starts, for that rule only, servers that refuse scripts (EVAL
 // renamed away, a password, an ACL, a busy script) and a Sentinel, and
-// dials them with the driver. The servers die with the test process
+// dials them with the driver. Where its server lacks WAITAOF (before Redis 7.2),
+// it starts for the RunWaitAOF rule a Valkey 8.0 (valkey-server on PATH,
+// when installed) with its append-only file on, and dials it with the
+// driver. The servers die with the test process
 // however it ends (a parent-death signal, and t.Cleanup).
 //
 // A driver whose other rules run against a deployment of the author's own
@@ -43,6 +46,7 @@
 package harness
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -77,6 +81,7 @@ type config struct {
 	first, last int // ports to use; 0: any free port
 	dial        func(t *testing.T, addr string) (dlm.Node, error)
 	sentinel    func(t *testing.T, addrs []string, master string) (dlm.Node, error)
+	tls         func(t *testing.T, addr string, cfg *tls.Config) (dlm.Node, error)
 	bin         string   // the server program; "": redis-server on PATH
 	env         []string // added to its environment
 }
@@ -141,7 +146,8 @@ func Run(t *testing.T, dial func(t *testing.T, addr string) dlm.Node, opts ...Op
 
 // Own starts a server and a fault point in front of it for the rules of
 // conformance.RunNode that need the suite to own them (NoRetry,
-// DialDeadline): the next RunNode(t, …) with the same t runs those rules on
+// DialDeadline, PermanentErrors, RunWaitFrozenReplica, WatchResubscribes,
+// WatchDialDeadline, TLS): the next RunNode(t, …) with the same t runs those rules on
 // nodes dial returns for the fault point's address, and every other rule on
 // its own nodes (of a Cluster, a Sentinel deployment, a server of the
 // caller's):
@@ -158,12 +164,14 @@ func own(t *testing.T, dial func(t *testing.T, addr string) dlm.Node, cfg config
 	t.Helper()
 	srv := startServer(t, cfg)
 	tr := newFaultPoint(t, srv, cfg)
-	tr.Dial, tr.DialSentinel = cfg.dial, cfg.sentinel
+	tr.Dial, tr.DialSentinel, tr.DialTLS = cfg.dial, cfg.sentinel, cfg.tls
+	tr.TLSServer = startTLSServer
 	if tr.Dial == nil {
 		tr.Dial = func(t *testing.T, addr string) (dlm.Node, error) { return dial(t, addr), nil }
 	}
 	tr.Refusers = func(t testing.TB) (*transport.Refusers, error) { return startRefusers(t, srv, cfg) }
 	tr.FreezeReplica = startReplica(t, srv, cfg)
+	tr.WaitAOFServer = func(t testing.TB) (string, string) { return startWaitAOFServer(t, cfg) }
 	transport.Register(t, tr)
 	return tr
 }
@@ -174,6 +182,32 @@ func own(t *testing.T, dial func(t *testing.T, addr string) dlm.Node, cfg config
 // for the error of every call. It should close its client with t.Cleanup.
 func WithDial(dial func(t *testing.T, addr string) (dlm.Node, error)) Option {
 	return func(c *config) { c.dial = dial }
+}
+
+// WithTLS gives Run the driver's way to a server over TLS: dial returns a
+// Node over a new client of addr that speaks TLS with cfg (its root CAs,
+// its client certificate), or the error its dial met; it should close its
+// client with t.Cleanup. Run then checks, in the TLS rule, on a server it
+// starts that speaks TLS only: that a client trusting a CA that did not
+// sign the server's certificate fails (dial or first call) with an error
+// dlm.Permanent reports true, and that one trusting the right CA works.
+// Without it the TLS rule skips, saying so.
+func WithTLS(dial func(t *testing.T, addr string, cfg *tls.Config) (dlm.Node, error)) Option {
+	return func(c *config) { c.tls = dial }
+}
+
+// startTLSServer starts a redis-server that speaks TLS only, with the
+// certificates of a new CA, and returns its address, a client
+// configuration that trusts that CA, and one that trusts another CA (both
+// with a client certificate the server accepts).
+func startTLSServer(t testing.TB) (addr string, right, wrong *tls.Config) {
+	certs := redistest.NewCerts(t)
+	other := redistest.NewCerts(t)
+	srv := redistest.StartTLS(t, certs)
+	right = certs.ClientConfig()
+	wrong = other.ClientConfig()
+	wrong.Certificates = right.Certificates // only the server's certificate fails
+	return srv.Addr, right, wrong
 }
 
 // WithSentinel gives Run the driver's way to a primary through Sentinel:
@@ -246,6 +280,23 @@ func startRefusers(t testing.TB, srv *redistest.Server, cfg config) (*transport.
 		}
 	}
 	return r, nil
+}
+
+// startWaitAOFServer starts, for RunWaitAOF, a server of the matrix that
+// answers WAITAOF (redistest.Valkey80: Valkey 8.0), with its append-only
+// file on, on one of cfg's ports; it returns "" and why when none is
+// installed or it did not start.
+func startWaitAOFServer(t testing.TB, cfg config) (addr, why string) {
+	b, err := redistest.LookupBuild(redistest.Valkey80)
+	if err != nil {
+		return "", err.Error()
+	}
+	s, err := redistest.Launch(redistest.Config{Bin: b.Bin, Env: b.Env, Dir: t.TempDir(), Ports: cfg.ports(), Args: []string{"--appendonly", "yes"}})
+	if err != nil {
+		return "", fmt.Sprintf("starting %s: %v", b.Bin, err)
+	}
+	t.Cleanup(s.Stop)
+	return s.Addr, ""
 }
 
 // StartServer starts a throwaway redis-server on a free loopback port (one

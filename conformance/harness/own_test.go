@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -52,5 +53,45 @@ func TestOwn(t *testing.T) {
 		if !regexp.MustCompile(`(?m)^\s*--- PASS: TestOwnSubprocess/` + rule + `\b`).Match(out) {
 			t.Errorf("rule %s did not pass (or was skipped) after Own:\n%s", rule, out)
 		}
+	}
+}
+
+const twoServersEnv = "DLM_HARNESS_TWO_SERVERS_SUBPROCESS"
+
+// TestTwoServersSubprocess runs RunNode with a newNode whose shared node
+// talks to one server and every other node to another: the rules that
+// stall the server block the second, through a node of newNode's, and the
+// shared node's probes are answered at once.
+func TestTwoServersSubprocess(t *testing.T) {
+	if os.Getenv(twoServersEnv) == "" {
+		t.Skip(twoServersEnv + " is not set; TestStallRulesNameTwoServers runs this test in a subprocess")
+	}
+	first, second := harness.StartServer(t), harness.StartServer(t)
+	calls := 0
+	conformance.RunNode(t, func(t *testing.T) dlm.Node {
+		calls++
+		if calls == 1 {
+			return goredisNode(t, first)
+		}
+		return goredisNode(t, second)
+	})
+}
+
+// A stall rule whose probes are answered by a server it did not block says
+// so, not that the machine is too slow (issue 53: under harness.Own every
+// correct driver failed that way).
+func TestStallRulesNameTwoServers(t *testing.T) {
+	if os.Getenv(twoServersEnv) != "" {
+		t.Skip("in the subprocess")
+	}
+	redistest.Binary(t, "redis-server")
+	cmd := exec.Command(os.Args[0], "-test.run=^TestTwoServersSubprocess$/^Deadline$", "-test.v", "-test.count=1", "-test.timeout=2m")
+	cmd.Env = redistest.SubprocessEnv(t, twoServersEnv+"=1")
+	out, _ := cmd.CombinedOutput()
+	if !regexp.MustCompile(`(?m)^\s*--- FAIL: TestTwoServersSubprocess/Deadline\b`).Match(out) {
+		t.Fatalf("the Deadline rule did not fail on nodes of two servers:\n%s", out)
+	}
+	if want := "ran the probes but never the script that blocked the server"; !strings.Contains(string(out), want) || strings.Contains(string(out), "too slow") {
+		t.Errorf("the Deadline rule on nodes of two servers does not say so (want %q, and not that the machine is too slow):\n%s", want, out)
 	}
 }

@@ -45,6 +45,9 @@ type Proxy struct {
 	hang   *hangingListener // while connects hang
 	conns  map[net.Conn]struct{}
 	closed bool
+	// dialTarget, when set (by tests), dials the target instead of
+	// net.DialTimeout.
+	dialTarget func() (net.Conn, error)
 }
 
 // StartProxy starts a proxy to target on a free loopback port and stops it
@@ -104,8 +107,16 @@ func (p *Proxy) Accepted() int64 { return p.accepted.Load() }
 func (p *Proxy) CloseConns() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.closeConnsLocked()
+}
+
+// closeConnsLocked closes every tracked connection and forgets it, so that
+// serve, finding its client gone, does not forward a connection that was
+// closed while its server side was being dialled. p.mu is held.
+func (p *Proxy) closeConnsLocked() {
 	for c := range p.conns {
 		_ = c.Close()
+		delete(p.conns, c)
 	}
 }
 
@@ -137,9 +148,7 @@ func (p *Proxy) Hang(on bool) error {
 	}
 	_ = p.ln.Close()
 	p.ln = nil
-	for c := range p.conns {
-		_ = c.Close()
-	}
+	p.closeConnsLocked()
 	h, err := listenHanging(p.Addr)
 	if err != nil {
 		ln, lerr := net.Listen("tcp", p.Addr)
@@ -174,13 +183,18 @@ func (p *Proxy) Close() {
 	p.wg.Wait()
 }
 
-func (p *Proxy) track(c net.Conn) bool {
+// trackPair tracks server alongside client, unless client is no longer
+// tracked (a fault closed it meanwhile) or the proxy is closed.
+func (p *Proxy) trackPair(client, server net.Conn) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.conns == nil {
 		return false
 	}
-	p.conns[c] = struct{}{}
+	if _, ok := p.conns[client]; !ok {
+		return false
+	}
+	p.conns[server] = struct{}{}
 	return true
 }
 
@@ -199,20 +213,47 @@ func (p *Proxy) accept(ln net.Listener) {
 			return
 		}
 		p.accepted.Add(1)
+		// Tracked at once, before the server is dialled, unless a fault
+		// closed this listener since Accept returned (then the connection
+		// is one it must not forward).
+		p.mu.Lock()
+		current := p.ln == ln && p.conns != nil
+		if current {
+			p.conns[c] = struct{}{}
+		}
+		p.mu.Unlock()
+		if !current {
+			_ = c.Close()
+			continue
+		}
 		p.wg.Add(1)
 		go p.serve(c)
 	}
 }
 
+// serve forwards client, which accept tracked, to a new connection to the
+// target. The client's connection is tracked before the target is dialled, so that a fault that
+// closes every connection (Hang, CloseConns, Close) also closes one whose
+// server side is still being dialled: a client that dialled eagerly (a
+// pool opening its connections in its constructor) finds it closed, never
+// forwarded after the fault began.
 func (p *Proxy) serve(client net.Conn) {
 	defer p.wg.Done()
-	server, err := net.Dial("tcp", p.target)
+	p.mu.Lock()
+	dial := p.dialTarget
+	p.mu.Unlock()
+	if dial == nil {
+		dial = func() (net.Conn, error) { return net.DialTimeout("tcp", p.target, 10*time.Second) }
+	}
+	server, err := dial()
 	if err != nil {
-		_ = client.Close()
+		p.untrack(client)
 		return
 	}
-	if !p.track(client) || !p.track(server) {
-		_ = client.Close()
+	// The client may have been closed by a fault while the server was
+	// dialled: track the server only if the client still is tracked.
+	if !p.trackPair(client, server) {
+		p.untrack(client)
 		_ = server.Close()
 		return
 	}

@@ -147,3 +147,45 @@ func TestProxyHangsConnects(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// A connection accepted while its server side is still being dialled is
+// closed by Hang too, and never forwarded: a client that dialled eagerly
+// (a pool opening its connections in its constructor, just before a fault)
+// must not keep a working connection through it (issue 53).
+func TestProxyHangClosesConnectionsMidDial(t *testing.T) {
+	srv := Start(t)
+	p := StartProxy(t, srv.Addr)
+	dialing, release := make(chan struct{}), make(chan struct{})
+	p.mu.Lock()
+	p.dialTarget = func() (net.Conn, error) {
+		close(dialing)
+		<-release
+		return net.Dial("tcp", srv.Addr)
+	}
+	p.mu.Unlock()
+	c, err := net.Dial("tcp", p.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	select {
+	case <-dialing:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the proxy did not dial the server")
+	}
+	if err := p.Hang(true); err != nil {
+		t.Fatalf("Hang: %v", err)
+	}
+	defer func() { _ = p.Hang(false) }()
+	close(release) // the server's side connects after the fault began
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+		return // closed: as wanted
+	}
+	buf := make([]byte, 64)
+	if n, err := c.Read(buf); err == nil {
+		t.Fatalf("a connection accepted before Hang, its server dialled after, was forwarded: read %q", buf[:n])
+	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Fatal("a connection accepted before Hang was left open (not closed by it)")
+	}
+}

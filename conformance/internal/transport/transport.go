@@ -6,6 +6,7 @@ package transport
 
 import (
 	"bufio"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"strings"
@@ -52,6 +53,20 @@ type Transport struct {
 	// Refusers starts servers that refuse scripts, each for a reason of
 	// its own, and stops them when t ends.
 	Refusers func(t testing.TB) (*Refusers, error)
+	// WaitAOFServer, when not nil, starts (once per call) a server that
+	// answers WAITAOF (Valkey 8.0, Redis 7.2 or later) with its
+	// append-only file on, stopped when t ends, and returns its address,
+	// reached directly; it returns "" and the reason when none can be
+	// started. RunWaitAOF uses it where the rule's server lacks WAITAOF.
+	WaitAOFServer func(t testing.TB) (addr, why string)
+	// DialTLS, when not nil, returns a Node of the driver under test over
+	// a new client of addr that speaks TLS with cfg, or the dial's error.
+	DialTLS func(t *testing.T, addr string, cfg *tls.Config) (dlm.Node, error)
+	// TLSServer starts a server that speaks TLS only (client certificates
+	// required), stopped when t ends, and returns its address, a client
+	// configuration that trusts its CA (right) and one that trusts another
+	// CA (wrong), both with a client certificate it accepts.
+	TLSServer func(t testing.TB) (addr string, right, wrong *tls.Config)
 	// FreezeReplica, while on, stops the server's one replica (SIGSTOP):
 	// it stays connected and acknowledges nothing more. Off resumes it and
 	// returns once it acknowledges writes again.
