@@ -18,26 +18,27 @@ type Lock struct {
 
 	handoffRun time.Time // when the run of hand-offs that brought this lock began; zero when an attempt of its own took it
 
-	// untilNs is lease.Until-base, and over is set once the lease ended:
-	// both let Context().Err() check the clock without taking mu.
+	// untilNs is lease.Until-base, and over (below) is set once the lease
+	// ended: both let Context().Err() check the clock without taking mu.
 	untilNs atomic.Int64
-	over    atomic.Bool
 
-	mu       sync.Mutex
-	lease    Lease
-	released bool
-	ended    error     // why the lease ended, once it has
-	ctx      *leaseCtx // created by the first call to Context
-	cancel   context.CancelCauseFunc
-	timer    *time.Timer // ends ctx when the lease runs out
+	mu     sync.Mutex
+	lease  Lease
+	ended  error     // why the lease ended, once it has
+	ctx    *leaseCtx // created by the first call to Context
+	cancel context.CancelCauseFunc
+	timer  *time.Timer // ends ctx when the lease runs out
 
 	lastErr error // the last renewal's error, if it failed
-	capped  bool  // renewals stopped at the maximum hold time
 
-	// auto-renewal, guarded by the renewer's mutex
-	renewing bool      // registered with the renewer
-	due      time.Time // when the next renewal is due
-	inflight bool      // a renewal of this lock is under way
+	// The small fields last, together, so that a Lock fits a smaller
+	// allocation size class: a Manager may hold a million.
+	over     atomic.Bool
+	hidx     int32 // index in the renewer's heap, while renewing and not inflight; guarded by the renewer's mutex
+	released bool  // guarded by mu
+	capped   bool  // renewals stopped at the maximum hold time; guarded by mu
+	renewing bool  // registered with the renewer; guarded by the renewer's mutex
+	inflight bool  // a renewal of this lock is under way; guarded by the renewer's mutex
 }
 
 func newLock(m *Manager, key, token string, start time.Time, lease Lease) *Lock {

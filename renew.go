@@ -3,6 +3,7 @@ package dlm
 import (
 	"context"
 	"errors"
+	"math"
 	"sync"
 	"time"
 )
@@ -16,10 +17,12 @@ import (
 // ErrMaxHold. maxHold is the one bound
 // on holding a lock: it also bounds Lock.Extend.
 //
-// One goroutine per Manager renews all its locks, in batches: locks due
-// within half a renewal period of each other are renewed together, through
-// the strategy's ExtendMany (one pipelined round trip per node for every
-// thousand locks). A renewal that the servers refuse (ErrNotHeld) ends the
+// One goroutine per Manager renews all its locks, in batches: when a lock
+// is due, it is renewed together with the locks due within half a renewal
+// period after it, through the strategy's ExtendMany, a thousand locks per
+// call (one pipelined round trip per node), up to four such calls at once.
+// Taking, renewing and releasing a lock costs the same however many the
+// Manager holds (the renewer keeps its locks in a heap by due time). A renewal that the servers refuse (ErrNotHeld) ends the
 // lock's context at once with ErrLost; one that fails otherwise (a node
 // down, a failover under way) is retried a quarter period later (at most
 // 250ms), each attempt bounded by a renewal period (at least 2s), until
@@ -46,6 +49,12 @@ func WithAutoRenew(fraction float64, maxHold time.Duration) Option {
 // stays well inside it even on a loaded machine.
 const renewBatch = 1000
 
+// renewInFlight is the most ExtendMany calls under way at once. A million
+// locks make a thousand calls per renewal period; one at a time, each
+// waiting for its round trip, they would take longer than a period on a
+// busy machine.
+const renewInFlight = 4
+
 // renewRetry is the longest wait before a failed renewal is tried again:
 // the new primary of a failover is used at most this long after it serves.
 const renewRetry = 250 * time.Millisecond
@@ -56,19 +65,31 @@ const renewRetry = 250 * time.Millisecond
 // the whole lease in one call while its replica takes over.
 const attemptBound = 2 * time.Second
 
-// A renewer renews the locks of one Manager from one goroutine.
+// A renewer renews the locks of one Manager. Its loop takes batches of
+// due locks from a heap ordered by due time and hands each to a goroutine
+// of its own (at most renewInFlight at once), which puts the locks back
+// with their next due times. Adding, removing and taking a lock cost
+// O(log n) in the n locks registered, under a mutex held for no longer.
 type renewer struct {
 	s        Strategy
 	ttl      time.Duration
 	period   time.Duration // renew this long after validity was confirmed
 	maxHold  time.Duration
 	observer Observer
+	epoch    time.Time // due times are nanoseconds since it, on the monotonic clock
 
 	mu      sync.Mutex
-	locks   map[*Lock]struct{}
-	running bool
-	kick    chan struct{}
-	settled chan struct{} // made by removeSettled, closed when a batch ends
+	due     dueHeap // registered locks not being renewed, by due time
+	running bool    // the loop's goroutine exists
+	busy    int     // batches under way
+	// wakeAt is when the loop will next look at due by itself: the time
+	// its timer is set for, math.MaxInt64 while it waits with nothing due,
+	// math.MinInt64 while it is awake or waits for a batch to end (which
+	// wakes it). add wakes the loop only for a lock due before it.
+	wakeAt   int64
+	addWakes int // adds that woke the loop (for tests)
+	kick     chan struct{}
+	settled  chan struct{} // made by removeSettled, closed when a batch ends
 }
 
 func newRenewer(s Strategy, o options) *renewer {
@@ -76,29 +97,54 @@ func newRenewer(s Strategy, o options) *renewer {
 		return nil
 	}
 	return &renewer{
-		s: s, ttl: o.ttl, maxHold: o.maxHold, observer: o.observer,
+		s: s, ttl: o.ttl, maxHold: o.maxHold, observer: o.observer, epoch: time.Now(),
 		period: max(time.Duration(float64(o.ttl)*o.renewFraction), time.Millisecond),
-		locks:  map[*Lock]struct{}{}, kick: make(chan struct{}, 1),
+		kick:   make(chan struct{}, 1),
 	}
 }
+
+// at is t as a due time.
+func (r *renewer) at(t time.Time) int64 { return int64(t.Sub(r.epoch)) }
 
 // add starts renewing l, whose validity was confirmed at l.base.
 func (r *renewer) add(l *Lock) {
 	if r == nil {
 		return
 	}
+	at := r.at(l.base.Add(r.period))
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	l.renewing, l.due = true, l.base.Add(r.period)
-	r.locks[l] = struct{}{}
+	l.renewing = true
+	r.due.push(l, at)
+	wake := false
 	if !r.running {
 		r.running = true
 		go r.loop()
-		return
+	} else {
+		if wake = at < r.wakeAt; wake {
+			r.addWakes++
+		}
 	}
+	r.mu.Unlock()
+	if wake {
+		r.wake()
+	}
+}
+
+// wake makes the loop look at the heap again.
+func (r *renewer) wake() {
 	select {
 	case r.kick <- struct{}{}:
 	default:
+	}
+}
+
+// removeLocked stops renewing l. Called with r.mu held.
+func (r *renewer) removeLocked(l *Lock) {
+	if l.renewing {
+		l.renewing = false
+		if !l.inflight { // else its batch drops it
+			r.due.remove(int(l.hidx))
+		}
 	}
 }
 
@@ -108,11 +154,8 @@ func (r *renewer) remove(l *Lock) {
 		return
 	}
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	if l.renewing {
-		l.renewing = false
-		delete(r.locks, l)
-	}
+	r.removeLocked(l)
+	r.mu.Unlock()
 }
 
 // removeSettled stops renewing l and waits, within ctx, until no renewal
@@ -124,10 +167,7 @@ func (r *renewer) removeSettled(ctx context.Context, l *Lock) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if l.renewing {
-		l.renewing = false
-		delete(r.locks, l)
-	}
+	r.removeLocked(l)
 	for l.inflight {
 		if r.settled == nil {
 			r.settled = make(chan struct{})
@@ -146,39 +186,46 @@ func (r *renewer) removeSettled(ctx context.Context, l *Lock) {
 
 func (r *renewer) loop() {
 	timer := time.NewTimer(time.Hour)
+	timer.Stop()
 	defer timer.Stop()
 	for {
 		r.mu.Lock()
-		if len(r.locks) == 0 {
+		r.wakeAt = math.MinInt64
+		if len(r.due) == 0 && r.busy == 0 {
 			r.running = false
 			r.mu.Unlock()
 			return
 		}
-		now := time.Now()
-		var first time.Time
-		for l := range r.locks {
-			if !l.inflight && (first.IsZero() || l.due.Before(first)) {
-				first = l.due
-			}
-		}
 		var batch []*Lock
-		if !first.After(now) {
-			// Renew with it everything due within half a period, so that
+		now := r.at(time.Now())
+		switch {
+		case r.busy >= renewInFlight:
+			// A batch that ends wakes the loop.
+		case len(r.due) == 0:
+			r.wakeAt = math.MaxInt64
+		case r.due[0].at > now:
+			r.wakeAt = r.due[0].at
+		default:
+			// Renew with it what is due within half a period, so that
 			// locks taken at different times fall into step.
-			horizon := now.Add(r.period / 2)
-			for l := range r.locks {
-				if !l.inflight && !l.due.After(horizon) {
-					l.inflight = true
-					batch = append(batch, l)
-				}
+			horizon := now + int64(r.period/2)
+			batch = make([]*Lock, 0, min(len(r.due), renewBatch))
+			for len(r.due) > 0 && len(batch) < renewBatch && r.due[0].at <= horizon {
+				l := r.due.remove(0)
+				l.inflight = true
+				batch = append(batch, l)
 			}
+			r.busy++
 		}
+		wakeAt := r.wakeAt
 		r.mu.Unlock()
-		if len(batch) > 0 {
-			r.renew(batch)
+		if batch != nil {
+			go r.renew(batch)
 			continue
 		}
-		timer.Reset(time.Until(first))
+		if wakeAt != math.MaxInt64 && wakeAt != math.MinInt64 {
+			timer.Reset(time.Duration(wakeAt - r.at(time.Now())))
+		}
 		select {
 		case <-timer.C:
 		case <-r.kick:
@@ -226,10 +273,7 @@ func (r *renewer) renew(batch []*Lock) {
 		for i, l := range live {
 			keys[i] = HeldKey{Key: l.key, Token: l.token}
 		}
-		for lo := 0; lo < len(keys); lo += renewBatch {
-			hi := min(lo+renewBatch, len(keys))
-			copy(results[lo:hi], r.s.ExtendMany(ctx, keys[lo:hi], r.ttl))
-		}
+		copy(results, r.s.ExtendMany(ctx, keys, r.ttl))
 		cancel()
 	}
 	retry := min(max(r.period/4, 5*time.Millisecond), renewRetry)
@@ -255,14 +299,10 @@ func (r *renewer) renew(batch []*Lock) {
 		ended[i] = l.ended != nil
 		l.mu.Unlock()
 	}
+	next, again := r.at(start.Add(r.period)), r.at(now.Add(retry))
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	for _, l := range drop {
-		l.inflight = false
-		if l.renewing {
-			l.renewing = false
-			delete(r.locks, l)
-		}
+		l.inflight, l.renewing = false, false
 	}
 	for i, l := range live {
 		l.inflight = false
@@ -270,15 +310,96 @@ func (r *renewer) renew(batch []*Lock) {
 		case !l.renewing: // unlocked meanwhile
 		case ended[i]:
 			l.renewing = false
-			delete(r.locks, l)
 		case results[i].Err == nil:
-			l.due = start.Add(r.period)
+			r.due.push(l, next)
 		default:
-			l.due = now.Add(retry)
+			r.due.push(l, again)
 		}
 	}
+	r.busy--
 	if r.settled != nil {
 		close(r.settled)
 		r.settled = nil
 	}
+	r.mu.Unlock()
+	r.wake()
+}
+
+// A dueHeap is a 4-ary min-heap of locks by due time; each lock knows its
+// index (Lock.hidx), so that it can be removed in O(log n). Four children
+// per node: half the depth of a binary heap, and a node's children share
+// a cache line.
+type dueHeap []dueEntry
+
+type dueEntry struct {
+	at int64 // due time (renewer.at)
+	l  *Lock
+}
+
+// set puts e at i.
+func (h dueHeap) set(i int, e dueEntry) {
+	h[i] = e
+	e.l.hidx = int32(i)
+}
+
+func (h *dueHeap) push(l *Lock, at int64) {
+	*h = append(*h, dueEntry{})
+	h.up(len(*h)-1, dueEntry{at, l})
+}
+
+// up puts e at i or above.
+func (h dueHeap) up(i int, e dueEntry) {
+	for i > 0 {
+		p := (i - 1) / 4
+		if h[p].at <= e.at {
+			break
+		}
+		h.set(i, h[p])
+		i = p
+	}
+	h.set(i, e)
+}
+
+// down puts e at i or below.
+func (h dueHeap) down(i int, e dueEntry) {
+	n := len(h)
+	for {
+		c := 4*i + 1
+		if c >= n {
+			break
+		}
+		m := c
+		for j := c + 1; j < min(c+4, n); j++ {
+			if h[j].at < h[m].at {
+				m = j
+			}
+		}
+		if h[m].at >= e.at {
+			break
+		}
+		h.set(i, h[m])
+		i = m
+	}
+	h.set(i, e)
+}
+
+// remove takes the lock at i out of the heap and returns it.
+func (h *dueHeap) remove(i int) *Lock {
+	old := *h
+	l, last := old[i].l, len(old)-1
+	e := old[last]
+	old[last] = dueEntry{}
+	*h = old[:last]
+	if i != last {
+		if i > 0 && e.at < old[(i-1)/4].at {
+			h.up(i, e)
+		} else {
+			h.down(i, e)
+		}
+	}
+	// Give memory back once the heap has shrunk to a quarter.
+	if c := cap(*h); c > 1024 && last < c/4 {
+		*h = append(make(dueHeap, 0, c/2), *h...)
+	}
+	return l
 }
