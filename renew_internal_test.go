@@ -70,10 +70,7 @@ func TestDueHeap(t *testing.T) {
 
 // renewOK is a strategy whose extensions all succeed at once; nothing
 // else is called.
-type renewOK struct {
-	Strategy
-	ttl time.Duration
-}
+type renewOK struct{ Strategy }
 
 func (s renewOK) ExtendMany(_ context.Context, locks []HeldKey, ttl time.Duration) []ExtendResult {
 	out := make([]ExtendResult, len(locks))
