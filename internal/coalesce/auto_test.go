@@ -14,6 +14,7 @@ import (
 
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/internal/coalesce"
+	"github.com/dlmgo/dlm/internal/runner"
 )
 
 // timedNode answers every call with {1} after perRun plus perCall for each
@@ -343,5 +344,71 @@ func TestAutoTieCoalesces(t *testing.T) {
 		runs, carried := n.Stats()
 		t.Logf("while tied: %d runs carried %d callers' runs", runs-runs0, carried-carried0)
 		time.Sleep(time.Minute)
+	})
+}
+
+// A call whose context leaves it too little time to wait for a slot and
+// then for its batch goes out at once by itself, and so meets a deadline
+// that waiting would have missed, as long as fewer than inFlight such
+// calls are out beyond the slots; a call with time to spare still waits.
+func TestPressedCallGoesAlone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const run = 40 * time.Millisecond
+		n := coalesce.New(&timedNode{perRun: run, reply: []int64{1}}, 2)
+		n.SetMode(coalesce.On)
+		call := func(ctx context.Context) error {
+			calls := []dlm.Call{{SHA1: "x", Keys: []string{"k"}}}
+			n.Run(ctx, calls)
+			return calls[0].Err
+		}
+		for range 30 { // the node learns its typical run time: about 40ms
+			require.NoError(t, call(context.Background()))
+		}
+		busy := func() {
+			for range 2 { // both slots taken
+				go func() { _ = call(context.Background()) }()
+			}
+			synctest.Wait()
+		}
+
+		busy()
+		runs0, _ := n.Stats()
+		// 45ms left, less than two runs: waiting for a slot would take up
+		// to 40ms, or a quarter of 45ms before spilling, then 40ms more:
+		// too late.
+		ctx, cancel := context.WithTimeout(context.Background(), 45*time.Millisecond)
+		start := time.Now()
+		require.NoError(t, call(ctx))
+		cancel()
+		assert.Equal(t, run, time.Since(start), "went out at once")
+		runs, _ := n.Stats()
+		assert.Equal(t, int64(1), runs-runs0, "by itself")
+		time.Sleep(time.Second) // the slots free
+
+		// At most inFlight calls go alone beyond the slots: a third waits.
+		busy()
+		pressed := func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), 45*time.Millisecond)
+			defer cancel()
+			return call(ctx)
+		}
+		errs := make(chan error, 2)
+		for range 2 {
+			go func() { errs <- pressed() }()
+		}
+		synctest.Wait()
+		assert.ErrorIs(t, pressed(), context.DeadlineExceeded, "a third pressed call waited")
+		for range 2 {
+			assert.NoError(t, <-errs)
+		}
+		time.Sleep(time.Second)
+
+		busy()
+		ctx, cancel = context.WithTimeout(context.Background(), time.Second)
+		start = time.Now()
+		require.NoError(t, call(ctx))
+		cancel()
+		assert.Equal(t, 2*run, time.Since(start), "with a second to spare, waited for a slot")
+		time.Sleep(2 * runner.Idle) // the batches' goroutines end
 	})
 }

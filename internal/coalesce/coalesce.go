@@ -2,8 +2,8 @@
 // together: while a node's calls are in flight, the calls that arrive wait,
 // and go out as one Run — one pipelined round trip — as soon as a slot
 // frees, or after 10ms (or four times the node's typical run time, if
-// longer, but not past half the time a caller's context leaves it) in a
-// run of their own: a run stuck on one connection, or kept past its
+// longer, but not past a quarter of the time a caller's context leaves it)
+// in a run of their own: a run stuck on one connection, or kept past its
 // context by a driver, does not hold back the node. An uncontended call goes out at once, on its caller's goroutine:
 // nothing waits for company, and the batch size follows the load (how many
 // calls arrived during one round trip). A serial caller's call makes no
@@ -16,7 +16,12 @@
 // all. Calls of the scripts New was given are merged where the node's
 // routing allows (see Merging, below).
 //
-// Each caller keeps its own deadline: a caller whose context ends while its
+// Each caller keeps its own deadline, and does not spend it waiting for a
+// batch it could have skipped: a call whose context leaves it less than
+// two of the node's typical run times (one to wait for a slot, one for its
+// batch) goes out at once by itself, in one of at most inFlight runs
+// beyond the slots, and a call waits for a slot at most a quarter of the
+// time its context leaves it. A caller whose context ends while its
 // calls wait or are in flight returns at once, its calls failed with the
 // context's error, as a Node's Run promises; calls still waiting are then
 // never sent. A batch runs under a context that ends when the latest of its
@@ -327,7 +332,7 @@ func (n *Node) run(ctx context.Context, calls []dlm.Call, w *dlm.Wait) (dlm.Acks
 	now := time.Now()
 	n.mu.Lock()
 	n.arriveLocked(now)
-	if !n.on || n.busy < n.inFlight || n.busy-n.overdueLocked() < n.inFlight {
+	if !n.on || n.busy < n.inFlight || n.busy-n.overdueLocked() < n.inFlight || n.pressed(ctx, now) {
 		n.busy++
 		var seq uint64 // of this run in n.flights; 0: not there
 		if d, ok := ctx.Deadline(); ok {
@@ -372,6 +377,26 @@ func (n *Node) run(ctx context.Context, calls []dlm.Call, w *dlm.Wait) (dlm.Acks
 	return dlm.Acks{}, ctx.Err()
 }
 
+// goAlone is how many of the node's typical run times a call's context
+// must leave it for the call to wait for a slot: it waits for the end of a
+// run in flight, then its batch runs. A call with less time left goes out
+// at once by itself, unless inFlight such calls are out already: on a
+// loaded machine the typical run grows, and if every call then went alone
+// the node would get more round trips, each slower, and the runs would
+// grow longer still.
+const goAlone = 2
+
+// pressed reports whether ctx leaves a call that arrives at now too
+// little time to wait for a slot (see goAlone), and a run beyond the slots
+// is left for it. It is asked, with n.mu held, only when no slot is free.
+func (n *Node) pressed(ctx context.Context, now time.Time) bool {
+	if n.busy >= 2*n.inFlight {
+		return false
+	}
+	d, ok := ctx.Deadline()
+	return ok && d.Sub(now) < goAlone*time.Duration(n.runTime.Load())
+}
+
 // arriveLocked counts a caller's run that arrives at now in the
 // controller's measures. Called with n.mu held.
 func (n *Node) arriveLocked(now time.Time) {
@@ -390,14 +415,15 @@ func (n *Node) arriveLocked(now time.Time) {
 // held.
 func (n *Node) queueLocked(ctx context.Context, wt *waiter, now time.Time) *waiter {
 	// A node whose runs take long waits longer before spilling, but never
-	// past half the time the caller has: runs kept past their callers'
-	// deadlines (a driver ignoring them) hold their slots, and a call with
-	// a short deadline would otherwise never be sent.
-	wait := 4 * time.Duration(n.runTime.Load())
+	// past a quarter of the time the caller has: runs kept past their
+	// callers' deadlines (a driver ignoring them) hold their slots, a call
+	// with a short deadline would otherwise never be sent, and a call's
+	// deadline is for its run, not for the wait.
+	wait := max(spillAfter, 4*time.Duration(n.runTime.Load()))
 	if d, ok := ctx.Deadline(); ok {
-		wait = min(wait, d.Sub(now)/2)
+		wait = min(wait, d.Sub(now)/4)
 	}
-	wt.spillAt = now.Add(max(spillAfter, wait))
+	wt.spillAt = now.Add(wait)
 	n.queue = append(n.queue, wt)
 	n.armSpillLocked(wt.spillAt)
 	return wt
@@ -424,7 +450,7 @@ func (n *Node) Enqueue(ctx context.Context, calls []dlm.Call, to Notifier, tag i
 	}
 	now := time.Now()
 	n.mu.Lock()
-	if !n.on || n.busy < n.inFlight || n.busy-n.overdueLocked() < n.inFlight {
+	if !n.on || n.busy < n.inFlight || n.busy-n.overdueLocked() < n.inFlight || n.pressed(ctx, now) {
 		n.mu.Unlock()
 		return false
 	}
