@@ -412,3 +412,72 @@ func TestPressedCallGoesAlone(t *testing.T) {
 		time.Sleep(2 * runner.Idle) // the batches' goroutines end
 	})
 }
+
+// crowdedNode answers each Run after perRun while at most two are under
+// way; a Run beyond them fails after timeout (a client that must dial a
+// connection per Run in flight, on a loaded machine, under a per-node
+// timeout).
+type crowdedNode struct {
+	perRun, timeout time.Duration
+	runs            atomic.Int32
+}
+
+var errCrowded = errors.New("crowded: no reply within the timeout")
+
+func (n *crowdedNode) Run(ctx context.Context, calls []dlm.Call) {
+	k := n.runs.Add(1)
+	defer n.runs.Add(-1)
+	if k > 2 {
+		time.Sleep(n.timeout)
+		for i := range calls {
+			calls[i].Err = errCrowded
+		}
+		return
+	}
+	time.Sleep(n.perRun)
+	for i := range calls {
+		calls[i].Reply = []int64{1}
+	}
+}
+
+func (n *crowdedNode) RunWait(context.Context, []dlm.Call, dlm.Wait) (dlm.Acks, error) {
+	return dlm.Acks{}, errors.ErrUnsupported
+}
+
+func (n *crowdedNode) Watch(context.Context, string, func(string)) (func(), error) {
+	return nil, errors.ErrUnsupported
+}
+
+// A probe without coalescing ends at its first few failed calls, and Auto
+// does not probe again for the longest hold: on a node where calls sent
+// each by itself fail, Auto fails about one wave of callers, once.
+func TestAutoProbeEndsWhereCallsFail(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		node := &crowdedNode{perRun: time.Millisecond, timeout: 100 * time.Millisecond}
+		n := coalesce.New(node, 0)
+		n.SetMode(coalesce.Auto)
+		var failed, done atomic.Int64
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		var wg sync.WaitGroup
+		for range 64 {
+			wg.Go(func() {
+				calls := make([]dlm.Call, 1)
+				for ctx.Err() == nil {
+					calls[0] = dlm.Call{SHA1: "x", Keys: []string{"k"}}
+					n.Run(context.Background(), calls)
+					if calls[0].Err != nil {
+						failed.Add(1)
+					} else {
+						done.Add(1)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		cancel()
+		t.Logf("in 10s: %d calls done, %d failed", done.Load(), failed.Load())
+		assert.True(t, n.Coalescing(), "Auto coalesces")
+		assert.LessOrEqual(t, failed.Load(), int64(64), "more than one wave of callers failed")
+		time.Sleep(time.Minute)
+	})
+}

@@ -207,6 +207,10 @@ const (
 	maxHold       = 320
 	probeMargin   = 0.03
 	probeBudget   = 0.02
+	// probeFails is how many callers' runs may fail in an epoch of a
+	// probe without coalescing before the probe ends there: the node
+	// coalesces again and holds that for maxHold epochs.
+	probeFails = 4
 )
 
 type controller struct {
@@ -214,6 +218,7 @@ type controller struct {
 	idle      time.Duration // in the epoch, with no call in the node
 	idleSince time.Time     // zero while a call is in the node
 	done      int64         // callers' runs completed in the epoch
+	failed    int64         // callers' runs that failed in the epoch
 	peak      int           // the most callers in the node at once in the epoch
 	phase     int           // 0: holding a choice; 1 to 4: the epoch of a probe under way
 	held      int           // contended epochs since the choice was made
@@ -226,7 +231,7 @@ type controller struct {
 func (n *Node) endEpoch(now time.Time) {
 	c := &n.ctl
 	if c.start.IsZero() { // the first epoch begins
-		c.start, c.idle, c.done, c.peak = now, 0, 0, n.busy+len(n.queue)
+		c.start, c.idle, c.done, c.failed, c.peak = now, 0, 0, 0, n.busy+len(n.queue)
 		return
 	}
 	e := now.Sub(c.start) - c.idle
@@ -235,7 +240,7 @@ func (n *Node) endEpoch(now time.Time) {
 	// timeout) must not keep itself from being measured.
 	contended := c.peak > n.inFlight && (c.done >= minEpochCalls || e >= maxEpoch)
 	rate := float64(c.done) / e.Seconds()
-	c.start, c.idle, c.done, c.peak = now, 0, 0, n.busy+len(n.queue)
+	c.start, c.idle, c.done, c.failed, c.peak = now, 0, 0, 0, n.busy+len(n.queue)
 	if n.mode != Auto || !contended {
 		return
 	}
@@ -275,6 +280,21 @@ func (n *Node) endEpoch(now time.Time) {
 			c.hold = min(max(c.hold, int(2*(1-lo/hi)/probeBudget)), maxHold)
 		}
 	}
+}
+
+// endProbeLocked ends a probe in an epoch without coalescing in which
+// calls failed: on a loaded node, calls sent each by itself need more
+// connections and round trips at once, and where their callers' deadlines
+// are short they fail, each failed call leaving its caller's work undone
+// (a lock not released stays held until its TTL). The node coalesces
+// again, holds that for maxHold epochs, and does not probe the rest.
+// Called with n.mu held.
+func (n *Node) endProbeLocked(now time.Time) {
+	c := &n.ctl
+	c.phase, c.held, c.hold = 0, 0, maxHold
+	c.start, c.idle, c.done, c.failed, c.peak = now, 0, 0, 0, n.busy+len(n.queue)
+	n.on = true
+	n.tellFollowersLocked()
 }
 
 // Routing implements nodekit.Router: the node beneath's.
@@ -470,9 +490,9 @@ func succeeded(calls []dlm.Call) bool {
 	return true
 }
 
-// finish records a run that began at start and carried callers' runs
-// that succeeded, and frees its slot or hands it on.
-func (n *Node) finish(start time.Time, callers int, seq uint64) {
+// finish records a caller's own run that began at start, and whether it
+// succeeded (ok 1) or failed (0), and frees its slot or hands it on.
+func (n *Node) finish(start time.Time, ok int, seq uint64) {
 	now := time.Now()
 	avg := n.runTime.Load()
 	n.runTime.Store(avg + (int64(now.Sub(start))-avg)/8) // races lose an update, no more
@@ -488,7 +508,7 @@ func (n *Node) finish(start time.Time, callers int, seq uint64) {
 		}
 		n.mu.Unlock()
 	}
-	n.next(callers, now)
+	n.next(ok, 1-ok, now)
 }
 
 // A flight is a caller's own run in flight, with its context's deadline.
@@ -575,13 +595,18 @@ func (n *Node) armSpillLocked(at time.Time) {
 	}
 }
 
-// next frees a slot of a run that carried callers' runs and ended at now,
-// or hands the slot to the calls that wait. A slot beyond inFlight (a
+// next frees a slot of a run that carried callers' runs (ok of them
+// succeeded, failed failed) and ended at now, or hands the slot to the
+// calls that wait. A slot beyond inFlight (a
 // spill's, or one taken while coalescing was off) is freed while
 // coalescing is on, so that the runs in flight come back to inFlight.
-func (n *Node) next(callers int, now time.Time) {
+func (n *Node) next(ok, failed int, now time.Time) {
 	n.mu.Lock()
-	n.ctl.done += int64(callers)
+	n.ctl.done += int64(ok)
+	n.ctl.failed += int64(failed)
+	if c := &n.ctl; n.leader == nil && n.mode == Auto && !n.on && (c.phase == 1 || c.phase == 4) && c.failed >= probeFails {
+		n.endProbeLocked(now)
+	}
 	if e := now.Sub(n.ctl.start) - n.ctl.idle; n.leader == nil && e >= epoch && (n.ctl.done >= minEpochCalls || e >= maxEpoch) {
 		on := n.on
 		n.endEpoch(now)
@@ -668,7 +693,7 @@ func (n *Node) runBatch(batch []*waiter, size int) {
 		w.notify.Notify(w.tag)
 	}
 	if len(live) == 0 {
-		n.next(0, time.Now())
+		n.next(0, 0, time.Now())
 		return
 	}
 	ctx, cancel := batchContext(live)
@@ -717,7 +742,8 @@ func (n *Node) sendBatch(ctx context.Context, calls []dlm.Call, w *dlm.Wait, liv
 	var ok atomic.Int64 // callers whose calls all succeeded; 0 if the slot is freed before the run returns
 	free := func() {
 		if freed.CompareAndSwap(false, true) {
-			n.next(int(ok.Load()), time.Now())
+			k := int(ok.Load())
+			n.next(k, len(live)-k, time.Now())
 		}
 	}
 	defer context.AfterFunc(ctx, free)()
