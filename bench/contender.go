@@ -42,6 +42,7 @@ type Env struct {
 	Addrs        []string      // the nodes of the contender's topology (1 or 5)
 	TTL          time.Duration // lease length of every lock
 	NodeTimeout  time.Duration // bound on one call to one node
+	Bounded      bool          // every call bounded by NodeTimeout (Config.Bounded)
 	RetryMin     time.Duration // first pause between two attempts of Lock
 	RetryMax     time.Duration // longest pause between two attempts of Lock
 	PoolSize     int           // connections per node for pooled clients

@@ -123,9 +123,12 @@ func valkeyNode(addr string, e Env) (dlm.Node, func() error, error) {
 // strategy does not need (its default leaves the bound to the caller's
 // context and the client), derives a context per call: 5 allocations and
 // a timer each (the root's BenchmarkLockUnlockDeadline).
-func singleStrategy(nodes []dlm.Node, _ Env) (dlm.Strategy, error) {
+func singleStrategy(nodes []dlm.Node, e Env) (dlm.Strategy, error) {
 	if len(nodes) != 1 {
 		return nil, fmt.Errorf("single strategy over %d nodes", len(nodes))
+	}
+	if e.Bounded {
+		return strategy.NewSingle(nodes[0], strategy.WithTimeout(e.NodeTimeout))
 	}
 	return strategy.NewSingle(nodes[0])
 }

@@ -29,6 +29,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -59,6 +60,15 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 	render := fs.String("render", "", "write results.md and chart.svg again from this results.json (into -out, default its directory), without measuring")
 	doc := fs.String("doc", "", "with -render, also rewrite the bench summary in this Markdown file (docs/performance.md)")
 	cpuprofile := fs.String("cpuprofile", "", "write this process's CPU profile (pprof) of the run to this file")
+	scale := fs.String("scale", "", "instead of the comparison: hold N locks on one Manager with auto-renewal for each comma-separated N (e.g. 1000,10000,100000,1000000) and report what each held lock costs (scale.go)")
+	scaleTTL := fs.Duration("scale-ttl", 10*time.Second, "with -scale: the locks' TTL")
+	scaleHold := fs.Duration("scale-hold", 30*time.Second, "with -scale: how long every lock is held while renewals and CPU are measured")
+	scaleG := fs.Int("scale-goroutines", 256, "with -scale: goroutines taking and releasing the locks")
+	scaleRedsync := fs.String("scale-redsync", "", "with -scale: also measure redsync (a goroutine per lock calling Extend) at these comma-separated N")
+	nodeTimeout := fs.Duration("node-timeout", 0, "the per-node timeout every contender gets (default 100ms, 300ms with -smoke)")
+	bounded := fs.Bool("bounded", false, "bound every call of every contender by the per-node timeout: dlm's single-instance strategy gets strategy.WithTimeout, bsm/redislock a context per call (the others have a per-node timeout of their own)")
+	busy := fs.Int("busy", 0, "run this many busy loops (sh -c 'while :; do :; done') beside the measurement, killed at its end")
+	heapprofile := fs.String("heapprofile", "", "write this process's heap profile (pprof) at the end of the run to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -78,6 +88,10 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 		cfg.SilentReps = min(cfg.SilentReps, *reps)
 		cfg.RenewReps = min(cfg.RenewReps, *reps)
 	}
+	if *nodeTimeout > 0 {
+		cfg.NodeTimeout = *nodeTimeout
+	}
+	cfg.Bounded = *bounded
 	var o Options
 	if *only != "" {
 		re, err := regexp.Compile(*only)
@@ -127,8 +141,41 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
+	if *heapprofile != "" {
+		defer func() {
+			if f, err := os.Create(*heapprofile); err == nil {
+				_ = pprof.WriteHeapProfile(f)
+				f.Close()
+			}
+		}()
+	}
+	if *busy > 0 {
+		stopBusy, err := startBusy(*busy)
+		if err != nil {
+			return err
+		}
+		defer stopBusy()
+		fmt.Fprintf(stderr, "%d busy loops beside the run\n", *busy)
+		if o.Note != "" {
+			o.Note += " "
+		}
+		o.Note += fmt.Sprintf("%d busy loops (sh -c 'while :; do :; done') ran beside the measurement (-busy %d).", *busy, *busy)
+	}
 	if *instructions > 0 {
 		return measureInstructions(ctx, o, *instructions, *instrGoroutines, stdout, stderr)
+	}
+	if *scale != "" {
+		ns, err := parseInts(*scale)
+		if err != nil {
+			return fmt.Errorf("-scale: %w", err)
+		}
+		rs, err := parseInts(*scaleRedsync)
+		if err != nil {
+			return fmt.Errorf("-scale-redsync: %w", err)
+		}
+		cfg := ScaleConfig{Ns: ns, Redsync: rs, TTL: *scaleTTL, Fraction: 1.0 / 3, Hold: *scaleHold,
+			Goroutines: *scaleG, MinTaken: 100000, MaxRounds: 50}
+		return measureScale(ctx, cfg, o.Note, *out, stdout, stderr)
 	}
 
 	var top Topology
@@ -249,7 +296,11 @@ func loadReport(file string) (*Report, error) {
 		s := &rep.Scenarios[i]
 		for _, def := range scenarios {
 			if def.Name == s.Name {
-				s.Metrics = def.Metrics
+				// An optional metric the run did not measure is left out,
+				// so that its tables render as they were written.
+				s.Metrics = slices.DeleteFunc(slices.Clone(def.Metrics), func(m Metric) bool {
+					return m.Optional && !slices.ContainsFunc(s.Rows, func(r Row) bool { _, ok := r.Samples[m.Key]; return ok })
+				})
 			}
 		}
 		for j := range s.Rows {

@@ -125,7 +125,18 @@ type bsmLocker struct {
 	close func() error
 }
 
+// bounded is ctx bounded by the per-node timeout when the run bounds every
+// call (Config.Bounded): bsm/redislock has no timeout of its own.
+func (l *bsmLocker) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	if l.env.Bounded {
+		return context.WithTimeout(ctx, l.env.NodeTimeout)
+	}
+	return ctx, func() {}
+}
+
 func (l *bsmLocker) TryLock(ctx context.Context, key string) (Held, error) {
+	ctx, cancel := l.bounded(ctx)
+	defer cancel()
 	lk, err := l.c.Obtain(ctx, key, l.env.TTL, nil)
 	if errors.Is(err, redislock.ErrNotObtained) {
 		err = fmt.Errorf("%w: %w", errBusy, err)
@@ -133,7 +144,7 @@ func (l *bsmLocker) TryLock(ctx context.Context, key string) (Held, error) {
 	if err != nil {
 		return nil, err
 	}
-	return bsmHeld{lk}, nil
+	return bsmHeld{lk, l}, nil
 }
 
 func (l *bsmLocker) Lock(ctx context.Context, key string) (Held, error) {
@@ -141,15 +152,22 @@ func (l *bsmLocker) Lock(ctx context.Context, key string) (Held, error) {
 	if err != nil {
 		return nil, err
 	}
-	return bsmHeld{lk}, nil
+	return bsmHeld{lk, l}, nil
 }
 
 func (l *bsmLocker) Close() error { return l.close() }
 
 // bsmHeld adapts *redislock.Lock, whose method is Release.
-type bsmHeld struct{ l *redislock.Lock }
+type bsmHeld struct {
+	l  *redislock.Lock
+	by *bsmLocker
+}
 
-func (h bsmHeld) Unlock(ctx context.Context) error { return h.l.Release(ctx) }
+func (h bsmHeld) Unlock(ctx context.Context) error {
+	ctx, cancel := h.by.bounded(ctx)
+	defer cancel()
+	return h.l.Release(ctx)
+}
 
 // ---- rueidislock ----
 

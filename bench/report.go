@@ -348,6 +348,9 @@ func (r *Report) WriteMarkdown(w io.Writer) {
 	c := r.Config
 	fmt.Fprintf(w, "- Same for all: TTL %v, per-node timeout %v, retry pause %v doubling to %v (jittered), wait budget %v, pool %d connections per node\n",
 		c.TTL, c.NodeTimeout, c.RetryMin, c.RetryMax, c.WaitBudget, c.PoolSize)
+	if c.Bounded {
+		fmt.Fprintf(w, "- Every call bounded by the per-node timeout (-bounded): dlm's single-instance strategy with WithTimeout(%v), bsm/redislock with a context of %v per call\n", c.NodeTimeout, c.NodeTimeout)
+	}
 	fmt.Fprintf(w, "- Each figure is the median of %d repetitions (silent-node: %d%s); contenders alternate within each repetition.\n", c.Reps, c.SilentReps, renewReps(c))
 	fmt.Fprintf(w, "- In parentheses: the ratio to the best peer (another library) on the same number of nodes, taken within each repetition, median; ↑ higher is better, ↓ lower is better.\n\n")
 	r.WriteSummary(w)
@@ -401,6 +404,9 @@ func (r *Report) WriteMarkdown(w io.Writer) {
 			for _, e := range row.Errors {
 				errs = append(errs, row.Contender+": "+e)
 			}
+		}
+		if s.Name == "distinct" && hasMetric(s.Metrics, "failed_per_100k") {
+			fmt.Fprintf(w, "\n%s\n", pooledFailures(s, c))
 		}
 		if len(errs) > 0 {
 			fmt.Fprintf(w, "\nErrors:\n\n")
@@ -464,4 +470,29 @@ func renewReps(c Config) string {
 		return ""
 	}
 	return fmt.Sprintf(", renewal: %d", c.RenewReps)
+}
+
+// pooledFailures says, for each contender of the distinct scenario, how
+// many pairs failed over all its repetitions, per 100k: a failure comes
+// in bursts (a stall of the machine longer than the per-node timeout), so
+// that the median of the repetitions is mostly 0.
+func pooledFailures(s ScenarioResult, c Config) string {
+	var b strings.Builder
+	b.WriteString("Failed pairs over all repetitions, per 100k (a pair's rate times the scenario's duration each repetition, summed):")
+	for i, r := range s.Rows {
+		var failed, pairs float64
+		for _, f := range r.Samples["failed"] {
+			failed += f
+		}
+		for _, o := range r.Samples["ops_s"] {
+			pairs += o * c.DistinctDur.Seconds()
+		}
+		sep := ";"
+		if i == 0 {
+			sep = ""
+		}
+		fmt.Fprintf(&b, "%s %s %.0f of %.0f (%.1f)", sep, r.Contender, failed, pairs+failed, 1e5*failed/max(pairs+failed, 1))
+	}
+	b.WriteString(".")
+	return b.String()
 }

@@ -65,7 +65,7 @@ func run(ctx context.Context, cfg Config, top Topology, o Options, progress io.W
 			fmt.Fprintf(progress, "skip %s: no %d-node topology\n", c.Name, c.Nodes)
 			continue
 		}
-		env := Env{Addrs: addrs, TTL: cfg.TTL, NodeTimeout: cfg.NodeTimeout, RetryMin: cfg.RetryMin,
+		env := Env{Addrs: addrs, TTL: cfg.TTL, NodeTimeout: cfg.NodeTimeout, Bounded: cfg.Bounded, RetryMin: cfg.RetryMin,
 			RetryMax: cfg.RetryMax, PoolSize: cfg.PoolSize, RedisVersion: rep.Machine.RedisVersion}
 		l, err := c.New(env)
 		if err != nil {

@@ -25,11 +25,17 @@ type Config struct {
 
 	TTL         time.Duration // lease of every lock (except the renewal scenario's)
 	NodeTimeout time.Duration // bound on one call to one node
-	RetryMin    time.Duration // retry budget of Lock, the same for every contender that polls
-	RetryMax    time.Duration
-	WaitBudget  time.Duration // longest a Lock call may wait
-	OpTimeout   time.Duration // the caller's deadline on each call in the silent-node scenario
-	PoolSize    int
+	// Bounded bounds every call of every contender by NodeTimeout: dlm's
+	// single-instance strategy gets WithTimeout(NodeTimeout) and
+	// bsm/redislock a context of NodeTimeout per call, as the others have
+	// (Redlock's per-node timeout, redsync's timeout factor, redigo's
+	// socket timeouts, rueidislock's TryNextAfter). -bounded sets it.
+	Bounded    bool          `json:",omitempty"`
+	RetryMin   time.Duration // retry budget of Lock, the same for every contender that polls
+	RetryMax   time.Duration
+	WaitBudget time.Duration // longest a Lock call may wait
+	OpTimeout  time.Duration // the caller's deadline on each call in the silent-node scenario
+	PoolSize   int
 
 	// SerialOps is how many pairs each serial contender makes in a
 	// repetition. Its p99 is set by its SerialOps/100 slowest pairs, whose
@@ -98,6 +104,9 @@ type Metric struct {
 	// Reference marks a figure measured beside the contender rather than
 	// of it (a PING's round trip): shown without a ratio or an arrow.
 	Reference bool `json:"reference,omitempty"`
+	// Optional marks a figure added after runs that are committed: a
+	// results file without it renders without its column.
+	Optional bool `json:"-"`
 }
 
 // A Scenario measures one Locker once (one repetition).
@@ -163,6 +172,7 @@ var scenarios = []Scenario{
 			{Key: "server_us_op", Label: "server CPU/op", Unit: "µs"},
 			{Key: "server_cmds_op", Label: "server cmds/op (incl. in scripts)", Unit: ""},
 			{Key: "failed", Label: "failed calls", Unit: ""},
+			{Key: "failed_per_100k", Label: "failed pairs per 100k", Unit: "", Optional: true},
 			// The share of the machine's CPU time that the hypervisor gave
 			// other guests during this contender's loop: a repetition's
 			// ratio is fair only where its contenders' steal was alike.
@@ -494,6 +504,8 @@ func (t *distinctTally) vals() (map[string]float64, error) {
 		"server_us_op":   t.server.CPU * 1e6 / n,
 		"server_cmds_op": float64(t.server.Calls-t.infos) / n,
 		"failed":         float64(t.failed),
+		// A pair fails at its first failed call (the loop then goes on).
+		"failed_per_100k": 1e5 * float64(t.failed) / float64(max(t.ops+t.failed, 1)),
 	}
 	if t.timed {
 		vals["steal_pct"] = t.cpuTime.stealPct()
