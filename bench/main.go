@@ -60,10 +60,12 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 	render := fs.String("render", "", "write results.md and chart.svg again from this results.json (into -out, default its directory), without measuring")
 	doc := fs.String("doc", "", "with -render, also rewrite the bench summary in this Markdown file (docs/performance.md)")
 	cpuprofile := fs.String("cpuprofile", "", "write this process's CPU profile (pprof) of the run to this file")
-	scale := fs.String("scale", "", "instead of the comparison: hold N locks on one Manager with auto-renewal for each comma-separated N (e.g. 1000,10000,100000,1000000) and report what each held lock costs (scale.go)")
+	scale := fs.String("scale", "", "instead of the comparison: hold more and more locks on one Manager with auto-renewal, measuring at each comma-separated N (e.g. 1000,10000,100000,1000000) what each held lock costs and how fast locks are taken and released (scale.go)")
 	scaleTTL := fs.Duration("scale-ttl", 10*time.Second, "with -scale: the locks' TTL")
 	scaleHold := fs.Duration("scale-hold", 30*time.Second, "with -scale: how long every lock is held while renewals and CPU are measured")
 	scaleG := fs.Int("scale-goroutines", 256, "with -scale: goroutines taking and releasing the locks")
+	scaleProbe := fs.Int("scale-probe", 5000, "with -scale: locks each probe takes and releases while N are held")
+	scaleProbes := fs.Int("scale-probes", 10, "with -scale: probes at each N")
 	scaleRedsync := fs.String("scale-redsync", "", "with -scale: also measure redsync (a goroutine per lock calling Extend) at these comma-separated N")
 	nodeTimeout := fs.Duration("node-timeout", 0, "the per-node timeout every contender gets (default 100ms, 300ms with -smoke)")
 	bounded := fs.Bool("bounded", false, "bound every call of every contender by the per-node timeout: dlm's single-instance strategy gets strategy.WithTimeout, bsm/redislock a context per call (the others have a per-node timeout of their own)")
@@ -174,7 +176,7 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("-scale-redsync: %w", err)
 		}
 		cfg := ScaleConfig{Ns: ns, Redsync: rs, TTL: *scaleTTL, Fraction: 1.0 / 3, Hold: *scaleHold,
-			Goroutines: *scaleG, MinTaken: 100000, MaxRounds: 50}
+			Goroutines: *scaleG, Probe: *scaleProbe, Probes: *scaleProbes}
 		return measureScale(ctx, cfg, o.Note, *out, stdout, stderr)
 	}
 

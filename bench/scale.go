@@ -1,28 +1,33 @@
 package main
 
-// Scale (-scale N1,N2,...): one Manager holding N distinct locks with
-// auto-renewal, over one rueidis client to one redis-server of its own,
-// and what each held lock costs as N grows. For each N:
+// Scale (-scale N1,N2,...): one Manager holding more and more distinct
+// locks with auto-renewal, over one rueidis client to one redis-server of
+// its own, and what each held lock costs as their number grows. The
+// Manager takes locks from -scale-goroutines goroutines (256) until it
+// holds N1, measures, takes more until it holds N2, measures, and so on;
+// at the end it releases them all. At each N:
 //
-//   - take: N locks taken by TryLock from -scale-goroutines goroutines
-//     (256), per second; release: the same N released, per second. For N
-//     below 100,000 the take and release are repeated until 100,000 locks
-//     have been taken (at most 50 rounds), and the median round is shown.
+//   - fill: the rate at which the locks from the previous N to this one
+//     were taken.
 //   - client heap, goroutine stacks and goroutines per held lock: the
-//     change from before the first take to after it, each after a GC.
+//     change since before the first lock, after a GC, over N.
 //   - server bytes per lock: INFO memory used_memory, the same change.
-//   - over a window of -scale-hold with every lock held: renewals per lock
-//     per second (INFO commandstats: PEXPIRE calls, counted inside scripts
-//     too), script calls (EVALSHA and EVAL) per lock per second, CPU per
-//     lock per second of the server (/proc/PID/stat of redis-server) and of
-//     this process (getrusage), and the server's CPU per renewal.
+//   - over a window of -scale-hold with the N locks held: renewals per lock
+//     per second (INFO commandstats: PEXPIRE calls, counted inside
+//     scripts too), script calls (EVALSHA and EVAL) per lock per second,
+//     CPU per lock per second of the server (/proc/PID/stat of
+//     redis-server) and of this process (getrusage), and the server's CPU
+//     per renewal.
 //   - lost: locks whose lease ran out while held (their Context had ended
 //     with ErrLost; read as a validity, Until, that had passed by the end
 //     of the window, so that no context and timer is made per lock).
+//   - take and release with N held: ten times, 5,000 more locks taken and
+//     then released by the same goroutines, while the N stay held and
+//     renewed; the median rate of the ten.
 //
-// -scale-redsync N1,... runs redsync over the same kind of client (rueidis
-// through rueidiscompat) at those N, renewed as redsync's users do: one
-// goroutine per lock calling Extend every TTL/3.
+// -scale-redsync N1,... runs redsync the same way over the same kind of
+// client (rueidis through rueidiscompat), renewed as redsync's users do:
+// one goroutine per lock calling Extend every TTL/3.
 
 import (
 	"cmp"
@@ -31,6 +36,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -60,16 +66,16 @@ type ScaleConfig struct {
 	Fraction   float64       `json:"renew_fraction"` // dlm: WithAutoRenew(Fraction, 1h); redsync: Extend every TTL·Fraction
 	Hold       time.Duration `json:"hold"`
 	Goroutines int           `json:"goroutines"`
-	MinTaken   int           `json:"min_taken"` // take and release are repeated until this many were taken
-	MaxRounds  int           `json:"max_rounds"`
+	Probe      int           `json:"probe"`  // locks taken and released by each probe
+	Probes     int           `json:"probes"` // probes at each N
 }
 
 // ScaleRow is one library at one N.
 type ScaleRow struct {
-	Lib    string `json:"lib"`
-	N      int    `json:"n"`
-	Rounds int    `json:"rounds"`
-	// Rates, per second, of each round (median shown).
+	Lib  string  `json:"lib"`
+	N    int     `json:"n"`
+	Fill float64 `json:"fill_per_s"` // locks taken per second on the way from the previous N
+	// Rates, per second, of each probe (median shown).
 	Take    []float64 `json:"take_per_s"`
 	Release []float64 `json:"release_per_s"`
 
@@ -99,7 +105,9 @@ type ScaleReport struct {
 	Machine Machine     `json:"machine"`
 	Config  ScaleConfig `json:"config"`
 	Rows    []ScaleRow  `json:"rows"`
-	Elapsed string      `json:"elapsed"`
+	// Drain is each library's rate of releasing every lock at the end.
+	Drain   map[string]float64 `json:"drain_per_s"`
+	Elapsed string             `json:"elapsed"`
 }
 
 // A scaleLocker takes locks that renew themselves.
@@ -134,35 +142,26 @@ func parseInts(s string) ([]int, error) {
 // with dir set, results.md and results.json into dir).
 func measureScale(ctx context.Context, cfg ScaleConfig, note, dir string, w, log io.Writer) error {
 	began := time.Now()
-	rep := &ScaleReport{Note: note, Config: cfg}
-	type job struct {
-		lib string
-		n   int
-	}
-	var jobs []job
-	for _, n := range cfg.Ns {
-		jobs = append(jobs, job{"dlm", n})
-		if slices.Contains(cfg.Redsync, n) {
-			jobs = append(jobs, job{"redsync", n})
+	rep := &ScaleReport{Note: note, Config: cfg, Drain: map[string]float64{}}
+	for _, lib := range []string{"dlm", "redsync"} {
+		ns := cfg.Ns
+		if lib == "redsync" {
+			ns = cfg.Redsync
 		}
-	}
-	for _, n := range cfg.Redsync {
-		if !slices.Contains(cfg.Ns, n) {
-			jobs = append(jobs, job{"redsync", n})
+		if len(ns) == 0 {
+			continue
 		}
-	}
-	for i, j := range jobs {
-		fmt.Fprintf(log, "%s, %d locks: ", j.lib, j.n)
-		row, m := scaleOne(ctx, cfg, j.lib, j.n, log)
-		if i == 0 {
+		ns = slices.Sorted(slices.Values(ns))
+		rows, drain, m, err := scaleRun(ctx, cfg, lib, ns, log)
+		if rep.Machine.Date == "" {
 			rep.Machine = m
 		}
-		if row.Err != "" {
-			fmt.Fprintf(log, "ERROR %s\n", row.Err)
-		} else {
-			fmt.Fprintf(log, "take %.0f/s, release %.0f/s, heap %.0f B/lock, lost %d\n", median(row.Take), median(row.Release), row.HeapPerLock, row.Lost)
+		if err != nil {
+			rows = append(rows, ScaleRow{Lib: lib, Err: err.Error()})
+			fmt.Fprintf(log, "%s: ERROR %v\n", lib, err)
 		}
-		rep.Rows = append(rep.Rows, row)
+		rep.Rows = append(rep.Rows, rows...)
+		rep.Drain[lib] = drain
 		if ctx.Err() != nil {
 			break
 		}
@@ -199,21 +198,18 @@ func measureScale(ctx context.Context, cfg ScaleConfig, note, dir string, w, log
 	return ctx.Err()
 }
 
-// scaleOne measures lib holding n locks, on a redis-server of its own.
-func scaleOne(ctx context.Context, cfg ScaleConfig, lib string, n int, log io.Writer) (row ScaleRow, m Machine) {
-	row = ScaleRow{Lib: lib, N: n}
-	fail := func(err error) (ScaleRow, Machine) {
-		row.Err = err.Error()
-		return row, m
-	}
+// scaleRun measures lib holding each of ns locks in turn (ascending), on
+// one locker over a redis-server of its own, and returns a row per N and
+// the rate at which it released them all at the end.
+func scaleRun(ctx context.Context, cfg ScaleConfig, lib string, ns []int, log io.Writer) (rows []ScaleRow, drain float64, m Machine, err error) {
 	tmp, err := os.MkdirTemp("", "dlmbench-scale-")
 	if err != nil {
-		return fail(err)
+		return nil, 0, m, err
 	}
 	defer os.RemoveAll(tmp)
 	srv, err := redistest.Launch(redistest.Config{Dir: tmp})
 	if err != nil {
-		return fail(fmt.Errorf("start redis-server: %w", err))
+		return nil, 0, m, fmt.Errorf("start redis-server: %w", err)
 	}
 	defer srv.Stop()
 	m = describeMachine(ctx, srv.Addr)
@@ -228,16 +224,30 @@ func scaleOne(ctx context.Context, cfg ScaleConfig, lib string, n int, log io.Wr
 		err = fmt.Errorf("unknown library %q", lib)
 	}
 	if err != nil {
-		return fail(err)
+		return nil, 0, m, err
 	}
 	defer l.close()
 
-	// Warm the client from every goroutine.
-	if _, _, err := scaleRound(ctx, l, cfg.Goroutines, cfg.Goroutines*4, "bench:c:scale:warm:", nil); err != nil {
-		return fail(fmt.Errorf("warm-up: %w", err))
+	// Warm the client from every goroutine, for as many locks as three
+	// probes take: the client fills its pools, and dlm's coalescing
+	// (coalesce.Auto) makes its first choice, which it probes for in
+	// its first contended epochs.
+	for range 3 {
+		if _, err := probe(ctx, l, cfg.Goroutines, make([]scaleHeld, max(cfg.Probe, cfg.Goroutines*4)), "bench:c:scale:warm:"); err != nil {
+			return nil, 0, m, fmt.Errorf("warm-up: %w", err)
+		}
 	}
-	held := make([]scaleHeld, n)
+	held := make([]scaleHeld, ns[len(ns)-1])
 	prefix := "bench:c:scale:" + lib + ":"
+	var extra []scaleHeld // the probes' locks
+	if cfg.Probes > 0 {
+		extra = make([]scaleHeld, cfg.Probe)
+	}
+	releaseHeld := func(n int) (float64, int) {
+		start := time.Now()
+		failed := releaseAll(ctx, held[:n], cfg.Goroutines)
+		return float64(n) / time.Since(start).Seconds(), failed
+	}
 
 	runtime.GC()
 	var m0, m1 runtime.MemStats
@@ -245,115 +255,129 @@ func scaleOne(ctx context.Context, cfg ScaleConfig, lib string, n int, log io.Wr
 	g0 := runtime.NumGoroutine()
 	mem0, err := serverInfoInt(ctx, srv.Addr, "memory", "used_memory")
 	if err != nil {
-		return fail(err)
+		return nil, 0, m, err
 	}
-
-	// The first round: take n, hold them for the window, release them.
-	start := time.Now()
-	notTaken, firstErr := takeAll(ctx, l, cfg.Goroutines, prefix, held)
-	took := time.Since(start)
-	row.NotTaken = notTaken
-	if notTaken > n/100 {
-		releaseAll(ctx, held, cfg.Goroutines)
-		return fail(fmt.Errorf("%d of %d locks not taken, first: %w", notTaken, n, firstErr))
-	}
-	row.Take = append(row.Take, float64(n-notTaken)/took.Seconds())
-	runtime.GC()
-	runtime.ReadMemStats(&m1)
-	g1 := runtime.NumGoroutine()
-	mem1, err := serverInfoInt(ctx, srv.Addr, "memory", "used_memory")
-	if err != nil {
-		releaseAll(ctx, held, cfg.Goroutines)
-		return fail(err)
-	}
-	nHeld := float64(n - notTaken)
-	row.HeapPerLock = float64(int64(m1.HeapAlloc)-int64(m0.HeapAlloc)) / nHeld
-	row.StackPerLock = float64(int64(m1.StackInuse)-int64(m0.StackInuse)) / nHeld
-	row.GoroutinesPerLock = float64(g1-g0) / nHeld
-	row.ServerBytesPerLock = float64(mem1-mem0) / nHeld
-	fmt.Fprintf(log, "taken in %v; holding %v... ", took.Round(time.Millisecond), cfg.Hold)
-
 	pid := srv.Pid()
-	cs0, err := commandStats(ctx, srv.Addr)
-	if err != nil {
-		releaseAll(ctx, held, cfg.Goroutines)
-		return fail(err)
-	}
-	sc0, cc0, t0 := procCPU(pid), cpuTime(), time.Now()
-	select {
-	case <-time.After(cfg.Hold):
-	case <-ctx.Done():
-	}
-	sc1, cc1, window := procCPU(pid), cpuTime(), time.Since(t0)
-	cs1, err := commandStats(ctx, srv.Addr)
-	if err != nil {
-		releaseAll(ctx, held, cfg.Goroutines)
-		return fail(err)
-	}
-	for _, h := range held {
-		if h != nil && h.lost() {
-			row.Lost++
-		}
-	}
-	perLockS := nHeld * window.Seconds()
-	renewals := float64(cs1["pexpire"] - cs0["pexpire"])
-	scripts := float64(cs1["evalsha"] + cs1["eval"] - cs0["evalsha"] - cs0["eval"])
-	row.Window = window.Seconds()
-	row.RenewalsPerLockS = renewals / perLockS
-	row.ScriptCallsPerLockS = scripts / perLockS
-	row.ServerCPUPerLockS = float64((sc1 - sc0).Microseconds()) / perLockS
-	row.ClientCPUPerLockS = float64((cc1 - cc0).Microseconds()) / perLockS
-	row.ServerCPUShare = 100 * (sc1 - sc0).Seconds() / window.Seconds()
-	row.ClientCPUShare = 100 * (cc1 - cc0).Seconds() / window.Seconds()
-	if renewals > 0 {
-		row.ServerCPUPerRenewal = float64((sc1 - sc0).Microseconds()) / renewals
-	}
-
-	start = time.Now()
-	failed := releaseAll(ctx, held, cfg.Goroutines)
-	row.Release = append(row.Release, nHeld/time.Since(start).Seconds())
-	row.ReleaseFailed += failed
-
-	// Further rounds, for the rates only, until MinTaken were taken.
-	row.Rounds = 1
-	for taken := n; taken < cfg.MinTaken && row.Rounds < cfg.MaxRounds && ctx.Err() == nil; taken += n {
-		clear(held)
+	have, notTaken := 0, 0
+	for _, n := range ns {
+		row := ScaleRow{Lib: lib, N: n}
+		fmt.Fprintf(log, "%s, %d locks: ", lib, n)
 		start := time.Now()
-		nt, err := takeAll(ctx, l, cfg.Goroutines, prefix, held)
-		tk := time.Since(start)
-		if nt > n/100 {
-			releaseAll(ctx, held, cfg.Goroutines)
-			return fail(fmt.Errorf("round %d: %d of %d locks not taken, first: %w", row.Rounds+1, nt, n, err))
+		nt, first := takeAll(ctx, l, cfg.Goroutines, prefix, held[have:n], have)
+		took := time.Since(start)
+		row.Fill = float64(n-have-nt) / took.Seconds()
+		notTaken += nt
+		row.NotTaken = notTaken
+		have = n
+		if notTaken > n/100 {
+			drain, _ = releaseHeld(have)
+			return append(rows, row), drain, m, fmt.Errorf("%d of %d locks not taken, first: %w", notTaken, n, first)
 		}
-		start = time.Now()
-		f := releaseAll(ctx, held, cfg.Goroutines)
-		rl := time.Since(start)
-		row.Take = append(row.Take, float64(n-nt)/tk.Seconds())
-		row.Release = append(row.Release, float64(n-nt)/rl.Seconds())
-		row.NotTaken += nt
-		row.ReleaseFailed += f
-		row.Rounds++
+		runtime.GC()
+		runtime.ReadMemStats(&m1)
+		g1 := runtime.NumGoroutine()
+		mem1, err := serverInfoInt(ctx, srv.Addr, "memory", "used_memory")
+		if err != nil {
+			drain, _ = releaseHeld(have)
+			return rows, drain, m, err
+		}
+		nHeld := float64(n - notTaken)
+		row.HeapPerLock = float64(int64(m1.HeapAlloc)-int64(m0.HeapAlloc)) / nHeld
+		row.StackPerLock = float64(int64(m1.StackInuse)-int64(m0.StackInuse)) / nHeld
+		row.GoroutinesPerLock = float64(g1-g0) / nHeld
+		row.ServerBytesPerLock = float64(mem1-mem0) / nHeld
+		fmt.Fprintf(log, "filled at %.0f/s; holding %v... ", row.Fill, cfg.Hold)
+
+		cs0, err := commandStats(ctx, srv.Addr)
+		if err != nil {
+			drain, _ = releaseHeld(have)
+			return rows, drain, m, err
+		}
+		sc0, cc0, t0 := procCPU(pid), cpuTime(), time.Now()
+		select {
+		case <-time.After(cfg.Hold):
+		case <-ctx.Done():
+		}
+		sc1, cc1, window := procCPU(pid), cpuTime(), time.Since(t0)
+		cs1, err := commandStats(ctx, srv.Addr)
+		if err != nil {
+			drain, _ = releaseHeld(have)
+			return rows, drain, m, err
+		}
+		for _, h := range held[:n] {
+			if h != nil && h.lost() {
+				row.Lost++
+			}
+		}
+		perLockS := nHeld * window.Seconds()
+		renewals := float64(cs1["pexpire"] - cs0["pexpire"])
+		scripts := float64(cs1["evalsha"] + cs1["eval"] - cs0["evalsha"] - cs0["eval"])
+		row.Window = window.Seconds()
+		row.RenewalsPerLockS = renewals / perLockS
+		row.ScriptCallsPerLockS = scripts / perLockS
+		row.ServerCPUPerLockS = float64((sc1 - sc0).Microseconds()) / perLockS
+		row.ClientCPUPerLockS = float64((cc1 - cc0).Microseconds()) / perLockS
+		row.ServerCPUShare = 100 * (sc1 - sc0).Seconds() / window.Seconds()
+		row.ClientCPUShare = 100 * (cc1 - cc0).Seconds() / window.Seconds()
+		if renewals > 0 {
+			row.ServerCPUPerRenewal = float64((sc1 - sc0).Microseconds()) / renewals
+		}
+
+		// Take and release more while the n are held.
+		for p := range cfg.Probes {
+			if ctx.Err() != nil {
+				break
+			}
+			clear(extra)
+			r, err := probe(ctx, l, cfg.Goroutines, extra, fmt.Sprintf("bench:c:scale:probe:%s:%d:%d:", lib, n, p))
+			row.ReleaseFailed += r.releaseFailed
+			if err != nil {
+				drain, _ = releaseHeld(have)
+				return append(rows, row), drain, m, fmt.Errorf("probe %d at %d: %w", p+1, n, err)
+			}
+			row.Take = append(row.Take, r.take)
+			row.Release = append(row.Release, r.release)
+		}
+		fmt.Fprintf(log, "take %.0f/s, release %.0f/s, heap %.0f B/lock, lost %d\n", median(row.Take), median(row.Release), row.HeapPerLock, row.Lost)
+		rows = append(rows, row)
+		if ctx.Err() != nil {
+			break
+		}
 	}
-	return row, m
+	drain, failed := releaseHeld(have)
+	if failed > 0 {
+		rows[len(rows)-1].ReleaseFailed += failed
+	}
+	return rows, drain, m, nil
 }
 
-// scaleRound takes count locks named prefix+i from g goroutines and
-// releases each at once (a warm-up).
-func scaleRound(ctx context.Context, l scaleLocker, g, count int, prefix string, _ []scaleHeld) (int, time.Duration, error) {
-	held := make([]scaleHeld, count)
+// probeResult is what one probe measured.
+type probeResult struct {
+	take, release float64 // per second
+	releaseFailed int
+}
+
+// probe takes a lock for every slot of held (named prefix+index) from g
+// goroutines, then releases them, and returns both rates. It fails when
+// more than 1% were not taken.
+func probe(ctx context.Context, l scaleLocker, g int, held []scaleHeld, prefix string) (probeResult, error) {
 	start := time.Now()
-	nt, err := takeAll(ctx, l, g, prefix, held)
-	releaseAll(ctx, held, g)
-	if nt > count/2 {
-		return nt, time.Since(start), err
+	nt, err := takeAll(ctx, l, g, prefix, held, 0)
+	took := time.Since(start)
+	start = time.Now()
+	failed := releaseAll(ctx, held, g)
+	rel := time.Since(start)
+	r := probeResult{take: float64(len(held)-nt) / took.Seconds(), release: float64(len(held)-nt) / rel.Seconds(), releaseFailed: failed}
+	if nt > len(held)/100 {
+		return r, fmt.Errorf("%d of %d locks not taken, first: %w", nt, len(held), err)
 	}
-	return nt, time.Since(start), nil
+	return r, nil
 }
 
-// takeAll takes a lock for every slot of held, named prefix+index, from g
-// goroutines, each with up to three attempts; it returns how many were not
-// taken and the first error.
-func takeAll(ctx context.Context, l scaleLocker, g int, prefix string, held []scaleHeld) (int, error) {
+// takeAll takes a lock for every slot of held, named prefix+(from+index),
+// from g goroutines, each with up to three attempts; it returns how many
+// were not taken and the first error.
+func takeAll(ctx context.Context, l scaleLocker, g int, prefix string, held []scaleHeld, from int) (int, error) {
 	var next, failed atomic.Int64
 	var first error
 	var once sync.Once
@@ -366,7 +390,7 @@ func takeAll(ctx context.Context, l scaleLocker, g int, prefix string, held []sc
 				if i >= len(held) || ctx.Err() != nil {
 					return
 				}
-				k := string(strconv.AppendInt(append(key[:0], prefix...), int64(i), 10))
+				k := string(strconv.AppendInt(append(key[:0], prefix...), int64(from+i), 10))
 				var h scaleHeld
 				var err error
 				for range 3 {
@@ -591,24 +615,39 @@ func (rep *ScaleReport) writeMarkdown(w io.Writer) {
 	if rep.Note != "" {
 		fmt.Fprintf(w, "%s\n\n", rep.Note)
 	}
-	fmt.Fprintf(w, "TTL %v, renewed every %v (dlm: one Manager, WithAutoRenew(%.3g, 1h), strategy.NewSingle over one rueidis client; redsync: the same client through rueidiscompat, a goroutine per lock calling Extend); "+
-		"%d goroutines take and release the locks, a redis-server of its own per row; the window with every lock held: %v. "+
-		"take and release: locks per second, median of the rounds (repeated until %d were taken, at most %d rounds). "+
-		"Per lock: client heap and goroutine stacks (after a GC), server used_memory; per lock per second over the window: renewals (PEXPIRE, inside scripts included), script calls, CPU (server: /proc/PID/stat; client: this process). "+
-		"lost: leases that ran out while held.\n\n",
-		c.TTL, time.Duration(float64(c.TTL)*c.Fraction).Round(time.Millisecond), c.Fraction, c.Goroutines, c.Hold, c.MinTaken, c.MaxRounds)
-	fmt.Fprintf(w, "| library | N | take/s | release/s | rounds | client heap B/lock | stack B/lock | goroutines/lock | server B/lock | renewals /lock/s | script calls /lock/s | server CPU µs/lock/s | client CPU µs/lock/s | server CPU µs/renewal | server CPU %% | client CPU %% | lost | not taken | release failed |\n")
+	fmt.Fprintf(w, "TTL %v, renewed every %v (dlm: one Manager, WithAutoRenew(%.3g, 1h), strategy.NewSingle over one rueidis client; "+
+		"redsync: the same client through rueidiscompat, a goroutine per lock calling Extend). "+
+		"Each library holds more and more locks on one client and a redis-server of its own, taking them from %d goroutines; at each N: "+
+		"fill, the rate at which it took the locks since the previous N; "+
+		"take and release, the median of %d probes each taking %d more locks and releasing them, with the N held; "+
+		"per lock, client heap and goroutine stacks (after a GC) and server used_memory; "+
+		"over a window of %v with the N held, per lock per second: renewals (PEXPIRE, inside scripts included), script calls, CPU (server: /proc/PID/stat; client: this process); "+
+		"lost: leases that ran out while held, by the end of the window.\n\n",
+		c.TTL, time.Duration(float64(c.TTL)*c.Fraction).Round(time.Millisecond), c.Fraction, c.Goroutines, c.Probes, c.Probe, c.Hold)
+	fmt.Fprintf(w, "| library | N | fill/s | take/s | release/s | client heap B/lock | stack B/lock | goroutines/lock | server B/lock | renewals /lock/s | script calls /lock/s | server CPU µs/lock/s | client CPU µs/lock/s | server CPU µs/renewal | server CPU %% | client CPU %% | lost | not taken | release failed |\n")
 	fmt.Fprintf(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	for _, r := range rep.Rows {
-		if r.Err != "" {
-			fmt.Fprintf(w, "| %s | %s | failed: %s |\n", r.Lib, group(r.N), strings.ReplaceAll(r.Err, "|", "/"))
+		if r.Err != "" && r.N == 0 {
+			fmt.Fprintf(w, "| %s | | failed: %s |\n", r.Lib, strings.ReplaceAll(r.Err, "|", "/"))
 			continue
 		}
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %d | %.0f | %.0f | %.3f | %.0f | %.3f | %.4f | %.2f | %.2f | %.2f | %.1f | %.1f | %d | %d | %d |\n",
-			r.Lib, group(r.N), group(int(median(r.Take))), group(int(median(r.Release))), r.Rounds,
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %.0f | %.0f | %.3f | %.0f | %.3f | %.4f | %.2f | %.2f | %.2f | %.1f | %.1f | %d | %d | %d |\n",
+			r.Lib, group(r.N), group(int(r.Fill)), group(int(median(r.Take))), group(int(median(r.Release))),
 			r.HeapPerLock, r.StackPerLock, r.GoroutinesPerLock, r.ServerBytesPerLock,
 			r.RenewalsPerLockS, r.ScriptCallsPerLockS, r.ServerCPUPerLockS, r.ClientCPUPerLockS, r.ServerCPUPerRenewal,
 			r.ServerCPUShare, r.ClientCPUShare, r.Lost, r.NotTaken, r.ReleaseFailed)
+	}
+	libs := slices.Sorted(maps.Keys(rep.Drain))
+	if len(libs) > 0 {
+		fmt.Fprintf(w, "\nReleasing every lock at the end:")
+		for i, lib := range libs {
+			sep := ","
+			if i == len(libs)-1 {
+				sep = "."
+			}
+			fmt.Fprintf(w, " %s %s/s%s", lib, group(int(rep.Drain[lib])), sep)
+		}
+		fmt.Fprintln(w)
 	}
 }
 
