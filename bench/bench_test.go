@@ -576,6 +576,16 @@ func TestCommittedResults(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, file := range append(files, "results/results.json") {
+		if srep, ok, err := loadScaleReport(file); err != nil {
+			t.Fatal(err)
+		} else if ok {
+			var md strings.Builder
+			srep.writeMarkdown(&md)
+			if got, err := os.ReadFile(filepath.Join(filepath.Dir(file), "results.md")); err != nil || string(got) != md.String() {
+				t.Errorf("%s is not what %s renders (%v): go run . -render %s", filepath.Join(filepath.Dir(file), "results.md"), file, err, file)
+			}
+			continue
+		}
 		rep, err := loadReport(file)
 		if err != nil {
 			t.Fatal(err)

@@ -288,6 +288,14 @@ func writeResults(dir string, rep *Report) error {
 // rerender reads a results.json and writes its tables and chart again, with
 // the metric definitions of this version of the code.
 func rerender(file, dir, doc string, stdout io.Writer) error {
+	if srep, ok, err := loadScaleReport(file); err != nil {
+		return err
+	} else if ok {
+		var md strings.Builder
+		srep.writeMarkdown(&md)
+		fmt.Fprint(stdout, md.String())
+		return os.WriteFile(filepath.Join(dir, "results.md"), []byte(md.String()), 0o644)
+	}
 	rep, err := loadReport(file)
 	if err != nil {
 		return err

@@ -478,7 +478,7 @@ func renewReps(c Config) string {
 // that the median of the repetitions is mostly 0.
 func pooledFailures(s ScenarioResult, c Config) string {
 	var b strings.Builder
-	b.WriteString("Failed pairs over all repetitions, per 100k (a pair's rate times the scenario's duration each repetition, summed):")
+	b.WriteString("Failed pairs over all repetitions, per 100k (a pair's rate times the scenario's duration each repetition, summed; a repetition in which most calls failed, recorded as an error, counts too):")
 	for i, r := range s.Rows {
 		var failed, pairs float64
 		for _, f := range r.Samples["failed"] {
@@ -486,6 +486,13 @@ func pooledFailures(s ScenarioResult, c Config) string {
 		}
 		for _, o := range r.Samples["ops_s"] {
 			pairs += o * c.DistinctDur.Seconds()
+		}
+		for _, e := range r.Errors {
+			var rep, f, all int
+			if _, err := fmt.Sscanf(e, "rep %d: %d of %d calls failed", &rep, &f, &all); err == nil {
+				failed += float64(f)
+				pairs += float64(all - f)
+			}
 		}
 		sep := ";"
 		if i == 0 {

@@ -101,6 +101,7 @@ type ScaleRow struct {
 
 // ScaleReport is a -scale run's results.
 type ScaleReport struct {
+	Kind    string      `json:"kind"` // "scale", to tell it from a Report
 	Note    string      `json:"note,omitempty"`
 	Machine Machine     `json:"machine"`
 	Config  ScaleConfig `json:"config"`
@@ -142,7 +143,7 @@ func parseInts(s string) ([]int, error) {
 // with dir set, results.md and results.json into dir).
 func measureScale(ctx context.Context, cfg ScaleConfig, note, dir string, w, log io.Writer) error {
 	began := time.Now()
-	rep := &ScaleReport{Note: note, Config: cfg, Drain: map[string]float64{}}
+	rep := &ScaleReport{Kind: "scale", Note: note, Config: cfg, Drain: map[string]float64{}}
 	for _, lib := range []string{"dlm", "redsync"} {
 		ns := cfg.Ns
 		if lib == "redsync" {
@@ -681,4 +682,22 @@ func infoSection(ctx context.Context, addr, section string) (map[string]string, 
 		}
 	}
 	return m, nil
+}
+
+// loadScaleReport reads a -scale run's results.json; ok is false when file
+// holds another kind of report.
+func loadScaleReport(file string) (rep *ScaleReport, ok bool, err error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, false, err
+	}
+	var kind struct{ Kind string }
+	if err := json.Unmarshal(b, &kind); err != nil || kind.Kind != "scale" {
+		return nil, false, err
+	}
+	rep = new(ScaleReport)
+	if err := json.Unmarshal(b, rep); err != nil {
+		return nil, false, fmt.Errorf("%s: %w", file, err)
+	}
+	return rep, true, nil
 }
