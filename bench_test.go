@@ -13,7 +13,6 @@ import (
 	"github.com/dlmgo/dlm/driver/goredis"
 	"github.com/dlmgo/dlm/driver/redigo"
 	"github.com/dlmgo/dlm/driver/rueidis"
-	"github.com/dlmgo/dlm/internal/coalesce"
 	"github.com/dlmgo/dlm/internal/redistest"
 	"github.com/dlmgo/dlm/nodekit"
 	"github.com/dlmgo/dlm/strategy"
@@ -91,19 +90,15 @@ func serialPairs(b *testing.B, m *dlm.Manager, ctx context.Context) {
 }
 
 // BenchmarkLockUnlockParallel runs TryLock and Unlock on distinct keys from
-// 64 goroutines, per driver, with coalescing decided at run time (auto, the
-// default), always on (on), and without a coalescing layer (alone); it
-// reports the share of callers' runs that went in a batch with others.
+// 64 goroutines, per driver, with calls coalesced (the default) and
+// without a coalescing layer (alone); it reports the share of callers'
+// runs that went in a batch with others.
 func BenchmarkLockUnlockParallel(b *testing.B) {
 	for _, driver := range []string{"goredis", "rueidis"} {
-		for _, mode := range []string{"auto", "on", "alone"} {
+		for _, mode := range []string{"coalesced", "alone"} {
 			b.Run(driver+"/"+mode, func(b *testing.B) {
 				var opts []strategy.Option
-				switch mode {
-				case "on":
-					coalesce.DefaultMode = coalesce.On
-					defer func() { coalesce.DefaultMode = coalesce.Auto }()
-				case "alone":
+				if mode == "alone" {
 					opts = append(opts, strategy.WithCoalescing(false))
 				}
 				redistest.BenchParallel(b, benchManagerOn(b, driver, true, opts...))

@@ -33,8 +33,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-
-	"github.com/dlmgo/dlm/internal/coalesce"
 )
 
 func main() {
@@ -71,7 +69,6 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 	scaleRedsync := fs.String("scale-redsync", "", "with -scale: also measure redsync (a goroutine per lock calling Extend) at these comma-separated N")
 	nodeTimeout := fs.Duration("node-timeout", 0, "the per-node timeout every contender gets (default 100ms, 300ms with -smoke)")
 	bounded := fs.Bool("bounded", false, "bound every call of every contender by the per-node timeout: dlm's single-instance strategy gets strategy.WithTimeout, bsm/redislock a context per call (the others have a per-node timeout of their own)")
-	coalesceMode := fs.String("coalesce", "", `dlm's coalescing mode for every dlm contender: "auto" (the default), "on" or "off" (sets internal/coalesce.DefaultMode; a diagnosis, not a configuration users have)`)
 	busy := fs.Int("busy", 0, "run this many busy loops (sh -c 'while :; do :; done') beside the measurement, killed at its end")
 	heapprofile := fs.String("heapprofile", "", "write this process's heap profile (pprof) at the end of the run to this file")
 	if err := fs.Parse(args); err != nil {
@@ -97,15 +94,6 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 		cfg.NodeTimeout = *nodeTimeout
 	}
 	cfg.Bounded = *bounded
-	switch *coalesceMode {
-	case "", "auto":
-	case "on":
-		coalesce.DefaultMode = coalesce.On
-	case "off":
-		coalesce.DefaultMode = coalesce.Off
-	default:
-		return fmt.Errorf("-coalesce: %q is not auto, on or off", *coalesceMode)
-	}
 	var o Options
 	if *only != "" {
 		re, err := regexp.Compile(*only)
@@ -123,12 +111,6 @@ func mainErr(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	o.Note = *note
-	if *coalesceMode != "" {
-		if o.Note != "" {
-			o.Note += " "
-		}
-		o.Note += fmt.Sprintf("dlm's coalescing mode: %s (-coalesce).", *coalesceMode)
-	}
 	if *list {
 		// What a run with these flags would measure, on servers it starts.
 		r := &runner{cfg: cfg, top: Topology{Single: []string{""}, Multi: make([]string, 5), Freeze: func(string) error { return nil }}}

@@ -230,9 +230,7 @@ func scaleRun(ctx context.Context, cfg ScaleConfig, lib string, ns []int, log io
 	defer l.close()
 
 	// Warm the client from every goroutine, for as many locks as three
-	// probes take: the client fills its pools, and dlm's coalescing
-	// (coalesce.Auto) makes its first choice, which it probes for in
-	// its first contended epochs.
+	// probes take: the client fills its pools.
 	for range 3 {
 		if _, err := probe(ctx, l, cfg.Goroutines, make([]scaleHeld, max(cfg.Probe, cfg.Goroutines*4)), "bench:c:scale:warm:"); err != nil {
 			return nil, 0, m, fmt.Errorf("warm-up: %w", err)

@@ -23,7 +23,6 @@ import (
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/dlmotel"
 	"github.com/dlmgo/dlm/driver/goredis"
-	"github.com/dlmgo/dlm/internal/coalesce"
 	"github.com/dlmgo/dlm/internal/redistest"
 	"github.com/dlmgo/dlm/strategy"
 )
@@ -347,8 +346,6 @@ func TestOtelNodeErrors(t *testing.T) {
 // events to each caller's span: a delay on the wire keeps the node's two
 // run slots busy, so the other callers' acquisitions go out in batches.
 func TestOtelCoalescedCallsReachEachSpan(t *testing.T) {
-	coalesce.DefaultMode = coalesce.On // Auto would first measure: 16 calls are too few
-	defer func() { coalesce.DefaultMode = coalesce.Auto }()
 	r := newBareRig(t)
 	proxy := redistest.StartProxy(t, r.srv.Addr)
 	proxy.SetDelay(20 * time.Millisecond)

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/dlmgo/dlm"
-	"github.com/dlmgo/dlm/internal/coalesce"
 	"github.com/dlmgo/dlm/internal/runner"
 	"github.com/dlmgo/dlm/nodekit"
 )
@@ -130,15 +129,6 @@ func NewRedlock(nodes []dlm.Node, opts ...Option) (*Redlock, error) {
 		}
 		s.nodes[i] = s.cfg.coalesced(n)
 	}
-	// A quorum forms about as fast whichever mode one node is in: the nodes
-	// choose theirs together.
-	var together []*coalesce.Node
-	for _, n := range s.nodes {
-		if c, ok := n.(*coalesce.Node); ok {
-			together = append(together, c)
-		}
-	}
-	coalesce.Together(together...)
 	return s, nil
 }
 

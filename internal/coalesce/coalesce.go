@@ -7,10 +7,12 @@
 // context by a driver, does not hold back the node. An uncontended call goes out at once, on its caller's goroutine:
 // nothing waits for company, and the batch size follows the load (how many
 // calls arrived during one round trip). A serial caller's call makes no
-// allocation and no goroutine or channel hop here. Coalescing is on only
-// while it pays (Mode Auto, the default): the Node measures, while more
-// callers than slots are in it, how many calls complete per second with
-// and without, and keeps the better (see controller). On a node that routes every call
+// allocation and no goroutine or channel hop here. (A Node that measured
+// whether coalescing paid, and sent calls each by itself while it did not,
+// went: in a same-run benchmark coalescing always did as well or better,
+// 64 goroutines over go-redis and rueidis, one node and Redlock's five, and
+// its trials of sending calls by themselves burst connections and failed
+// calls with short deadlines; see docs/performance.md.) On a node that routes every call
 // to one server (nodekit.RoutingOneServer), RunWait calls with the same
 // Wait are coalesced likewise: their calls, then one WAIT that covers them
 // all. Calls of the scripts New was given are merged where the node's
@@ -75,33 +77,9 @@ type Node struct {
 
 	runners *runner.Pool[pending] // run batches; a goroutine per batch grew its stack anew each time
 
-	mode      Mode
-	on        bool       // calls wait for a slot (Auto: its current choice)
-	ctl       controller // Auto's measurements
-	leader    *Node      // not nil: this Node takes its leader's choice (see Together)
-	followers []*Node    // Nodes that take this one's choice
-
 	runs, batched atomic.Int64 // Runs sent to the node, and callers' runs they carried
 	runTime       atomic.Int64 // a running average of a run's duration, in ns
 }
-
-// A Mode says when a Node coalesces calls.
-type Mode int32
-
-const (
-	// Auto coalesces while that completes more callers' runs per second
-	// than sending each by itself, as measured on the node (see
-	// controller); calls go out by themselves until then.
-	Auto Mode = iota
-	// On always coalesces: calls wait while inFlight runs are in flight.
-	On
-	// Off never does: every call goes out at once, by itself.
-	Off
-)
-
-// DefaultMode is the Mode of the Nodes New makes. Tests and benchmarks of
-// this module set it before they make their Nodes; nothing else should.
-var DefaultMode = Auto
 
 // New returns a Node that coalesces node's calls, with at most inFlight
 // runs in flight (DefaultInFlight when inFlight < 1), and merges calls of
@@ -111,190 +89,9 @@ func New(node dlm.Node, inFlight int, merge ...*nodekit.Script) *Node {
 		inFlight = DefaultInFlight
 	}
 	routing := nodekit.RoutingOf(node)
-	mode := DefaultMode
-	n := &Node{Node: node, inFlight: inFlight, waits: routing == nodekit.RoutingOneServer, merge: newMerger(routing, merge),
-		mode: mode, on: mode != Off, ctl: controller{hold: firstHold}}
+	n := &Node{Node: node, inFlight: inFlight, waits: routing == nodekit.RoutingOneServer, merge: newMerger(routing, merge)}
 	n.runners = runner.New(func(p pending) { n.runBatch(p.batch, p.size) })
 	return n
-}
-
-// Together makes nodes choose when to coalesce as one: nodes that every
-// caller's calls fan out to at once (a Redlock's), where one node's mode
-// hardly changes how fast a quorum forms, so that a node measuring by
-// itself finds a tie. The first node measures, probing all of them at
-// once, and its choice (and its Mode, SetMode) is every node's; the
-// others measure nothing. Call it before the nodes carry calls.
-func Together(nodes ...*Node) {
-	if len(nodes) < 2 {
-		return
-	}
-	lead := nodes[0]
-	lead.mu.Lock()
-	defer lead.mu.Unlock()
-	for _, f := range nodes[1:] {
-		f.mu.Lock()
-		f.leader = lead
-		f.mu.Unlock()
-		lead.followers = append(lead.followers, f)
-	}
-	lead.tellFollowersLocked()
-}
-
-// tellFollowersLocked gives n's mode and choice to its followers. It is
-// called with n.mu held (a follower's lock is taken after its leader's,
-// never before).
-func (n *Node) tellFollowersLocked() {
-	for _, f := range n.followers {
-		f.mu.Lock()
-		f.mode, f.on = n.mode, n.on
-		f.mu.Unlock()
-	}
-}
-
-// SetMode sets when n coalesces calls (New gives it DefaultMode); on the
-// first of nodes made Together, it sets every one's.
-func (n *Node) SetMode(m Mode) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.mode, n.on, n.ctl = m, m != Off, controller{hold: firstHold, start: n.ctl.start}
-	n.tellFollowersLocked()
-}
-
-// Coalescing reports whether calls that find every slot busy now wait to
-// be coalesced (always true with On, false with Off).
-func (n *Node) Coalescing() bool {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.on
-}
-
-// Auto's controller measures the node in epochs: an epoch counts the
-// callers' runs that succeeded and the most callers in the node at once.
-// Auto begins coalescing (as a Node always did before it measured), and
-// probes after firstHold contended epochs. An epoch is contended when more
-// callers than inFlight were in the node at once; only then does
-// coalescing change anything, and only contended epochs count. A pause of
-// an epoch or longer in which the node has no call at all counts in no
-// epoch: load that comes in bursts is measured while it lasts, not over
-// the pause after it. (A shorter gap counts: on a busy machine, callers
-// that wait for a CPU leave the node without calls for a while, and that
-// is the load's cost.) A probe measures four contended epochs, without
-// coalescing, with, with, without (so that a trend in the load weighs on
-// both alike), and its two halves each compare an epoch without with the
-// epoch with next to it. The node stops coalescing only when both halves
-// find that calls by themselves completed more runs per second, by more
-// than probeMargin; it coalesces when neither half does (when the modes
-// tie, too: a batch costs the server less, one round trip and merged
-// script calls), and keeps its choice when the halves disagree: one epoch
-// that a pause of the process or a stall of the machine made slow does not
-// turn coalescing off, or on. The choice holds for minHold contended
-// epochs, then the node probes again, so that it follows a load that
-// changes; each probe that confirms the choice doubles the hold, up to
-// maxHold, and the hold is long enough that the probe's cost, about two
-// epochs' shortfall of the worse mode, is at most probeBudget of it. The
-// cost of probing is then at most two epochs of the worse mode in
-// minHold+4, and falls as the load stays the same and as the modes lie
-// further apart. Nodes made Together probe as one: the first measures. A
-// first node that is down leaves them at their choice (its calls fail
-// fast: it is seldom contended, and its epochs do not count), or, frozen,
-// completes nothing in either mode, a tie, and they coalesce.
-const (
-	epoch         = 50 * time.Millisecond  // at least; until minEpochCalls runs succeeded
-	maxEpoch      = 500 * time.Millisecond // at most
-	minEpochCalls = 32                     // an epoch with fewer before maxEpoch tells nothing
-	firstHold     = 5                      // Auto begins coalescing, and probes after this many
-	minHold       = 20
-	maxHold       = 320
-	probeMargin   = 0.03
-	probeBudget   = 0.02
-	// probeFails is how many callers' runs may fail in an epoch of a
-	// probe without coalescing before the probe ends there: the node
-	// coalesces again and holds that for maxHold epochs.
-	probeFails = 4
-)
-
-type controller struct {
-	start     time.Time     // of the epoch
-	idle      time.Duration // in the epoch, with no call in the node
-	idleSince time.Time     // zero while a call is in the node
-	done      int64         // callers' runs completed in the epoch
-	failed    int64         // callers' runs that failed in the epoch
-	peak      int           // the most callers in the node at once in the epoch
-	phase     int           // 0: holding a choice; 1 to 4: the epoch of a probe under way
-	held      int           // contended epochs since the choice was made
-	hold      int           // how many to hold it for
-	was       bool          // the choice before the probe under way
-	rates     [4]float64    // runs per second in the probe's epochs: without, with, with, without
-}
-
-// endEpoch ends the controller's epoch at now. Called with n.mu held.
-func (n *Node) endEpoch(now time.Time) {
-	c := &n.ctl
-	if c.start.IsZero() { // the first epoch begins
-		c.start, c.idle, c.done, c.failed, c.peak = now, 0, 0, 0, n.busy+len(n.queue)
-		return
-	}
-	e := now.Sub(c.start) - c.idle
-	// An epoch that ran to maxEpoch counts even with few runs done: a mode
-	// under which runs fail (a slow node's calls queue past their
-	// timeout) must not keep itself from being measured.
-	contended := c.peak > n.inFlight && (c.done >= minEpochCalls || e >= maxEpoch)
-	rate := float64(c.done) / e.Seconds()
-	c.start, c.idle, c.done, c.failed, c.peak = now, 0, 0, 0, n.busy+len(n.queue)
-	if n.mode != Auto || !contended {
-		return
-	}
-	if c.phase == 0 {
-		if c.held++; c.held >= c.hold {
-			c.held, c.phase, c.rates, c.was = 0, 1, [4]float64{}, n.on
-			n.on = false
-		}
-		return
-	}
-	c.rates[c.phase-1] = rate
-	c.phase++
-	switch c.phase {
-	case 2, 3:
-		n.on = true
-	case 4:
-		n.on = false
-	default:
-		better := func(a, b float64) bool { return a > b*(1+probeMargin) }
-		off1, on1, on2, off2 := c.rates[0], c.rates[1], c.rates[2], c.rates[3]
-		switch {
-		case better(off1, on1) && better(off2, on2):
-			n.on = false
-		case !better(off1, on1) && !better(off2, on2):
-			n.on = true // on is better, or neither is: a batch costs the server less
-		default:
-			n.on = c.was
-		}
-		c.phase = 0
-		if n.on == c.was {
-			c.hold = min(max(2*c.hold, minHold), maxHold)
-		} else {
-			c.hold = minHold
-		}
-		without, with := off1+off2, on1+on2
-		if lo, hi := min(without, with), max(without, with); hi > 0 {
-			c.hold = min(max(c.hold, int(2*(1-lo/hi)/probeBudget)), maxHold)
-		}
-	}
-}
-
-// endProbeLocked ends a probe in an epoch without coalescing in which
-// calls failed: on a loaded node, calls sent each by itself need more
-// connections and round trips at once, and where their callers' deadlines
-// are short they fail, each failed call leaving its caller's work undone
-// (a lock not released stays held until its TTL). The node coalesces
-// again, holds that for maxHold epochs, and does not probe the rest.
-// Called with n.mu held.
-func (n *Node) endProbeLocked(now time.Time) {
-	c := &n.ctl
-	c.phase, c.held, c.hold = 0, 0, maxHold
-	c.start, c.idle, c.done, c.failed, c.peak = now, 0, 0, 0, n.busy+len(n.queue)
-	n.on = true
-	n.tellFollowersLocked()
 }
 
 // Routing implements nodekit.Router: the node beneath's.
@@ -351,8 +148,7 @@ func (n *Node) RunWait(ctx context.Context, calls []dlm.Call, w dlm.Wait) (dlm.A
 func (n *Node) run(ctx context.Context, calls []dlm.Call, w *dlm.Wait) (dlm.Acks, error) {
 	now := time.Now()
 	n.mu.Lock()
-	n.arriveLocked(now)
-	if !n.on || n.busy < n.inFlight || n.busy-n.overdueLocked() < n.inFlight || n.pressed(ctx, now) {
+	if n.busy < n.inFlight || n.busy-n.overdueLocked() < n.inFlight || n.pressed(ctx, now) {
 		n.busy++
 		var seq uint64 // of this run in n.flights; 0: not there
 		if d, ok := ctx.Deadline(); ok {
@@ -365,13 +161,8 @@ func (n *Node) run(ctx context.Context, calls []dlm.Call, w *dlm.Wait) (dlm.Acks
 		// Nothing here allocates (once n.flights has grown): a serial
 		// caller pays for coalescing no more than two uncontended lock
 		// operations and a clock read.
-		ok := 0
-		defer func() { n.finish(now, ok, seq) }()
-		acks, err := n.send(ctx, calls, w)
-		if err == nil && succeeded(calls) {
-			ok = 1
-		}
-		return acks, err
+		defer n.finish(now, seq)
+		return n.send(ctx, calls, w)
 	}
 	wt := n.queueLocked(ctx, &waiter{ctx: ctx, calls: calls, wait: w, done: make(chan struct{})}, now)
 	n.mu.Unlock()
@@ -417,20 +208,6 @@ func (n *Node) pressed(ctx context.Context, now time.Time) bool {
 	return ok && d.Sub(now) < goAlone*time.Duration(n.runTime.Load())
 }
 
-// arriveLocked counts a caller's run that arrives at now in the
-// controller's measures. Called with n.mu held.
-func (n *Node) arriveLocked(now time.Time) {
-	if in := n.busy + len(n.queue) + 1; in > n.ctl.peak {
-		n.ctl.peak = in
-	}
-	if !n.ctl.idleSince.IsZero() {
-		if gap := now.Sub(n.ctl.idleSince); gap >= epoch {
-			n.ctl.idle += gap
-		}
-		n.ctl.idleSince = time.Time{}
-	}
-}
-
 // queueLocked puts wt in the queue for the next batch. Called with n.mu
 // held.
 func (n *Node) queueLocked(ctx context.Context, wt *waiter, now time.Time) *waiter {
@@ -455,7 +232,7 @@ type Notifier interface {
 }
 
 // Enqueue is Run for a caller that does not wait for the results itself:
-// when coalescing is on and no slot is free, it puts calls in the queue for
+// when no slot is free, it puts calls in the queue for
 // the next batch and reports true, and to.Notify(tag) is then called once,
 // from the batch's goroutine, when calls hold their replies (or ctx's
 // error, when ctx ended before the batch was sent); when a slot is free it
@@ -470,29 +247,18 @@ func (n *Node) Enqueue(ctx context.Context, calls []dlm.Call, to Notifier, tag i
 	}
 	now := time.Now()
 	n.mu.Lock()
-	if !n.on || n.busy < n.inFlight || n.busy-n.overdueLocked() < n.inFlight || n.pressed(ctx, now) {
+	if n.busy < n.inFlight || n.busy-n.overdueLocked() < n.inFlight || n.pressed(ctx, now) {
 		n.mu.Unlock()
 		return false
 	}
-	n.arriveLocked(now)
 	n.queueLocked(ctx, &waiter{ctx: ctx, calls: calls, notify: to, tag: tag}, now)
 	n.mu.Unlock()
 	return true
 }
 
-// succeeded reports whether every call has a reply.
-func succeeded(calls []dlm.Call) bool {
-	for i := range calls {
-		if calls[i].Err != nil {
-			return false
-		}
-	}
-	return true
-}
-
-// finish records a caller's own run that began at start, and whether it
-// succeeded (ok 1) or failed (0), and frees its slot or hands it on.
-func (n *Node) finish(start time.Time, ok int, seq uint64) {
+// finish records a caller's own run that began at start, and frees its
+// slot or hands it on.
+func (n *Node) finish(start time.Time, seq uint64) {
 	now := time.Now()
 	avg := n.runTime.Load()
 	n.runTime.Store(avg + (int64(now.Sub(start))-avg)/8) // races lose an update, no more
@@ -508,7 +274,7 @@ func (n *Node) finish(start time.Time, ok int, seq uint64) {
 		}
 		n.mu.Unlock()
 	}
-	n.next(ok, 1-ok, now)
+	n.next()
 }
 
 // A flight is a caller's own run in flight, with its context's deadline.
@@ -595,29 +361,13 @@ func (n *Node) armSpillLocked(at time.Time) {
 	}
 }
 
-// next frees a slot of a run that carried callers' runs (ok of them
-// succeeded, failed failed) and ended at now, or hands the slot to the
-// calls that wait. A slot beyond inFlight (a
-// spill's, or one taken while coalescing was off) is freed while
-// coalescing is on, so that the runs in flight come back to inFlight.
-func (n *Node) next(ok, failed int, now time.Time) {
+// next frees a slot of a run that ended, or hands it to the calls that
+// wait. A slot beyond inFlight (a spill's or a pressed call's) is freed, so
+// that the runs in flight come back to inFlight.
+func (n *Node) next() {
 	n.mu.Lock()
-	n.ctl.done += int64(ok)
-	n.ctl.failed += int64(failed)
-	if c := &n.ctl; n.leader == nil && n.mode == Auto && !n.on && (c.phase == 1 || c.phase == 4) && c.failed >= probeFails {
-		n.endProbeLocked(now)
-	}
-	if e := now.Sub(n.ctl.start) - n.ctl.idle; n.leader == nil && e >= epoch && (n.ctl.done >= minEpochCalls || e >= maxEpoch) {
-		on := n.on
-		n.endEpoch(now)
-		if n.on != on {
-			n.tellFollowersLocked()
-		}
-	}
-	if len(n.queue) == 0 || n.on && n.busy > n.inFlight {
-		if n.busy--; n.busy == 0 {
-			n.ctl.idleSince = now
-		}
+	if len(n.queue) == 0 || n.busy > n.inFlight {
+		n.busy--
 		n.mu.Unlock()
 		return
 	}
@@ -693,13 +443,13 @@ func (n *Node) runBatch(batch []*waiter, size int) {
 		w.notify.Notify(w.tag)
 	}
 	if len(live) == 0 {
-		n.next(0, 0, time.Now())
+		n.next()
 		return
 	}
 	ctx, cancel := batchContext(live)
 	defer cancel()
 	n.batched.Add(int64(len(live)))
-	acks, err := n.sendBatch(ctx, calls, live[0].wait, live)
+	acks, err := n.sendBatch(ctx, calls, live[0].wait)
 	i := 0
 	for _, w := range live {
 		w.mu.Lock()
@@ -736,29 +486,18 @@ func (n *Node) runBatch(batch []*waiter, size int) {
 // deadlines) does not hold back the calls behind it. (A caller's own run,
 // sent at once, registers nothing on its context: once past its deadline
 // its slot counts as free for the calls that arrive, see overdueLocked.)
-func (n *Node) sendBatch(ctx context.Context, calls []dlm.Call, w *dlm.Wait, live []*waiter) (dlm.Acks, error) {
+func (n *Node) sendBatch(ctx context.Context, calls []dlm.Call, w *dlm.Wait) (dlm.Acks, error) {
 	start := time.Now()
 	var freed atomic.Bool
-	var ok atomic.Int64 // callers whose calls all succeeded; 0 if the slot is freed before the run returns
 	free := func() {
 		if freed.CompareAndSwap(false, true) {
-			k := int(ok.Load())
-			n.next(k, len(live)-k, time.Now())
+			n.next()
 		}
 	}
 	defer context.AfterFunc(ctx, free)()
 	acks, err := n.send(ctx, calls, w)
 	avg := n.runTime.Load()
 	n.runTime.Store(avg + (int64(time.Since(start))-avg)/8)
-	if err == nil {
-		i := 0
-		for _, wt := range live {
-			if succeeded(calls[i : i+len(wt.calls)]) {
-				ok.Add(1)
-			}
-			i += len(wt.calls)
-		}
-	}
 	free()
 	return acks, err
 }

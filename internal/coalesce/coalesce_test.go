@@ -29,7 +29,6 @@ func newNode(t *testing.T, addr string, inFlight int) *coalesce.Node {
 	c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 64, ContextTimeoutEnabled: true, MaxRetries: -1})
 	t.Cleanup(func() { _ = c.Close() })
 	n := coalesce.New(goredis.New(c), inFlight, incr)
-	n.SetMode(coalesce.On)
 	return n
 }
 
@@ -177,7 +176,6 @@ func TestStuckCallDoesNotHoldBackTheNode(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer c.Close()
 	n := coalesce.New(deafNode{goredis.New(c)}, 1)
-	n.SetMode(coalesce.On)
 	runs0, _ := warm(t, n)
 	stuck := make(chan struct{})
 	go func() {
@@ -224,7 +222,6 @@ func newHoldNode(t *testing.T) (*coalesce.Node, *holdNode, *redis.Client) {
 	t.Cleanup(func() { _ = c.Close() })
 	hn := &holdNode{Node: goredis.New(c), release: make(chan struct{})}
 	n := coalesce.New(hn, 1)
-	n.SetMode(coalesce.On)
 	warm(t, n)
 	return n, hn, c
 }
@@ -290,7 +287,6 @@ func TestWaitsGoTogether(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: topo.Primary.Addr, PoolSize: 64})
 	defer c.Close()
 	n := coalesce.New(goredis.New(c), 1, incr)
-	n.SetMode(coalesce.On)
 	ctx := context.Background()
 	w := dlm.Wait{Replicas: 1, Timeout: 300 * time.Millisecond}
 	_, acks, err := incr.RunWait(ctx, n, w, []string{"warm"}, "0")
