@@ -19,19 +19,19 @@ import (
 )
 
 // benchManagerOn returns a Manager over one server started for b, through
-// the named driver: goredis, redigo or rueidis (ctxOnWire matters to
+// the named client's driver: goredis, redigo or rueidis (ctxOnWire matters to
 // goredis only).
-func benchManagerOn(b *testing.B, driver string, ctxOnWire bool, opts ...strategy.Option) *dlm.Manager {
+func benchManagerOn(b *testing.B, client string, ctxOnWire bool, opts ...strategy.Option) *dlm.Manager {
 	srv := redistest.Start(b)
 	var node dlm.Node
-	switch driver {
+	switch client {
 	case "goredis":
 		c := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 128, ContextTimeoutEnabled: ctxOnWire})
 		b.Cleanup(func() { c.Close() })
 		node = goredis.New(c)
 	default:
 		dial := map[string]func(context.Context, nodekit.Endpoint) (dlm.Node, io.Closer, error){
-			"redigo": redigo.Dial, "rueidis": rueidis.Dial}[driver]
+			"redigo": redigo.Dial, "rueidis": rueidis.Dial}[client]
 		n, closer, err := dial(context.Background(), nodekit.Endpoint{Addr: srv.Addr})
 		if err != nil {
 			b.Fatal(err)
@@ -62,8 +62,8 @@ func BenchmarkLockUnlock(b *testing.B) {
 		{"goredis-alone", true, []strategy.Option{strategy.WithCoalescing(false)}},
 		{"redigo", false, nil}, {"rueidis", false, nil}} {
 		b.Run(tc.name, func(b *testing.B) {
-			driver, _, _ := strings.Cut(tc.name, "-")
-			m := benchManagerOn(b, driver, tc.ctxOnWire, tc.opts...)
+			client, _, _ := strings.Cut(tc.name, "-")
+			m := benchManagerOn(b, client, tc.ctxOnWire, tc.opts...)
 			ctx, cancel := context.WithCancel(context.Background()) // a live Done channel, as in a server
 			defer cancel()
 			serialPairs(b, m, ctx)
@@ -94,14 +94,14 @@ func serialPairs(b *testing.B, m *dlm.Manager, ctx context.Context) {
 // without a coalescing layer (alone); it reports the share of callers'
 // runs that went in a batch with others.
 func BenchmarkLockUnlockParallel(b *testing.B) {
-	for _, driver := range []string{"goredis", "rueidis"} {
+	for _, client := range []string{"goredis", "rueidis"} {
 		for _, mode := range []string{"coalesced", "alone"} {
-			b.Run(driver+"/"+mode, func(b *testing.B) {
+			b.Run(client+"/"+mode, func(b *testing.B) {
 				var opts []strategy.Option
 				if mode == "alone" {
 					opts = append(opts, strategy.WithCoalescing(false))
 				}
-				redistest.BenchParallel(b, benchManagerOn(b, driver, true, opts...))
+				redistest.BenchParallel(b, benchManagerOn(b, client, true, opts...))
 			})
 		}
 	}
@@ -115,7 +115,7 @@ func BenchmarkLockUnlockParallel(b *testing.B) {
 func BenchmarkLockUnlockDeadline(b *testing.B) {
 	for _, name := range []string{"goredis", "goredis-callerfirst", "goredis-notimeout", "rueidis", "rueidis-callerfirst", "rueidis-notimeout"} {
 		b.Run(name, func(b *testing.B) {
-			driver, variant, _ := strings.Cut(name, "-")
+			client, variant, _ := strings.Cut(name, "-")
 			var opts []strategy.Option
 			switch variant {
 			case "":
@@ -123,7 +123,7 @@ func BenchmarkLockUnlockDeadline(b *testing.B) {
 			case "callerfirst":
 				opts = append(opts, strategy.WithTimeout(time.Hour))
 			}
-			m := benchManagerOn(b, driver, true, opts...)
+			m := benchManagerOn(b, client, true, opts...)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 			defer cancel()
 			serialPairs(b, m, ctx)

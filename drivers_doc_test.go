@@ -32,7 +32,7 @@ var partialDriverLists = []struct{ file, text, why string }{
 	{"docs/drivers.md", "| Trap | What goes wrong | go-redis v9", "valkey-go's column would repeat rueidis'; the paragraph after the table says so"},
 	{"docs/drivers.md", "go-redis, rueidis and valkey-go through Sentinel, redigo on the primary", "redigo is named after the list"},
 	{"docs/redlock.md", "(`TestRedlockRefusesOneServerTwice`: go-redis, redigo and rueidis clients", "the clients that test uses"},
-	{"bench_test.go", "through the named driver: goredis, redigo or rueidis", "the root package's micro-benchmarks: valkey-go's Node is rueidis' (nodekit.PipeNode); bench/ measures all four"},
+	{"bench_test.go", "the named client's driver: goredis, redigo or rueidis", "the root package's micro-benchmarks: valkey-go's Node is rueidis' (nodekit.PipeNode); bench/ measures all four"},
 }
 
 // docText is a paragraph of documentation: a Markdown paragraph or table
