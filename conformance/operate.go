@@ -64,10 +64,11 @@ func testInspectRevoke(t *testing.T, c *strategyCase) {
 	checkRevocationNoted(t, ctx, c, key, l.Token())
 }
 
-// A lockResult is what a Lock call returned.
+// A lockResult is what a Lock call returned, and when.
 type lockResult struct {
 	l   *dlm.Lock
 	err error
+	at  time.Time
 }
 
 // lockAsync locks key with m in the background; the channel gets the result.
@@ -75,7 +76,7 @@ func lockAsync(ctx context.Context, m *dlm.Manager, key string) <-chan lockResul
 	waited := make(chan lockResult, 1)
 	go func() {
 		w, err := m.Lock(ctx, key)
-		waited <- lockResult{w, err}
+		waited <- lockResult{w, err, time.Now()}
 	}()
 	return waited
 }
