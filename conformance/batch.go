@@ -170,48 +170,9 @@ var errPoison = errors.New("conformance: written by the caller after Run returne
 // on that node to read: the next Acquire of a key another client holds
 // is refused, not granted with a stale reply.
 func testPartReadBatch(t *testing.T, c *nodeCase) {
-	grant := nodekit.NewScript(c.script(grantScript))
-	busy := nodekit.NewScript(c.script(markedBusyScript))
-	busyAt := c.key("busyat")
-	c.eval(t, grant.Source(), []string{c.key("load")}, "0")
-	c.eval(t, busy.Source(), []string{c.key("load"), c.key("loadat")}, "0") // busyAt unset until the cut batch's slow call runs
-	// A Cluster's other nodes fail a master over once it has been silent
-	// for cluster-node-timeout (2s in the repository's tests): there the
-	// batch is smaller, and the slow call holds the server about as long as
-	// the other stalling rules do.
-	before, after, margin := cutBefore, cutAfter, 3*returnBy
-	if c.info(t, "cluster", "cluster_enabled:") == 1 {
-		before, after, margin = cutBefore/10, cutAfter/10, returnBy
-	}
-	batch := func(slow time.Duration) []dlm.Call {
-		calls := make([]dlm.Call, 0, before+1+after)
-		for i := range before + after {
-			if i == before && slow > 0 {
-				calls = append(calls, dlm.Call{SHA1: busy.SHA1(), Keys: []string{c.key("grant"), busyAt}, Args: []string{strconv.FormatInt(slow.Microseconds(), 10)}})
-			}
-			calls = append(calls, dlm.Call{SHA1: grant.SHA1(), Keys: []string{c.key("grant")}, Args: []string{strconv.Itoa(i + 1)}})
-		}
-		return calls
-	}
+	p := newPartRead(t, c)
 	// The batch without its slow call, to see how long this machine takes.
-	calls := batch(0)
-	start := time.Now()
-	c.Run(ctx(t), calls)
-	plain := time.Since(start)
-	settled(t, "Run", calls)
-	for i, cl := range calls {
-		if want := []int64{1, int64(i + 1)}; cl.Err != nil || !slices.Equal(cl.Reply, want) {
-			t.Fatalf("Run of %d calls, call %d: reply %s, error %v; want %s", len(calls), i+1, ints(cl.Reply), cl.Err, ints(want))
-		}
-	}
-	deadline := min(max(250*time.Millisecond, 4*plain), 3*time.Second)
-	// The slow call holds the server well past the deadline, so that a
-	// batch that waited for its reply (a read deadline dropped once replies
-	// arrived) returns only after the server could answer it, however
-	// loaded the machine, while one bounded by its deadline returns long
-	// before.
-	slow := deadline + margin
-
+	p.timePlain(t)
 	// Another client holds the key the node acquires after the cut batch.
 	holder := c.on(c.newNode(t), "holder")
 	if holder.Node == nil {
@@ -221,39 +182,7 @@ func testPartReadBatch(t *testing.T, c *nodeCase) {
 	held := []string{c.key("held")}
 	expect(t, "the holder's Acquire of a free key", holder.eval(t, acquire, held, "holder", "2"), []int64{1, 2})
 
-	calls = batch(slow)
-	cx, cancel := context.WithTimeout(context.Background(), deadline)
-	start = time.Now()
-	c.Run(cx, calls)
-	took := time.Since(start)
-	cancel()
-	answers := start.Add(slow) // the server answers nobody before this
-	what := fmt.Sprintf("on the %s node, a batch of %d fast calls, one that holds the server %v, then %d more, with a %v deadline,",
-		c.which, before, slow.Round(time.Millisecond), after, deadline.Round(time.Millisecond))
-	// The deadline bounds the whole batch: it returns by the deadline plus
-	// an allowance for failing the calls left and for a loaded machine,
-	// the longer of partReadAllowance and the time the batch took without
-	// its slow call (all its replies read and converted).
-	allowance := max(partReadAllowance, plain)
-	switch {
-	case took >= slow:
-		t.Errorf("%s returned after %v, once the server could answer its slow call: the deadline must bound the whole batch, also once its first replies arrived (a read deadline dropped after the first bytes?)", what, took.Round(time.Millisecond))
-	case took > deadline+allowance:
-		t.Errorf("%s returned after %v, %v past its deadline, more than the %v allowed (the longer of %v and the %v the batch took without its slow call): the deadline must bound the whole batch, also once its first replies arrived (no grace period for replies still on the way)",
-			what, took.Round(time.Millisecond), (took - deadline).Round(time.Millisecond), allowance.Round(time.Millisecond), partReadAllowance, plain.Round(time.Millisecond))
-	}
-	settled(t, "Run", calls)
-	kept := 0
-	for i, cl := range calls {
-		switch {
-		case cl.Err != nil:
-		case i < before && slices.Equal(cl.Reply, []int64{1, int64(i + 1)}):
-			kept++
-		case time.Now().Before(answers):
-			t.Errorf("%s: call %d has reply %s, error %v; want [1 %d] or an error (replies mixed up between calls?)", what, i+1, ints(cl.Reply), cl.Err, i+1)
-		}
-	}
-	t.Logf("%s returned after %v with %d replies kept (the batch without its slow call took %v)", what, took.Round(time.Millisecond), kept, plain.Round(time.Millisecond))
+	calls, start, kept := p.runCut(t)
 	// The caller owns the calls again: what it writes stays.
 	for i := range calls {
 		calls[i].Reply, calls[i].Err = nil, errPoison
@@ -261,7 +190,7 @@ func testPartReadBatch(t *testing.T, c *nodeCase) {
 
 	// Once the server answers again, the node's next call is its own.
 	waitAnswering(t, holder)
-	keptArrived(t, holder, what, busyAt, start.Add(deadline), before, kept)
+	keptArrived(t, holder, p.what, p.busyAt, start.Add(p.deadline), p.before, kept)
 	r, err := c.evalCtx(t, ctx(t), acquire, held, "intruder", "3")
 	switch {
 	case err == nil && len(r) == 2 && r[0] == 1:
@@ -272,11 +201,117 @@ func testPartReadBatch(t *testing.T, c *nodeCase) {
 	ownReplies(t, c)
 	for i, cl := range calls {
 		if cl.Reply != nil || cl.Err != errPoison {
-			t.Errorf("%s: call %d was written after Run returned (reply %s, error %v): a Node keeps no reference to the calls once Run returns", what, i+1, ints(cl.Reply), cl.Err)
+			t.Errorf("%s: call %d was written after Run returned (reply %s, error %v): a Node keeps no reference to the calls once Run returns", p.what, i+1, ints(cl.Reply), cl.Err)
 			break
 		}
 	}
 	cutWait(t, c)
+}
+
+// A partRead is testPartReadBatch's batch: before fast grant calls, the
+// slow call, after more; and, once timed, its deadline and how long the
+// slow call holds the server.
+type partRead struct {
+	c              *nodeCase
+	grant, busy    *nodekit.Script
+	busyAt         string // the key where the slow call records when it began
+	before, after  int
+	margin         time.Duration
+	plain          time.Duration // the batch without its slow call took
+	deadline, slow time.Duration
+	what           string // the cut batch, for messages
+}
+
+// newPartRead loads the scripts and sizes the batch (smaller on a Cluster).
+func newPartRead(t *testing.T, c *nodeCase) *partRead {
+	p := &partRead{c: c, grant: nodekit.NewScript(c.script(grantScript)), busy: nodekit.NewScript(c.script(markedBusyScript)), busyAt: c.key("busyat")}
+	c.eval(t, p.grant.Source(), []string{c.key("load")}, "0")
+	c.eval(t, p.busy.Source(), []string{c.key("load"), c.key("loadat")}, "0") // busyAt unset until the cut batch's slow call runs
+	// A Cluster's other nodes fail a master over once it has been silent
+	// for cluster-node-timeout (2s in the repository's tests): there the
+	// batch is smaller, and the slow call holds the server about as long as
+	// the other stalling rules do.
+	p.before, p.after, p.margin = cutBefore, cutAfter, 3*returnBy
+	if c.info(t, "cluster", "cluster_enabled:") == 1 {
+		p.before, p.after, p.margin = cutBefore/10, cutAfter/10, returnBy
+	}
+	return p
+}
+
+// batch returns the batch's calls, with the slow call holding the server
+// for slow (none if 0).
+func (p *partRead) batch(slow time.Duration) []dlm.Call {
+	c := p.c
+	calls := make([]dlm.Call, 0, p.before+1+p.after)
+	for i := range p.before + p.after {
+		if i == p.before && slow > 0 {
+			calls = append(calls, dlm.Call{SHA1: p.busy.SHA1(), Keys: []string{c.key("grant"), p.busyAt}, Args: []string{strconv.FormatInt(slow.Microseconds(), 10)}})
+		}
+		calls = append(calls, dlm.Call{SHA1: p.grant.SHA1(), Keys: []string{c.key("grant")}, Args: []string{strconv.Itoa(i + 1)}})
+	}
+	return calls
+}
+
+// timePlain runs the batch without its slow call, checking its replies, and
+// from how long it took sets the deadline and how long the slow call holds
+// the server.
+func (p *partRead) timePlain(t *testing.T) {
+	calls := p.batch(0)
+	start := time.Now()
+	p.c.Run(ctx(t), calls)
+	p.plain = time.Since(start)
+	settled(t, "Run", calls)
+	for i, cl := range calls {
+		if want := []int64{1, int64(i + 1)}; cl.Err != nil || !slices.Equal(cl.Reply, want) {
+			t.Fatalf("Run of %d calls, call %d: reply %s, error %v; want %s", len(calls), i+1, ints(cl.Reply), cl.Err, ints(want))
+		}
+	}
+	p.deadline = min(max(250*time.Millisecond, 4*p.plain), 3*time.Second)
+	// The slow call holds the server well past the deadline, so that a
+	// batch that waited for its reply (a read deadline dropped once replies
+	// arrived) returns only after the server could answer it, however
+	// loaded the machine, while one bounded by its deadline returns long
+	// before.
+	p.slow = p.deadline + p.margin
+}
+
+// runCut runs the batch with its slow call under the deadline and checks
+// that it returned in time and set only the calls' own replies; it returns
+// the calls, when the batch began and how many replies it kept.
+func (p *partRead) runCut(t *testing.T) (calls []dlm.Call, start time.Time, kept int) {
+	calls = p.batch(p.slow)
+	cx, cancel := context.WithTimeout(context.Background(), p.deadline)
+	start = time.Now()
+	p.c.Run(cx, calls)
+	took := time.Since(start)
+	cancel()
+	answers := start.Add(p.slow) // the server answers nobody before this
+	p.what = fmt.Sprintf("on the %s node, a batch of %d fast calls, one that holds the server %v, then %d more, with a %v deadline,",
+		p.c.which, p.before, p.slow.Round(time.Millisecond), p.after, p.deadline.Round(time.Millisecond))
+	// The deadline bounds the whole batch: it returns by the deadline plus
+	// an allowance for failing the calls left and for a loaded machine,
+	// the longer of partReadAllowance and the time the batch took without
+	// its slow call (all its replies read and converted).
+	allowance := max(partReadAllowance, p.plain)
+	switch {
+	case took >= p.slow:
+		t.Errorf("%s returned after %v, once the server could answer its slow call: the deadline must bound the whole batch, also once its first replies arrived (a read deadline dropped after the first bytes?)", p.what, took.Round(time.Millisecond))
+	case took > p.deadline+allowance:
+		t.Errorf("%s returned after %v, %v past its deadline, more than the %v allowed (the longer of %v and the %v the batch took without its slow call): the deadline must bound the whole batch, also once its first replies arrived (no grace period for replies still on the way)",
+			p.what, took.Round(time.Millisecond), (took - p.deadline).Round(time.Millisecond), allowance.Round(time.Millisecond), partReadAllowance, p.plain.Round(time.Millisecond))
+	}
+	settled(t, "Run", calls)
+	for i, cl := range calls {
+		switch {
+		case cl.Err != nil:
+		case i < p.before && slices.Equal(cl.Reply, []int64{1, int64(i + 1)}):
+			kept++
+		case time.Now().Before(answers):
+			t.Errorf("%s: call %d has reply %s, error %v; want [1 %d] or an error (replies mixed up between calls?)", p.what, i+1, ints(cl.Reply), cl.Err, i+1)
+		}
+	}
+	t.Logf("%s returned after %v with %d replies kept (the batch without its slow call took %v)", p.what, took.Round(time.Millisecond), kept, p.plain.Round(time.Millisecond))
+	return calls, start, kept
 }
 
 // keptArrived fails t when the cut batch kept fewer than keepShare of the

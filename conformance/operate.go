@@ -42,16 +42,51 @@ func testInspectRevoke(t *testing.T, c *strategyCase) {
 	// A waiting process is counted (it subscribes to release notices; a
 	// strategy whose nodes cannot notify makes it poll, and it is not seen).
 	// Revoke wakes it, as a release would.
-	type result struct {
-		l   *dlm.Lock
-		err error
+	waited := lockAsync(ctx, waiter, key)
+	checkHolderSeen(t, c, inspectWaiter(t, ctx, c, key), l, before, ttl)
+
+	store := fencedStore{}
+	if !store.write(l.Fence()) {
+		t.Fatal("the fenced store refused the holder's first write")
 	}
-	waited := make(chan result, 1)
+	if _, err := inspect.Revoke(ctx, c.Strategy, key, "conformance", "a test revokes it"); err != nil {
+		t.Fatalf("Revoke: %v", err)
+	}
+	awaitRevoked(t, l, 2*ttl)
+	next := awaitNext(t, waited, 2*ttl)
+	defer func() { _ = next.Unlock(context.WithoutCancel(ctx)) }()
+	if next.Fence() < l.Fence()+2 {
+		t.Fatalf("fence after Revoke %d; want at least the revoked %d + 2", next.Fence(), l.Fence())
+	}
+	if !store.write(next.Fence()) || store.write(l.Fence()) {
+		t.Fatalf("the fenced store accepted the revoked holder's fence %d after %d", l.Fence(), next.Fence())
+	}
+	checkRevocationNoted(t, ctx, c, key, l.Token())
+}
+
+// A lockResult is what a Lock call returned, and when.
+type lockResult struct {
+	l   *dlm.Lock
+	err error
+	at  time.Time
+}
+
+// lockAsync locks key with m in the background; the channel gets the result.
+func lockAsync(ctx context.Context, m *dlm.Manager, key string) <-chan lockResult {
+	waited := make(chan lockResult, 1)
 	go func() {
-		w, err := waiter.Lock(ctx, key)
-		waited <- result{w, err}
+		w, err := m.Lock(ctx, key)
+		waited <- lockResult{w, err, time.Now()}
 	}()
+	return waited
+}
+
+// inspectWaiter inspects key until it counts a waiter, for up to 2s, and
+// returns what it saw last.
+func inspectWaiter(t *testing.T, ctx context.Context, c *strategyCase, key string) inspect.Info {
+	t.Helper()
 	var seen inspect.Info
+	var err error
 	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		if seen, err = inspect.Key(ctx, c.Strategy, key); err != nil || seen.Waiters > 0 {
 			break
@@ -60,6 +95,13 @@ func testInspectRevoke(t *testing.T, c *strategyCase) {
 	if err != nil {
 		t.Fatalf("Inspect: %v", err)
 	}
+	return seen
+}
+
+// checkHolderSeen checks that Inspect (seen) names l's holder, locked at
+// before with ttl, and has a state for each node.
+func checkHolderSeen(t *testing.T, c *strategyCase, seen inspect.Info, l *dlm.Lock, before time.Time, ttl time.Duration) {
+	t.Helper()
 	switch {
 	case !seen.Held || seen.Token != l.Token() || seen.Fence != l.Fence():
 		t.Fatalf("Inspect: held %v token %q fence %d; want the holder's token %q and fence %d", seen.Held, seen.Token, seen.Fence, l.Token(), l.Fence())
@@ -74,47 +116,50 @@ func testInspectRevoke(t *testing.T, c *strategyCase) {
 	case seen.Waiters == 0:
 		t.Logf("Inspect counted no waiter (the strategy's nodes cannot notify, so waiters poll)")
 	}
+}
 
-	store := fencedStore{}
-	if !store.write(l.Fence()) {
-		t.Fatal("the fenced store refused the holder's first write")
-	}
-	if _, err := inspect.Revoke(ctx, c.Strategy, key, "conformance", "a test revokes it"); err != nil {
-		t.Fatalf("Revoke: %v", err)
-	}
+// awaitRevoked checks that l's Context ends within limit, with a cause
+// matching dlm.ErrRevoked and dlm.ErrLost.
+func awaitRevoked(t *testing.T, l *dlm.Lock, limit time.Duration) {
+	t.Helper()
 	select {
 	case <-l.Context().Done():
-	case <-time.After(2 * ttl):
-		t.Fatalf("the revoked holder's Context did not end within %v", 2*ttl)
+	case <-time.After(limit):
+		t.Fatalf("the revoked holder's Context did not end within %v", limit)
 	}
 	cause := context.Cause(l.Context())
 	if !errors.Is(cause, dlm.ErrRevoked) || !errors.Is(cause, dlm.ErrLost) {
 		t.Fatalf("the revoked holder's Context ended with %v; want a cause matching dlm.ErrRevoked and dlm.ErrLost", cause)
 	}
-	var next *dlm.Lock
+}
+
+// awaitNext returns the waiter's lock, which it must get within limit of
+// Revoke.
+func awaitNext(t *testing.T, waited <-chan lockResult, limit time.Duration) *dlm.Lock {
+	t.Helper()
 	select {
 	case r := <-waited:
 		if r.err != nil {
 			t.Fatalf("the waiter's Lock after Revoke: %v", r.err)
 		}
-		next = r.l
-	case <-time.After(2 * ttl):
-		t.Fatalf("the waiter did not get the lock within %v of Revoke", 2*ttl)
+		return r.l
+	case <-time.After(limit):
+		t.Fatalf("the waiter did not get the lock within %v of Revoke", limit)
 	}
-	defer func() { _ = next.Unlock(context.WithoutCancel(ctx)) }()
-	if next.Fence() < l.Fence()+2 {
-		t.Fatalf("fence after Revoke %d; want at least the revoked %d + 2", next.Fence(), l.Fence())
-	}
-	if !store.write(next.Fence()) || store.write(l.Fence()) {
-		t.Fatalf("the fenced store accepted the revoked holder's fence %d after %d", l.Fence(), next.Fence())
-	}
+	return nil
+}
+
+// checkRevocationNoted checks that Inspect after Revoke finds the
+// revocation of token noted on a quorum of nodes.
+func checkRevocationNoted(t *testing.T, ctx context.Context, c *strategyCase, key, token string) {
+	t.Helper()
 	after, err := inspect.Key(ctx, c.Strategy, key)
 	if err != nil {
 		t.Fatalf("Inspect after Revoke: %v", err)
 	}
 	noted := 0
 	for _, n := range after.Nodes {
-		if r := n.Revoked; r != nil && r.Token == l.Token() && r.By == "conformance" && r.Reason == "a test revokes it" {
+		if r := n.Revoked; r != nil && r.Token == token && r.By == "conformance" && r.Reason == "a test revokes it" {
 			noted++
 		}
 	}

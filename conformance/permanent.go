@@ -22,135 +22,153 @@ func testPermanentErrors(t *testing.T, c *nodeCase) {
 		t.Fatal(err)
 	}
 	src := c.script("return {1}")
-	// runs makes the calls of one script on n: EVAL and EVALSHA alone, and
-	// both in one batch; it returns each call's error with its name.
-	runs := func(t *testing.T, n dlm.Node, src string, keys []string) map[string]error {
-		sha := nodekit.NewScript(src).SHA1()
-		out := map[string]error{}
-		if n == nil {
-			t.Fatal("the dial returned neither a Node nor an error")
-		}
-		for _, r := range []struct {
-			name  string
-			calls []dlm.Call
-		}{
-			{"Run of one EVAL", []dlm.Call{{Source: src, Keys: keys}}},
-			{"Run of one EVALSHA", []dlm.Call{{SHA1: sha, Keys: keys}}},
-			{"Run of a batch, its first call", []dlm.Call{{Source: src, Keys: keys}, {SHA1: sha, Keys: keys}}},
-		} {
-			cx, cancel := context.WithTimeout(context.Background(), callTimeout)
-			n.Run(cx, r.calls)
-			cancel()
-			settled(t, r.name, r.calls)
-			out[r.name] = r.calls[0].Err
-		}
-		return out
-	}
-	// permanent checks a reply that waiting cannot cure.
-	permanent := func(code, msgPrefix string) func(t *testing.T, what string, err error) {
-		return func(t *testing.T, what string, err error) {
-			t.Helper()
-			var re *dlm.ReplyError
-			switch {
-			case err == nil:
-				t.Errorf("%s succeeded: the server refuses it with %s", what, code)
-			case !errors.As(err, &re):
-				t.Errorf("%s: error %q (%T) is not a *dlm.ReplyError: a driver maps its client's error replies (code and message) so that dlm.Permanent classifies them by meaning", what, err, err)
-			case re.Code != code || !strings.HasPrefix(re.Message, msgPrefix):
-				t.Errorf("%s: reply %q has code %q and message %q, want code %q and a message that begins %q (the server's reply, whatever the client's wording)", what, err, re.Code, re.Message, code, msgPrefix)
-			case !dlm.Permanent(err):
-				t.Errorf("%s: dlm.Permanent(%q) is false", what, err)
-			case errors.Is(err, dlm.ErrNoScript):
-				t.Errorf("%s: %q matches dlm.ErrNoScript", what, err)
-			}
-		}
-	}
-	transient := func(t *testing.T, what string, err error) {
-		t.Helper()
-		if err == nil {
-			t.Errorf("%s succeeded: the server cannot answer it", what)
-		} else if dlm.Permanent(err) {
-			t.Errorf("%s: dlm.Permanent(%q) is true: the deployment can cure it while a Lock waits", what, err)
-		}
-	}
-	check := func(t *testing.T, errs map[string]error, f func(t *testing.T, what string, err error)) {
-		t.Helper()
-		for what, err := range errs {
-			f(t, what, err)
-		}
-	}
-	// dial returns a node for addr, or one whose calls fail with the
-	// dial's error.
-	dial := func(t *testing.T, addr string) dlm.Node {
-		n, err := c.tr.Dial(t, addr)
-		if err != nil {
-			return failing{err}
-		}
-		return n
-	}
-	unknownCommand := permanent("ERR", "unknown command")
+	unknownCommand := permanentReply("ERR", "unknown command")
 	t.Run("EVAL renamed away", func(t *testing.T) {
-		check(t, runs(t, dial(t, ref.NoScripting), src, []string{c.key("k")}), unknownCommand)
+		checkErrs(t, scriptRuns(t, c.dialOrFailing(t, ref.NoScripting), src, []string{c.key("k")}), unknownCommand)
 	})
 	t.Run("a Sentinel's port", func(t *testing.T) {
-		check(t, runs(t, dial(t, ref.Sentinel), src, []string{c.key("k")}), unknownCommand)
+		checkErrs(t, scriptRuns(t, c.dialOrFailing(t, ref.Sentinel), src, []string{c.key("k")}), unknownCommand)
 	})
 	t.Run("NOAUTH", func(t *testing.T) {
-		check(t, runs(t, dial(t, ref.NeedsAuth), src, []string{c.key("k")}), permanent("NOAUTH", ""))
+		checkErrs(t, scriptRuns(t, c.dialOrFailing(t, ref.NeedsAuth), src, []string{c.key("k")}), permanentReply("NOAUTH", ""))
 	})
 	t.Run("NOPERM", func(t *testing.T) {
-		check(t, runs(t, dial(t, ref.NoPerm), src, []string{c.key("k")}), permanent("NOPERM", ""))
+		checkErrs(t, scriptRuns(t, c.dialOrFailing(t, ref.NoPerm), src, []string{c.key("k")}), permanentReply("NOPERM", ""))
 	})
 	t.Run("WRONGTYPE", func(t *testing.T) {
 		key := c.key("list")
 		c.eval(t, c.script("redis.call('RPUSH', KEYS[1], 'x') redis.call('PEXPIRE', KEYS[1], 60000) return {1}"), []string{key})
-		check(t, runs(t, c.Node, c.script("redis.call('GET', KEYS[1]) return {1}"), []string{key}), permanent("WRONGTYPE", ""))
+		checkErrs(t, scriptRuns(t, c.Node, c.script("redis.call('GET', KEYS[1]) return {1}"), []string{key}), permanentReply("WRONGTYPE", ""))
 	})
 	t.Run("a script's own error", func(t *testing.T) {
-		check(t, runs(t, c.Node, c.script("return redis.error_reply('ERR the script refuses')"), []string{c.key("k")}), transient)
+		checkErrs(t, scriptRuns(t, c.Node, c.script("return redis.error_reply('ERR the script refuses')"), []string{c.key("k")}), transientErr)
 	})
-	t.Run("BUSY", func(t *testing.T) {
-		n, err := c.tr.Dial(t, ref.Busy)
-		if err != nil {
-			t.Fatalf("dialling a server that was not busy yet: %v", err)
-		}
-		if _, err := c.on(n, "busy").call(t, ctx(t), dlm.Call{Source: src, Keys: []string{c.key("k")}}); err != nil {
-			t.Fatalf("a call before the server was made busy: %v", err)
-		}
-		stop := busy(t, ref.Busy)
-		errs := runs(t, n, src, []string{c.key("k")})
-		stop()
-		check(t, errs, func(t *testing.T, what string, err error) {
-			t.Helper()
-			var re *dlm.ReplyError
-			if !errors.As(err, &re) || re.Code != "BUSY" {
-				t.Errorf("%s: error %q (%T), want a *dlm.ReplyError with code BUSY", what, err, err)
-			}
-			transient(t, what, err)
-		})
-	})
+	t.Run("BUSY", func(t *testing.T) { testBusyReply(t, c, ref.Busy, src) })
 	t.Run("connection refused", func(t *testing.T) {
-		check(t, runs(t, dial(t, ref.Refused), src, []string{c.key("k")}), transient)
+		checkErrs(t, scriptRuns(t, c.dialOrFailing(t, ref.Refused), src, []string{c.key("k")}), transientErr)
 	})
-	t.Run("unknown master name", func(t *testing.T) {
-		if c.tr.DialSentinel == nil {
-			t.Skip("the driver's Sentinel dial was not given: harness.WithSentinel")
-		}
-		master := "no-such-master-" + c.run
-		err := sentinelErr(t, c.tr, []string{ref.Sentinel}, master, src, c.key("k"))
+	t.Run("unknown master name", func(t *testing.T) { testUnknownMaster(t, c, ref, src) })
+}
+
+// scriptRuns makes the calls of one script on n: EVAL and EVALSHA alone,
+// and both in one batch; it returns each call's error with its name.
+func scriptRuns(t *testing.T, n dlm.Node, src string, keys []string) map[string]error {
+	sha := nodekit.NewScript(src).SHA1()
+	out := map[string]error{}
+	if n == nil {
+		t.Fatal("the dial returned neither a Node nor an error")
+	}
+	for _, r := range []struct {
+		name  string
+		calls []dlm.Call
+	}{
+		{"Run of one EVAL", []dlm.Call{{Source: src, Keys: keys}}},
+		{"Run of one EVALSHA", []dlm.Call{{SHA1: sha, Keys: keys}}},
+		{"Run of a batch, its first call", []dlm.Call{{Source: src, Keys: keys}, {SHA1: sha, Keys: keys}}},
+	} {
+		cx, cancel := context.WithTimeout(context.Background(), callTimeout)
+		n.Run(cx, r.calls)
+		cancel()
+		settled(t, r.name, r.calls)
+		out[r.name] = r.calls[0].Err
+	}
+	return out
+}
+
+// permanentReply checks a reply that waiting cannot cure: a
+// *dlm.ReplyError with code and a message that begins msgPrefix.
+func permanentReply(code, msgPrefix string) func(t *testing.T, what string, err error) {
+	return func(t *testing.T, what string, err error) {
+		t.Helper()
+		var re *dlm.ReplyError
 		switch {
 		case err == nil:
-			t.Errorf("a master name no Sentinel knows led to a server")
-		case !errors.Is(err, dlm.ErrUnknownMaster) || !dlm.Permanent(err) || !strings.Contains(err.Error(), master):
-			t.Errorf("a master name no Sentinel knows: error %q (permanent: %v), want one that matches dlm.ErrUnknownMaster, is permanent and names %q", err, dlm.Permanent(err), master)
+			t.Errorf("%s succeeded: the server refuses it with %s", what, code)
+		case !errors.As(err, &re):
+			t.Errorf("%s: error %q (%T) is not a *dlm.ReplyError: a driver maps its client's error replies (code and message) so that dlm.Permanent classifies them by meaning", what, err, err)
+		case re.Code != code || !strings.HasPrefix(re.Message, msgPrefix):
+			t.Errorf("%s: reply %q has code %q and message %q, want code %q and a message that begins %q (the server's reply, whatever the client's wording)", what, err, re.Code, re.Message, code, msgPrefix)
+		case !dlm.Permanent(err):
+			t.Errorf("%s: dlm.Permanent(%q) is false", what, err)
+		case errors.Is(err, dlm.ErrNoScript):
+			t.Errorf("%s: %q matches dlm.ErrNoScript", what, err)
 		}
-		if err := sentinelErr(t, c.tr, []string{ref.Refused}, master, src, c.key("k")); err == nil || dlm.Permanent(err) {
-			t.Errorf("a Sentinel that refuses connections: error %v (permanent: %v), want a transient one", err, dlm.Permanent(err))
+	}
+}
+
+// transientErr checks an error that the deployment can cure.
+func transientErr(t *testing.T, what string, err error) {
+	t.Helper()
+	if err == nil {
+		t.Errorf("%s succeeded: the server cannot answer it", what)
+	} else if dlm.Permanent(err) {
+		t.Errorf("%s: dlm.Permanent(%q) is true: the deployment can cure it while a Lock waits", what, err)
+	}
+}
+
+// checkErrs checks each error of errs with f.
+func checkErrs(t *testing.T, errs map[string]error, f func(t *testing.T, what string, err error)) {
+	t.Helper()
+	for what, err := range errs {
+		f(t, what, err)
+	}
+}
+
+// dialOrFailing returns a node for addr, or one whose calls fail with the
+// dial's error.
+func (c *nodeCase) dialOrFailing(t *testing.T, addr string) dlm.Node {
+	n, err := c.tr.Dial(t, addr)
+	if err != nil {
+		return failing{err}
+	}
+	return n
+}
+
+// testBusyReply checks that a server busy running a script (at addr)
+// answers with a transient BUSY *dlm.ReplyError.
+func testBusyReply(t *testing.T, c *nodeCase, addr, src string) {
+	n, err := c.tr.Dial(t, addr)
+	if err != nil {
+		t.Fatalf("dialling a server that was not busy yet: %v", err)
+	}
+	if _, err := c.on(n, "busy").call(t, ctx(t), dlm.Call{Source: src, Keys: []string{c.key("k")}}); err != nil {
+		t.Fatalf("a call before the server was made busy: %v", err)
+	}
+	stop := busy(t, addr)
+	errs := scriptRuns(t, n, src, []string{c.key("k")})
+	stop()
+	checkErrs(t, errs, func(t *testing.T, what string, err error) {
+		t.Helper()
+		var re *dlm.ReplyError
+		if !errors.As(err, &re) || re.Code != "BUSY" {
+			t.Errorf("%s: error %q (%T), want a *dlm.ReplyError with code BUSY", what, err, err)
 		}
-		if err := sentinelErr(t, c.tr, []string{ref.Sentinel}, ref.Master, src, c.key("k")); err != nil {
-			t.Errorf("the master name the Sentinel knows: %v", err)
-		}
+		transientErr(t, what, err)
 	})
+}
+
+// testUnknownMaster checks, through the driver's Sentinel dial, that a
+// master name no Sentinel knows is a permanent dlm.ErrUnknownMaster, a
+// Sentinel that refuses connections a transient error, and the known name
+// no error.
+func testUnknownMaster(t *testing.T, c *nodeCase, ref *transport.Refusers, src string) {
+	if c.tr.DialSentinel == nil {
+		t.Skip("the driver's Sentinel dial was not given: harness.WithSentinel")
+	}
+	master := "no-such-master-" + c.run
+	err := sentinelErr(t, c.tr, []string{ref.Sentinel}, master, src, c.key("k"))
+	switch {
+	case err == nil:
+		t.Errorf("a master name no Sentinel knows led to a server")
+	case !errors.Is(err, dlm.ErrUnknownMaster) || !dlm.Permanent(err) || !strings.Contains(err.Error(), master):
+		t.Errorf("a master name no Sentinel knows: error %q (permanent: %v), want one that matches dlm.ErrUnknownMaster, is permanent and names %q", err, dlm.Permanent(err), master)
+	}
+	if err := sentinelErr(t, c.tr, []string{ref.Refused}, master, src, c.key("k")); err == nil || dlm.Permanent(err) {
+		t.Errorf("a Sentinel that refuses connections: error %v (permanent: %v), want a transient one", err, dlm.Permanent(err))
+	}
+	if err := sentinelErr(t, c.tr, []string{ref.Sentinel}, ref.Master, src, c.key("k")); err != nil {
+		t.Errorf("the master name the Sentinel knows: %v", err)
+	}
 }
 
 // sentinelErr dials master through the Sentinels at addrs with the

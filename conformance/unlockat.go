@@ -35,16 +35,7 @@ func testUnlockAt(t *testing.T, c *strategyCase) {
 		t.Fatalf("Lock: %v", err)
 	}
 	lctx := l.Context()
-	type result struct {
-		l   *dlm.Lock
-		err error
-		at  time.Time
-	}
-	waited := make(chan result, 1)
-	go func() {
-		w, err := holder.Lock(ctx, key)
-		waited <- result{w, err, time.Now()}
-	}()
+	waited := lockAsync(ctx, holder, key)
 
 	at := time.Now().Add(hold)
 	if err := l.UnlockAt(ctx, at); err != nil {
@@ -55,8 +46,24 @@ func testUnlockAt(t *testing.T, c *strategyCase) {
 	} else if cause := context.Cause(lctx); !errors.Is(cause, dlm.ErrUnlocked) {
 		t.Errorf("the Lock's Context ended with %v; want dlm.ErrUnlocked", cause)
 	}
+	checkRefusedBeforeAt(t, ctx, c, other, key, at)
+	if _, ok := c.Strategy.(inspect.Inspector); ok {
+		checkTTLRunsOut(t, ctx, c, key, l.Token(), at)
+	}
+	select {
+	case r := <-waited:
+		checkNextAfterAt(t, ctx, r, l, at)
+	case <-ctx.Done():
+		t.Fatal("the same Manager's waiting Lock did not get the key after at")
+	}
+}
+
+// checkRefusedBeforeAt checks that other's TryLock of key before at is
+// refused, and (over one node) told a holder's TTL within the time left.
+func checkRefusedBeforeAt(t *testing.T, ctx context.Context, c *strategyCase, other *dlm.Manager, key string, at time.Time) {
+	t.Helper()
 	tried := time.Now()
-	_, err = other.TryLock(ctx, key)
+	_, err := other.TryLock(ctx, key)
 	switch before := time.Now().Before(at); {
 	case err == nil && before:
 		t.Fatal("another Manager's TryLock was granted before at")
@@ -73,54 +80,57 @@ func testUnlockAt(t *testing.T, c *strategyCase) {
 	if left, ok := dlm.RetryAfter(err); ok && c.quorum == len(c.faulty) && left > at.Sub(tried)+100*time.Millisecond {
 		t.Fatalf("another Manager's TryLock %v before at was told the holder's TTL is %v: the key was not left to expire at at", at.Sub(tried), left)
 	}
+}
 
-	if _, ok := c.Strategy.(inspect.Inspector); ok {
-		// Until the key is gone or someone else's, every look finds the
-		// holder's lock with a TTL within the time left until at, and
-		// decreasing: a renewal would have reset it to the Manager's TTL.
-		seen := 0
-		for {
-			now := time.Now()
-			info, err := inspect.Key(ctx, c.Strategy, key)
-			if err != nil {
-				t.Fatalf("Inspect: %v", err)
-			}
-			if !info.Held || info.Token != l.Token() {
-				break
-			}
-			seen++
-			if left := at.Sub(now) + 100*time.Millisecond; info.Remaining > left { // a round trip's slack
-				t.Fatalf("the servers' TTL is %v, %v before at: more than the time left (a renewal lengthened it?)", info.Remaining, at.Sub(now))
-			}
-			time.Sleep(20 * time.Millisecond)
+// checkTTLRunsOut inspects key until it is gone or someone else's: every
+// look finds the lock of token with a TTL within the time left until at,
+// and decreasing (a renewal would have reset it to the Manager's TTL), and
+// the key stays until at.
+func checkTTLRunsOut(t *testing.T, ctx context.Context, c *strategyCase, key, token string, at time.Time) {
+	t.Helper()
+	seen := 0
+	for {
+		now := time.Now()
+		info, err := inspect.Key(ctx, c.Strategy, key)
+		if err != nil {
+			t.Fatalf("Inspect: %v", err)
 		}
-		if gone := time.Now(); gone.Before(at) {
-			t.Fatalf("the key was free or another's %v before at", at.Sub(gone))
+		if !info.Held || info.Token != token {
+			break
 		}
-		if seen == 0 {
-			t.Log("the first look came after the key had gone (a slow machine)")
+		seen++
+		if left := at.Sub(now) + 100*time.Millisecond; info.Remaining > left { // a round trip's slack
+			t.Fatalf("the servers' TTL is %v, %v before at: more than the time left (a renewal lengthened it?)", info.Remaining, at.Sub(now))
 		}
+		time.Sleep(20 * time.Millisecond)
 	}
+	if gone := time.Now(); gone.Before(at) {
+		t.Fatalf("the key was free or another's %v before at", at.Sub(gone))
+	}
+	if seen == 0 {
+		t.Log("the first look came after the key had gone (a slow machine)")
+	}
+}
 
-	select {
-	case r := <-waited:
-		if r.err != nil {
-			t.Fatalf("the same Manager's waiting Lock: %v", r.err)
-		}
-		defer func() { _ = r.l.Unlock(context.WithoutCancel(ctx)) }()
-		if r.at.Before(at) {
-			t.Fatalf("the same Manager's waiting Lock got the key %v before at", at.Sub(r.at))
-		}
-		if r.l.Fence() <= l.Fence() {
-			t.Errorf("the next holder's fence %d is not above %d", r.l.Fence(), l.Fence())
-		}
-		if err := l.Unlock(ctx); !errors.Is(err, dlm.ErrNotHeld) {
-			t.Errorf("Unlock after UnlockAt: %v; want an error matching dlm.ErrNotHeld", err)
-		}
-		if err := r.l.Context().Err(); err != nil {
-			t.Errorf("Unlock after UnlockAt ended the next holder's lock: %v", context.Cause(r.l.Context()))
-		}
-	case <-ctx.Done():
-		t.Fatal("the same Manager's waiting Lock did not get the key after at")
+// checkNextAfterAt checks the same Manager's waiting Lock (r): it got the
+// key once at had passed, with a fence above l's, and l's Unlock after
+// UnlockAt reports dlm.ErrNotHeld without ending the next holder's lock.
+func checkNextAfterAt(t *testing.T, ctx context.Context, r lockResult, l *dlm.Lock, at time.Time) {
+	t.Helper()
+	if r.err != nil {
+		t.Fatalf("the same Manager's waiting Lock: %v", r.err)
+	}
+	defer func() { _ = r.l.Unlock(context.WithoutCancel(ctx)) }()
+	if r.at.Before(at) {
+		t.Fatalf("the same Manager's waiting Lock got the key %v before at", at.Sub(r.at))
+	}
+	if r.l.Fence() <= l.Fence() {
+		t.Errorf("the next holder's fence %d is not above %d", r.l.Fence(), l.Fence())
+	}
+	if err := l.Unlock(ctx); !errors.Is(err, dlm.ErrNotHeld) {
+		t.Errorf("Unlock after UnlockAt: %v; want an error matching dlm.ErrNotHeld", err)
+	}
+	if err := r.l.Context().Err(); err != nil {
+		t.Errorf("Unlock after UnlockAt ended the next holder's lock: %v", context.Cause(r.l.Context()))
 	}
 }

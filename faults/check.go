@@ -100,10 +100,27 @@ type writeOf struct {
 // Check counts what the history shows.
 func Check(events []Event) Counts {
 	var c Counts
+	l := c.replayLeases(events)
+	c.countOverlaps(l.order)
+	c.MostHolders = mostAtOnce(l.holds)
+	ops := c.checkWrites(events, l)
+	c.Linearizable = linearizable(ops)
+	return c
+}
+
+// leases are the grants a history shows, with each lease's end as its
+// renewals, releases and ended Contexts set it.
+type leases struct {
+	holds  map[[2]int][]*grant // an attempt's grants, one per key
+	grants map[lockOf]*grant
+	order  []*grant // as granted
+}
+
+// replayLeases replays the attempts, grants, renewals and ends of events,
+// counting attempts, misses and grants in c.
+func (c *Counts) replayLeases(events []Event) leases {
 	acquires := map[[2]int]int64{}
-	holds := map[[2]int][]*grant{} // an attempt's grants, one per key
-	grants := map[lockOf]*grant{}
-	var order []*grant
+	l := leases{holds: map[[2]int][]*grant{}, grants: map[lockOf]*grant{}}
 	for _, e := range events {
 		k := [2]int{e.Client, e.Op}
 		switch e.Kind {
@@ -114,35 +131,42 @@ func Check(events []Event) Counts {
 			c.Missed++
 		case Granted:
 			g := &grant{client: e.Client, op: e.Op, key: e.Key, acquire: acquires[k], at: e.T, end: e.Until, fence: e.Fence}
-			if len(holds[k]) == 0 {
+			if len(l.holds[k]) == 0 {
 				c.Grants++
 				if e.Info == grantedHandedOff {
 					c.Handoffs++
 				}
 				c.LongestWaitMs = max(c.LongestWaitMs, (e.T-g.acquire)/int64(time.Millisecond))
 			}
-			if len(holds[k]) == 1 {
+			if len(l.holds[k]) == 1 {
 				c.SeveralKeys++
 			}
-			holds[k] = append(holds[k], g)
-			grants[lockOf{e.Client, e.Op, e.Key}] = g
-			order = append(order, g)
+			l.holds[k] = append(l.holds[k], g)
+			l.grants[lockOf{e.Client, e.Op, e.Key}] = g
+			l.order = append(l.order, g)
 		case Renewed:
-			if g := grants[lockOf{e.Client, e.Op, e.Key}]; g != nil && !g.over {
+			if g := l.grants[lockOf{e.Client, e.Op, e.Key}]; g != nil && !g.over {
 				g.end = max(g.end, e.Until)
 			}
 		case Ended:
-			if g := grants[lockOf{e.Client, e.Op, e.Key}]; g != nil && !g.over {
+			if g := l.grants[lockOf{e.Client, e.Op, e.Key}]; g != nil && !g.over {
 				g.end, g.over = min(g.end, e.T), true
 			}
 		case Release:
-			for _, g := range holds[k] {
+			for _, g := range l.holds[k] {
 				if !g.over {
 					g.end, g.over = min(g.end, e.T), true
 				}
 			}
 		}
 	}
+	return l
+}
+
+// countOverlaps counts the grants (in order) that overlap another client's
+// lease of their key, and those whose fence is not above that of an
+// earlier grant of their key.
+func (c *Counts) countOverlaps(order []*grant) {
 	// Two leases of one key held by different clients overlap when one was
 	// granted before the other ended.
 	for i, g := range order {
@@ -159,13 +183,16 @@ func Check(events []Event) Counts {
 			}
 		}
 	}
-	c.MostHolders = mostAtOnce(holds)
-	// The register's decisions against the grants and the clients' writes.
+}
+
+// checkWrites checks the register's decisions against the grants and the
+// clients' writes, counting in c, and returns the register's history by key.
+func (c *Counts) checkWrites(events []Event, l leases) map[string][]porcupine.Operation {
 	ops := map[string][]porcupine.Operation{} // by key
 	calls := map[writeOf]int64{}
 	for _, e := range events {
 		w := writeOf{lockOf{e.Client, e.Op, e.Key}, e.N}
-		g := grants[w.lockOf]
+		g := l.grants[w.lockOf]
 		switch e.Kind {
 		case Write:
 			c.Writes++
@@ -187,7 +214,7 @@ func Check(events []Event) Counts {
 			if g == nil {
 				continue
 			}
-			for _, h := range order {
+			for _, h := range l.order {
 				if h.key == g.key && h.fence > g.fence && h.at < e.T {
 					c.LostWrites++
 					break
@@ -204,20 +231,27 @@ func Check(events []Event) Counts {
 			ops[e.Key] = append(ops[e.Key], op)
 		}
 	}
-	c.Linearizable = string(porcupine.Ok)
+	return ops
+}
+
+// linearizable is porcupine's verdict on ops, one register per key: Ok,
+// Illegal if some key's is not, else Unknown if the check of some key
+// timed out.
+func linearizable(ops map[string][]porcupine.Operation) string {
+	verdict := string(porcupine.Ok)
 	for _, key := range slices.Sorted(maps.Keys(ops)) {
 		o := ops[key]
 		sort.Slice(o, func(i, j int) bool { return o[i].Call < o[j].Call })
 		switch r := porcupine.CheckOperationsTimeout(registerModel.ToModel(), o, 10*time.Second); r {
 		case porcupine.Illegal:
-			c.Linearizable = string(r)
+			verdict = string(r)
 		case porcupine.Unknown:
-			if c.Linearizable == string(porcupine.Ok) {
-				c.Linearizable = string(r)
+			if verdict == string(porcupine.Ok) {
+				verdict = string(r)
 			}
 		}
 	}
-	return c
+	return verdict
 }
 
 // mostAtOnce returns the most holds valid at one moment: a hold of several

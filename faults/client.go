@@ -232,39 +232,7 @@ func unlocked(lock func(context.Context) (*dlm.Lock, error)) taker {
 // primitive, writes with each of the hold's locks, holds and gives it up,
 // as clientConfig says. handed tells whether a lease came by a hand-off.
 func work(ctx context.Context, c clientConfig, id int, take taker, handed func(fence uint64) bool, hc *http.Client, longNext, stop *atomic.Bool, emit func(Event)) {
-	// write writes with each lock of h while its lease holds; unchecked,
-	// also after (Cell.LateWrites), the request then bound to c.Wait only.
-	write := func(h hold, op, n int, unchecked bool) {
-		for _, l := range h.locks {
-			rctx := h.ctx
-			if unchecked {
-				var cancel context.CancelFunc
-				rctx, cancel = context.WithTimeout(ctx, c.Wait)
-				defer cancel()
-			} else if h.ctx.Err() != nil {
-				return // the lease is over: the client must not write
-			}
-			key := l.Key()
-			emit(Event{Kind: Write, Op: op, N: n, Fence: l.Fence(), Key: key})
-			u := "http://" + c.Register + "/write?c=" + strconv.Itoa(id) + "&op=" + strconv.Itoa(op) + "&n=" + strconv.Itoa(n) +
-				"&f=" + strconv.FormatUint(l.Fence(), 10) + "&k=" + url.QueryEscape(key)
-			req, _ := http.NewRequestWithContext(rctx, http.MethodPost, u, nil)
-			resp, err := hc.Do(req)
-			switch {
-			case err != nil:
-				emit(Event{Kind: Unknown, Op: op, N: n, Fence: l.Fence(), Key: key, Info: err.Error()})
-			case resp.StatusCode == http.StatusOK:
-				emit(Event{Kind: Accepted, Op: op, N: n, Fence: l.Fence(), Key: key})
-			case resp.StatusCode == http.StatusConflict:
-				emit(Event{Kind: Refused, Op: op, N: n, Fence: l.Fence(), Key: key})
-			default:
-				emit(Event{Kind: Unknown, Op: op, N: n, Fence: l.Fence(), Key: key, Info: resp.Status})
-			}
-			if resp != nil {
-				_ = resp.Body.Close()
-			}
-		}
-	}
+	w := &worker{ctx: ctx, c: c, id: id, hc: hc, emit: emit}
 	for op := 1; now() < c.Stop && !stop.Load(); op++ {
 		emit(Event{Kind: Acquire, Op: op})
 		lctx, cancel := context.WithTimeout(ctx, c.Wait)
@@ -275,67 +243,132 @@ func work(ctx context.Context, c clientConfig, id int, take taker, handed func(f
 			continue
 		}
 		long, wasHanded := longNext.Swap(false), handed(h.locks[0].Fence())
-		var watching sync.WaitGroup
-		for _, l := range h.locks {
-			g := Event{Kind: Granted, Op: op, Fence: l.Fence(), Key: l.Key(), Until: now() + int64(time.Until(l.Until()))}
-			switch {
-			case long:
-				g.Info = grantedLong
-			case wasHanded:
-				g.Info = grantedHandedOff
-			}
-			emit(g)
-			watching.Go(func() {
-				// Report every renewal (within 2ms) and the lease's end.
-				t := time.NewTicker(2 * time.Millisecond)
-				defer t.Stop()
-				last := l.Until()
-				for {
-					select {
-					case <-l.Context().Done():
-						emit(Event{Kind: Ended, Op: op, Key: l.Key(), Info: context.Cause(l.Context()).Error()})
-						return
-					case <-t.C:
-						if u := l.Until(); !u.Equal(last) {
-							last = u
-							emit(Event{Kind: Renewed, Op: op, Key: l.Key(), Until: now() + int64(time.Until(u))})
-						}
-					}
-				}
-			})
-		}
-		write(h, op, 1, false)
+		watching := w.granted(h, op, long, wasHanded)
+		w.write(h, op, 1, false)
 		if long {
-			n := 2
-			for end := time.Now().Add(3 * c.TTL); time.Now().Before(end) && h.ctx.Err() == nil; n++ {
-				time.Sleep(c.TTL / 5)
-				write(h, op, n, false)
-			}
-			if c.LateWrite && h.ctx.Err() != nil {
-				// The lease ended under a pause, a partition or a
-				// failover: write with the old fence, as a holder that
-				// checked its lease and then stalled, half a TTL after
-				// the lease's end and again at three TTLs (after a
-				// failover's promotion).
-				time.Sleep(c.TTL / 2)
-				write(h, op, n, true)
-				time.Sleep(3*c.TTL - c.TTL/2)
-				write(h, op, n+1, true)
-			}
+			w.holdLong(h, op)
 		} else {
 			time.Sleep(c.Hold)
-			write(h, op, 2, false)
+			w.write(h, op, 2, false)
 		}
-		emit(Event{Kind: Release, Op: op})
-		uctx, cancel := context.WithTimeout(ctx, c.Wait)
-		err = h.unlock(uctx)
-		cancel()
-		info := ""
-		if err != nil {
-			info = err.Error()
-		}
-		emit(Event{Kind: Released, Op: op, Info: info})
+		w.release(h, op)
 		watching.Wait()
+	}
+}
+
+// A worker is what one client's work needs to write and to report.
+type worker struct {
+	ctx  context.Context
+	c    clientConfig
+	id   int
+	hc   *http.Client
+	emit func(Event)
+}
+
+// granted reports a grant of each of h's locks (a long hold's, or one
+// handed off) and watches each until its lease ends; the WaitGroup waits
+// for the watchers.
+func (w *worker) granted(h hold, op int, long, wasHanded bool) *sync.WaitGroup {
+	var watching sync.WaitGroup
+	for _, l := range h.locks {
+		g := Event{Kind: Granted, Op: op, Fence: l.Fence(), Key: l.Key(), Until: now() + int64(time.Until(l.Until()))}
+		switch {
+		case long:
+			g.Info = grantedLong
+		case wasHanded:
+			g.Info = grantedHandedOff
+		}
+		w.emit(g)
+		watching.Go(func() { w.watch(l, op) })
+	}
+	return &watching
+}
+
+// watch reports every renewal of l (within 2ms) and its lease's end.
+func (w *worker) watch(l *dlm.Lock, op int) {
+	t := time.NewTicker(2 * time.Millisecond)
+	defer t.Stop()
+	last := l.Until()
+	for {
+		select {
+		case <-l.Context().Done():
+			w.emit(Event{Kind: Ended, Op: op, Key: l.Key(), Info: context.Cause(l.Context()).Error()})
+			return
+		case <-t.C:
+			if u := l.Until(); !u.Equal(last) {
+				last = u
+				w.emit(Event{Kind: Renewed, Op: op, Key: l.Key(), Until: now() + int64(time.Until(u))})
+			}
+		}
+	}
+}
+
+// holdLong holds h for three TTLs (while its lease holds), writing every
+// fifth of a TTL, and with LateWrite writes after a lease that ended.
+func (w *worker) holdLong(h hold, op int) {
+	c := w.c
+	n := 2
+	for end := time.Now().Add(3 * c.TTL); time.Now().Before(end) && h.ctx.Err() == nil; n++ {
+		time.Sleep(c.TTL / 5)
+		w.write(h, op, n, false)
+	}
+	if c.LateWrite && h.ctx.Err() != nil {
+		// The lease ended under a pause, a partition or a
+		// failover: write with the old fence, as a holder that
+		// checked its lease and then stalled, half a TTL after
+		// the lease's end and again at three TTLs (after a
+		// failover's promotion).
+		time.Sleep(c.TTL / 2)
+		w.write(h, op, n, true)
+		time.Sleep(3*c.TTL - c.TTL/2)
+		w.write(h, op, n+1, true)
+	}
+}
+
+// release gives h up, reporting the Release before and Released after.
+func (w *worker) release(h hold, op int) {
+	w.emit(Event{Kind: Release, Op: op})
+	uctx, cancel := context.WithTimeout(w.ctx, w.c.Wait)
+	err := h.unlock(uctx)
+	cancel()
+	info := ""
+	if err != nil {
+		info = err.Error()
+	}
+	w.emit(Event{Kind: Released, Op: op, Info: info})
+}
+
+// write writes with each lock of h while its lease holds; unchecked,
+// also after (Cell.LateWrites), the request then bound to c.Wait only.
+func (w *worker) write(h hold, op, n int, unchecked bool) {
+	for _, l := range h.locks {
+		rctx := h.ctx
+		if unchecked {
+			var cancel context.CancelFunc
+			rctx, cancel = context.WithTimeout(w.ctx, w.c.Wait)
+			defer cancel()
+		} else if h.ctx.Err() != nil {
+			return // the lease is over: the client must not write
+		}
+		key := l.Key()
+		w.emit(Event{Kind: Write, Op: op, N: n, Fence: l.Fence(), Key: key})
+		u := "http://" + w.c.Register + "/write?c=" + strconv.Itoa(w.id) + "&op=" + strconv.Itoa(op) + "&n=" + strconv.Itoa(n) +
+			"&f=" + strconv.FormatUint(l.Fence(), 10) + "&k=" + url.QueryEscape(key)
+		req, _ := http.NewRequestWithContext(rctx, http.MethodPost, u, nil)
+		resp, err := w.hc.Do(req)
+		switch {
+		case err != nil:
+			w.emit(Event{Kind: Unknown, Op: op, N: n, Fence: l.Fence(), Key: key, Info: err.Error()})
+		case resp.StatusCode == http.StatusOK:
+			w.emit(Event{Kind: Accepted, Op: op, N: n, Fence: l.Fence(), Key: key})
+		case resp.StatusCode == http.StatusConflict:
+			w.emit(Event{Kind: Refused, Op: op, N: n, Fence: l.Fence(), Key: key})
+		default:
+			w.emit(Event{Kind: Unknown, Op: op, N: n, Fence: l.Fence(), Key: key, Info: resp.Status})
+		}
+		if resp != nil {
+			_ = resp.Body.Close()
+		}
 	}
 }
 

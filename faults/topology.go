@@ -110,112 +110,146 @@ func startTopology(n *Net, dir, strategy string, persist, proxied, clocked bool,
 	if persist {
 		data = []string{"--save", "", "--appendonly", "yes", "--appendfsync", "always", "--repl-diskless-sync-delay", "0"}
 	}
-	add := func(name, bin string, port int, conf string, args ...string) (*server, error) {
-		h, err := n.AddHost(name)
-		if err != nil {
-			return nil, err
-		}
-		d := filepath.Join(dir, name)
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return nil, err
-		}
-		s := &server{host: h, port: port, dir: d, cfg: redistest.Config{
-			Bin: bin, Dir: d, Host: h.IP, Ports: []int{port}, Conf: conf, Args: args, Command: h.Command,
-		}}
-		if clocked && bin == "redis-server" {
-			// In dir, not d: a wipe empties d, and a restarted server
-			// must find its clock.
-			if s.clock, err = redistest.NewClock(dir); err != nil {
-				return nil, err
-			}
-			s.cfg.Clock = s.clock
-		}
-		return s, s.start()
-	}
-	var addrs []string
+	h := &hosting{n: n, dir: dir, clocked: clocked}
+	var err error
 	switch unguarded(strategy) {
 	case "single", "redlock":
-		count := 1
-		if unguarded(strategy) == "redlock" {
-			count = 5
-		}
-		for i := range count {
-			s, err := add(fmt.Sprintf("r%d", i+1), "redis-server", 6379, "", data...)
-			if err != nil {
-				return t, err
-			}
-			t.Data = append(t.Data, s)
-			addr := s.addr()
-			if proxied {
-				p, err := redistest.NewProxy(net.JoinHostPort(n.Runner, "0"), addr)
-				if err != nil {
-					return t, err
-				}
-				t.proxies = append(t.proxies, p)
-				addr = p.Addr
-			}
-			addrs = append(addrs, addr)
-		}
-		t.URL = fmt.Sprintf("%s://%s?ttl=%v", unguarded(strategy), strings.Join(addrs, ","), ttl)
-		if strategy != unguarded(strategy) {
-			t.URL += fmt.Sprintf("&max_ttl=%v", ttl)
-		}
+		err = t.startMasters(h, data, proxied, ttl)
 	case "failover-ack-all", "failover-ack-none":
-		p, err := add("primary", "redis-server", 6379, "", data...)
-		if err != nil {
-			return t, err
-		}
-		t.Data = append(t.Data, p)
-		for i := range 2 {
-			r, err := add(fmt.Sprintf("replica%d", i+1), "redis-server", 6379, "", append(data, "--replicaof", p.host.IP, "6379")...)
-			if err != nil {
-				return t, err
-			}
-			t.Data = append(t.Data, r)
-		}
-		if err := waitReplicas(p, 2); err != nil {
-			return t, err
-		}
-		for i := range 3 {
-			conf := fmt.Sprintf("sentinel monitor dlmf %s 6379 2\nsentinel down-after-milliseconds dlmf 1000\n"+
-				"sentinel failover-timeout dlmf 3000\nsentinel parallel-syncs dlmf 2\n", p.host.IP)
-			s, err := add(fmt.Sprintf("sentinel%d", i+1), "redis-sentinel", 26379, conf)
-			if err != nil {
-				return t, err
-			}
-			t.Sentinels = append(t.Sentinels, s)
-			addrs = append(addrs, s.addr())
-		}
-		ack := strings.TrimPrefix(strategy, "failover-ack-")
-		t.URL = fmt.Sprintf("sentinel://%s/dlmf?ack=%s&replicas=2&wait_timeout=%v&ttl=%v", strings.Join(addrs, ","), ack, ttl/4, ttl)
+		err = t.startFailover(h, data, ttl)
 	case "cluster":
-		args := append(data, "--cluster-enabled", "yes", "--cluster-node-timeout", "2000", "--cluster-config-file", "nodes.conf")
-		var masters []*server
-		for i := range 3 {
-			m, err := add(fmt.Sprintf("master%d", i+1), "redis-server", 6379, "", args...)
-			if err != nil {
-				return t, err
-			}
-			masters = append(masters, m)
-			addrs = append(addrs, m.addr())
-		}
-		var replicas []*server
-		for i := range 3 {
-			r, err := add(fmt.Sprintf("replica%d", i+1), "redis-server", 6379, "", args...)
-			if err != nil {
-				return t, err
-			}
-			replicas = append(replicas, r)
-		}
-		if err := formCluster(masters, replicas); err != nil {
-			return t, err
-		}
-		t.Data = append(masters, replicas...)
-		t.URL = fmt.Sprintf("cluster://%s?ttl=%v", strings.Join(addrs, ","), ttl)
+		err = t.startCluster(h, data, ttl)
 	default:
-		return t, fmt.Errorf("faults: unknown strategy %q (known: %s)", strategy, strings.Join(strategies, ", "))
+		err = fmt.Errorf("faults: unknown strategy %q (known: %s)", strategy, strings.Join(strategies, ", "))
 	}
-	return t, nil
+	return t, err
+}
+
+// hosting starts servers on hosts of n, files in dir.
+type hosting struct {
+	n       *Net
+	dir     string
+	clocked bool // each redis-server has a wall clock of its own
+}
+
+// add starts bin on a new host name, listening on port, with conf and args.
+func (hs *hosting) add(name, bin string, port int, conf string, args ...string) (*server, error) {
+	h, err := hs.n.AddHost(name)
+	if err != nil {
+		return nil, err
+	}
+	d := filepath.Join(hs.dir, name)
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		return nil, err
+	}
+	s := &server{host: h, port: port, dir: d, cfg: redistest.Config{
+		Bin: bin, Dir: d, Host: h.IP, Ports: []int{port}, Conf: conf, Args: args, Command: h.Command,
+	}}
+	if hs.clocked && bin == "redis-server" {
+		// In dir, not d: a wipe empties d, and a restarted server
+		// must find its clock.
+		if s.clock, err = redistest.NewClock(hs.dir); err != nil {
+			return nil, err
+		}
+		s.cfg.Clock = s.clock
+	}
+	return s, s.start()
+}
+
+// startMasters starts single's one server or redlock's five, each behind a
+// proxy if proxied, and sets t's URL.
+func (t *topology) startMasters(h *hosting, data []string, proxied bool, ttl time.Duration) error {
+	var addrs []string
+	count := 1
+	if unguarded(t.Strategy) == "redlock" {
+		count = 5
+	}
+	for i := range count {
+		s, err := h.add(fmt.Sprintf("r%d", i+1), "redis-server", 6379, "", data...)
+		if err != nil {
+			return err
+		}
+		t.Data = append(t.Data, s)
+		addr := s.addr()
+		if proxied {
+			p, err := redistest.NewProxy(net.JoinHostPort(h.n.Runner, "0"), addr)
+			if err != nil {
+				return err
+			}
+			t.proxies = append(t.proxies, p)
+			addr = p.Addr
+		}
+		addrs = append(addrs, addr)
+	}
+	t.URL = fmt.Sprintf("%s://%s?ttl=%v", unguarded(t.Strategy), strings.Join(addrs, ","), ttl)
+	if t.Strategy != unguarded(t.Strategy) {
+		t.URL += fmt.Sprintf("&max_ttl=%v", ttl)
+	}
+	return nil
+}
+
+// startFailover starts a primary, its 2 replicas (waiting until both are
+// online) and 3 Sentinels monitoring it, and sets t's URL.
+func (t *topology) startFailover(h *hosting, data []string, ttl time.Duration) error {
+	var addrs []string
+	p, err := h.add("primary", "redis-server", 6379, "", data...)
+	if err != nil {
+		return err
+	}
+	t.Data = append(t.Data, p)
+	for i := range 2 {
+		r, err := h.add(fmt.Sprintf("replica%d", i+1), "redis-server", 6379, "", append(data, "--replicaof", p.host.IP, "6379")...)
+		if err != nil {
+			return err
+		}
+		t.Data = append(t.Data, r)
+	}
+	if err := waitReplicas(p, 2); err != nil {
+		return err
+	}
+	for i := range 3 {
+		conf := fmt.Sprintf("sentinel monitor dlmf %s 6379 2\nsentinel down-after-milliseconds dlmf 1000\n"+
+			"sentinel failover-timeout dlmf 3000\nsentinel parallel-syncs dlmf 2\n", p.host.IP)
+		s, err := h.add(fmt.Sprintf("sentinel%d", i+1), "redis-sentinel", 26379, conf)
+		if err != nil {
+			return err
+		}
+		t.Sentinels = append(t.Sentinels, s)
+		addrs = append(addrs, s.addr())
+	}
+	ack := strings.TrimPrefix(t.Strategy, "failover-ack-")
+	t.URL = fmt.Sprintf("sentinel://%s/dlmf?ack=%s&replicas=2&wait_timeout=%v&ttl=%v", strings.Join(addrs, ","), ack, ttl/4, ttl)
+	return nil
+}
+
+// startCluster starts 3 masters and 3 replicas, forms them into a Cluster
+// and sets t's URL.
+func (t *topology) startCluster(h *hosting, data []string, ttl time.Duration) error {
+	var addrs []string
+	args := append(data, "--cluster-enabled", "yes", "--cluster-node-timeout", "2000", "--cluster-config-file", "nodes.conf")
+	var masters []*server
+	for i := range 3 {
+		m, err := h.add(fmt.Sprintf("master%d", i+1), "redis-server", 6379, "", args...)
+		if err != nil {
+			return err
+		}
+		masters = append(masters, m)
+		addrs = append(addrs, m.addr())
+	}
+	var replicas []*server
+	for i := range 3 {
+		r, err := h.add(fmt.Sprintf("replica%d", i+1), "redis-server", 6379, "", args...)
+		if err != nil {
+			return err
+		}
+		replicas = append(replicas, r)
+	}
+	if err := formCluster(masters, replicas); err != nil {
+		return err
+	}
+	t.Data = append(masters, replicas...)
+	t.URL = fmt.Sprintf("cluster://%s?ttl=%v", strings.Join(addrs, ","), ttl)
+	return nil
 }
 
 // formCluster makes masters[i] serve the i-th third of the slots and

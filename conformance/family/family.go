@@ -311,6 +311,40 @@ func testRWLock(t *testing.T, c *familyCase) {
 		t.Fatal(err)
 	}
 	cx := familyCtx(t)
+	readersExcludeWriter(t, cx, rw)
+
+	// A stream of readers, always one inside, and writers among them.
+	s := &rwStream{rw: rw, cx: cx, stop: make(chan struct{}), errs: make(chan error, 8)}
+	for range 3 {
+		s.wg.Go(s.read)
+	}
+	// The writers come once the stream has had two readers inside at once
+	// (on a loaded machine that may take longer than a few reads).
+	s.awaitSharing(5 * time.Second)
+	for range 3 {
+		s.write(t)
+	}
+	close(s.stop)
+	s.wg.Wait()
+	close(s.errs)
+	for err := range s.errs {
+		t.Error(err)
+	}
+	if s.badFences > 0 {
+		t.Errorf("%d readers got a fence not above the last writer's", s.badFences)
+	}
+	if s.readers.overflows > 0 || s.writers.overflows > 0 {
+		t.Fatalf("a writer shared the lock: %d times with readers inside, %d readers inside with a writer", s.readers.overflows, s.writers.overflows)
+	}
+	if s.readers.peak < 2 {
+		t.Errorf("at most %d reader inside at once; readers must share", s.readers.peak)
+	}
+}
+
+// readersExcludeWriter checks that two readers share rw and that a writer
+// is refused while they are inside.
+func readersExcludeWriter(t *testing.T, cx context.Context, rw *rwlock.RWLock) {
+	t.Helper()
 	r1, err := rw.RLock(cx)
 	if err != nil {
 		t.Fatal(err)
@@ -327,101 +361,101 @@ func testRWLock(t *testing.T, c *familyCase) {
 	}
 	_ = r1.Unlock(cx)
 	_ = r2.Unlock(cx)
+}
 
-	// A stream of readers, always one inside, and writers among them.
-	var readers, writers occupancy
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	errs := make(chan error, 8)
-	var fenceMu sync.Mutex
-	var lastWrite uint64
-	badFences := 0 // readers whose fence is not above the last writer's
-	for range 3 {
-		wg.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				h, err := rw.RLock(cx)
-				if err != nil {
-					errs <- fmt.Errorf("RLock: %w", err)
-					return
-				}
-				readers.enter(4)
-				writers.mu.Lock()
-				if writers.in > 0 {
-					writers.overflows++ // a reader inside with a writer
-				}
-				writers.mu.Unlock()
-				fenceMu.Lock()
-				if h.Fence() <= lastWrite {
-					badFences++
-				}
-				fenceMu.Unlock()
-				time.Sleep(15 * time.Millisecond)
-				readers.leave()
-				if err := h.Unlock(cx); err != nil {
-					errs <- fmt.Errorf("RUnlock: %w", err)
-					return
-				}
-			}
-		})
+// An rwStream is testRWLock's stream of readers and its writers: who is
+// inside, and the fences the writers got.
+type rwStream struct {
+	rw               *rwlock.RWLock
+	cx               context.Context
+	readers, writers occupancy
+	stop             chan struct{}
+	wg               sync.WaitGroup
+	errs             chan error
+
+	fenceMu   sync.Mutex
+	lastWrite uint64
+	badFences int // readers whose fence is not above the last writer's
+}
+
+// read is one reader of the stream: until stop, it takes a read lock,
+// notes a writer inside with it and a fence not above the last writer's,
+// holds it for 15ms and gives it up.
+func (s *rwStream) read() {
+	for {
+		select {
+		case <-s.stop:
+			return
+		default:
+		}
+		h, err := s.rw.RLock(s.cx)
+		if err != nil {
+			s.errs <- fmt.Errorf("RLock: %w", err)
+			return
+		}
+		s.readers.enter(4)
+		s.writers.mu.Lock()
+		if s.writers.in > 0 {
+			s.writers.overflows++ // a reader inside with a writer
+		}
+		s.writers.mu.Unlock()
+		s.fenceMu.Lock()
+		if h.Fence() <= s.lastWrite {
+			s.badFences++
+		}
+		s.fenceMu.Unlock()
+		time.Sleep(15 * time.Millisecond)
+		s.readers.leave()
+		if err := h.Unlock(s.cx); err != nil {
+			s.errs <- fmt.Errorf("RUnlock: %w", err)
+			return
+		}
 	}
-	// The writers come once the stream has had two readers inside at once
-	// (on a loaded machine that may take longer than a few reads).
-	for shared := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		readers.mu.Lock()
-		peak := readers.peak
-		readers.mu.Unlock()
+}
+
+// awaitSharing waits, up to limit, until two readers have been inside at
+// once.
+func (s *rwStream) awaitSharing(limit time.Duration) {
+	for shared := time.Now().Add(limit); ; time.Sleep(5 * time.Millisecond) {
+		s.readers.mu.Lock()
+		peak := s.readers.peak
+		s.readers.mu.Unlock()
 		if peak >= 2 || time.Now().After(shared) {
 			break
 		}
 	}
-	for range 3 {
-		start := time.Now()
-		h, err := rw.Lock(cx)
-		if err != nil {
-			close(stop)
-			wg.Wait()
-			t.Fatalf("a writer among a stream of readers: %v after %v", err, time.Since(start))
-		}
-		writers.enter(1)
-		readers.mu.Lock()
-		if readers.in > 0 {
-			readers.overflows++ // a writer inside with a reader
-		}
-		readers.mu.Unlock()
-		fenceMu.Lock()
-		if h.Fence() <= lastWrite {
-			t.Errorf("writer fence %d not above the last writer's %d", h.Fence(), lastWrite)
-		}
-		lastWrite = h.Fence()
-		fenceMu.Unlock()
-		time.Sleep(5 * time.Millisecond)
-		writers.leave()
-		if err := h.Unlock(cx); err != nil {
-			t.Errorf("Unlock: %v", err)
-		}
-		if took := time.Since(start); took > 5*time.Second {
-			t.Errorf("a writer waited %v among readers that always overlap (starved)", took)
-		}
+}
+
+// write is one writer among the readers: it must get the lock within 5s,
+// alone, with a fence above the last writer's.
+func (s *rwStream) write(t *testing.T) {
+	t.Helper()
+	start := time.Now()
+	h, err := s.rw.Lock(s.cx)
+	if err != nil {
+		close(s.stop)
+		s.wg.Wait()
+		t.Fatalf("a writer among a stream of readers: %v after %v", err, time.Since(start))
 	}
-	close(stop)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
+	s.writers.enter(1)
+	s.readers.mu.Lock()
+	if s.readers.in > 0 {
+		s.readers.overflows++ // a writer inside with a reader
 	}
-	if badFences > 0 {
-		t.Errorf("%d readers got a fence not above the last writer's", badFences)
+	s.readers.mu.Unlock()
+	s.fenceMu.Lock()
+	if h.Fence() <= s.lastWrite {
+		t.Errorf("writer fence %d not above the last writer's %d", h.Fence(), s.lastWrite)
 	}
-	if readers.overflows > 0 || writers.overflows > 0 {
-		t.Fatalf("a writer shared the lock: %d times with readers inside, %d readers inside with a writer", readers.overflows, writers.overflows)
+	s.lastWrite = h.Fence()
+	s.fenceMu.Unlock()
+	time.Sleep(5 * time.Millisecond)
+	s.writers.leave()
+	if err := h.Unlock(s.cx); err != nil {
+		t.Errorf("Unlock: %v", err)
 	}
-	if readers.peak < 2 {
-		t.Errorf("at most %d reader inside at once; readers must share", readers.peak)
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("a writer waited %v among readers that always overlap (starved)", took)
 	}
 }
 

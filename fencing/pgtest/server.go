@@ -60,16 +60,9 @@ func Start() (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	var cred *syscall.Credential
-	uid, gid := -1, -1
-	if os.Geteuid() == 0 {
-		u, err := user.Lookup("postgres")
-		if err != nil {
-			return nil, fmt.Errorf("%w: %v", ErrNoUser, err)
-		}
-		uid, _ = strconv.Atoi(u.Uid)
-		gid, _ = strconv.Atoi(u.Gid)
-		cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+	cred, err := credential()
+	if err != nil {
+		return nil, err
 	}
 	// In the system's temporary directory: a test's TempDir has parents
 	// of mode 0700, closed to the postgres user.
@@ -78,45 +71,72 @@ func Start() (*Server, error) {
 		return nil, err
 	}
 	s := &Server{Dir: dir}
-	fail := func(err error) (*Server, error) {
+	if err := s.start(bin, cred); err != nil {
 		s.Close()
 		return nil, err
 	}
-	if uid >= 0 {
-		if err := os.Chown(dir, uid, gid); err != nil {
-			return fail(err)
+	return s, nil
+}
+
+// credential returns, as root, the postgres user's credential to run
+// PostgreSQL with (ErrNoUser without one); otherwise nil.
+func credential() (*syscall.Credential, error) {
+	if os.Geteuid() != 0 {
+		return nil, nil
+	}
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrNoUser, err)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
+}
+
+// start gives s.Dir to cred's user, runs initdb into it and starts postgres
+// (with bin's programs), and waits until it answers.
+func (s *Server) start(bin string, cred *syscall.Credential) error {
+	if cred != nil {
+		if err := os.Chown(s.Dir, int(cred.Uid), int(cred.Gid)); err != nil {
+			return err
 		}
 	}
 	command := func(name string, args ...string) *exec.Cmd {
 		cmd := exec.Command(filepath.Join(bin, name), args...)
-		cmd.Dir = dir
+		cmd.Dir = s.Dir
 		cmd.Env = append(os.Environ(), "LC_ALL=C")
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGKILL}
 		return cmd
 	}
-	data := filepath.Join(dir, "data")
+	data := filepath.Join(s.Dir, "data")
 	if out, err := command("initdb", "-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync").CombinedOutput(); err != nil {
-		return fail(fmt.Errorf("pgtest: initdb: %v\n%s", err, out))
+		return fmt.Errorf("pgtest: initdb: %v\n%s", err, out)
 	}
-	logf := filepath.Join(dir, "postgres.log")
+	logf := filepath.Join(s.Dir, "postgres.log")
 	logFile, err := os.Create(logf)
 	if err != nil {
-		return fail(err)
+		return err
 	}
 	defer logFile.Close()
-	s.cmd = command("postgres", "-D", data, "-k", dir, "-c", "listen_addresses=",
+	s.cmd = command("postgres", "-D", data, "-k", s.Dir, "-c", "listen_addresses=",
 		"-c", "fsync=off", "-c", "max_connections=200", "-c", "shared_buffers=16MB")
 	s.cmd.Stdout, s.cmd.Stderr = logFile, logFile
 	if err := s.cmd.Start(); err != nil {
 		s.cmd = nil
-		return fail(fmt.Errorf("pgtest: postgres: %v", err))
+		return fmt.Errorf("pgtest: postgres: %v", err)
 	}
 	s.exited = make(chan struct{})
 	go func() { _ = s.cmd.Wait(); close(s.exited) }()
-	s.DSN = fmt.Sprintf("host=%s port=5432 user=postgres dbname=postgres sslmode=disable", dir)
+	s.DSN = fmt.Sprintf("host=%s port=5432 user=postgres dbname=postgres sslmode=disable", s.Dir)
+	return s.waitReady(logf)
+}
+
+// waitReady pings the server until it answers, failing (with the end of
+// its log, logf) if postgres exits or has not answered within 30s.
+func (s *Server) waitReady(logf string) error {
 	db, err := s.Open()
 	if err != nil {
-		return fail(err)
+		return err
 	}
 	defer db.Close()
 	deadline := time.Now().Add(30 * time.Second)
@@ -125,17 +145,17 @@ func Start() (*Server, error) {
 		err = db.PingContext(ctx)
 		cancel()
 		if err == nil {
-			return s, nil
+			return nil
 		}
 		select {
 		case <-s.exited:
 			b, _ := os.ReadFile(logf)
-			return fail(fmt.Errorf("pgtest: postgres exited: %s", tail(b)))
+			return fmt.Errorf("pgtest: postgres exited: %s", tail(b))
 		default:
 		}
 		if time.Now().After(deadline) {
 			b, _ := os.ReadFile(logf)
-			return fail(fmt.Errorf("pgtest: postgres not ready after 30s: %v\n%s", err, tail(b)))
+			return fmt.Errorf("pgtest: postgres not ready after 30s: %v\n%s", err, tail(b))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

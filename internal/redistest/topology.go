@@ -59,7 +59,28 @@ func StartClusterTLS(t testing.TB, certs *Certs, replicas ...int) *Cluster {
 
 func startCluster(t testing.TB, certs *Certs, replicas []int) *Cluster {
 	t.Helper()
-	n := len(replicas)
+	cl := startClusterNodes(t, certs, replicas)
+	nodes := cl.nodes()
+	cl.assignSlots(t)
+	meet(t, nodes)
+	cl.replicate(t)
+	waitClusterFormed(t, cl, nodes)
+	for i, m := range cl.Masters {
+		mc := m.Client(t)
+		waitFor(t, 60*time.Second, m.Addr+" reporting its replicas online", func() bool {
+			info, err := mc.Info(context.Background(), "replication").Result()
+			return err == nil && strings.Count(info, ",state=online,") == len(cl.Replicas[i])
+		})
+		waitAcked(t, m)
+	}
+	return cl
+}
+
+// startClusterNodes starts a master for each entry of replicas and that
+// many replicas for it, cluster-enabled (with TLS between them if certs),
+// not yet joined.
+func startClusterNodes(t testing.TB, certs *Certs, replicas []int) *Cluster {
+	t.Helper()
 	// A replica whose master has been down longer than 10s plus ten node
 	// timeouts never stands for election by default (its data counts as
 	// too old): on a loaded machine where elections fail for that long, the
@@ -76,24 +97,48 @@ func startCluster(t testing.TB, certs *Certs, replicas []int) *Cluster {
 		}
 		return s
 	}
-	cl := &Cluster{Masters: start(n), Replicas: make([][]*Server, n)}
-	nodes := slices.Clone(cl.Masters)
+	cl := &Cluster{Masters: start(len(replicas)), Replicas: make([][]*Server, len(replicas))}
 	for i, r := range replicas {
 		cl.Replicas[i] = start(r)
-		nodes = append(nodes, cl.Replicas[i]...)
 	}
-	ctx := context.Background()
+	return cl
+}
+
+// nodes returns the masters, then each master's replicas.
+func (cl *Cluster) nodes() []*Server {
+	nodes := slices.Clone(cl.Masters)
+	for _, r := range cl.Replicas {
+		nodes = append(nodes, r...)
+	}
+	return nodes
+}
+
+// assignSlots gives the i-th master the i-th share of the slots.
+func (cl *Cluster) assignSlots(t testing.TB) {
+	t.Helper()
+	n := len(cl.Masters)
 	for i, s := range cl.Masters {
 		lo, hi := i*16384/n, (i+1)*16384/n-1
-		if err := s.Client(t).Do(ctx, "CLUSTER", "ADDSLOTSRANGE", lo, hi).Err(); err != nil {
+		if err := s.Client(t).Do(context.Background(), "CLUSTER", "ADDSLOTSRANGE", lo, hi).Err(); err != nil {
 			t.Fatalf("redistest: CLUSTER ADDSLOTSRANGE on %s: %v", s.Addr, err)
 		}
 	}
+}
+
+// meet introduces every node to the first.
+func meet(t testing.TB, nodes []*Server) {
+	t.Helper()
 	for _, s := range nodes[1:] {
-		if err := s.Client(t).ClusterMeet(ctx, "127.0.0.1", strconv.Itoa(nodes[0].Port)).Err(); err != nil {
+		if err := s.Client(t).ClusterMeet(context.Background(), "127.0.0.1", strconv.Itoa(nodes[0].Port)).Err(); err != nil {
 			t.Fatalf("redistest: CLUSTER MEET: %v", err)
 		}
 	}
+}
+
+// replicate makes each replica follow its master, once it knows it.
+func (cl *Cluster) replicate(t testing.TB) {
+	t.Helper()
+	ctx := context.Background()
 	for i, m := range cl.Masters {
 		if len(cl.Replicas[i]) == 0 {
 			continue
@@ -110,6 +155,14 @@ func startCluster(t testing.TB, certs *Certs, replicas []int) *Cluster {
 			})
 		}
 	}
+}
+
+// waitClusterFormed waits until every node of cl says the cluster is ok
+// and knows every node, has its bus links connected, and knows every
+// replica as one.
+func waitClusterFormed(t testing.TB, cl *Cluster, nodes []*Server) {
+	t.Helper()
+	ctx := context.Background()
 	waitFor(t, 30*time.Second, "cluster_state:ok on every node", func() bool {
 		for _, s := range nodes {
 			c := redis.NewClient(s.options())
@@ -144,15 +197,6 @@ func startCluster(t testing.TB, certs *Certs, replicas []int) *Cluster {
 		}
 		return true
 	})
-	for i, m := range cl.Masters {
-		mc := m.Client(t)
-		waitFor(t, 60*time.Second, m.Addr+" reporting its replicas online", func() bool {
-			info, err := mc.Info(ctx, "replication").Result()
-			return err == nil && strings.Count(info, ",state=online,") == len(cl.Replicas[i])
-		})
-		waitAcked(t, m)
-	}
-	return cl
 }
 
 // linksConnected reports whether the node s lists n nodes in CLUSTER

@@ -83,77 +83,30 @@ type span struct {
 	start, end time.Duration
 }
 
+// contention is one liveness run's shared state: what the clients'
+// attempts and grants recorded, and when the run began.
+type contention struct {
+	c    Contention
+	seed uint64
+	t0   time.Time
+
+	mu       sync.Mutex
+	res      Tally
+	attempts []span // every acquisition attempt
+	valid    []span // every grant's validity
+}
+
 func contend(t *testing.T, seed uint64, c Contention) Tally {
-	t0 := time.Now()
-	now := func() time.Duration { return time.Since(t0) }
-	var servers []*dlmtest.Server
-	for i := range c.Servers {
-		servers = append(servers, dlmtest.NewServer(dlmtest.WithName(fmt.Sprintf("s%d", i))))
-	}
+	r := &contention{c: c, seed: seed, t0: time.Now()}
+	servers := startServers(c.Servers)
 	defer func() {
 		for _, s := range servers {
 			s.Close()
 		}
 	}()
-	var mu sync.Mutex
-	var res Tally
-	var attempts, valid []span
 	mans := make([]*dlm.Manager, c.Clients)
 	for i := range c.Clients {
-		var nodes []dlm.Node
-		for j, srv := range servers {
-			nd := srv.Node()
-			nd.SetDelay(linkDelay(seed, i, j))
-			if j < c.Slow {
-				var rmu sync.Mutex
-				r := rand.New(rand.NewPCG(seed, uint64(5000+i*64+j)))
-				nd.SetFaults(func(reply bool) dlmtest.Fault {
-					if reply != c.Replies {
-						return dlmtest.Fault{}
-					}
-					rmu.Lock()
-					defer rmu.Unlock()
-					return dlmtest.Fault{Delay: c.Delay(r)}
-				})
-			}
-			nodes = append(nodes, nd)
-		}
-		rl, err := strategy.NewRedlock(nodes)
-		if err != nil {
-			t.Fatal(err)
-		}
-		counted := &counting{Redlock: rl, now: now, note: func(s span, err error) {
-			mu.Lock()
-			defer mu.Unlock()
-			s.client = i
-			attempts = append(attempts, s)
-			var qe *strategy.QuorumError
-			failed := errors.As(err, &qe)
-			if debugGrants && s.start < 3*time.Second {
-				o := "granted"
-				if failed {
-					o = ""
-					for _, n := range qe.Nodes {
-						o += n.Outcome.String()[:1] // g, r, f or p
-					}
-					o += " " + qe.Reason
-				}
-				println("attempt", i, s.start.String(), s.end.String(), o)
-			}
-			res.Attempts++
-			switch {
-			case err == nil:
-			case failed && qe.Count(strategy.Granted) > 0:
-				res.Split++
-			default:
-				res.Refused++
-			}
-		}}
-		m, err := dlm.New(counted)
-		if err != nil {
-			t.Fatal(err)
-		}
-		mans[i] = m
+		mans[i] = r.newManager(t, i, servers)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.For)
 	defer cancel()
@@ -162,49 +115,151 @@ func contend(t *testing.T, seed uint64, c Contention) Tally {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for ctx.Err() == nil {
-				l, err := m.Lock(ctx, "contended")
-				if err != nil {
-					continue
-				}
-				if debugGrants && now() < 3*time.Second {
-					println("grant", i, now().String(), l.Fence())
-				}
-				mu.Lock()
-				res.Grants++
-				if !time.Now().Before(l.Until()) {
-					res.Late++
-				}
-				k := len(valid)
-				valid = append(valid, span{client: i, start: now(), end: l.Until().Sub(t0)})
-				mu.Unlock()
-				time.Sleep(c.Hold)
-				uctx, ucancel := context.WithTimeout(context.Background(), time.Second)
-				// The lease ends when Unlock begins: the release may
-				// still be on its way when the next grant comes.
-				mu.Lock()
-				valid[k].end = min(valid[k].end, now())
-				mu.Unlock()
-				_ = l.Unlock(uctx)
-				ucancel()
-			}
+			r.work(ctx, i, m)
 		}()
 	}
 	wg.Wait()
 	time.Sleep(time.Minute) // the strategies' background work ends
-	mu.Lock()
-	defer mu.Unlock()
-	for i, a := range attempts {
-		for j, b := range attempts {
+	return r.tally()
+}
+
+// startServers starts n in-memory servers, named s0, s1, ...
+func startServers(n int) []*dlmtest.Server {
+	var servers []*dlmtest.Server
+	for i := range n {
+		servers = append(servers, dlmtest.NewServer(dlmtest.WithName(fmt.Sprintf("s%d", i))))
+	}
+	return servers
+}
+
+// now is the virtual time since the run began.
+func (r *contention) now() time.Duration { return time.Since(r.t0) }
+
+// newManager builds client i's Manager: its own Nodes of the servers (the
+// first Slow of them delayed as the Contention says) under a Redlock that
+// reports each attempt to r.
+func (r *contention) newManager(t *testing.T, i int, servers []*dlmtest.Server) *dlm.Manager {
+	var nodes []dlm.Node
+	for j, srv := range servers {
+		nd := srv.Node()
+		nd.SetDelay(linkDelay(r.seed, i, j))
+		if j < r.c.Slow {
+			nd.SetFaults(r.slowFaults(i, j))
+		}
+		nodes = append(nodes, nd)
+	}
+	rl, err := strategy.NewRedlock(nodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	counted := &counting{Redlock: rl, now: r.now, note: func(s span, err error) { r.noteAttempt(i, s, err) }}
+	m, err := dlm.New(counted)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// slowFaults delays, on client i's link to slow server j, every request
+// (or with Replies every reply) by a draw of Delay.
+func (r *contention) slowFaults(i, j int) func(reply bool) dlmtest.Fault {
+	var rmu sync.Mutex
+	rng := rand.New(rand.NewPCG(r.seed, uint64(5000+i*64+j)))
+	return func(reply bool) dlmtest.Fault {
+		if reply != r.c.Replies {
+			return dlmtest.Fault{}
+		}
+		rmu.Lock()
+		defer rmu.Unlock()
+		return dlmtest.Fault{Delay: r.c.Delay(rng)}
+	}
+}
+
+// noteAttempt records client i's acquisition attempt s, which ended in
+// err, and counts how it failed if it did.
+func (r *contention) noteAttempt(i int, s span, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s.client = i
+	r.attempts = append(r.attempts, s)
+	var qe *strategy.QuorumError
+	failed := errors.As(err, &qe)
+	if debugGrants && s.start < 3*time.Second {
+		o := "granted"
+		if failed {
+			o = ""
+			for _, n := range qe.Nodes {
+				o += n.Outcome.String()[:1] // g, r, f or p
+			}
+			o += " " + qe.Reason
+		}
+		println("attempt", i, s.start.String(), s.end.String(), o)
+	}
+	r.res.Attempts++
+	switch {
+	case err == nil:
+	case failed && qe.Count(strategy.Granted) > 0:
+		r.res.Split++
+	default:
+		r.res.Refused++
+	}
+}
+
+// work is client i's worker: until ctx ends, take the key, hold it for
+// Hold and unlock it.
+func (r *contention) work(ctx context.Context, i int, m *dlm.Manager) {
+	for ctx.Err() == nil {
+		l, err := m.Lock(ctx, "contended")
+		if err != nil {
+			continue
+		}
+		if debugGrants && r.now() < 3*time.Second {
+			println("grant", i, r.now().String(), l.Fence())
+		}
+		k := r.noteGrant(i, l)
+		time.Sleep(r.c.Hold)
+		uctx, ucancel := context.WithTimeout(context.Background(), time.Second)
+		// The lease ends when Unlock begins: the release may
+		// still be on its way when the next grant comes.
+		r.mu.Lock()
+		r.valid[k].end = min(r.valid[k].end, r.now())
+		r.mu.Unlock()
+		_ = l.Unlock(uctx)
+		ucancel()
+	}
+}
+
+// noteGrant records client i's grant of l, counting it late if it came
+// past its validity, and returns its index in valid.
+func (r *contention) noteGrant(i int, l *dlm.Lock) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.res.Grants++
+	if !time.Now().Before(l.Until()) {
+		r.res.Late++
+	}
+	k := len(r.valid)
+	r.valid = append(r.valid, span{client: i, start: r.now(), end: l.Until().Sub(r.t0)})
+	return k
+}
+
+// tally counts, over what the run recorded, the attempts that overlapped
+// another client's and the grants that began while another was valid.
+func (r *contention) tally() Tally {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	res := r.res
+	for i, a := range r.attempts {
+		for j, b := range r.attempts {
 			if j != i && b.client != a.client && b.start < a.end && a.start < b.end {
 				res.Overlapping++
 				break
 			}
 		}
 	}
-	slices.SortFunc(valid, func(a, b span) int { return int(a.start - b.start) })
+	slices.SortFunc(r.valid, func(a, b span) int { return int(a.start - b.start) })
 	var end time.Duration
-	for i, v := range valid {
+	for i, v := range r.valid {
 		if i > 0 && v.start < end {
 			res.Overlaps++
 		}

@@ -186,6 +186,26 @@ type Options struct {
 // Plan draws a run's configuration and fault schedule from seed.
 func Plan(seed uint64, o Options) (Config, Schedule) {
 	r := rand.New(rand.NewPCG(seed, 0x5eed))
+	c := planConfig(r, seed, o)
+	var s Schedule
+	for range 1 + r.IntN(5) {
+		f := drawFault(r, c, o.Kinds)
+		if f.Beyond && o.Within {
+			continue
+		}
+		s = append(s, f)
+	}
+	sort.SliceStable(s, func(i, j int) bool { return s[i].At < s[j].At })
+	markPromotedClocks(s)
+	if o.Within && s.Beyond() {
+		s = slices.DeleteFunc(s, func(f Fault) bool { return f.Beyond })
+	}
+	return c, s
+}
+
+// planConfig draws the run's configuration from r (and its primitive from
+// seed), then applies what o fixes.
+func planConfig(r *rand.Rand, seed uint64, o Options) Config {
 	c := Config{
 		Deployment: Deployment(r.IntN(int(numDeployments))),
 		Guard:      r.IntN(2) == 0,
@@ -216,65 +236,72 @@ func Plan(seed uint64, o Options) (Config, Schedule) {
 	if o.Renew != nil {
 		c.Renew = *o.Renew
 	}
+	return c
+}
+
+// drawDur draws a duration uniformly in [lo, hi].
+func drawDur(r *rand.Rand, lo, hi time.Duration) time.Duration {
+	return lo + time.Duration(r.Int64N(int64(hi-lo)+1))
+}
+
+// drawFault draws one fault for c from r, of one of kinds (nil: any), and
+// marks it Beyond if it is outside what dlm promises.
+func drawFault(r *rand.Rand, c Config, kinds []FaultKind) Fault {
 	n := c.Deployment.servers()
-	dur := func(lo, hi time.Duration) time.Duration { return lo + time.Duration(r.Int64N(int64(hi-lo)+1)) }
-	var s Schedule
-	for range 1 + r.IntN(5) {
-		f := Fault{At: dur(0, c.Faulty*3/4), For: dur(c.TTL/5, 3*c.TTL), Server: r.IntN(n), Client: r.IntN(c.Clients)}
-		f.Kind = FaultKind(r.IntN(int(numFaultKinds)))
-		if o.Kinds != nil {
-			f.Kind = o.Kinds[r.IntN(len(o.Kinds))]
-		}
-		if !c.Deployment.failover() && f.Kind >= Promote {
-			f.Kind = HolderPause
-		}
-		if c.Deployment.failover() && f.Kind >= Promote {
-			f.Server = r.IntN(2)
-		}
-		switch f.Kind {
-		case ServerDelay, LinkDelay, ServerSlow:
-			f.Size = dur(0, 150*time.Millisecond)
-		case ServerDrop:
-			f.N = 1 + r.IntN(5)
-		case Partition:
-			k := 1 + r.IntN(n)
-			f.Servers = r.Perm(n)[:k]
-			sort.Ints(f.Servers)
-		case Restart:
-			f.Keep = r.IntN(2) == 0
-			// Without data and without the guard, a restarted server
-			// forgets the locks it granted: not promised.
-			f.Beyond = !f.Keep && !c.Guard
-		case Drift:
-			b := Bound(c.TTL)
-			if r.IntN(3) == 0 {
-				f.Rate = b + (0.2)*r.Float64() + 0.0005
-				f.Beyond = true
-			} else {
-				f.Rate = 0.9 + (b-0.0005-0.9)*r.Float64()
-			}
-			f.For = dur(c.TTL, 6*c.TTL)
-		case Jump:
-			f.Size = dur(-2*c.TTL, 2*c.TTL)
-			f.Beyond = f.Size > 0 // a jump forward frees keys early
-		case ReplicaLag:
-			f.Size = dur(0, 200*time.Millisecond)
-		case Promote:
-			// Sentinel may promote any replica: only AckAll waits for
-			// every replica to have the lock.
-			f.Beyond = c.Deployment != FailoverAll
-		}
-		if f.Beyond && o.Within {
-			continue
-		}
-		s = append(s, f)
+	f := Fault{At: drawDur(r, 0, c.Faulty*3/4), For: drawDur(r, c.TTL/5, 3*c.TTL), Server: r.IntN(n), Client: r.IntN(c.Clients)}
+	f.Kind = FaultKind(r.IntN(int(numFaultKinds)))
+	if kinds != nil {
+		f.Kind = kinds[r.IntN(len(kinds))]
 	}
-	sort.SliceStable(s, func(i, j int) bool { return s[i].At < s[j].At })
-	// A promoted replica expires keys by its own clock, at the absolute
-	// times the primary wrote (Redis 7 propagates expiries as PXAT): a
-	// primary clock that fell behind the replicas' (a jump back, a slow
-	// drift) shortens every lease at promotion. Not in the documented
-	// promise: see TestPromotedReplicaClockAhead.
+	if !c.Deployment.failover() && f.Kind >= Promote {
+		f.Kind = HolderPause
+	}
+	if c.Deployment.failover() && f.Kind >= Promote {
+		f.Server = r.IntN(2)
+	}
+	switch f.Kind {
+	case ServerDelay, LinkDelay, ServerSlow:
+		f.Size = drawDur(r, 0, 150*time.Millisecond)
+	case ServerDrop:
+		f.N = 1 + r.IntN(5)
+	case Partition:
+		k := 1 + r.IntN(n)
+		f.Servers = r.Perm(n)[:k]
+		sort.Ints(f.Servers)
+	case Restart:
+		f.Keep = r.IntN(2) == 0
+		// Without data and without the guard, a restarted server
+		// forgets the locks it granted: not promised.
+		f.Beyond = !f.Keep && !c.Guard
+	case Drift:
+		b := Bound(c.TTL)
+		if r.IntN(3) == 0 {
+			f.Rate = b + (0.2)*r.Float64() + 0.0005
+			f.Beyond = true
+		} else {
+			f.Rate = 0.9 + (b-0.0005-0.9)*r.Float64()
+		}
+		f.For = drawDur(r, c.TTL, 6*c.TTL)
+	case Jump:
+		f.Size = drawDur(r, -2*c.TTL, 2*c.TTL)
+		f.Beyond = f.Size > 0 // a jump forward frees keys early
+	case ReplicaLag:
+		f.Size = drawDur(r, 0, 200*time.Millisecond)
+	case Promote:
+		// Sentinel may promote any replica: only AckAll waits for
+		// every replica to have the lock.
+		f.Beyond = c.Deployment != FailoverAll
+	}
+	return f
+}
+
+// markPromotedClocks marks s's clock faults Beyond if s promotes a replica.
+// A promoted replica expires keys by its own clock, at the absolute times
+// the primary wrote (Redis 7 propagates expiries as PXAT): a primary clock
+// that fell behind the replicas' (a jump back, a slow drift) shortens every
+// lease at promotion. Not in the documented promise: see
+// TestPromotedReplicaClockAhead.
+func markPromotedClocks(s Schedule) {
 	promoted := false
 	for _, f := range s {
 		promoted = promoted || f.Kind == Promote
@@ -286,10 +313,6 @@ func Plan(seed uint64, o Options) (Config, Schedule) {
 			}
 		}
 	}
-	if o.Within && s.Beyond() {
-		s = slices.DeleteFunc(s, func(f Fault) bool { return f.Beyond })
-	}
-	return c, s
 }
 
 // A Grant is one Lock (or permit, or hold) a worker held.
@@ -398,15 +421,7 @@ func (w *world) now() time.Duration { return time.Since(w.t0) }
 func run(t *testing.T, res *Result, seed uint64) {
 	c := res.Config
 	w := &world{c: c, seed: seed, t0: time.Now()}
-	n := c.Deployment.servers()
-	for i := range n {
-		var opts []dlmtest.Option
-		opts = append(opts, dlmtest.WithName(fmt.Sprintf("s%d", i)))
-		if c.Deployment.failover() {
-			opts = append(opts, dlmtest.WithReplicas(2))
-		}
-		w.servers = append(w.servers, dlmtest.NewServer(opts...))
-	}
+	w.deploy()
 	defer func() {
 		for _, srv := range w.servers {
 			srv.Close()
@@ -414,47 +429,81 @@ func run(t *testing.T, res *Result, seed uint64) {
 	}()
 	shared := newPlantState()
 	for i := range c.Clients {
-		var nodes []*dlmtest.Node
-		var dn []dlm.Node
-		for j, srv := range w.servers {
-			nd := srv.Node()
-			nd.SetDelay(linkDelay(seed, i, j))
-			nodes = append(nodes, nd)
-			dn = append(dn, plantNode(c.Bug, nd, srv, i, j, shared))
-		}
-		w.nodes = append(w.nodes, nodes)
-		inner, err := newStrategy(c, dn)
-		if err != nil {
-			t.Fatalf("strategy: %v", err)
-		}
-		st := plantStrategy(c.Bug, inner, c.TTL, shared)
-		rec := &recorder{Strategy: st, w: w, client: i}
-		opts := []dlm.Option{dlm.WithTTL(c.TTL), dlm.WithRetryDelay(5*time.Millisecond, c.TTL/4)}
-		if c.Renew {
-			opts = append(opts, dlm.WithAutoRenew(1.0/3, 20*c.TTL))
-		}
-		var ds dlm.Strategy = rec
-		if h, ok := st.(dlm.Handoff); ok {
-			ds = &handoffRecorder{recorder: rec, h: h}
-			if one, ok := inner.(strategy.OneDeployment); ok && c.Prim == Fair {
-				ds = &fairRecorder{handoffRecorder: ds.(*handoffRecorder), node: &queueSpy{Node: one.Node(), w: w}}
-			}
-		}
-		m, err := dlm.New(ds, opts...)
-		if err != nil {
-			t.Fatalf("manager: %v", err)
-		}
-		ps, err := newPrims(c.Prim, m)
-		if err != nil {
-			t.Fatalf("%v: %v", c.Prim, err)
-		}
-		w.mans = append(w.mans, m)
-		w.prims = append(w.prims, ps)
+		w.addClient(t, i, shared)
 	}
+	w.runFaulty(res.Schedule)
+	w.checkLiveness(res)
+	w.settle()
+	w.check(res)
+}
 
-	// Faults.
+// deploy starts the Deployment's servers, each with 2 replicas for failover.
+func (w *world) deploy() {
+	for i := range w.c.Deployment.servers() {
+		var opts []dlmtest.Option
+		opts = append(opts, dlmtest.WithName(fmt.Sprintf("s%d", i)))
+		if w.c.Deployment.failover() {
+			opts = append(opts, dlmtest.WithReplicas(2))
+		}
+		w.servers = append(w.servers, dlmtest.NewServer(opts...))
+	}
+}
+
+// addClient builds client i: its own Nodes of the servers (with the planted
+// bug, if any), its strategy wrapped to record acquisitions, its Manager
+// and the primitives its workers take.
+func (w *world) addClient(t *testing.T, i int, shared *plantState) {
+	c := w.c
+	var nodes []*dlmtest.Node
+	var dn []dlm.Node
+	for j, srv := range w.servers {
+		nd := srv.Node()
+		nd.SetDelay(linkDelay(w.seed, i, j))
+		nodes = append(nodes, nd)
+		dn = append(dn, plantNode(c.Bug, nd, srv, i, j, shared))
+	}
+	w.nodes = append(w.nodes, nodes)
+	inner, err := newStrategy(c, dn)
+	if err != nil {
+		t.Fatalf("strategy: %v", err)
+	}
+	st := plantStrategy(c.Bug, inner, c.TTL, shared)
+	opts := []dlm.Option{dlm.WithTTL(c.TTL), dlm.WithRetryDelay(5*time.Millisecond, c.TTL/4)}
+	if c.Renew {
+		opts = append(opts, dlm.WithAutoRenew(1.0/3, 20*c.TTL))
+	}
+	m, err := dlm.New(w.recording(i, inner, st), opts...)
+	if err != nil {
+		t.Fatalf("manager: %v", err)
+	}
+	ps, err := newPrims(c.Prim, m)
+	if err != nil {
+		t.Fatalf("%v: %v", c.Prim, err)
+	}
+	w.mans = append(w.mans, m)
+	w.prims = append(w.prims, ps)
+}
+
+// recording wraps client i's strategy st (over inner, before any planted
+// bug) to record its acquisitions, its handoffs if it hands off, and a fair
+// lock's queue calls.
+func (w *world) recording(i int, inner, st dlm.Strategy) dlm.Strategy {
+	rec := &recorder{Strategy: st, w: w, client: i}
+	var ds dlm.Strategy = rec
+	if h, ok := st.(dlm.Handoff); ok {
+		ds = &handoffRecorder{recorder: rec, h: h}
+		if one, ok := inner.(strategy.OneDeployment); ok && w.c.Prim == Fair {
+			ds = &fairRecorder{handoffRecorder: ds.(*handoffRecorder), node: &queueSpy{Node: one.Node(), w: w}}
+		}
+	}
+	return ds
+}
+
+// runFaulty strikes the schedule's faults while the workers take the lock,
+// until the faults heal, then heals whatever is still on.
+func (w *world) runFaulty(s Schedule) {
 	var fwg sync.WaitGroup
-	for _, f := range res.Schedule {
+	for _, f := range s {
 		fwg.Add(1)
 		go func() {
 			defer fwg.Done()
@@ -462,14 +511,12 @@ func run(t *testing.T, res *Result, seed uint64) {
 			w.strike(f)
 		}()
 	}
-
-	// Workers, until the faults heal.
-	stop := w.t0.Add(c.Faulty)
+	stop := w.t0.Add(w.c.Faulty)
 	var wwg sync.WaitGroup
-	for i := range c.Clients {
-		for k := range c.Workers {
+	for i := range w.c.Clients {
+		for k := range w.c.Workers {
 			wwg.Add(1)
-			r := rand.New(rand.NewPCG(seed, uint64(i*16+k+1)))
+			r := rand.New(rand.NewPCG(w.seed, uint64(i*16+k+1)))
 			go func() {
 				defer wwg.Done()
 				w.work(i, k, r, stop)
@@ -479,8 +526,12 @@ func run(t *testing.T, res *Result, seed uint64) {
 	fwg.Wait()
 	wwg.Wait()
 	w.heal()
+}
 
-	// Liveness: once everything healed, the lock is granted again.
+// checkLiveness checks that, once everything healed, the lock is granted
+// again, and records in res if it is not.
+func (w *world) checkLiveness(res *Result) {
+	c := w.c
 	limit := 10 * c.TTL
 	if c.Guard {
 		limit += 2*c.TTL + time.Second
@@ -495,8 +546,12 @@ func run(t *testing.T, res *Result, seed uint64) {
 		w.watch(h, g)
 		w.unlock(h)
 	}
+}
+
+// settle waits out the strategies' background work and the grant watchers.
+func (w *world) settle() {
 	time.Sleep(time.Minute) // background work of the strategies ends
-	if (c.Prim == Semaphore || c.Prim == RWLock) && !c.Guard {
+	if (w.c.Prim == Semaphore || w.c.Prim == RWLock) && !w.c.Guard {
 		// The permits' record (semaphore.CheckPermits) is a lock held for a
 		// day without the guard, and Redlock settles a node whose answer
 		// to its acquisition never came until the lock's lease ends. (A
@@ -504,7 +559,6 @@ func run(t *testing.T, res *Result, seed uint64) {
 		time.Sleep(25 * time.Hour)
 	}
 	w.wg.Wait()
-	w.check(res)
 }
 
 // linkDelay is the round trip of client's link to server: 100µs to 2ms.
