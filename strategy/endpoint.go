@@ -38,7 +38,7 @@ func newEndpoint(ctor string, node dlm.Node, cfg config, opts []Option) (endpoin
 // lock is given back (undo) until expires.
 func (e *endpoint) acquired(ctx context.Context, key, token, from string, expires time.Time, r []int64, err error) (int64, error) {
 	code, v, ok := verdict(r)
-	if err == nil && (!ok || len(r) > 2 || code < 0 || code > 2) {
+	if err == nil && (!ok || len(r) > 2 || code < replyRefused || code > replyQuarantined) {
 		err = errReply(r)
 	}
 	if err != nil {
@@ -48,7 +48,7 @@ func (e *endpoint) acquired(ctx context.Context, key, token, from string, expire
 		}
 		return 0, fmt.Errorf("%w: %w", dlm.ErrNotAcquired, err)
 	}
-	if code != 1 {
+	if code != replyGranted {
 		return 0, refusal(key, from, e.name, code, v)
 	}
 	return v, nil
@@ -79,9 +79,9 @@ func (e *endpoint) extended(key string, r []int64, err error) (int64, error) {
 	switch {
 	case err != nil:
 		return 0, &NodeError{Node: e.name, Op: "extend", Err: err}
-	case code == 1:
+	case code == replyGranted:
 		return fence, nil
-	case code == 3:
+	case code == replyRevoked:
 		return 0, errRevoked(key, e.name)
 	}
 	return 0, errNotHeld(key, e.name)
@@ -101,13 +101,13 @@ func notRun(err *NodeError) bool {
 }
 
 // refusal is the error of an acquisition the acquire script refused with
-// code 0 and the lock's pttl, or code 2 and the quarantine's ms; from is
-// the token of a hand-off, or empty.
+// code (replyRefused or replyQuarantined) and value v; from is the token of
+// a hand-off, or empty.
 func refusal(key, from, node string, code, v int64) error {
-	if from != "" && code == 0 {
+	if from != "" && code == replyRefused {
 		return fmt.Errorf("%w: %w: hand-off of %q: the token handing it off does not hold it on %s", dlm.ErrNotAcquired, dlm.ErrNotHeld, key, node)
 	}
-	return &HeldError{Key: key, Remaining: time.Duration(v) * time.Millisecond, Quarantined: code == 2}
+	return &HeldError{Key: key, Remaining: time.Duration(v) * time.Millisecond, Quarantined: code == replyQuarantined}
 }
 
 // release is Release. It does not wait for replicas: a release that a

@@ -314,8 +314,8 @@ func (f *Failover) wait(n int) dlm.Wait {
 // runWait runs wrapped followed by the wait w, and returns the
 // single-instance part of the reply ({code, value}, as verdict reads it),
 // the acknowledgements and the replicas the primary reported connected
-// (failover_replicas.lua adds them). When the write succeeded (the reply
-// starts with 1) but the wait asked for fewer replicas than the primary
+// (failover_replicas.lua adds them). When the write succeeded (code
+// replyGranted) but the wait asked for fewer replicas than the primary
 // turned out to have (a replica joined), the write, which is idempotent,
 // and a wait for the right count are sent once more.
 func (f *Failover) runWait(ctx context.Context, wrapped *nodekit.Script, w dlm.Wait, keys []string, args ...string) ([]int64, dlm.Acks, int, error) {
@@ -329,7 +329,7 @@ func (f *Failover) runWait(ctx context.Context, wrapped *nodekit.Script, w dlm.W
 		}
 		connected := int(r[2])
 		f.replicas[nodekit.Slot(keys[0])].Store(int32(connected) + 1)
-		if right := f.wait(connected); again && r[0] == 1 && acks.Replicas < right.Replicas && w.Replicas < right.Replicas {
+		if right := f.wait(connected); again && r[0] == replyGranted && acks.Replicas < right.Replicas && w.Replicas < right.Replicas {
 			w = right
 			continue
 		}

@@ -235,14 +235,14 @@ func (s *Redlock) acquire(ctx context.Context, key, token, from string, ttl time
 		func(t *tally, i int, r []int64) (Outcome, error) {
 			code, v, ok := verdict(r)
 			switch {
-			case !ok || len(r) > 2 || code < 0 || code > 2:
+			case !ok || len(r) > 2 || code < replyRefused || code > replyQuarantined:
 				return Failed, errReply(r)
-			case code == 1:
+			case code == replyGranted:
 				counters[i], t.fence = v, max(t.fence, v)
 				return Granted, nil
 			case v >= 0:
 				t.res[i].Remaining = time.Duration(v) * time.Millisecond
-				t.res[i].Quarantined = code == 2
+				t.res[i].Quarantined = code == replyQuarantined
 			}
 			return Refused, nil
 		})
@@ -415,10 +415,10 @@ func (s *Redlock) ExtendMany(ctx context.Context, locks []dlm.HeldKey, ttl time.
 		switch {
 		case !ok || len(r) > 2:
 			return Failed, errReply(r)
-		case code == 1:
+		case code == replyGranted:
 			t.fence = max(t.fence, fence)
 			return Granted, nil
-		case code == 3:
+		case code == replyRevoked:
 			return Refused, dlm.ErrRevoked
 		}
 		return Refused, nil

@@ -144,6 +144,42 @@ func isNil(n dlm.Node) bool {
 	return false
 }
 
+// The codes of the replies of acquire.lua and extend.lua (acquireScript,
+// extendScript), as verdict reads them; each comes with a value.
+//
+//   - replyRefused: an acquisition found the lock held by another token
+//     (value: its pttl, -1 when it has no TTL, -2 for a hand-off whose token
+//     does not hold it); an extension found the token not holding it
+//     (value 0).
+//   - replyGranted: the token holds the lock now (value: its fence). The
+//     scripts reply the fence alone, an integer; failover_replicas.lua
+//     turns it into {replyGranted, fence}.
+//   - replyQuarantined: the amnesia guard refused an acquisition (value:
+//     the ms the slot stays quarantined; see WithMaxTTL).
+//   - replyRevoked: an operator revoked the token's lock (revoke.lua), so
+//     an extension refused it (value 0).
+const (
+	replyRefused     int64 = 0
+	replyGranted     int64 = 1
+	replyQuarantined int64 = 2
+	replyRevoked     int64 = 3
+)
+
+// verdict reads a reply r of acquire.lua or extend.lua: a grant is the
+// fence alone (the script replies an integer, which a Node gives as
+// []int64{fence}), anything else {code, value}, followed on a Failover by
+// the replicas connected. It returns replyGranted and the fence for a
+// grant, and ok false when r has neither shape.
+func verdict(r []int64) (code, v int64, ok bool) {
+	switch {
+	case len(r) == 1 && r[0] >= 1:
+		return replyGranted, r[0], true
+	case len(r) >= 2:
+		return r[0], r[1], true
+	}
+	return 0, 0, false
+}
+
 // driftMargin is the validity taken off a lease of the given TTL.
 func (c *config) driftMargin(ttl time.Duration) time.Duration {
 	return time.Duration(float64(ttl)*c.driftFactor) + minDrift
