@@ -31,7 +31,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/internal/coalesce"
@@ -262,8 +261,12 @@ func lockKeys(key string) []string {
 // lockName returns the Redis key of key's lock, as the package
 // documentation says.
 func lockName(key string) string {
-	b := appendLockName(make([]byte, 0, lockNameLen(key)), key)
-	return unsafe.String(unsafe.SliceData(b), len(b)) // b never changes
+	var buf [80]byte // on the stack: for most keys the string is the one allocation
+	b := buf[:0]
+	if n := lockNameLen(key); n > len(buf) {
+		b = make([]byte, 0, n)
+	}
+	return string(appendLockName(b, key))
 }
 
 // lockNameLen returns len(lockName(key)).
@@ -348,19 +351,13 @@ func publishArg(r nodekit.Routing) string {
 
 // lockCall returns a script call's keys (lockName(key) first, room for
 // nkeys) and arguments (token, then ttl in milliseconds when positive) in
-// one allocation, which also holds the lock key's text when it fits.
+// one allocation besides the lock key's text.
 func lockCall(key, token string, ttl time.Duration, nkeys int) (keys, args []string) {
 	c := new(struct {
 		keys [3]string
 		args [4]string // room for acquireCall's maxTTL and from
-		name [80]byte  // keys[0]'s text, when it fits
 	})
-	if n := lockNameLen(key); n <= len(c.name) {
-		appendLockName(c.name[:0], key)
-		c.keys[0] = unsafe.String(&c.name[0], n) // c.name never changes
-	} else {
-		c.keys[0] = lockName(key)
-	}
+	c.keys[0] = lockName(key)
 	c.args[0] = token
 	if ttl <= 0 {
 		return c.keys[:nkeys], c.args[:1]
