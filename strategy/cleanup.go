@@ -131,7 +131,7 @@ func (s *Redlock) drain(late *round, key, token string, releasing bool, expires 
 			code, v, ok := verdict(c.Reply)
 			replied := c.Err == nil && ok && len(c.Reply) <= 2
 			switch {
-			case late.op == "release" || replied && code == 0:
+			case late.op == "release" || replied && code == replyRefused:
 			case fence != 0 && !replied:
 				if !slices.Contains(uncertain, rp.i) {
 					uncertain = append(uncertain, rp.i)

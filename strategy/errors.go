@@ -283,21 +283,6 @@ func (e *AckError) Is(target error) bool { return target == dlm.ErrNotAcquired &
 // errReply reports a script reply of an unexpected shape.
 func errReply(r []int64) error { return fmt.Errorf("dlm: unexpected script reply %v", r) }
 
-// verdict reads a reply r of acquire.lua or extend.lua: a grant is the
-// fence alone (the script replies an integer, which a Node gives as
-// []int64{fence}), anything else {code, value}, followed on a Failover by
-// the replicas connected. It returns code 1 and the fence for a grant, and
-// ok false when r has neither shape.
-func verdict(r []int64) (code, v int64, ok bool) {
-	switch {
-	case len(r) == 1 && r[0] >= 1:
-		return 1, r[0], true
-	case len(r) >= 2:
-		return r[0], r[1], true
-	}
-	return 0, 0, false
-}
-
 // errNotHeld is the error of a call by a token that does not hold key on node.
 func errNotHeld(key, node string) error {
 	return fmt.Errorf("%w: %q is not held by this token on %s", dlm.ErrNotHeld, key, node)

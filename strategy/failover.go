@@ -30,7 +30,14 @@ import (
 //
 // A lease is valid for the TTL less the drift margin, counted from before the
 // script was sent, so the time spent waiting for replicas is taken off it.
-type Failover struct{ one }
+type Failover struct {
+	endpoint
+	fo *failoverConfig
+
+	// Per hash slot (one Cluster shard's primary serves it): the replicas
+	// that primary last reported connected, plus one; 0 until probed.
+	replicas []atomic.Int32
+}
 
 var _ dlm.Handoff = (*Failover)(nil)
 
@@ -43,26 +50,187 @@ var _ dlm.Handoff = (*Failover)(nil)
 // Options: WithAcks (default AckAll), WithWaitTimeout (default
 // DefaultWaitTimeout), WithReplicas (default 1), WithWaitAOF, and the shared
 // WithDriftFactor, WithTimeout, WithMaxTTL and WithCoalescing. WithTimeout, when set, must exceed the
-// wait timeout.
+// wait timeout. Under AckNone without WithWaitAOF it waits for nothing and
+// locks as Single does.
 func NewFailover(node dlm.Node, opts ...Option) (*Failover, error) {
-	if isNil(node) {
-		return nil, fmt.Errorf("%w: NewFailover: nil Node", dlm.ErrInvalid)
+	cfg := defaultConfig()
+	cfg.failover = &failoverConfig{acks: AckAll(), waitTimeout: DefaultWaitTimeout, replicas: 1}
+	e, err := newEndpoint("NewFailover", node, cfg, opts)
+	if err != nil {
+		return nil, err
 	}
-	f := &Failover{one{node: node, name: nodekit.Name(node, 0), cfg: defaultConfig()}}
-	f.cfg.failover = &failoverConfig{acks: AckAll(), waitTimeout: DefaultWaitTimeout, replicas: 1}
-	if err := applyOptions(&f.cfg, opts); err != nil {
-		return nil, fmt.Errorf("NewFailover: %w", err)
-	}
-	f.node = f.cfg.coalesced(node)
-	f.fo = f.cfg.failover
+	f := &Failover{endpoint: e, fo: e.cfg.failover, replicas: make([]atomic.Int32, slots)}
 	switch {
 	case f.cfg.timeout > 0 && f.fo.waits() && f.cfg.timeout <= f.fo.waitTimeout:
 		return nil, fmt.Errorf("%w: NewFailover: WithTimeout(%v) must exceed the wait timeout %v", dlm.ErrInvalid, f.cfg.timeout, f.fo.waitTimeout)
 	case f.fo.aof && f.fo.acks.kind == ackNone && !f.fo.local:
 		return nil, fmt.Errorf("%w: NewFailover: WithWaitAOF(false) with AckNone waits for nothing", dlm.ErrInvalid)
 	}
-	f.replicas = make([]atomic.Int32, slots)
 	return f, nil
+}
+
+// Acquire implements dlm.Strategy. It runs the acquire script and, on the
+// same connection, WAIT; when the policy's acknowledgements are missing it
+// releases the lock and returns an *AckError. A server that answers READONLY
+// (a demoted primary) or any other error is "not acquired".
+func (f *Failover) Acquire(ctx context.Context, key, token string, ttl time.Duration) (dlm.Lease, error) {
+	if !f.fo.waits() {
+		return f.endpoint.acquire(ctx, key, token, "", ttl)
+	}
+	return f.acquire(ctx, key, token, "", ttl)
+}
+
+// Handoff implements dlm.Handoff: the acquire script, which replaces from's
+// lock by to's, and WAIT, as Acquire. When from does not hold key the error
+// matches dlm.ErrNotHeld and nothing changed; when the acknowledgements are
+// missing the new lock is released, so from's lock is gone too.
+func (f *Failover) Handoff(ctx context.Context, key, from, to string, ttl time.Duration) (dlm.Lease, error) {
+	if err := checkHandoff(from, to); err != nil {
+		return dlm.Lease{}, err
+	}
+	if !f.fo.waits() {
+		return f.endpoint.acquire(ctx, key, to, from, ttl)
+	}
+	return f.acquire(ctx, key, to, from, ttl)
+}
+
+// Extend implements dlm.Strategy. When the policy's acknowledgements are
+// missing it returns an *AckError and the previous lease stands.
+func (f *Failover) Extend(ctx context.Context, key, token string, ttl time.Duration) (dlm.Lease, error) {
+	if !f.fo.waits() {
+		return f.endpoint.extend(ctx, key, token, ttl)
+	}
+	return f.extend(ctx, key, token, ttl)
+}
+
+// Release implements dlm.Strategy. It does not wait for replicas: a release
+// that a promoted replica misses only keeps the lock until its TTL.
+func (f *Failover) Release(ctx context.Context, key, token string) error {
+	return f.release(ctx, key, token)
+}
+
+// ExtendMany implements dlm.Strategy. Under AckNone (without WithWaitAOF) it
+// runs the extensions pipelined on the primary (one round trip for the
+// batch), as Single does; a WithTimeout bound then grows by 100µs per key.
+// Otherwise each lock is extended with Extend, 16 at a time, each followed by
+// its own WAIT on the same connection: WAIT counts the acknowledgements of
+// the last write on its connection, and a pipelined batch may be spread over
+// several connections, so one WAIT after a batch would not cover it. Every
+// lease's validity is counted from before the first extension was sent.
+func (f *Failover) ExtendMany(ctx context.Context, locks []dlm.HeldKey, ttl time.Duration) []dlm.ExtendResult {
+	if !f.fo.waits() {
+		return f.extendBatch(ctx, locks, ttl)
+	}
+	return f.extendEach(ctx, locks, ttl)
+}
+
+// WatchRelease implements dlm.Strategy on the primary: the release
+// script publishes on a channel named like the lock's key. The subscription
+// lives on a connection of the node's client; when the client reconnects
+// it subscribes again, on whatever server it dials (go-redis' failover
+// client dials the primary Sentinel names at that time). Messages published
+// in between are lost: notifications are hints, and waiters still poll at
+// the Manager's maximum retry delay.
+// When the node cannot watch, the error matches errors.ErrUnsupported.
+func (f *Failover) WatchRelease(ctx context.Context, key string, notify func()) (func(), error) {
+	return f.watchRelease(ctx, key, notify)
+}
+
+// Node returns the node the strategy locks on (wrapped for coalescing
+// unless WithCoalescing(false)); see Single.Node.
+func (f *Failover) Node() dlm.Node { return f.node }
+
+// The algorithm of a Failover that waits follows: Single's, with a wait
+// for replicas after each write, on the same connection.
+
+// checkCall validates an acquisition's or extension's arguments: the TTL
+// must also leave room for the wait for replicas.
+func (f *Failover) checkCall(key, token string, ttl time.Duration) error {
+	if err := f.cfg.checkCall(key, token, ttl, true); err != nil {
+		return err
+	}
+	if margin := f.cfg.driftMargin(ttl); ttl <= margin+f.fo.waitTimeout {
+		return fmt.Errorf("%w: TTL %v is not above its clock-drift margin %v plus the wait timeout %v",
+			dlm.ErrInvalid, ttl, margin, f.fo.waitTimeout)
+	}
+	return nil
+}
+
+// acquire is Acquire, or with from set Handoff, when the strategy waits.
+func (f *Failover) acquire(ctx context.Context, key, token, from string, ttl time.Duration) (dlm.Lease, error) {
+	if err := f.checkCall(key, token, ttl); err != nil {
+		return dlm.Lease{}, err
+	}
+	start := time.Now() // before the first probe, which may take a round trip too
+	keys, args := acquireCall(key, token, from, ttl, f.cfg.maxTTL)
+	w, err := f.prepare(ctx, keys)
+	if err != nil {
+		return dlm.Lease{}, fmt.Errorf("%w: %w", dlm.ErrNotAcquired, err)
+	}
+	cctx, cancel := f.cfg.withTimeout(ctx)
+	r, acks, connected, err := f.runWait(cctx, failoverAcquireScript, w, keys, args...)
+	cancel()
+	fence, err := f.acquired(ctx, key, token, from, start.Add(ttl), r, err)
+	if err != nil {
+		return dlm.Lease{}, err
+	}
+	if err := f.checkAcks("acquire", key, w, acks, connected); err != nil {
+		f.undo(ctx, key, token, start.Add(ttl))
+		return dlm.Lease{}, err
+	}
+	return f.timelyLease(ctx, key, token, start, ttl, fence)
+}
+
+// extend is Extend when the strategy waits.
+func (f *Failover) extend(ctx context.Context, key, token string, ttl time.Duration) (dlm.Lease, error) {
+	if err := f.checkCall(key, token, ttl); err != nil {
+		return dlm.Lease{}, err
+	}
+	start := time.Now()
+	keys, args := heldCall(key, token, ttl)
+	w, err := f.prepare(ctx, keys)
+	if err != nil {
+		return dlm.Lease{}, err
+	}
+	cctx, cancel := f.cfg.withTimeout(ctx)
+	defer cancel()
+	r, acks, connected, err := f.runWait(cctx, failoverExtendScript, w, keys, args...)
+	fence, err := f.extended(key, r, err)
+	if err != nil {
+		return dlm.Lease{}, err
+	}
+	if err := f.checkAcks("extend", key, w, acks, connected); err != nil {
+		return dlm.Lease{}, err
+	}
+	return f.lease(start, ttl, fence), nil
+}
+
+// extendParallel bounds the concurrent Extend calls of ExtendMany when the
+// strategy waits for replicas.
+const extendParallel = 16
+
+// extendEach is ExtendMany when the strategy waits: each lock extended
+// with extend, extendParallel at a time, every lease counted from before
+// the first was sent.
+func (f *Failover) extendEach(ctx context.Context, locks []dlm.HeldKey, ttl time.Duration) []dlm.ExtendResult {
+	out := make([]dlm.ExtendResult, len(locks))
+	start := time.Now()
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, extendParallel)
+	for i, l := range locks {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			lease, err := f.extend(ctx, l.Key, l.Token, ttl)
+			if err == nil {
+				lease = f.lease(start, ttl, int64(lease.Fence))
+			}
+			out[i] = dlm.ExtendResult{Lease: lease, Err: err}
+		}()
+	}
+	wg.Wait()
+	return out
 }
 
 // ServerInfo is what Probe learns about the node's server.
@@ -84,15 +252,15 @@ func (f *Failover) Probe(ctx context.Context) (ServerInfo, error) {
 }
 
 // probe is Probe on the server that serves keys.
-func (o *one) probe(ctx context.Context, keys []string) (ServerInfo, error) {
-	cctx, cancel := o.cfg.withTimeout(ctx)
+func (f *Failover) probe(ctx context.Context, keys []string) (ServerInfo, error) {
+	cctx, cancel := f.cfg.withTimeout(ctx)
 	defer cancel()
-	r, err := probeScript.Run(cctx, o.node, keys)
+	r, err := probeScript.Run(cctx, f.node, keys)
 	if err == nil && len(r) != 6 {
 		err = errReply(r)
 	}
 	if err != nil {
-		return ServerInfo{}, &NodeError{Node: o.name, Op: "probe", Err: err}
+		return ServerInfo{}, &NodeError{Node: f.name, Op: "probe", Err: err}
 	}
 	info := ServerInfo{
 		Version:  fmt.Sprintf("%d.%d.%d", r[0], r[1], r[2]),
@@ -108,157 +276,75 @@ func (o *one) probe(ctx context.Context, keys []string) (ServerInfo, error) {
 // the server that serves them first when the strategy knows nothing of it
 // yet. Replica counts are kept per hash slot: on a Cluster each shard has
 // its own.
-func (o *one) prepare(ctx context.Context, keys []string) (dlm.Wait, error) {
+func (f *Failover) prepare(ctx context.Context, keys []string) (dlm.Wait, error) {
 	slot := nodekit.Slot(keys[0])
-	n := int(o.replicas[slot].Load()) - 1
+	n := int(f.replicas[slot].Load()) - 1
 	if n < 0 {
-		info, err := o.probe(ctx, keys[:1])
+		info, err := f.probe(ctx, keys[:1])
 		if err != nil {
 			return dlm.Wait{}, err
 		}
 		if !info.Primary {
-			return dlm.Wait{}, &NodeError{Node: o.name, Op: "probe", Err: errors.New("the server is a replica, not a primary")}
+			return dlm.Wait{}, &NodeError{Node: f.name, Op: "probe", Err: errors.New("the server is a replica, not a primary")}
 		}
-		if o.fo.aof {
+		if f.fo.aof {
 			switch {
 			case !info.WaitAOF:
-				return dlm.Wait{}, fmt.Errorf("%w: WithWaitAOF: %s runs Redis %s, which has no WAITAOF (it needs Redis 7.2 or later)", dlm.ErrInvalid, o.name, info.Version)
-			case o.fo.local && !info.AOF:
-				return dlm.Wait{}, fmt.Errorf("%w: WithWaitAOF(true): %s runs with appendonly off, so it cannot fsync locally", dlm.ErrInvalid, o.name)
+				return dlm.Wait{}, fmt.Errorf("%w: WithWaitAOF: %s runs Redis %s, which has no WAITAOF (it needs Redis 7.2 or later)", dlm.ErrInvalid, f.name, info.Version)
+			case f.fo.local && !info.AOF:
+				return dlm.Wait{}, fmt.Errorf("%w: WithWaitAOF(true): %s runs with appendonly off, so it cannot fsync locally", dlm.ErrInvalid, f.name)
 			}
 		}
 		n = info.Replicas
-		o.replicas[slot].Store(int32(n) + 1)
+		f.replicas[slot].Store(int32(n) + 1)
 	}
-	return o.wait(n), nil
+	return f.wait(n), nil
 }
 
 // wait is the wait after a write on a primary with n replicas connected.
-func (o *one) wait(n int) dlm.Wait {
+func (f *Failover) wait(n int) dlm.Wait {
 	return dlm.Wait{
-		Replicas: o.fo.acks.need(max(n, o.fo.replicas)),
-		Timeout:  o.fo.waitTimeout,
-		AOF:      o.fo.aof,
-		Local:    o.fo.local,
+		Replicas: f.fo.acks.need(max(n, f.fo.replicas)),
+		Timeout:  f.fo.waitTimeout,
+		AOF:      f.fo.aof,
+		Local:    f.fo.local,
 	}
 }
 
 // runWait runs wrapped followed by the wait w, and returns the
-// single-instance part of the reply, the acknowledgements and the replicas
-// the primary reported connected. When the write succeeded (the reply
-// starts with 1) but the wait asked for fewer replicas than the primary
+// single-instance part of the reply ({code, value}, as verdict reads it),
+// the acknowledgements and the replicas the primary reported connected
+// (failover_replicas.lua adds them). When the write succeeded (code
+// replyGranted) but the wait asked for fewer replicas than the primary
 // turned out to have (a replica joined), the write, which is idempotent,
 // and a wait for the right count are sent once more.
-func (o *one) runWait(ctx context.Context, wrapped *nodekit.Script, w dlm.Wait, want int, keys []string, args ...string) ([]int64, dlm.Acks, int, error) {
+func (f *Failover) runWait(ctx context.Context, wrapped *nodekit.Script, w dlm.Wait, keys []string, args ...string) ([]int64, dlm.Acks, int, error) {
 	for again := true; ; again = false {
-		r, acks, err := wrapped.RunWait(ctx, o.node, w, keys, args...)
-		if err == nil && len(r) != want+1 {
+		r, acks, err := wrapped.RunWait(ctx, f.node, w, keys, args...)
+		if err == nil && len(r) != 3 {
 			err = errReply(r)
 		}
 		if err != nil {
 			return r, acks, -1, err
 		}
-		connected := int(r[want])
-		o.replicas[nodekit.Slot(keys[0])].Store(int32(connected) + 1)
-		if right := o.wait(connected); again && r[0] == 1 && acks.Replicas < right.Replicas && w.Replicas < right.Replicas {
+		connected := int(r[2])
+		f.replicas[nodekit.Slot(keys[0])].Store(int32(connected) + 1)
+		if right := f.wait(connected); again && r[0] == replyGranted && acks.Replicas < right.Replicas && w.Replicas < right.Replicas {
 			w = right
 			continue
 		}
-		return r[:want], acks, connected, nil
+		return r[:2], acks, connected, nil
 	}
 }
 
 // checkAcks returns an *AckError when acks fall short of the policy.
-func (o *one) checkAcks(op, key string, w dlm.Wait, acks dlm.Acks, connected int) error {
-	wanted := o.fo.acks.need(max(connected, o.fo.replicas))
+func (f *Failover) checkAcks(op, key string, w dlm.Wait, acks dlm.Acks, connected int) error {
+	wanted := f.fo.acks.need(max(connected, f.fo.replicas))
 	if acks.Replicas >= wanted && (!w.Local || acks.Local) {
 		return nil
 	}
 	return &AckError{
 		Op: op, Key: key, Acked: acks.Replicas, Wanted: wanted, Connected: connected,
-		Policy: o.fo.acks, Timeout: o.fo.waitTimeout, AOF: w.AOF, LocalMissing: w.Local && !acks.Local,
+		Policy: f.fo.acks, Timeout: f.fo.waitTimeout, AOF: w.AOF, LocalMissing: w.Local && !acks.Local,
 	}
 }
-
-// Acquire implements dlm.Strategy. It runs the acquire script and, on the
-// same connection, WAIT; when the policy's acknowledgements are missing it
-// releases the lock and returns an *AckError. A server that answers READONLY
-// (a demoted primary) or any other error is "not acquired".
-func (f *Failover) Acquire(ctx context.Context, key, token string, ttl time.Duration) (dlm.Lease, error) {
-	return f.acquire(ctx, key, token, "", ttl)
-}
-
-// Handoff implements dlm.Handoff: the acquire script, which replaces from's
-// lock by to's, and WAIT, as Acquire. When from does not hold key the error
-// matches dlm.ErrNotHeld and nothing changed; when the acknowledgements are
-// missing the new lock is released, so from's lock is gone too.
-func (f *Failover) Handoff(ctx context.Context, key, from, to string, ttl time.Duration) (dlm.Lease, error) {
-	return f.handoff(ctx, key, from, to, ttl)
-}
-
-// Extend implements dlm.Strategy. When the policy's acknowledgements are
-// missing it returns an *AckError and the previous lease stands.
-func (f *Failover) Extend(ctx context.Context, key, token string, ttl time.Duration) (dlm.Lease, error) {
-	return f.extend(ctx, key, token, ttl)
-}
-
-// Release implements dlm.Strategy. It does not wait for replicas: a release
-// that a promoted replica misses only keeps the lock until its TTL.
-func (f *Failover) Release(ctx context.Context, key, token string) error {
-	return f.release(ctx, key, token)
-}
-
-// extendParallel bounds the concurrent Extend calls of ExtendMany when the
-// strategy waits for replicas.
-const extendParallel = 16
-
-// ExtendMany implements dlm.Strategy. Under AckNone (without WithWaitAOF) it
-// runs the extensions pipelined on the primary (one round trip for the
-// batch), as Single does; a WithTimeout bound then grows by 100µs per key.
-// Otherwise each lock is extended with Extend, 16 at a time, each followed by
-// its own WAIT on the same connection: WAIT counts the acknowledgements of
-// the last write on its connection, and a pipelined batch may be spread over
-// several connections, so one WAIT after a batch would not cover it. Every
-// lease's validity is counted from before the first extension was sent.
-func (f *Failover) ExtendMany(ctx context.Context, locks []dlm.HeldKey, ttl time.Duration) []dlm.ExtendResult {
-	return f.extendBatch(ctx, locks, ttl)
-}
-
-// extendEach extends each lock with Extend, extendParallel at a time,
-// every lease counted from before the first was sent.
-func (o *one) extendEach(ctx context.Context, locks []dlm.HeldKey, ttl time.Duration) []dlm.ExtendResult {
-	out := make([]dlm.ExtendResult, len(locks))
-	start := time.Now()
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, extendParallel)
-	for i, l := range locks {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			lease, err := o.extend(ctx, l.Key, l.Token, ttl)
-			if err == nil {
-				lease = o.lease(start, ttl, int64(lease.Fence))
-			}
-			out[i] = dlm.ExtendResult{Lease: lease, Err: err}
-		}()
-	}
-	wg.Wait()
-	return out
-}
-
-// WatchRelease implements dlm.Strategy on the primary: the release
-// script publishes on a channel named like the lock's key. The subscription
-// lives on a connection of the node's client; when the client reconnects
-// it subscribes again, on whatever server it dials (go-redis' failover
-// client dials the primary Sentinel names at that time). Messages published
-// in between are lost: notifications are hints, and waiters still poll at
-// the Manager's maximum retry delay.
-// When the node cannot watch, the error matches errors.ErrUnsupported.
-func (f *Failover) WatchRelease(ctx context.Context, key string, notify func()) (func(), error) {
-	return f.watchRelease(ctx, key, notify)
-}
-
-// Node returns the node the strategy locks on (wrapped for coalescing
-// unless WithCoalescing(false)); see Single.Node.
-func (f *Failover) Node() dlm.Node { return f.node }

@@ -221,62 +221,29 @@ func (s *Redlock) acquire(ctx context.Context, key, token, from string, ttl time
 	}
 	keys, args := acquireCall(key, token, from, ttl, s.cfg.maxTTL)
 	counters := make([]int64, len(s.nodes))
-	r := s.round(ctx, op, acquireScript, []dlm.Call{{Keys: keys, Args: args}}, s.all, s.nodeTimeout(ttl),
-		func(t *tally, i int, r []int64) (Outcome, error) {
-			code, v, ok := verdict(r)
-			switch {
-			case !ok || len(r) > 2 || code < 0 || code > 2:
-				return Failed, errReply(r)
-			case code == 1:
-				counters[i], t.fence = v, max(t.fence, v)
-				return Granted, nil
-			case v >= 0:
-				t.res[i].Remaining = time.Duration(v) * time.Millisecond
-				t.res[i].Quarantined = code == 2
-			}
-			return Refused, nil
-		})
+	r := s.round(ctx, op, acquireScript, []dlm.Call{{Keys: keys, Args: args}}, s.all, s.nodeTimeout(ttl), judgeGrant(counters))
 	t := &r.t[0]
-	// lost gives up early, before the per-node timeout; once it has passed,
-	// collect fails every node still pending with ErrNodeTimeout.
-	gaveUp := false
-	r.collect(ctx, func() bool {
-		if t.decided(len(s.nodes), s.quorum) {
-			return true
-		}
-		gaveUp = r.ctx.Err() == nil && s.lost(t)
-		return gaveUp
-	})
+	gaveUp := s.collectGrants(ctx, r)
 	reason := ""
 	if t.n(Granted) >= s.quorum {
-		if r.left > 0 && !s.anySlow(t.res) {
-			// The other nodes usually answer within moments: give them as
-			// long again as the quorum took, so that their grants need no
-			// tracking and count for the fence.
-			r.linger(time.Since(start))
-		}
-		n, err := s.grantedDistinct(ctx, t.res)
-		if err != nil {
+		lease, why, err := s.confirm(ctx, r, keys, token, counters, start, ttl)
+		switch {
+		case err != nil:
 			s.undo(ctx, key, token, t.res, r, start.Add(ttl))
 			return dlm.Lease{}, err
-		}
-		if n < s.quorum {
-			reason = fmt.Sprintf("%d of the nodes that granted reach servers not known yet to be distinct", t.n(Granted)-n)
-		} else if reason = s.writeBackFence(ctx, keys, token, t, counters); reason == "" {
-			var lease dlm.Lease
-			if lease, reason = s.lease(t.fence, start, ttl); reason == "" {
-				if uncertain := timedOutNodes(t.res); r.left > 0 || len(uncertain) > 0 {
-					// Late grants are ours; a Release that comes before them
-					// has them released as they arrive, and has the nodes
-					// that timed out settled (see drain).
-					s.drain(r, key, token, false, start.Add(ttl), t.fence, uncertain...)
-				}
-				if from != "" {
-					s.releaseRest(ctx, key, from, t.res, start.Add(ttl))
-				}
-				return lease, nil
+		case why == "":
+			if uncertain := timedOutNodes(t.res); r.left > 0 || len(uncertain) > 0 {
+				// Late grants are ours; a Release that comes before them
+				// has them released as they arrive, and has the nodes
+				// that timed out settled (see drain).
+				s.drain(r, key, token, false, start.Add(ttl), t.fence, uncertain...)
 			}
+			if from != "" {
+				s.releaseRest(ctx, key, from, t.res, start.Add(ttl))
+			}
+			return lease, nil
 		}
+		reason = why
 	}
 	s.undo(ctx, key, token, t.res, r, start.Add(ttl))
 	if reason == "" && gaveUp {
@@ -287,6 +254,71 @@ func (s *Redlock) acquire(ctx context.Context, key, token, from string, ttl time
 		return dlm.Lease{}, fmt.Errorf("%w: the token handing %q off does not hold it on a majority: %w", dlm.ErrNotHeld, key, err)
 	}
 	return dlm.Lease{}, err
+}
+
+// judgeGrant judges the replies of acquire.lua (see verdict): a grant
+// records the node's counter, the fence it gave, in counters; a refusal
+// records the holder's remaining TTL, or the quarantine's.
+func judgeGrant(counters []int64) judge {
+	return func(t *tally, i int, r []int64) (Outcome, error) {
+		code, v, ok := verdict(r)
+		switch {
+		case !ok || len(r) > 2 || code < replyRefused || code > replyQuarantined:
+			return Failed, errReply(r)
+		case code == replyGranted:
+			counters[i], t.fence = v, max(t.fence, v)
+			return Granted, nil
+		case v >= 0:
+			t.res[i].Remaining = time.Duration(v) * time.Millisecond
+			t.res[i].Quarantined = code == replyQuarantined
+		}
+		return Refused, nil
+	}
+}
+
+// collectGrants tallies an acquisition round's replies until it is
+// decided. It gives up early, before the per-node timeout, when the
+// quorum needs a node whose last call timed out (lost), and reports that
+// it did; once the timeout has passed, collect fails every node still
+// pending with ErrNodeTimeout.
+func (s *Redlock) collectGrants(ctx context.Context, r *round) (gaveUp bool) {
+	t := &r.t[0]
+	r.collect(ctx, func() bool {
+		if t.decided(len(s.nodes), s.quorum) {
+			return true
+		}
+		gaveUp = r.ctx.Err() == nil && s.lost(t)
+		return gaveUp
+	})
+	return gaveUp
+}
+
+// confirm turns the grants of a quorum in r, an acquisition of keys by
+// token sent at start, into a lease: the nodes that granted must reach
+// distinct servers, and the fence, the largest of their counters, must be
+// a majority's (writeBackFence) before the lease's validity ends. It
+// returns the lease, or why there is none (reason), or the error of the
+// check for distinct servers.
+func (s *Redlock) confirm(ctx context.Context, r *round, keys []string, token string, counters []int64, start time.Time, ttl time.Duration) (lease dlm.Lease, reason string, err error) {
+	t := &r.t[0]
+	if r.left > 0 && !s.anySlow(t.res) {
+		// The other nodes usually answer within moments: give them as
+		// long again as the quorum took, so that their grants need no
+		// tracking and count for the fence.
+		r.linger(time.Since(start))
+	}
+	n, err := s.grantedDistinct(ctx, t.res)
+	switch {
+	case err != nil:
+		return dlm.Lease{}, "", err
+	case n < s.quorum:
+		return dlm.Lease{}, fmt.Sprintf("%d of the nodes that granted reach servers not known yet to be distinct", t.n(Granted)-n), nil
+	}
+	if reason := s.writeBackFence(ctx, keys, token, t, counters); reason != "" {
+		return dlm.Lease{}, reason, nil
+	}
+	lease, reason = s.lease(t.fence, start, ttl)
+	return lease, reason, nil
 }
 
 // writeBackFence makes t.fence, the largest counter of the nodes that
@@ -405,10 +437,10 @@ func (s *Redlock) ExtendMany(ctx context.Context, locks []dlm.HeldKey, ttl time.
 		switch {
 		case !ok || len(r) > 2:
 			return Failed, errReply(r)
-		case code == 1:
+		case code == replyGranted:
 			t.fence = max(t.fence, fence)
 			return Granted, nil
-		case code == 3:
+		case code == replyRevoked:
 			return Refused, dlm.ErrRevoked
 		}
 		return Refused, nil

@@ -31,7 +31,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/internal/coalesce"
@@ -144,6 +143,42 @@ func isNil(n dlm.Node) bool {
 	return false
 }
 
+// The codes of the replies of acquire.lua and extend.lua (acquireScript,
+// extendScript), as verdict reads them; each comes with a value.
+//
+//   - replyRefused: an acquisition found the lock held by another token
+//     (value: its pttl, -1 when it has no TTL, -2 for a hand-off whose token
+//     does not hold it); an extension found the token not holding it
+//     (value 0).
+//   - replyGranted: the token holds the lock now (value: its fence). The
+//     scripts reply the fence alone, an integer; failover_replicas.lua
+//     turns it into {replyGranted, fence}.
+//   - replyQuarantined: the amnesia guard refused an acquisition (value:
+//     the ms the slot stays quarantined; see WithMaxTTL).
+//   - replyRevoked: an operator revoked the token's lock (revoke.lua), so
+//     an extension refused it (value 0).
+const (
+	replyRefused     int64 = 0
+	replyGranted     int64 = 1
+	replyQuarantined int64 = 2
+	replyRevoked     int64 = 3
+)
+
+// verdict reads a reply r of acquire.lua or extend.lua: a grant is the
+// fence alone (the script replies an integer, which a Node gives as
+// []int64{fence}), anything else {code, value}, followed on a Failover by
+// the replicas connected. It returns replyGranted and the fence for a
+// grant, and ok false when r has neither shape.
+func verdict(r []int64) (code, v int64, ok bool) {
+	switch {
+	case len(r) == 1 && r[0] >= 1:
+		return replyGranted, r[0], true
+	case len(r) >= 2:
+		return r[0], r[1], true
+	}
+	return 0, 0, false
+}
+
 // driftMargin is the validity taken off a lease of the given TTL.
 func (c *config) driftMargin(ttl time.Duration) time.Duration {
 	return time.Duration(float64(ttl)*c.driftFactor) + minDrift
@@ -226,8 +261,12 @@ func lockKeys(key string) []string {
 // lockName returns the Redis key of key's lock, as the package
 // documentation says.
 func lockName(key string) string {
-	b := appendLockName(make([]byte, 0, lockNameLen(key)), key)
-	return unsafe.String(unsafe.SliceData(b), len(b)) // b never changes
+	var buf [80]byte // on the stack: for most keys the string is the one allocation
+	b := buf[:0]
+	if n := lockNameLen(key); n > len(buf) {
+		b = make([]byte, 0, n)
+	}
+	return string(appendLockName(b, key))
 }
 
 // lockNameLen returns len(lockName(key)).
@@ -312,19 +351,13 @@ func publishArg(r nodekit.Routing) string {
 
 // lockCall returns a script call's keys (lockName(key) first, room for
 // nkeys) and arguments (token, then ttl in milliseconds when positive) in
-// one allocation, which also holds the lock key's text when it fits.
+// one allocation besides the lock key's text.
 func lockCall(key, token string, ttl time.Duration, nkeys int) (keys, args []string) {
 	c := new(struct {
 		keys [3]string
 		args [4]string // room for acquireCall's maxTTL and from
-		name [80]byte  // keys[0]'s text, when it fits
 	})
-	if n := lockNameLen(key); n <= len(c.name) {
-		appendLockName(c.name[:0], key)
-		c.keys[0] = unsafe.String(&c.name[0], n) // c.name never changes
-	} else {
-		c.keys[0] = lockName(key)
-	}
+	c.keys[0] = lockName(key)
 	c.args[0] = token
 	if ttl <= 0 {
 		return c.keys[:nkeys], c.args[:1]
