@@ -39,7 +39,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlmgo/dlm"
-	"github.com/dlmgo/dlm/internal/box"
 	"github.com/dlmgo/dlm/internal/runner"
 	"github.com/dlmgo/dlm/nodekit"
 )
@@ -408,52 +407,48 @@ type scriptCmd struct{ *redis.Cmd }
 
 func (scriptCmd) NoRetry() bool { return true }
 
-// An argBuf holds the arguments of a batch's script commands: the command
-// lists and the strings they hold (see box). It is reused once the
-// commands completed: go-redis reads a command's arguments until then.
-type argBuf struct {
-	args []any
-	strs []string
-}
+// An argBuf holds the command lists of a batch's script commands. It is
+// reused once the commands completed: go-redis reads a command's arguments
+// until then.
+type argBuf struct{ args []any }
 
 var argBufs = sync.Pool{New: func() any { return new(argBuf) }}
 
 // grow makes room for the commands of calls, so that appending them moves
-// neither array (the commands made first keep pointing into them).
+// the array at most once, here (the commands made first keep pointing into
+// it).
 func (b *argBuf) grow(calls []dlm.Call) {
 	n := 0
 	for i := range calls {
-		n += 1 + len(calls[i].Keys) + len(calls[i].Args)
+		n += 3 + len(calls[i].Keys) + len(calls[i].Args)
 	}
-	b.args = slices.Grow(b.args, n+2*len(calls))
-	b.strs = slices.Grow(b.strs, n)
+	b.args = slices.Grow(b.args, n)
 }
 
-// reset empties b; large arrays are dropped rather than kept.
+// reset empties b; a large array is dropped rather than kept.
 func (b *argBuf) reset() {
 	clear(b.args)
-	clear(b.strs)
-	b.args, b.strs = b.args[:0], b.strs[:0]
-	if cap(b.strs) > 1024 {
-		b.args, b.strs = nil, nil
+	b.args = b.args[:0]
+	if cap(b.args) > 1024 {
+		b.args = nil
 	}
 }
 
 // newCmd returns c as an EVALSHA or EVAL command, its arguments appended
-// to b: its strings copied there and boxed in place, not one allocation
-// each (the caller may reuse c's slices when an abandoned command is still
-// being read).
+// to b as strings: the caller may reuse c's slices while an abandoned
+// command is still being read.
 func (b *argBuf) newCmd(ctx context.Context, c *dlm.Call) *redis.Cmd {
-	a0, s0 := len(b.args), len(b.strs)
+	a0 := len(b.args)
 	if c.Source == "" {
-		b.args, b.strs = append(b.args, "evalsha"), append(b.strs, c.SHA1) // a constant is boxed statically
+		b.args = append(b.args, "evalsha", c.SHA1, len(c.Keys))
 	} else {
-		b.args, b.strs = append(b.args, "eval"), append(b.strs, c.Source)
+		b.args = append(b.args, "eval", c.Source, len(c.Keys))
 	}
-	b.strs = append(append(b.strs, c.Keys...), c.Args...)
-	b.args = append(b.args, box.String(&b.strs[s0]), len(c.Keys))
-	for i := s0 + 1; i < len(b.strs); i++ {
-		b.args = append(b.args, box.String(&b.strs[i]))
+	for _, s := range c.Keys {
+		b.args = append(b.args, s)
+	}
+	for _, s := range c.Args {
+		b.args = append(b.args, s)
 	}
 	cmd := redis.NewCmd(ctx, b.args[a0:len(b.args):len(b.args)]...)
 	if len(c.Keys) > 0 {
