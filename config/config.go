@@ -291,15 +291,52 @@ func jsonName(f reflect.StructField) string { return strings.Split(f.Tag.Get("js
 // that name the field and match dlm.ErrInvalid. No error quotes the user
 // information or the Sentinels' credentials.
 func ParseURL(s string) (Config, error) {
+	u, err := splitURL(s)
+	if err != nil {
+		return Config{}, err
+	}
+	c := Config{Strategy: u.scheme}
+	if err := c.setScheme(u.scheme, u.query); err != nil {
+		return Config{}, err
+	}
+	if err := c.setUserinfo(u.userinfo, u.hasUser); err != nil {
+		return Config{}, err
+	}
+	if err := c.setHosts(u.hosts); err != nil {
+		return Config{}, err
+	}
+	if err := c.setPath(u.scheme, u.path, u.query); err != nil {
+		return Config{}, err
+	}
+	for _, name := range slices.Sorted(maps.Keys(u.query)) {
+		if err := c.setParam(name, u.query[name]); err != nil {
+			return Config{}, err
+		}
+	}
+	return c, c.Validate()
+}
+
+// A rawURL is a URL cut into its parts, none of them unescaped yet but
+// the query.
+type rawURL struct {
+	scheme, userinfo, hosts, path string
+	hasUser                       bool
+	query                         url.Values
+}
+
+// splitURL cuts s into its parts, checking the scheme and that no part
+// holds what a misplaced character of a password would leave there (a
+// '#', an '@' after the hosts).
+func splitURL(s string) (rawURL, error) {
 	scheme, rest, ok := strings.Cut(s, "://")
 	if !ok || scheme == "" {
-		return Config{}, badField("strategy", "missing; the URL must begin with one of %s", urlSchemes())
+		return rawURL{}, badField("strategy", "missing; the URL must begin with one of %s", urlSchemes())
 	}
 	if !slices.Contains(strings.Split(urlSchemes(), ", "), scheme+"://") {
-		return Config{}, badField("strategy", "unknown URL scheme %s; one of %s", echo.Quote(scheme+"://"), urlSchemes())
+		return rawURL{}, badField("strategy", "unknown URL scheme %s; one of %s", echo.Quote(scheme+"://"), urlSchemes())
 	}
 	if strings.Contains(rest, "#") {
-		return Config{}, invalid("URL: a '#' (a URL takes no fragment); %s", encodeCredentials)
+		return rawURL{}, invalid("URL: a '#' (a URL takes no fragment); %s", encodeCredentials)
 	}
 	// The hosts are cut out by hand: url.Parse rejects a list that holds
 	// a bracketed IPv6 address, and its errors quote the password.
@@ -307,35 +344,49 @@ func ParseURL(s string) (Config, error) {
 	if i := strings.IndexAny(rest, "/?"); i >= 0 {
 		authority, tail = rest[:i], rest[i:]
 	}
-	userinfo, hosts, hasUser := cutLast(authority, "@")
-	if !hasUser {
-		hosts = authority
+	u := rawURL{scheme: scheme}
+	u.userinfo, u.hosts, u.hasUser = cutLast(authority, "@")
+	if !u.hasUser {
+		u.hosts = authority
 	}
 	path, rawQuery, _ := strings.Cut(tail, "?")
+	u.path = path
 	q, err := url.ParseQuery(rawQuery)
 	if err != nil {
 		var ee url.EscapeError
 		if errors.As(err, &ee) {
-			return Config{}, invalid("URL query: a '%%' that starts no escape (write it as %%25)")
+			return rawURL{}, invalid("URL query: a '%%' that starts no escape (write it as %%25)")
 		}
-		return Config{}, invalid("URL query: %v", err)
+		return rawURL{}, invalid("URL query: %v", err)
 	}
-	// An '@' after the hosts means a password held a '/' or '?' that
-	// ended the user information early: what follows is not to be quoted.
-	stray := strings.Contains(path, "@")
+	u.query = q
+	if strayAt(path, q) {
+		return rawURL{}, invalid("URL: an '@' after the hosts; %s", encodeCredentials)
+	}
+	return u, nil
+}
+
+// strayAt reports an '@' after the hosts: a password held a '/' or '?'
+// that ended the user information early, and what follows is not to be
+// quoted. The Sentinels' credentials may hold one.
+func strayAt(path string, q url.Values) bool {
+	if strings.Contains(path, "@") {
+		return true
+	}
 	for name, vals := range q {
 		credential := name == "sentinel_username" || name == "sentinel_password"
 		for _, v := range vals {
 			if strings.Contains(name, "@") || strings.Contains(v, "@") && !credential {
-				stray = true
+				return true
 			}
 		}
 	}
-	if stray {
-		return Config{}, invalid("URL: an '@' after the hosts; %s", encodeCredentials)
-	}
+	return false
+}
 
-	c := Config{Strategy: scheme}
+// setScheme sets what the scheme says: the strategy, TLS, Cluster; a
+// cluster:// URL's strategy parameter is taken out of q.
+func (c *Config) setScheme(scheme string, q url.Values) error {
 	switch scheme {
 	case "redis", "rediss": // the form managed services hand out: one server
 		c.Strategy, c.TLS = "single", scheme == "rediss"
@@ -345,60 +396,75 @@ func ParseURL(s string) (Config, error) {
 		c.Strategy, c.Cluster = "single", true
 		if s, ok := q["strategy"]; ok {
 			if len(s) != 1 || s[0] != "single" && s[0] != "failover" {
-				return Config{}, badField("strategy", "cluster:// runs single or failover (strategy=failover), got %s", echo.Quote(strings.Join(s, ",")))
+				return badField("strategy", "cluster:// runs single or failover (strategy=failover), got %s", echo.Quote(strings.Join(s, ",")))
 			}
 			c.Strategy = s[0]
 			delete(q, "strategy")
 		}
 	}
-	if hasUser {
-		user, pass, _ := strings.Cut(userinfo, ":")
-		if c.Username, err = url.PathUnescape(user); err != nil {
-			return Config{}, badField("username", "a '%%' that starts no escape (write it as %%25)")
-		}
-		if c.Password, err = url.PathUnescape(pass); err != nil {
-			return Config{}, badField("password", "a '%%' that starts no escape (write it as %%25)")
-		}
+	return nil
+}
+
+// setUserinfo sets Username and Password from the user information.
+func (c *Config) setUserinfo(userinfo string, hasUser bool) error {
+	if !hasUser {
+		return nil
 	}
-	if hosts != "" {
-		for _, h := range strings.Split(hosts, ",") {
-			if h != "" {
-				if _, err := url.Parse("redis://" + h); err != nil {
-					return Config{}, badField("addrs", "%s: want host:port, with an IPv6 host in brackets ([::1]:6379)", echo.Quote(h))
-				}
+	user, pass, _ := strings.Cut(userinfo, ":")
+	var err error
+	if c.Username, err = url.PathUnescape(user); err != nil {
+		return badField("username", "a '%%' that starts no escape (write it as %%25)")
+	}
+	if c.Password, err = url.PathUnescape(pass); err != nil {
+		return badField("password", "a '%%' that starts no escape (write it as %%25)")
+	}
+	return nil
+}
+
+// setHosts sets Addrs from the comma-separated hosts.
+func (c *Config) setHosts(hosts string) error {
+	if hosts == "" {
+		return nil
+	}
+	for _, h := range strings.Split(hosts, ",") {
+		if h != "" {
+			if _, err := url.Parse("redis://" + h); err != nil {
+				return badField("addrs", "%s: want host:port, with an IPv6 host in brackets ([::1]:6379)", echo.Quote(h))
 			}
-			c.Addrs = append(c.Addrs, h)
 		}
+		c.Addrs = append(c.Addrs, h)
 	}
+	return nil
+}
+
+// setPath sets what the path says: the master name of sentinel://, the
+// database of redis:// and rediss:// (with q's db); the other schemes take
+// none.
+func (c *Config) setPath(scheme, path string, q url.Values) error {
 	master, err := url.PathUnescape(path)
 	if err != nil {
-		return Config{}, badField("master", "a '%%' that starts no escape (write it as %%25)")
+		return badField("master", "a '%%' that starts no escape (write it as %%25)")
 	}
 	c.Master = strings.Trim(master, "/")
 	if scheme == "redis" || scheme == "rediss" {
 		if c.DB, err = pathDB(c.Master, q); err != nil {
-			return Config{}, err
+			return err
 		}
 		c.Master = ""
 	}
 	switch {
 	case scheme == "sentinel" && c.Master == "":
-		return Config{}, badField("master", "sentinel:// needs the master name as the path, e.g. sentinel://s1:26379,s2:26379/mymaster")
+		return badField("master", "sentinel:// needs the master name as the path, e.g. sentinel://s1:26379,s2:26379/mymaster")
 	case scheme == "cluster" && c.Master != "":
-		return Config{}, badField("master", "cluster:// takes its nodes' addresses and no path")
+		return badField("master", "cluster:// takes its nodes' addresses and no path")
 	case scheme == "failover" && c.Master != "":
 		name := c.Master
 		if len(name) > echo.Max {
 			name = "MASTER"
 		}
-		return Config{}, badField("master", "failover:// takes the primary's address and no path; for a primary found through Sentinel use sentinel://s1:26379,s2:26379/%s", name)
+		return badField("master", "failover:// takes the primary's address and no path; for a primary found through Sentinel use sentinel://s1:26379,s2:26379/%s", name)
 	}
-	for _, name := range slices.Sorted(maps.Keys(q)) {
-		if err := c.setParam(name, q[name]); err != nil {
-			return Config{}, err
-		}
-	}
-	return c, c.Validate()
+	return nil
 }
 
 // cutLast is strings.Cut at the last sep.
@@ -495,6 +561,20 @@ func (c Config) url() *url.URL {
 // take (empty, repeated, or more than one for single and for failover
 // without Master, unless Cluster is set).
 func (c Config) Validate() error {
+	for _, check := range []func() error{
+		c.validateStrategy, c.validateAddrs, c.validateTLS, c.validateDurations, c.validateRenewal,
+		c.validateStrategyOptions, c.validateFailover,
+	} {
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// validateStrategy checks that the strategy is known, and that no field
+// that applies only to failover is set for another.
+func (c Config) validateStrategy() error {
 	if _, ok := builders[c.Strategy]; !ok {
 		if c.Strategy == "" {
 			return badField("strategy", "missing; one of %s", strategyNames())
@@ -509,6 +589,12 @@ func (c Config) Validate() error {
 			}
 		}
 	}
+	return nil
+}
+
+// validateAddrs checks each address, and that the addresses, Cluster,
+// Master and the Sentinels' credentials fit the strategy and each other.
+func (c Config) validateAddrs() error {
 	for i, a := range c.Addrs {
 		if a == "" {
 			return badField("addrs", "address %d is empty", i)
@@ -536,9 +622,12 @@ func (c Config) Validate() error {
 	case c.Master == "" && c.SentinelPassword != "":
 		return badField("sentinel_password", "applies only through Sentinel (set master)")
 	}
-	if err := c.validateTLS(); err != nil {
-		return err
-	}
+	return nil
+}
+
+// validateDurations checks that no duration is negative, and that the
+// TTL and MaxTTL are within dlm.MaxTTL and MaxTTL not below the TTL.
+func (c Config) validateDurations() error {
 	for _, d := range []struct {
 		name string
 		d    Duration
@@ -556,12 +645,22 @@ func (c Config) Validate() error {
 	if ttl := cmp.Or(time.Duration(c.TTL), dlm.DefaultTTL); c.MaxTTL > 0 && ttl > time.Duration(c.MaxTTL) {
 		return badField("max_ttl", "%v is below the TTL %v", time.Duration(c.MaxTTL), ttl)
 	}
+	return nil
+}
+
+// validateRenewal checks Renew, and that MaxHold comes with it.
+func (c Config) validateRenewal() error {
 	if c.Renew != 0 && !(c.Renew > 0 && c.Renew < 1) {
 		return badField("renew", "%v is not in (0, 1)", c.Renew)
 	}
 	if c.MaxHold > 0 && c.Renew == 0 {
 		return badField("max_hold", "bounds auto-renewal: set renew too (e.g. renew=0.33)")
 	}
+	return nil
+}
+
+// validateStrategyOptions checks the ranges of the strategies' options.
+func (c Config) validateStrategyOptions() error {
 	if f := c.DriftFactor; f != nil && !(*f >= 0 && *f < 0.5) {
 		return badField("drift_factor", "%v is not in [0, 0.5)", *f)
 	}
@@ -576,18 +675,25 @@ func (c Config) Validate() error {
 	default:
 		return badField("wait_aof", "%s: want replicas or local", echo.Quote(c.WaitAOF))
 	}
-	if c.Strategy == "failover" {
-		none := c.Ack != nil && *c.Ack == strategy.AckNone()
-		if none && c.WaitAOF == "replicas" {
-			return badField("wait_aof", "replicas with ack none waits for nothing")
-		}
-		wt := time.Duration(c.WaitTimeout)
-		if wt == 0 {
-			wt = strategy.DefaultWaitTimeout
-		}
-		if c.Timeout > 0 && (!none || c.WaitAOF != "") && time.Duration(c.Timeout) <= wt {
-			return badField("timeout", "%v must exceed the wait timeout %v", time.Duration(c.Timeout), wt)
-		}
+	return nil
+}
+
+// validateFailover checks, for failover, that WaitAOF waits for something
+// and that the per-node timeout exceeds the wait's.
+func (c Config) validateFailover() error {
+	if c.Strategy != "failover" {
+		return nil
+	}
+	none := c.Ack != nil && *c.Ack == strategy.AckNone()
+	if none && c.WaitAOF == "replicas" {
+		return badField("wait_aof", "replicas with ack none waits for nothing")
+	}
+	wt := time.Duration(c.WaitTimeout)
+	if wt == 0 {
+		wt = strategy.DefaultWaitTimeout
+	}
+	if c.Timeout > 0 && (!none || c.WaitAOF != "") && time.Duration(c.Timeout) <= wt {
+		return badField("timeout", "%v must exceed the wait timeout %v", time.Duration(c.Timeout), wt)
 	}
 	return nil
 }

@@ -13,7 +13,8 @@ import (
 // deadline): own says so and hides it from errors.Is; a call's own
 // deadline, ended context or other error is left as it is. Over the real
 // clients the conformance rule OwnContext checks the same
-// (TestPipeNodeConformance*).
+// (TestConformance of driver/rueidis and driver/valkeygo,
+// TestPipeNodeConformance*).
 func TestOwnContextError(t *testing.T) {
 	live, cancel := context.WithTimeout(context.Background(), time.Hour)
 	defer cancel()

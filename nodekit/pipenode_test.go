@@ -144,15 +144,13 @@ func single(t *testing.T, node dlm.Node, servers ...string) {
 	})
 }
 
+// The node rules over a standalone server, with each client's defaults,
+// run in each driver's own TestConformance (driver/rueidis,
+// driver/valkeygo); here the strategy's.
 func TestPipeNodeConformanceStandalone(t *testing.T) {
 	t.Parallel() // the suites mostly wait: on stalled servers, deadlines, expiry
 	forEachDriver(t, func(t *testing.T, d pipeDriver) {
 		t.Parallel()
-		t.Run("Node", func(t *testing.T) {
-			harness.Run(t, func(t *testing.T, addr string) dlm.Node {
-				return d.node(t, pipeOptions{addrs: []string{addr}})
-			}, d.dialOptions()...)
-		})
 		addr := harness.StartServer(t)
 		single(t, d.node(t, pipeOptions{addrs: []string{addr}}), addr)
 	})

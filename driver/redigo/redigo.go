@@ -20,7 +20,6 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/dlmgo/dlm"
-	"github.com/dlmgo/dlm/internal/box"
 	"github.com/dlmgo/dlm/nodekit"
 )
 
@@ -190,9 +189,9 @@ func (n *Node) run(ctx context.Context, calls []dlm.Call, wait []string, err err
 	ap := argvPool.Get().(*[]any)
 	argv := (*ap)[:0]
 	for i := 0; i < len(calls) && err == nil; i++ {
-		cmd, script := "EVAL", box.String(&calls[i].Source)
-		if calls[i].Source == "" {
-			cmd, script = "EVALSHA", box.String(&calls[i].SHA1)
+		cmd, script := "EVAL", calls[i].Source
+		if script == "" {
+			cmd, script = "EVALSHA", calls[i].SHA1
 		}
 		argv = append(argv[:0], script, len(calls[i].Keys))
 		argv = appendStrings(appendStrings(argv, calls[i].Keys), calls[i].Args)
@@ -275,11 +274,10 @@ func replyErr(err error) error {
 	return nodekit.Reply(string(re), err)
 }
 
-// appendStrings appends the strings of s, boxed in place (see box): Send
-// has written them to the connection's buffer before run returns.
+// appendStrings appends the strings of s.
 func appendStrings(argv []any, s []string) []any {
-	for i := range s {
-		argv = append(argv, box.String(&s[i]))
+	for _, v := range s {
+		argv = append(argv, v)
 	}
 	return argv
 }

@@ -16,28 +16,8 @@ import (
 	"github.com/dlmgo/dlm/conformance/harness"
 	"github.com/dlmgo/dlm/driver/redigo"
 	"github.com/dlmgo/dlm/internal/redistest"
-	"github.com/dlmgo/dlm/nodekit"
 	"github.com/dlmgo/dlm/strategy"
 )
-
-func newPool(t testing.TB, addr string) *redis.Pool {
-	p := &redis.Pool{
-		MaxIdle:     64,
-		IdleTimeout: time.Minute,
-		// DialContext, not Dial: the pool passes the call's context only to
-		// DialContext, so a Dial would ignore its deadline.
-		DialContext: func(ctx context.Context) (redis.Conn, error) {
-			return redis.DialContext(ctx, "tcp", addr, redis.DialConnectTimeout(time.Second), redis.DialReadTimeout(30*time.Second))
-		},
-	}
-	t.Cleanup(func() { _ = p.Close() })
-	return p
-}
-
-// newNode returns a Node over a new pool to addr, named by the address.
-func newNode(t testing.TB, addr string) *redigo.Node {
-	return redigo.New(newPool(t, addr)).WithName(addr)
-}
 
 // eval runs src once on n with EVAL.
 func eval(ctx context.Context, n dlm.Node, src string, keys []string, args ...string) ([]int64, error) {
@@ -46,31 +26,24 @@ func eval(ctx context.Context, n dlm.Node, src string, keys []string, args ...st
 	return c[0].Reply, c[0].Err
 }
 
-func TestConformance(t *testing.T) {
+// The single-instance strategy keeps the Strategy contract, and the lock
+// family theirs, over the driver.
+func TestConformanceSingle(t *testing.T) {
 	t.Parallel() // the suites mostly wait: on stalled servers, deadlines, expiry
-	t.Run("Node", func(t *testing.T) {
-		harness.Run(t, func(t *testing.T, addr string) dlm.Node {
-			node := newNode(t, addr)
-			if got := node.String(); got != addr {
-				t.Fatalf("String() = %q, want the name given to WithName, %q", got, addr)
-			}
-			return node
-		}, harness.WithSentinel(func(t *testing.T, addrs []string, master string) (dlm.Node, error) {
-			n, c, err := redigo.Dial(context.Background(), nodekit.Endpoint{Sentinels: addrs, Master: master})
-			if err == nil {
-				t.Cleanup(func() { _ = c.Close() })
-			}
-			return n, err
-		}))
-	})
-	t.Run("Single", func(t *testing.T) {
-		addr := harness.StartServer(t)
-		node := newNode(t, addr)
-		topology := conformance.Topology{Nodes: func(*testing.T) []dlm.Node { return []dlm.Node{node} }, Servers: []string{addr}}
-		newStrategy := func(nodes []dlm.Node) (dlm.Strategy, error) { return strategy.NewSingle(nodes[0]) }
-		conformance.RunStrategy(t, topology, newStrategy)
-		family.Run(t, topology.Nodes, newStrategy)
-	})
+	addr := harness.StartServer(t)
+	node := newNode(t, addr)
+	topology := conformance.Topology{Nodes: func(*testing.T) []dlm.Node { return []dlm.Node{node} }, Servers: []string{addr}}
+	newStrategy := func(nodes []dlm.Node) (dlm.Strategy, error) { return strategy.NewSingle(nodes[0]) }
+	conformance.RunStrategy(t, topology, newStrategy)
+	family.Run(t, topology.Nodes, newStrategy)
+}
+
+// WithName names the node.
+func TestWithName(t *testing.T) {
+	const addr = "127.0.0.1:6379"
+	if got := newNode(t, addr).String(); got != addr {
+		t.Fatalf("String() = %q, want the name given to WithName, %q", got, addr)
+	}
 }
 
 func TestNilPool(t *testing.T) {
