@@ -8,21 +8,21 @@ const RenewBatchForTest = renewBatch
 // RememberForTest ends a queue of key that saw fence, as the last waiter
 // leaving does, and returns how many keys m remembers.
 func RememberForTest(m *Manager, key string, fence uint64) int {
-	w := &m.queues
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.rememberLocked(&queue{key: key, lastFence: fence})
-	return len(w.seen)
+	qs := m.queues
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	qs.rememberLocked(&queue{key: key, lastFence: fence})
+	return len(qs.seen)
 }
 
 // AgeMemoryForTest moves back by d the end of every queue m remembers.
 func AgeMemoryForTest(m *Manager, d time.Duration) {
-	w := &m.queues
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for k, s := range w.seen {
+	qs := m.queues
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	for k, s := range qs.seen {
 		s.ended = s.ended.Add(-d)
-		w.seen[k] = s
+		qs.seen[k] = s
 	}
 }
 
@@ -38,9 +38,9 @@ func ContextMadeForTest(l *Lock) bool {
 // is parked: in the queue and neither woken nor attempting, so that an
 // Unlock now hands it the lock.
 func ParkedForTest(m *Manager, key string) bool {
-	w := &m.queues
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	q := w.q[key]
+	qs := m.queues
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	q := qs.q[key]
 	return q != nil && len(q.waiters) > 0 && !q.waiters[0].trying
 }

@@ -47,6 +47,18 @@ func newLock(m *Manager, key, token string, start time.Time, lease Lease) *Lock 
 	return l
 }
 
+// hold wraps a lease granted to token in a held Lock of m, and starts
+// renewing it when m renews its locks: the Manager's part of every
+// acquisition, given to its queues.
+func (m *Manager) hold(key, token string, start time.Time, lease Lease) *Lock {
+	l := newLock(m, key, token, start, lease)
+	if m.o.observer != nil {
+		l.Context() // its timer ends the lease, and reports Lost, when the validity runs out
+	}
+	m.renewer.add(l)
+	return l
+}
+
 // Key returns the locked key.
 func (l *Lock) Key() string { return l.key }
 

@@ -13,7 +13,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/dlmgo/dlm/internal/mgr"
-	"github.com/dlmgo/dlm/internal/token"
 )
 
 // Defaults of the Manager's options.
@@ -157,7 +156,7 @@ type Manager struct {
 	s       Strategy
 	o       options
 	renewer *renewer // nil without auto-renewal
-	queues  queues
+	queues  *queues  // makes the attempts, and queues the Lock calls that wait
 }
 
 // New returns a Manager over s.
@@ -181,7 +180,7 @@ func New(s Strategy, opts ...Option) (*Manager, error) {
 		return nil, err
 	}
 	m.renewer = newRenewer(s, m.o)
-	m.queues.init(m)
+	m.queues = newQueues(s, m.o, m.hold)
 	return m, nil
 }
 
@@ -216,100 +215,7 @@ func (m *Manager) Lock(ctx context.Context, key string) (*Lock, error) {
 	if m.o.observer != nil {
 		return m.observed(ctx, key, false)
 	}
-	return m.lock(ctx, key, nil)
-}
-
-// lock is Lock after the key was checked; st, when not nil, counts the
-// attempts for an Observer.
-func (m *Manager) lock(ctx context.Context, key string, st *lockStats) (*Lock, error) {
-	var prev error // the most informative refusal not caused by ctx ending
-	w := &m.queues
-	if !w.queued(key) {
-		if l, err, done := m.attempt(ctx, key, &prev, st); done {
-			return l, err
-		}
-	}
-	q, me, creator := w.join(ctx, key)
-	var won *Lock
-	defer func() { w.leave(q, me, won) }()
-	select {
-	case <-q.ready:
-	case <-ctx.Done():
-		return nil, m.giveUp(ctx, w.refusal(q, prev))
-	}
-	delay := m.o.retryMin
-	try := creator // the creator tries once its subscription is active
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	for {
-		if won = w.handed(q, me, st); won != nil {
-			return won, nil
-		}
-		if try {
-			tryStart := time.Now()
-			l, err, done := m.attempt(ctx, key, &prev, st)
-			if done {
-				won = l
-				return l, err
-			}
-			if w.tried(q, me, err, time.Since(tryStart)) {
-				continue // a release was announced during the attempt
-			}
-		}
-		timer.Reset(w.pause(q, me, &delay)) // since Go 1.23 Reset drops a stale value
-		select {
-		case <-me.wake:
-			try = true
-		case <-timer.C:
-			try = w.timedOut(q, me)
-		case <-ctx.Done():
-			if won = w.handed(q, me, st); won != nil {
-				return won, nil // handed over before ctx ended
-			}
-			return nil, m.giveUp(ctx, w.refusal(q, prev))
-		}
-	}
-}
-
-// attempt makes one acquisition attempt with a new token. done reports
-// that Lock must return (l, err): on success, on a permanent error, or when
-// ctx has ended.
-func (m *Manager) attempt(ctx context.Context, key string, prev *error, st *lockStats) (l *Lock, err error, done bool) {
-	token := m.newToken()
-	start := time.Now()
-	if st != nil {
-		st.attempts++
-		st.last = start
-	}
-	lease, err := m.s.Acquire(ctx, key, token, m.o.ttl)
-	if err == nil {
-		return m.held(key, token, start, lease), nil, true
-	}
-	if ctx.Err() != nil && *prev != nil && (errors.Is(err, ctx.Err()) || timedOut(err)) {
-		err = *prev // say why the lock was busy, not only that time ran out
-	}
-	if Permanent(err) || ctx.Err() != nil {
-		return nil, withContext(ctx, err), true
-	}
-	if *prev == nil || !timedOut(err) || timedOut(*prev) {
-		*prev = err
-	}
-	return nil, err, false
-}
-
-// timedOut reports whether err says no more than that time ran out: a
-// deadline or a network timeout, which tells less than a refusal.
-func timedOut(err error) bool {
-	var t interface{ Timeout() bool }
-	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &t) && t.Timeout()
-}
-
-// giveUp is Lock's error when ctx ends while waiting.
-func (m *Manager) giveUp(ctx context.Context, prev error) error {
-	if prev == nil {
-		prev = ErrNotAcquired
-	}
-	return withContext(ctx, prev)
+	return m.queues.acquire(ctx, key, nil)
 }
 
 // TryLock makes one attempt to take key. When another owner holds it, the
@@ -321,52 +227,7 @@ func (m *Manager) TryLock(ctx context.Context, key string) (*Lock, error) {
 	if m.o.observer != nil {
 		return m.observed(ctx, key, true)
 	}
-	return m.tryLock(ctx, key, nil)
-}
-
-// tryLock is TryLock after the key was checked; st, when not nil, counts
-// the attempt for an Observer.
-func (m *Manager) tryLock(ctx context.Context, key string, st *lockStats) (*Lock, error) {
-	token := m.newToken()
-	start := time.Now()
-	if st != nil {
-		st.attempts, st.last = 1, start
-	}
-	lease, err := m.s.Acquire(ctx, key, token, m.o.ttl)
-	if err != nil {
-		return nil, withContext(ctx, err)
-	}
-	return m.held(key, token, start, lease), nil
-}
-
-// held wraps a granted lease in a Lock and starts renewing it if asked to.
-func (m *Manager) held(key, token string, start time.Time, lease Lease) *Lock {
-	l := newLock(m, key, token, start, lease)
-	if m.o.observer != nil {
-		l.Context() // its timer ends the lease, and reports Lost, when the validity runs out
-	}
-	m.renewer.add(l)
-	m.queues.acquired(key, lease.Fence)
-	return l
-}
-
-// withContext joins err with ctx's cause when ctx has ended, so the result
-// matches ErrNotAcquired, the context's error and err.
-func withContext(ctx context.Context, err error) error {
-	if ctx.Err() == nil {
-		return err
-	}
-	cause := context.Cause(ctx)
-	if !errors.Is(cause, ctx.Err()) {
-		cause = errors.Join(ctx.Err(), cause)
-	}
-	if errors.Is(err, cause) {
-		cause = nil
-	}
-	if !errors.Is(err, ErrNotAcquired) {
-		err = fmt.Errorf("%w: %w", ErrNotAcquired, err)
-	}
-	return errors.Join(err, cause)
+	return m.queues.try(ctx, key, nil)
 }
 
 // lockStats counts what an observed Lock or TryLock does.
@@ -384,9 +245,9 @@ func (m *Manager) observed(ctx context.Context, key string, try bool) (*Lock, er
 	var l *Lock
 	var err error
 	if try {
-		l, err = m.tryLock(ctx, key, &st)
+		l, err = m.queues.try(ctx, key, &st)
 	} else {
-		l, err = m.lock(ctx, key, &st)
+		l, err = m.queues.acquire(ctx, key, &st)
 	}
 	d := LockDone{Attempts: st.attempts, Err: err}
 	if st.attempts > 0 {
@@ -399,17 +260,12 @@ func (m *Manager) observed(ctx context.Context, key string, try bool) (*Lock, er
 	return l, err
 }
 
-// newToken returns a new token for an acquisition by this Manager
-// beginning now: random, and carrying the owner, the time and the TTL (see
-// package internal/token; inspect.HolderOf reads them back).
-func (m *Manager) newToken() string { return token.New(m.o.owner, m.o.ttl) }
-
 // init gives the lock family (package internal/mgr) what it needs of a
 // Manager.
 func init() {
 	mgr.Of = func(m any) mgr.Manager {
 		mm := m.(*Manager)
-		return mgr.Manager{Strategy: mm.s, NewToken: mm.newToken, RetryMin: mm.o.retryMin, RetryMax: mm.o.retryMax}
+		return mgr.Manager{Strategy: mm.s, NewToken: mm.queues.newToken, RetryMin: mm.o.retryMin, RetryMax: mm.o.retryMax}
 	}
 	mgr.CheckKey = checkKey
 }

@@ -273,3 +273,28 @@ func TestReacquireWithSameToken(t *testing.T) {
 	_, err = s.Acquire(ctx, "again", "other", time.Second)
 	assert.ErrorIs(t, err, dlm.ErrNotAcquired)
 }
+
+// An uncontended Lock costs what TryLock does: the token and the Lock,
+// with nothing for the queue it did not have to join.
+func TestUncontendedLockAllocatesAsTryLock(t *testing.T) {
+	m := newM(t, &grantAll{}, dlm.WithTTL(time.Minute))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pair := func(take func(context.Context, string) (*dlm.Lock, error)) func() {
+		return func() {
+			l, err := take(ctx, "k")
+			if err != nil {
+				panic(err)
+			}
+			if err := l.Unlock(ctx); err != nil {
+				panic(err)
+			}
+		}
+	}
+	try := testing.AllocsPerRun(100, pair(m.TryLock))
+	lock := testing.AllocsPerRun(100, pair(m.Lock))
+	t.Logf("allocations per pair: TryLock %v, Lock %v", try, lock)
+	if !raceOn {
+		assert.Equal(t, try, lock, "allocations of an uncontended Lock and of TryLock")
+	}
+}

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/dlmgo/dlm/internal/token"
 )
 
 // The per-key wait queue. Lock calls of one Manager that wait for the same
@@ -51,9 +53,21 @@ import (
 // Unlock through this Manager wakes the key's first waiter at once, and
 // waiters of one Manager never race each other.
 
-// queues holds a Manager's queues of waiting Lock calls, one per key.
+// queues takes a Manager's locks: it makes each attempt, and keeps the
+// queues of Lock calls waiting for a key, one per key, whose wait loop it
+// runs (acquire). It is given what it needs when it is made (newQueues)
+// and knows nothing else of the Manager.
 type queues struct {
-	m  *Manager
+	s        Strategy
+	handoff  Handoff // s, when it can hand a lock off; nil otherwise
+	owner    string  // carried by every token (WithOwner)
+	ttl      time.Duration
+	retryMin time.Duration
+	retryMax time.Duration
+	// hold wraps a lease granted to token in a held Lock (and starts
+	// renewing it): the Manager's part of every acquisition.
+	hold func(key, token string, start time.Time, lease Lease) *Lock
+
 	mu sync.Mutex
 	q  map[string]*queue
 	// seen keeps, for contendedFor after a queue ended, what it knew of
@@ -136,30 +150,169 @@ const (
 	backoffCap       = 4
 )
 
-func (w *queues) init(m *Manager) {
-	w.m = m
-	w.q = map[string]*queue{}
-	w.seen = map[string]seenKey{}
+// newQueues returns the queues of a Manager that takes locks through s
+// with the options o, and makes each granted lease a Lock with hold.
+func newQueues(s Strategy, o options, hold func(key, token string, start time.Time, lease Lease) *Lock) *queues {
+	h, _ := s.(Handoff)
+	return &queues{
+		s: s, handoff: h, owner: o.owner, ttl: o.ttl, retryMin: o.retryMin, retryMax: o.retryMax, hold: hold,
+		q: map[string]*queue{}, seen: map[string]seenKey{},
+	}
+}
+
+// newToken returns a new token for an acquisition beginning now: random,
+// and carrying the owner, the time and the TTL (see package
+// internal/token; inspect.HolderOf reads them back).
+func (qs *queues) newToken() string { return token.New(qs.owner, qs.ttl) }
+
+// acquire is Lock after the key was checked: it takes key at once when no
+// call of this Manager waits for it, and otherwise, or when that attempt
+// is refused, waits its turn in key's queue (wait). st, when not nil,
+// counts the attempts for an Observer.
+func (qs *queues) acquire(ctx context.Context, key string, st *lockStats) (*Lock, error) {
+	var prev error // the most informative refusal not caused by ctx ending
+	if !qs.queued(key) {
+		if l, err, done := qs.attempt(ctx, key, &prev, st); done {
+			return l, err
+		}
+	}
+	return qs.wait(ctx, key, &prev, st)
+}
+
+// try is TryLock after the key was checked: one attempt, whose error
+// matches ErrNotAcquired and ctx's error when ctx has ended.
+func (qs *queues) try(ctx context.Context, key string, st *lockStats) (*Lock, error) {
+	var prev error
+	l, err, _ := qs.attempt(ctx, key, &prev, st)
+	return l, err
+}
+
+// wait joins key's queue and stays in it until its call holds the lock, by
+// an attempt of its own or a hand-off, or ctx ends. prev is the most
+// informative refusal seen so far; wait updates it.
+func (qs *queues) wait(ctx context.Context, key string, prev *error, st *lockStats) (*Lock, error) {
+	q, me, creator := qs.join(ctx, key)
+	var won *Lock
+	defer func() { qs.leave(q, me, won) }()
+	select {
+	case <-q.ready:
+	case <-ctx.Done():
+		return nil, giveUp(ctx, qs.refusal(q, *prev))
+	}
+	delay := qs.retryMin
+	try := creator // the creator tries once its subscription is active
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		if won = qs.handed(q, me, st); won != nil {
+			return won, nil
+		}
+		if try {
+			tryStart := time.Now()
+			l, err, done := qs.attempt(ctx, key, prev, st)
+			if done {
+				won = l
+				return l, err
+			}
+			if qs.tried(q, me, err, time.Since(tryStart)) {
+				continue // a release was announced during the attempt
+			}
+		}
+		timer.Reset(qs.pause(q, me, &delay)) // since Go 1.23 Reset drops a stale value
+		select {
+		case <-me.wake:
+			try = true
+		case <-timer.C:
+			try = qs.timedOut(q, me)
+		case <-ctx.Done():
+			if won = qs.handed(q, me, st); won != nil {
+				return won, nil // handed over before ctx ended
+			}
+			return nil, giveUp(ctx, qs.refusal(q, *prev))
+		}
+	}
+}
+
+// attempt makes one acquisition attempt with a new token, and records a
+// success in key's queue (acquired). done reports that Lock must return
+// (l, err): on success, on a permanent error, or when ctx has ended.
+func (qs *queues) attempt(ctx context.Context, key string, prev *error, st *lockStats) (l *Lock, err error, done bool) {
+	tok := qs.newToken()
+	start := time.Now()
+	if st != nil {
+		st.attempts++
+		st.last = start
+	}
+	lease, err := qs.s.Acquire(ctx, key, tok, qs.ttl)
+	if err == nil {
+		l = qs.hold(key, tok, start, lease)
+		qs.acquired(key, lease.Fence)
+		return l, nil, true
+	}
+	if ctx.Err() != nil && *prev != nil && (errors.Is(err, ctx.Err()) || timedOut(err)) {
+		err = *prev // say why the lock was busy, not only that time ran out
+	}
+	if Permanent(err) || ctx.Err() != nil {
+		return nil, withContext(ctx, err), true
+	}
+	if *prev == nil || !timedOut(err) || timedOut(*prev) {
+		*prev = err
+	}
+	return nil, err, false
+}
+
+// timedOut reports whether err says no more than that time ran out: a
+// deadline or a network timeout, which tells less than a refusal.
+func timedOut(err error) bool {
+	var t interface{ Timeout() bool }
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &t) && t.Timeout()
+}
+
+// giveUp is Lock's error when ctx ends while waiting.
+func giveUp(ctx context.Context, prev error) error {
+	if prev == nil {
+		prev = ErrNotAcquired
+	}
+	return withContext(ctx, prev)
+}
+
+// withContext joins err with ctx's cause when ctx has ended, so the result
+// matches ErrNotAcquired, the context's error and err.
+func withContext(ctx context.Context, err error) error {
+	if ctx.Err() == nil {
+		return err
+	}
+	cause := context.Cause(ctx)
+	if !errors.Is(cause, ctx.Err()) {
+		cause = errors.Join(ctx.Err(), cause)
+	}
+	if errors.Is(err, cause) {
+		cause = nil
+	}
+	if !errors.Is(err, ErrNotAcquired) {
+		err = fmt.Errorf("%w: %w", ErrNotAcquired, err)
+	}
+	return errors.Join(err, cause)
 }
 
 // queued reports whether calls wait for key.
-func (w *queues) queued(key string) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.q[key] != nil
+func (qs *queues) queued(key string) bool {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	return qs.q[key] != nil
 }
 
 // join appends a waiter to key's queue, creating the queue and its
 // subscription when there is none. creator reports that this call made the
 // queue; it closes q.ready when the subscription is active or has failed.
-func (w *queues) join(ctx context.Context, key string) (q *queue, me *waiter, creator bool) {
-	w.mu.Lock()
-	q = w.q[key]
+func (qs *queues) join(ctx context.Context, key string) (q *queue, me *waiter, creator bool) {
+	qs.mu.Lock()
+	q = qs.q[key]
 	if q == nil {
 		creator = true
 		q = &queue{key: key, ready: make(chan struct{})}
-		if s, ok := w.seen[key]; ok {
-			delete(w.seen, key)
+		if s, ok := qs.seen[key]; ok {
+			delete(qs.seen, key)
 			if time.Since(s.ended) < contendedFor {
 				q.contended, q.lastFence, q.slot = s.contended, s.lastFence, s.slot
 				if time.Now().Before(s.contended) {
@@ -167,23 +320,23 @@ func (w *queues) join(ctx context.Context, key string) (q *queue, me *waiter, cr
 				}
 			}
 		}
-		w.q[key] = q
+		qs.q[key] = q
 	}
 	me = &waiter{wake: make(chan struct{}, 1), trying: creator}
 	q.waiters = append(q.waiters, me)
-	w.mu.Unlock()
+	qs.mu.Unlock()
 	if creator {
 		// On failure (the nodes cannot notify, or a node error) this
 		// queue polls for as long as it lives. Bounded by the poll
 		// interval, so that an unreachable node delays the queue no more
 		// than polling would.
-		sctx, cancel := context.WithTimeout(ctx, w.m.o.retryMax)
-		stop, err := w.m.s.WatchRelease(sctx, key, func() { w.released(q) })
+		sctx, cancel := context.WithTimeout(ctx, qs.retryMax)
+		stop, err := qs.s.WatchRelease(sctx, key, func() { qs.released(q) })
 		cancel()
 		if err == nil {
-			w.mu.Lock()
+			qs.mu.Lock()
 			q.notify, q.stop = true, stop
-			w.mu.Unlock()
+			qs.mu.Unlock()
 		}
 		close(q.ready)
 	}
@@ -192,8 +345,8 @@ func (w *queues) join(ctx context.Context, key string) (q *queue, me *waiter, cr
 
 // leave removes me from q, passing on a notification it did not use, and
 // ends the queue and its subscription when it was the last waiter.
-func (w *queues) leave(q *queue, me *waiter, won *Lock) {
-	w.mu.Lock()
+func (qs *queues) leave(q *queue, me *waiter, won *Lock) {
+	qs.mu.Lock()
 	if i := slices.Index(q.waiters, me); i >= 0 {
 		q.waiters = slices.Delete(q.waiters, i, i+1)
 	}
@@ -203,58 +356,58 @@ func (w *queues) leave(q *queue, me *waiter, won *Lock) {
 		// Handed the lock as ctx ended: give it back, and let the next
 		// waiter try.
 		me.lock = nil
-		go w.giveBack(h)
+		go qs.giveBack(h)
 	} else {
 		select {
 		case <-me.wake:
-			w.wakeLocked(q)
+			qs.wakeLocked(q)
 		default:
 		}
 	}
 	var stop func()
-	if len(q.waiters) == 0 && w.q[q.key] == q {
-		delete(w.q, q.key)
+	if len(q.waiters) == 0 && qs.q[q.key] == q {
+		delete(qs.q, q.key)
 		stop = q.stop
-		w.rememberLocked(q)
+		qs.rememberLocked(q)
 	}
-	w.mu.Unlock()
+	qs.mu.Unlock()
 	if stop != nil {
 		go stop()
 	}
 }
 
 // rememberLocked keeps what the ending queue q knew of other processes in
-// w.seen, dropping what is older than contendedFor once seen has grown.
-func (w *queues) rememberLocked(q *queue) {
+// qs.seen, dropping what is older than contendedFor once seen has grown.
+func (qs *queues) rememberLocked(q *queue) {
 	now := time.Now()
 	if q.lastFence == 0 && !now.Before(q.contended) {
 		return
 	}
-	if len(w.seen) >= w.pruneAt {
-		for k, s := range w.seen {
+	if len(qs.seen) >= qs.pruneAt {
+		for k, s := range qs.seen {
 			if now.Sub(s.ended) >= contendedFor {
-				delete(w.seen, k)
+				delete(qs.seen, k)
 			}
 		}
-		w.pruneAt = max(64, 2*len(w.seen))
+		qs.pruneAt = max(64, 2*len(qs.seen))
 	}
-	w.seen[q.key] = seenKey{ended: now, contended: q.contended, lastFence: q.lastFence, slot: q.slot, fails: q.fails}
+	qs.seen[q.key] = seenKey{ended: now, contended: q.contended, lastFence: q.lastFence, slot: q.slot, fails: q.fails}
 }
 
 // acquired records an acquisition of key by this Manager (Lock or
 // TryLock): when fences were skipped since the last one, other processes
 // took the key in between.
-func (w *queues) acquired(key string, fence uint64) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	q := w.q[key]
+func (qs *queues) acquired(key string, fence uint64) {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	q := qs.q[key]
 	if q == nil {
-		if s, ok := w.seen[key]; ok {
+		if s, ok := qs.seen[key]; ok {
 			if s.lastFence != 0 && fence != s.lastFence+1 {
 				s.contended = time.Now().Add(contendedFor)
 			}
 			s.ended, s.lastFence = time.Now(), fence
-			w.seen[key] = s
+			qs.seen[key] = s
 		}
 		return
 	}
@@ -266,17 +419,17 @@ func (w *queues) acquired(key string, fence uint64) {
 }
 
 // released is called when the key of q may have been released.
-func (w *queues) released(q *queue) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.q[q.key] != q {
+func (qs *queues) released(q *queue) {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	if qs.q[q.key] != q {
 		return
 	}
 	if q.yielding || time.Now().Before(q.contended) {
-		w.wakeLaterLocked(q)
+		qs.wakeLaterLocked(q)
 		return
 	}
-	w.wakeLocked(q)
+	qs.wakeLocked(q)
 }
 
 // releasedHere is called when this Manager released key (or tried to):
@@ -284,15 +437,15 @@ func (w *queues) released(q *queue) {
 // notification, which may not come (a strategy that cannot notify) or come
 // late; after a run of hand-offs, with the delay of a contended key, so
 // that other processes' waiters have their chance.
-func (w *queues) releasedHere(key string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if q := w.q[key]; q != nil {
+func (qs *queues) releasedHere(key string) {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	if q := qs.q[key]; q != nil {
 		q.heldHere = false
 		if q.yielding {
-			w.wakeLaterLocked(q)
+			qs.wakeLaterLocked(q)
 		} else {
-			w.wakeLocked(q)
+			qs.wakeLocked(q)
 		}
 	}
 }
@@ -301,12 +454,12 @@ func (w *queues) releasedHere(key string) {
 // (Lock.UnlockAt) instead of releasing it: nothing is handed off, and the
 // key's first waiter, if any, is woken at at, as by a release here, rather
 // than at its next poll.
-func (w *queues) expiring(key string, at time.Time) {
-	w.mu.Lock()
-	q := w.q[key]
-	w.mu.Unlock()
+func (qs *queues) expiring(key string, at time.Time) {
+	qs.mu.Lock()
+	q := qs.q[key]
+	qs.mu.Unlock()
 	if q != nil {
-		time.AfterFunc(time.Until(at), func() { w.releasedHere(key) })
+		time.AfterFunc(time.Until(at), func() { qs.releasedHere(key) })
 	}
 }
 
@@ -317,26 +470,26 @@ func (w *queues) expiring(key string, at time.Time) {
 // alike and the last winner does not keep winning), at most 4 maximum
 // retry delays. A wake already scheduled is kept:
 // the notifications that come meanwhile do not bring it forward.
-func (w *queues) wakeLaterLocked(q *queue) {
+func (qs *queues) wakeLaterLocked(q *queue) {
 	if q.wakeAt.After(time.Now()) {
 		return // a wake is scheduled already
 	}
 	span := max(contendJitter, q.slot) << min(q.fails, backoffDoublings)
-	d := rand.N(min(span, backoffCap*w.m.o.retryMax))
+	d := rand.N(min(span, backoffCap*qs.retryMax))
 	q.wakeAt = time.Now().Add(d)
 	time.AfterFunc(d, func() {
-		w.mu.Lock()
-		defer w.mu.Unlock()
+		qs.mu.Lock()
+		defer qs.mu.Unlock()
 		q.wakeAt = time.Time{}
-		if w.q[q.key] == q {
-			w.wakeLocked(q)
+		if qs.q[q.key] == q {
+			qs.wakeLocked(q)
 		}
 	})
 }
 
 // wakeLocked wakes the first waiter, unless one is already trying: that
 // one will try again (pending), so one release wakes one waiter.
-func (w *queues) wakeLocked(q *queue) {
+func (qs *queues) wakeLocked(q *queue) {
 	for _, x := range q.waiters {
 		if x.trying {
 			q.pending = true
@@ -357,38 +510,38 @@ func (w *queues) wakeLocked(q *queue) {
 // one and the strategy is a Handoff (see the top of this file for when it does not). handed
 // reports that it tried; err is then Unlock's error. When the hand-off
 // fails, l's lock is released and the waiter woken, as Unlock would have.
-func (w *queues) handOff(ctx context.Context, l *Lock) (err error, handed bool) {
-	h, ok := w.m.s.(Handoff)
-	if !ok {
+func (qs *queues) handOff(ctx context.Context, l *Lock) (err error, handed bool) {
+	h := qs.handoff
+	if h == nil {
 		return nil, false
 	}
-	q, me, run := w.handingTo(l.key, l.handoffRun)
+	q, me, run := qs.handingTo(l.key, l.handoffRun)
 	if me == nil {
 		return nil, false
 	}
-	token := w.m.newToken()
+	tok := qs.newToken()
 	start := time.Now()
-	lease, err := h.Handoff(ctx, l.key, l.token, token, w.m.o.ttl)
-	w.mu.Lock()
+	lease, err := h.Handoff(ctx, l.key, l.token, tok, qs.ttl)
+	qs.mu.Lock()
 	me.handing = false
 	if err == nil && slices.Contains(q.waiters, me) {
-		me.lock = &handedLock{key: l.key, token: token, start: start, run: run, lease: lease}
+		me.lock = &handedLock{key: l.key, token: tok, start: start, run: run, lease: lease}
 		select {
 		case me.wake <- struct{}{}:
 		default:
 		}
-		w.mu.Unlock()
+		qs.mu.Unlock()
 		return nil, true
 	}
 	me.trying = false
-	w.mu.Unlock()
+	qs.mu.Unlock()
 	if err == nil {
 		// The waiter gave up meanwhile.
-		go w.giveBack(&handedLock{key: l.key, token: token, start: start, lease: lease})
+		go qs.giveBack(&handedLock{key: l.key, token: tok, start: start, lease: lease})
 		return nil, true
 	}
-	rerr := w.m.s.Release(ctx, l.key, l.token)
-	w.releasedHere(l.key)
+	rerr := qs.s.Release(ctx, l.key, l.token)
+	qs.releasedHere(l.key)
 	if errors.Is(rerr, ErrNotHeld) && !errors.Is(err, ErrNotHeld) {
 		// The hand-off, not a lapsed lease, ended the lock, or may have:
 		// say why the hand-off failed.
@@ -407,10 +560,10 @@ func (w *queues) handOff(ctx context.Context, l *Lock) (err error, handed bool) 
 // lock rather than kept in the queue, which ends whenever its last waiter
 // is handed the lock. It returns when the run the hand-off continues
 // began.
-func (w *queues) handingTo(key string, run time.Time) (*queue, *waiter, time.Time) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	q := w.q[key]
+func (qs *queues) handingTo(key string, run time.Time) (*queue, *waiter, time.Time) {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	q := qs.q[key]
 	if q == nil || len(q.waiters) == 0 {
 		return nil, nil, run
 	}
@@ -420,7 +573,7 @@ func (w *queues) handingTo(key string, run time.Time) (*queue, *waiter, time.Tim
 		return nil, nil, run
 	case run.IsZero():
 		run = now
-	case now.Sub(run) >= w.m.o.retryMax:
+	case now.Sub(run) >= qs.retryMax:
 		q.yielding = true
 		return nil, nil, run
 	}
@@ -433,11 +586,11 @@ func (w *queues) handingTo(key string, run time.Time) (*queue, *waiter, time.Tim
 }
 
 // handed returns the lock a hand-off gave me, if any, as a Lock.
-func (w *queues) handed(q *queue, me *waiter, st *lockStats) *Lock {
-	w.mu.Lock()
+func (qs *queues) handed(q *queue, me *waiter, st *lockStats) *Lock {
+	qs.mu.Lock()
 	h := me.lock
 	me.lock = nil
-	w.mu.Unlock()
+	qs.mu.Unlock()
 	if h == nil {
 		return nil
 	}
@@ -445,30 +598,31 @@ func (w *queues) handed(q *queue, me *waiter, st *lockStats) *Lock {
 		st.attempts++
 		st.last = h.start
 	}
-	l := w.m.held(q.key, h.token, h.start, h.lease)
+	l := qs.hold(q.key, h.token, h.start, h.lease)
 	l.handoffRun = h.run
+	qs.acquired(q.key, h.lease.Fence)
 	return l
 }
 
 // giveBack releases a lock a hand-off took for a waiter that gave up, and
 // wakes the key's next waiter. It is bounded by the lock's TTL, after which
 // nothing is left to release.
-func (w *queues) giveBack(h *handedLock) {
-	ctx, cancel := context.WithDeadline(context.Background(), h.start.Add(w.m.o.ttl))
+func (qs *queues) giveBack(h *handedLock) {
+	ctx, cancel := context.WithDeadline(context.Background(), h.start.Add(qs.ttl))
 	defer cancel()
-	_ = w.m.s.Release(ctx, h.key, h.token) // on failure the lock runs out at its TTL
-	w.releasedHere(h.key)
+	_ = qs.s.Release(ctx, h.key, h.token) // on failure the lock runs out at its TTL
+	qs.releasedHere(h.key)
 }
 
 // refusal is the error a waiter of q gives up with: prev, its own most
 // informative refusal, or when it made no attempt (the first waiter of its
 // queue tries for all), the queue's last.
-func (w *queues) refusal(q *queue, prev error) error {
+func (qs *queues) refusal(q *queue, prev error) error {
 	if prev != nil {
 		return prev
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
 	return q.lastErr
 }
 
@@ -479,9 +633,9 @@ func (w *queues) refusal(q *queue, prev error) error {
 // later arrival jump the queue, and waiters of one Manager never compete
 // with each other (with Redlock, such races split the votes so that nobody
 // wins).
-func (w *queues) timedOut(q *queue, me *waiter) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
+func (qs *queues) timedOut(q *queue, me *waiter) bool {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
 	if len(q.waiters) > 0 && q.waiters[0] != me || me.handing {
 		return false
 	}
@@ -491,9 +645,9 @@ func (w *queues) timedOut(q *queue, me *waiter) bool {
 
 // tried records a failed attempt and reports whether to try again at once
 // because a release was announced meanwhile.
-func (w *queues) tried(q *queue, me *waiter, err error, took time.Duration) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
+func (qs *queues) tried(q *queue, me *waiter, err error, took time.Duration) bool {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
 	if !timedOut(err) || q.lastErr == nil {
 		q.lastErr = err
 	}
@@ -531,7 +685,7 @@ func (w *queues) tried(q *queue, me *waiter, err error, took time.Duration) bool
 		// after a back-off. (Not after an error a server replied, such as
 		// TRYAGAIN while a Cluster slot moves: no sign of other attempts.)
 		me.trying = false
-		w.wakeLaterLocked(q)
+		qs.wakeLaterLocked(q)
 		return false
 	}
 	return again
@@ -543,10 +697,10 @@ func (w *queues) tried(q *queue, me *waiter, err error, took time.Duration) bool
 // Waiters further back in the queue wait a little longer past the TTL, so
 // that an expiry does not make them all try at once. It is never shorter
 // than a scheduled wake (a back-off).
-func (w *queues) pause(q *queue, me *waiter, delay *time.Duration) time.Duration {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	maxPoll := w.m.o.retryMax
+func (qs *queues) pause(q *queue, me *waiter, delay *time.Duration) time.Duration {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	maxPoll := qs.retryMax
 	var d time.Duration
 	if q.notify {
 		d = maxPoll/2 + rand.N(maxPoll/2+1)

@@ -220,9 +220,19 @@ func (r *renewer) loop() {
 // renew extends batch and applies the results.
 func (r *renewer) renew(batch []*Lock) {
 	start := time.Now()
-	live := batch[:0:0]
-	var drop []*Lock
-	var first time.Time // the earliest end of a live lease
+	live, drop, first := r.triage(batch, start)
+	results := r.extend(live, start, first)
+	retry := min(max(r.period/4, 5*time.Millisecond), renewRetry)
+	next, again := r.at(start.Add(r.period)), r.at(time.Now().Add(retry))
+	due := r.apply(live, results, next, again)
+	r.requeue(drop, live, due)
+}
+
+// triage splits batch into the locks to renew (live) and those to drop:
+// ended, released, or held for the maximum hold time (which caps them).
+// first is the earliest end of a live lease.
+func (r *renewer) triage(batch []*Lock, start time.Time) (live, drop []*Lock, first time.Time) {
+	live = batch[:0:0]
 	for _, l := range batch {
 		l.mu.Lock()
 		switch {
@@ -239,33 +249,48 @@ func (r *renewer) renew(batch []*Lock) {
 		}
 		l.mu.Unlock()
 	}
+	return live, drop, first
+}
+
+// extend renews live, begun at start, in one ExtendMany call, and returns
+// one result per lock. The call ends a quarter period before the first
+// lease would (first): a node that stalls fails its own locks' renewals,
+// while replies that came from the others are applied in time to keep
+// theirs. It is bounded by a renewal period (at least attemptBound), and
+// given at least a quarter period.
+func (r *renewer) extend(live []*Lock, start, first time.Time) []ExtendResult {
 	results := make([]ExtendResult, len(live))
-	if len(live) > 0 {
-		// The batch ends a quarter period before the first lease would: a
-		// node that stalls fails its own locks' renewals, while replies
-		// that came from the others are applied in time to keep theirs.
-		deadline := first.Add(-r.period / 4)
-		if bound := start.Add(max(r.period, attemptBound)); bound.Before(deadline) {
-			deadline = bound
-		}
-		if floor := start.Add(r.period / 4); deadline.Before(floor) {
-			deadline = floor
-		}
-		ctx, cancel := context.WithDeadline(context.Background(), deadline)
-		keys := make([]HeldKey, len(live))
-		for i, l := range live {
-			keys[i] = HeldKey{Key: l.key, Token: l.token}
-		}
-		copy(results, r.s.ExtendMany(ctx, keys, r.ttl))
-		cancel()
+	if len(live) == 0 {
+		return results
 	}
-	retry := min(max(r.period/4, 5*time.Millisecond), renewRetry)
-	now := time.Now()
-	ended := make([]bool, len(live))
-	o := r.observer
+	deadline := first.Add(-r.period / 4)
+	if bound := start.Add(max(r.period, attemptBound)); bound.Before(deadline) {
+		deadline = bound
+	}
+	if floor := start.Add(r.period / 4); deadline.Before(floor) {
+		deadline = floor
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	keys := make([]HeldKey, len(live))
+	for i, l := range live {
+		keys[i] = HeldKey{Key: l.key, Token: l.token}
+	}
+	copy(results, r.s.ExtendMany(ctx, keys, r.ttl))
+	return results
+}
+
+// leaseEnded is the due time apply gives a lock whose lease has ended.
+const leaseEnded = math.MinInt64
+
+// apply adopts each live lock's result, reports it to the Observer, and
+// returns when each lock is next due: next after a renewal, again after a
+// failure that left its lease running, leaseEnded once its lease ended.
+func (r *renewer) apply(live []*Lock, results []ExtendResult, next, again int64) []int64 {
+	due := make([]int64, len(live))
 	for i, l := range live {
 		res := results[i]
-		if o != nil {
+		if o := r.observer; o != nil {
 			o.Renewed(l.key, res.Err)
 		}
 		l.mu.Lock()
@@ -279,11 +304,26 @@ func (r *renewer) renew(batch []*Lock) {
 			l.lastErr = res.Err
 			l.expireLocked()
 		}
-		ended[i] = l.ended != nil
+		switch {
+		case l.ended != nil:
+			due[i] = leaseEnded
+		case res.Err == nil:
+			due[i] = next
+		default:
+			due[i] = again
+		}
 		l.mu.Unlock()
 	}
-	next, again := r.at(start.Add(r.period)), r.at(now.Add(retry))
+	return due
+}
+
+// requeue ends a batch: it puts back in the heap, at their due times
+// (apply), the live locks that are still registered and whose leases
+// run, forgets the others and the dropped ones, and wakes the
+// removeSettled calls that wait for a batch to end.
+func (r *renewer) requeue(drop, live []*Lock, due []int64) {
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	for _, l := range drop {
 		l.inflight, l.renewing = false, false
 	}
@@ -291,19 +331,16 @@ func (r *renewer) renew(batch []*Lock) {
 		l.inflight = false
 		switch {
 		case !l.renewing: // unlocked meanwhile
-		case ended[i]:
+		case due[i] == leaseEnded:
 			l.renewing = false
-		case results[i].Err == nil:
-			r.due.push(l, next)
 		default:
-			r.due.push(l, again)
+			r.due.push(l, due[i])
 		}
 	}
 	if r.settled != nil {
 		close(r.settled)
 		r.settled = nil
 	}
-	r.mu.Unlock()
 }
 
 // A dueHeap is a 4-ary min-heap of locks by due time; each lock knows its
