@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/dlmgo/dlm"
-	"github.com/dlmgo/dlm/internal/coalesce"
 	"github.com/dlmgo/dlm/nodekit"
 )
 
@@ -142,10 +141,10 @@ func (r *round) call(k, i int) {
 // 15–23% of its time in BenchmarkRedlockParallel. It reports false when
 // the node would send the calls at once, which a worker then does (call).
 func (r *round) enqueue(k, i int) bool {
-	q, ok := r.s.nodes[i].(*coalesce.Node)
-	if !ok {
+	if r.s.queues == nil {
 		return false
 	}
+	q := r.s.queues[i]
 	calls := r.callsTo(k)
 	for j := range calls {
 		calls[j].SHA1 = r.script.SHA1()

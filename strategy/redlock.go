@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/internal/coalesce"
 	"github.com/dlmgo/dlm/internal/runner"
 	"github.com/dlmgo/dlm/nodekit"
 )
@@ -53,6 +54,7 @@ const (
 // node and returns the same fence.
 type Redlock struct {
 	nodes    []dlm.Node
+	queues   []*coalesce.Node // queues[i] is nodes[i], its coalescing layer; nil without coalescing
 	names    []string
 	quorum   int
 	all      []int // 0, 1, …, N−1: every node
@@ -127,7 +129,10 @@ func NewRedlock(nodes []dlm.Node, opts ...Option) (*Redlock, error) {
 		if publishArg(nodekit.RoutingOf(n)) != s.publish {
 			s.publish = "" // the release script asks each server
 		}
-		s.nodes[i] = s.cfg.coalesced(n)
+		if q := s.cfg.coalescing(n); q != nil {
+			s.queues = append(s.queues, q)
+			s.nodes[i] = q
+		}
 	}
 	return s, nil
 }

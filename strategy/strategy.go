@@ -124,8 +124,17 @@ func wrapReplicas(s *nodekit.Script) *nodekit.Script {
 // coalesced returns node with its calls coalesced, unless
 // WithCoalescing(false) was given.
 func (c *config) coalesced(node dlm.Node) dlm.Node {
+	if q := c.coalescing(node); q != nil {
+		return q
+	}
+	return node
+}
+
+// coalescing returns the coalescing layer over node, or nil when
+// WithCoalescing(false) was given.
+func (c *config) coalescing(node dlm.Node) *coalesce.Node {
 	if c.alone {
-		return node
+		return nil
 	}
 	return coalesce.New(node, 0, acquireScript, extendScript, releaseScripts[0], releaseScripts[1], releaseScripts[2])
 }
