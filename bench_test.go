@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlmgo/dlm"
@@ -23,14 +25,14 @@ import (
 // goredis only).
 func benchManagerOn(b *testing.B, client string, ctxOnWire bool, opts ...strategy.Option) *dlm.Manager {
 	srv := redistest.Start(b)
-	var node dlm.Node
+	var node driver.Node
 	switch client {
 	case "goredis":
 		c := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 128, ContextTimeoutEnabled: ctxOnWire})
 		b.Cleanup(func() { c.Close() })
 		node = goredis.New(c)
 	default:
-		dial := map[string]func(context.Context, nodekit.Endpoint) (dlm.Node, io.Closer, error){
+		dial := map[string]func(context.Context, nodekit.Endpoint) (driver.Node, io.Closer, error){
 			"redigo": redigo.Dial, "rueidis": rueidis.Dial}[client]
 		n, closer, err := dial(context.Background(), nodekit.Endpoint{Addr: srv.Addr})
 		if err != nil {

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/redis/go-redis/v9"
 	rueidislib "github.com/redis/rueidis"
 	"github.com/stretchr/testify/assert"
@@ -24,14 +26,14 @@ import (
 // client's default options from one seed address.
 var clusterClients = []struct {
 	name string
-	node func(t testing.TB, seed string) dlm.Node
+	node func(t testing.TB, seed string) driver.Node
 }{
-	{"go-redis", func(t testing.TB, seed string) dlm.Node {
+	{"go-redis", func(t testing.TB, seed string) driver.Node {
 		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{seed}}) // default options
 		t.Cleanup(func() { _ = c.Close() })
 		return goredis.New(c)
 	}},
-	{"rueidis", func(t testing.TB, seed string) dlm.Node {
+	{"rueidis", func(t testing.TB, seed string) driver.Node {
 		c, err := rueidislib.NewClient(rueidislib.ClientOption{InitAddress: []string{seed}, DisableCache: true})
 		require.NoError(t, err)
 		t.Cleanup(c.Close)

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -197,7 +199,7 @@ func TestClusterWaiterFollowsFailover(t *testing.T) {
 // until the waiter is subscribed on the master that now serves key, has
 // the holder release, and returns how long after the release the waiter
 // got the lock, and how long after change returned it was subscribed again.
-func handOff(t *testing.T, cl *redistest.Cluster, node func(testing.TB, string) dlm.Node, key string, change func()) (took, resubscribed time.Duration) {
+func handOff(t *testing.T, cl *redistest.Cluster, node func(testing.TB, string) driver.Node, key string, change func()) (took, resubscribed time.Duration) {
 	t.Helper()
 	ctx := context.Background()
 	// No poll and no lease's end can wake the waiter within its two-minute

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/redis/go-redis/v9"
 	rueidislib "github.com/redis/rueidis"
 	"github.com/stretchr/testify/assert"
@@ -27,19 +29,19 @@ func TestClusterStalledMasterCostsNoOtherLocks(t *testing.T) {
 	t.Cleanup(func() { _ = router.Close() })
 	for _, tc := range []struct {
 		name string
-		node func(t *testing.T) dlm.Node
+		node func(t *testing.T) driver.Node
 	}{
-		{"go-redis", func(t *testing.T) dlm.Node {
+		{"go-redis", func(t *testing.T) driver.Node {
 			c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{servers[0].Addr}})
 			t.Cleanup(func() { _ = c.Close() })
 			return goredis.New(c)
 		}},
-		{"go-redis ContextTimeoutEnabled", func(t *testing.T) dlm.Node {
+		{"go-redis ContextTimeoutEnabled", func(t *testing.T) driver.Node {
 			c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{servers[0].Addr}, ContextTimeoutEnabled: true})
 			t.Cleanup(func() { _ = c.Close() })
 			return goredis.New(c)
 		}},
-		{"rueidis", func(t *testing.T) dlm.Node {
+		{"rueidis", func(t *testing.T) driver.Node {
 			c, err := rueidislib.NewClient(rueidislib.ClientOption{InitAddress: []string{servers[0].Addr}, DisableCache: true})
 			require.NoError(t, err)
 			t.Cleanup(c.Close)

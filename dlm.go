@@ -24,10 +24,11 @@
 // error: errors.Is(err, ErrNotAcquired) and errors.Is(err, context.Canceled)
 // both hold.
 //
-// Under the Manager are two contracts. A [Node] is one Redis deployment
-// seen through a client library; the packages under driver/ adapt go-redis,
-// redigo, rueidis and valkey-go, and package conformance checks any other
-// implementation. A [Strategy] is a locking algorithm over nodes. Around
+// Under the Manager are two contracts. A [Strategy] is a locking algorithm
+// over nodes; a Node (package driver, whose contract it holds) is one
+// Redis deployment seen through a client library: the packages under
+// driver/ adapt go-redis, redigo, rueidis and valkey-go, and package
+// conformance checks any other implementation. Around
 // them: package inspect shows and revokes locks for operators, an
 // [Observer] (packages dlmotel, dlmslog) reports what locks do, and
 // packages semaphore, rwlock, multilock, fairlock and election build on a
@@ -40,6 +41,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/dlmgo/dlm/driver"
 )
 
 // Sentinel errors. Every error returned by this module that reports one of
@@ -54,22 +57,15 @@ var (
 	// ErrLost is the cause of a Lock's context ending because its lease can no
 	// longer be trusted.
 	ErrLost = errors.New("dlm: lock lost")
-	// ErrNoScript is wrapped by the Err of a Call that ran by EVALSHA when
-	// the server does not have the script cached.
-	ErrNoScript = errors.New("dlm: NOSCRIPT no matching script")
 	// ErrInvalid reports a bad argument or configuration value.
-	ErrInvalid = errors.New("dlm: invalid argument")
+	ErrInvalid = driver.ErrInvalid
 	// ErrUnlocked is the cause of a Lock's context ending because Unlock or
 	// UnlockAt was called.
 	ErrUnlocked = errors.New("dlm: lock released")
 	// ErrClosed is wrapped by a Call's error once the client the Node wraps
 	// was closed, where the driver can tell (go-redis and redigo can; rueidis
 	// reports a closed client and an unreachable server with one error).
-	ErrClosed = errors.New("dlm: client closed")
-	// ErrUnknownMaster reports that the Sentinels asked for a primary do not
-	// know its master name: a deployment's configuration names another.
-	// Drivers wrap it with the name, and Permanent reports it permanent.
-	ErrUnknownMaster = errors.New("dlm: no Sentinel knows the master name")
+	ErrClosed = driver.ErrClosed
 	// ErrMaxHold is matched, with ErrLost, by the cause of a Lock's context
 	// ending because WithAutoRenew's maximum hold time was reached (renewal
 	// stopped, or an Extend was refused).
@@ -83,96 +79,6 @@ var (
 	// state (inspect.Revoke).
 	ErrStateUnknown = errors.New("dlm: lock state unknown")
 )
-
-// A Node is one Redis deployment seen through a client library: a single
-// server, a primary behind Sentinel, or a Cluster. The packages under
-// driver/ adapt go-redis, redigo, rueidis and valkey-go; package conformance
-// checks any other implementation.
-//
-// Each method makes at most one round trip per server it reaches and never
-// retries. Methods are safe for concurrent use and honour ctx, including its
-// deadline, which must bound the wait for replies even when a server stops
-// answering. A Node does not own or close the client it wraps.
-//
-// Every method is part of the contract, so a wrapper that embeds a Node
-// (for metrics, logging or fault injection) keeps all of them. A Node that
-// cannot do what RunWait or Watch asks returns an error matching
-// errors.ErrUnsupported, and strategies fall back or refuse with that
-// reason.
-//
-// A Node may also implement fmt.Stringer to name itself in errors; drivers
-// name a node by its address or master name. Every rule a driver keeps, and
-// the helpers of package nodekit, are in docs/driver-contract.md.
-type Node interface {
-	// Run runs each call's script, pipelined: in one round trip per server
-	// the calls' keys live on, in order on each. It sets every call's Reply
-	// or Err: a call whose reply did not arrive (the connection broke, ctx
-	// ended) gets the error that stopped it, while replies that arrived are
-	// kept. An error reply of the server is a *ReplyError (see
-	// nodekit.Reply), whatever the client's wording. Run keeps no reference to calls once it returns (a
-	// goroutine that outlives it works on a copy).
-	Run(ctx context.Context, calls []Call)
-	// RunWait runs calls as Run does and then w's command (WAIT or WAITAOF)
-	// on the same connection, with no other caller's command in between, and
-	// returns its reply. Every call's keys must live on one server. When the
-	// calls fail the error is that of the first failed call; when only the
-	// wait fails, its error is returned and the calls' replies are kept, so
-	// the caller can undo their work.
-	RunWait(ctx context.Context, calls []Call, w Wait) (Acks, error)
-	// Watch subscribes to channel and returns once the server has confirmed
-	// the subscription, so that every message published afterwards reaches
-	// notify, which is called with the payload and must not block. On a
-	// Redis Cluster of version 7.0 or later, release scripts publish on
-	// shard channels (SPUBLISH): a Node over a Cluster client subscribes
-	// with SSUBSCRIBE on the master of channel's slot, and again when the
-	// slot moves; elsewhere with SUBSCRIBE. stop ends
-	// the subscription; calling it again does nothing. Messages may be lost
-	// (for example while a connection is re-established), so a caller must
-	// not rely on them alone.
-	Watch(ctx context.Context, channel string, notify func(payload string)) (stop func(), err error)
-}
-
-// A Call is one run of a Lua script on a Node.
-//
-// The Node sends EVALSHA SHA1 when Source is empty and EVAL Source
-// otherwise. Every script replies with an integer or an array of integers,
-// which the Node converts to Reply (an integer n to []int64{n}); any other
-// reply shape is an error. The Node reports
-// NOSCRIPT with an Err that wraps ErrNoScript and returns every other error
-// of the client unchanged.
-type Call struct {
-	SHA1   string   // the script's SHA1 digest, 40 lower-case hex digits
-	Source string   // the script's source, to send it with EVAL
-	Keys   []string // KEYS
-	Args   []string // ARGV
-	Reply  []int64  // set by the Node on success: non-nil, empty for an empty array
-	Err    error    // set by the Node on failure
-}
-
-// A Wait says what RunWait waits for after its script calls: WAIT
-// numreplicas timeout, or, with AOF set, WAITAOF numlocal numreplicas
-// timeout (Redis 7.2 and later).
-type Wait struct {
-	// Replicas is the number of replicas to wait for (numreplicas).
-	Replicas int
-	// Timeout bounds the wait on the server. It is at least 1ms (WAIT 0
-	// would block forever) and rounded up to whole milliseconds.
-	Timeout time.Duration
-	// AOF selects WAITAOF: replicas acknowledge once the write is fsynced
-	// to their append-only file, not merely received.
-	AOF bool
-	// Local, with AOF, also waits for the primary's own fsync (numlocal 1).
-	Local bool
-}
-
-// Acks is the reply of WAIT or WAITAOF.
-type Acks struct {
-	// Replicas is the number of replicas that acknowledged.
-	Replicas int
-	// Local reports, for WAITAOF, that the primary fsynced the write to its
-	// append-only file. It is false after WAIT.
-	Local bool
-}
 
 // A Strategy is a locking algorithm over one or more nodes. Each method makes
 // one attempt: it neither sleeps nor retries (the Manager does both), and
@@ -270,53 +176,13 @@ func invalidf(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
 }
 
-// A ReplyError is an error reply of a Redis server or Sentinel, in one form
-// whatever its client's wording: every driver returns the server's error
-// replies as a *ReplyError that wraps its client's own error (so errors.As
-// with the client's type still works). Permanent, and everything else in
-// dlm, classifies replies by Code and Message, never by a client's text.
-// A reply with Code "NOSCRIPT" matches ErrNoScript; "ERR DB index is out
-// of range" (SELECT of a database the server does not have) matches
-// ErrInvalid, and so is permanent.
-type ReplyError struct {
-	// Code is the reply's first word: "ERR", "WRONGTYPE", "NOAUTH", ...
-	Code string
-	// Message is the rest of the reply.
-	Message string
-	// Err is the client's error for the reply.
-	Err error
-}
-
-func (e *ReplyError) Error() string {
-	if e.Message == "" {
-		return e.Code
-	}
-	return e.Code + " " + e.Message
-}
-
-func (e *ReplyError) Unwrap() error { return e.Err }
-
-// Is makes a NOSCRIPT reply match ErrNoScript, and the reply to SELECT of
-// a database number the server does not have ("ERR DB index is out of
-// range": the number is at or above its databases setting) match
-// ErrInvalid: it is a configuration error.
-func (e *ReplyError) Is(target error) bool {
-	switch target {
-	case ErrNoScript:
-		return e.Code == "NOSCRIPT"
-	case ErrInvalid:
-		return e.Code == "ERR" && strings.HasPrefix(e.Message, "DB index is out of range")
-	}
-	return false
-}
-
 // Permanent reports whether err says that trying again cannot succeed, so
 // that Lock returns it at once instead of waiting:
 //
 //   - an error matching ErrInvalid (which includes the reply "ERR DB index
 //     is out of range" to a database number the server does not have),
 //     ErrClosed or ErrUnknownMaster;
-//   - a *ReplyError in err's tree that refuses the request itself: the
+//   - a *driver.ReplyError in err's tree that refuses the request itself: the
 //     codes WRONGTYPE (the lock's key holds a value of another type),
 //     NOAUTH, WRONGPASS and NOPERM (authentication and ACLs) and DENIED
 //     (protected mode), and code ERR with a message that begins "unknown
@@ -333,7 +199,7 @@ func (e *ReplyError) Is(target error) bool {
 // connection, a timeout, and the replies LOADING, TRYAGAIN, MOVED, ASK,
 // CLUSTERDOWN, READONLY, BUSY, MASTERDOWN, MISCONF and OOM, which the
 // deployment can cure by itself or an operator can cure while Lock waits.
-// An error reply that is not a *ReplyError (a driver that does not map its
+// An error reply that is not a *driver.ReplyError (a driver that does not map its
 // client's replies) is transient: conformance.RunNode checks that drivers
 // map them.
 func Permanent(err error) bool {
@@ -344,7 +210,7 @@ func Permanent(err error) bool {
 	if errors.As(err, &p) {
 		return p.Permanent()
 	}
-	if errors.Is(err, ErrInvalid) || errors.Is(err, ErrClosed) || errors.Is(err, ErrUnknownMaster) {
+	if errors.Is(err, ErrInvalid) || errors.Is(err, ErrClosed) || errors.Is(err, driver.ErrUnknownMaster) {
 		return true
 	}
 	return anyReply(err, permanentReply)
@@ -352,7 +218,7 @@ func Permanent(err error) bool {
 
 // permanentReply reports whether r is a reply that Permanent classifies as
 // permanent.
-func permanentReply(r *ReplyError) bool {
+func permanentReply(r *driver.ReplyError) bool {
 	switch r.Code {
 	case "WRONGTYPE", "NOAUTH", "WRONGPASS", "NOPERM", "DENIED":
 		return true
@@ -366,9 +232,9 @@ func permanentReply(r *ReplyError) bool {
 	return false
 }
 
-// anyReply reports whether f holds for a *ReplyError in err's tree.
-func anyReply(err error, f func(*ReplyError) bool) bool {
-	if r, ok := err.(*ReplyError); ok && f(r) {
+// anyReply reports whether f holds for a *driver.ReplyError in err's tree.
+func anyReply(err error, f func(*driver.ReplyError) bool) bool {
+	if r, ok := err.(*driver.ReplyError); ok && f(r) {
 		return true
 	}
 	switch u := err.(type) {

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/dlmtest"
 	"github.com/dlmgo/dlm/strategy"
@@ -13,7 +15,7 @@ import (
 
 // exampleNode returns a Node of an in-process Redis (package dlmtest), so
 // the examples run anywhere. A program passes a Node over its own client.
-func exampleNode() (dlm.Node, func()) {
+func exampleNode() (driver.Node, func()) {
 	srv := dlmtest.NewServer()
 	return srv.Node(), srv.Close
 }
@@ -23,7 +25,7 @@ func Example() {
 	defer done()
 
 	// README: begin
-	// node is your Redis client as a dlm.Node, e.g. goredis.New(redis.NewClient(
+	// node is your Redis client as a driver.Node, e.g. goredis.New(redis.NewClient(
 	// &redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true}))
 	single, err := strategy.NewSingle(node)
 	if err != nil {

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -51,7 +53,7 @@ func TestLockUnderFIPS140Only(t *testing.T) {
 	require.True(t, fips140.Enabled(), "FIPS 140-3 mode is on")
 	require.Panics(t, func() { stdsha1.Sum(nil) }, "crypto/sha1 is refused: fips140=only is in force")
 
-	var nodes []dlm.Node
+	var nodes []driver.Node
 	for _, s := range redistest.StartN(t, 3) {
 		c := redis.NewClient(&redis.Options{Addr: s.Addr, ContextTimeoutEnabled: true})
 		t.Cleanup(func() { _ = c.Close() })

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlmgo/dlm"
@@ -26,7 +28,7 @@ func waitModes(b *testing.B, f func(b *testing.B, m *dlm.Manager)) {
 	for _, mode := range []string{"handoff", "notify", "poll"} {
 		b.Run(mode, func(b *testing.B) {
 			srv := redistest.Start(b)
-			var n dlm.Node = goredis.New(ctxClient(b, srv.Addr))
+			var n driver.Node = goredis.New(ctxClient(b, srv.Addr))
 			if mode == "poll" {
 				n = plainNode{n}
 			}
@@ -79,7 +81,7 @@ func BenchmarkHandoffCluster(b *testing.B) {
 				for range replicas {
 					redistest.Start(b).ReplicaOf(b, srv)
 				}
-				var n dlm.Node // a go-redis ClusterClient needs a Cluster; rueidis finds out which it is
+				var n driver.Node // a go-redis ClusterClient needs a Cluster; rueidis finds out which it is
 				handoff(b, func(i int) *dlm.Manager {
 					if tc.name == "go-redis" {
 						n = goredis.New(srv.Client(b))

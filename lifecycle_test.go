@@ -11,6 +11,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -27,7 +29,7 @@ import (
 // and the script calls of acquisitions (three keys) and of releases (one
 // key, one argument). Its other methods are the wrapped Node's.
 type countingNode struct {
-	dlm.Node
+	driver.Node
 	calls, batches, batched atomic.Int64
 	batchNs                 atomic.Int64 // longest batch
 	acquires, releases      atomic.Int64
@@ -35,7 +37,7 @@ type countingNode struct {
 
 func isNumber(s string) bool { _, err := strconv.Atoi(s); return err == nil }
 
-func (n *countingNode) Run(ctx context.Context, calls []dlm.Call) {
+func (n *countingNode) Run(ctx context.Context, calls []driver.Call) {
 	for _, c := range calls {
 		switch {
 		case len(c.Keys) >= 2: // the lock and its fence counter (and the quarantine marker)
@@ -61,7 +63,7 @@ func (n *countingNode) Run(ctx context.Context, calls []dlm.Call) {
 }
 
 // plainNode is a Node that cannot watch.
-type plainNode struct{ dlm.Node }
+type plainNode struct{ driver.Node }
 
 func (plainNode) Watch(context.Context, string, func(string)) (func(), error) {
 	return nil, errors.ErrUnsupported
@@ -111,7 +113,7 @@ func (noWatchStrategy) WatchRelease(context.Context, string, func()) (func(), er
 	return nil, errors.ErrUnsupported
 }
 
-func newSingle(t testing.TB, n dlm.Node, opts ...strategy.Option) *strategy.Single {
+func newSingle(t testing.TB, n driver.Node, opts ...strategy.Option) *strategy.Single {
 	t.Helper()
 	s, err := strategy.NewSingle(n, opts...)
 	require.NoError(t, err)
@@ -361,7 +363,7 @@ func TestWaiterWokenByRelease(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			vtest.Run(t, func(t *testing.T, srv *dlmtest.Server) {
-				var n dlm.Node = srv.Node()
+				var n driver.Node = srv.Node()
 				if !tc.notify && tc.wrap == nil {
 					n = plainNode{n}
 				}

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -119,7 +121,7 @@ func TestTransientErrorsKeepWaiting(t *testing.T) {
 }
 
 // Replies are classified by their code and message, the same whatever the
-// client's wording (rueidis strips "ERR "), and only as *dlm.ReplyError.
+// client's wording (rueidis strips "ERR "), and only as *driver.ReplyError.
 func TestPermanentByMeaning(t *testing.T) {
 	for _, tc := range []struct {
 		text      string
@@ -151,10 +153,10 @@ func TestPermanentByMeaning(t *testing.T) {
 		assert.Equal(t, tc.permanent, dlm.Permanent(r), "%q as %q", tc.text, r)
 		assert.Equal(t, tc.permanent, dlm.Permanent(fmt.Errorf("wrapped: %w", errors.Join(errors.New("other"), r))), "%q wrapped", tc.text)
 		assert.False(t, dlm.Permanent(errors.New(tc.text)), "%q not mapped to a ReplyError", tc.text)
-		assert.Equal(t, strings.HasPrefix(tc.text, "NOSCRIPT"), errors.Is(r, dlm.ErrNoScript), "%q matches ErrNoScript", tc.text)
+		assert.Equal(t, strings.HasPrefix(tc.text, "NOSCRIPT"), errors.Is(r, driver.ErrNoScript), "%q matches ErrNoScript", tc.text)
 		assert.Equal(t, strings.Contains(tc.text, "DB index"), errors.Is(r, dlm.ErrInvalid), "%q matches ErrInvalid", tc.text)
 	}
-	assert.True(t, dlm.Permanent(fmt.Errorf("%w %q", dlm.ErrUnknownMaster, "m")))
+	assert.True(t, dlm.Permanent(fmt.Errorf("%w %q", driver.ErrUnknownMaster, "m")))
 }
 
 // A TRYAGAIN reply asks for a quick retry, whatever the driver.

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
 	"github.com/dlmgo/dlm/internal/token"
 )
 
@@ -653,7 +654,7 @@ func (qs *queues) tried(q *queue, me *waiter, err error, took time.Duration) boo
 	}
 	// Refused, or given up on (not an error a server replied): a sign of
 	// other attempts, when processes contend.
-	var re *ReplyError
+	var re *driver.ReplyError
 	refused := !errors.As(err, &re)
 	if refused {
 		q.slot = max(took, q.slot-q.slot/8)

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	goredislib "github.com/redis/go-redis/v9"
 
 	"github.com/dlmgo/dlm"
@@ -16,12 +18,12 @@ import (
 	"github.com/dlmgo/dlm/strategy"
 )
 
-// A NodeFactory makes one dlm.Node over a new client to addr, and the
+// A NodeFactory makes one driver.Node over a new client to addr, and the
 // function that closes the client.
-type NodeFactory func(addr string, e Env) (dlm.Node, func() error, error)
+type NodeFactory func(addr string, e Env) (driver.Node, func() error, error)
 
 // A StrategyFactory builds a dlm strategy over the nodes of a topology.
-type StrategyFactory func(nodes []dlm.Node, e Env) (dlm.Strategy, error)
+type StrategyFactory func(nodes []driver.Node, e Env) (dlm.Strategy, error)
 
 // dlmContender is dlm's Manager over strategy strat on nodes made by node.
 // opts adds Manager options (auto-renewal) beyond the shared TTL and retry
@@ -78,7 +80,7 @@ func dlmRenewing(name string, nodes int, node NodeFactory, strat StrategyFactory
 
 // goredisNode is dlm's go-redis driver over a client built like every
 // go-redis client of the run (ContextTimeoutEnabled, as the README says).
-func goredisNode(addr string, e Env) (dlm.Node, func() error, error) {
+func goredisNode(addr string, e Env) (driver.Node, func() error, error) {
 	c := newGoredis(addr, e)
 	return goredis.New(c), c.Close, nil
 }
@@ -86,21 +88,21 @@ func goredisNode(addr string, e Env) (dlm.Node, func() error, error) {
 // goredisRedlockNode is goredisNode with the settings the README's Redlock
 // section recommends: MaxRetries -1 (one round trip per call) and
 // DialerRetries 1 (no redials of a stopped server).
-func goredisRedlockNode(addr string, e Env) (dlm.Node, func() error, error) {
+func goredisRedlockNode(addr string, e Env) (driver.Node, func() error, error) {
 	c := newGoredisWith(addr, e, func(o *goredislib.Options) { o.MaxRetries, o.DialerRetries = -1, 1 })
 	return goredis.New(c), c.Close, nil
 }
 
 // redigoNode is dlm's redigo driver over a pool built like every redigo
 // pool of the run, named after its address.
-func redigoNode(addr string, e Env) (dlm.Node, func() error, error) {
+func redigoNode(addr string, e Env) (driver.Node, func() error, error) {
 	p := newRedigo(addr, e)
 	return redigo.New(p).WithName("redigo(" + addr + ")"), p.Close, nil
 }
 
 // rueidisNode is dlm's rueidis driver over a client with rueidis' defaults
 // (automatic pipelining), as for every rueidis client of the run.
-func rueidisNode(addr string, e Env) (dlm.Node, func() error, error) {
+func rueidisNode(addr string, e Env) (driver.Node, func() error, error) {
 	c, err := newRueidis(addr, e)
 	if err != nil {
 		return nil, nil, err
@@ -110,7 +112,7 @@ func rueidisNode(addr string, e Env) (dlm.Node, func() error, error) {
 
 // valkeyNode is dlm's valkey-go driver over a client with valkey-go's
 // defaults (automatic pipelining), as for every valkey-go client of the run.
-func valkeyNode(addr string, e Env) (dlm.Node, func() error, error) {
+func valkeyNode(addr string, e Env) (driver.Node, func() error, error) {
 	c, err := newValkey(addr, e)
 	if err != nil {
 		return nil, nil, err
@@ -123,7 +125,7 @@ func valkeyNode(addr string, e Env) (dlm.Node, func() error, error) {
 // strategy does not need (its default leaves the bound to the caller's
 // context and the client), derives a context per call: 5 allocations and
 // a timer each (the root's BenchmarkLockUnlockDeadline).
-func singleStrategy(nodes []dlm.Node, e Env) (dlm.Strategy, error) {
+func singleStrategy(nodes []driver.Node, e Env) (dlm.Strategy, error) {
 	if len(nodes) != 1 {
 		return nil, fmt.Errorf("single strategy over %d nodes", len(nodes))
 	}
@@ -135,7 +137,7 @@ func singleStrategy(nodes []dlm.Node, e Env) (dlm.Strategy, error) {
 
 // redlockStrategy is strategy.NewRedlock over all nodes, with the per-node
 // timeout every Redlock contender gets.
-func redlockStrategy(nodes []dlm.Node, e Env) (dlm.Strategy, error) {
+func redlockStrategy(nodes []driver.Node, e Env) (dlm.Strategy, error) {
 	return strategy.NewRedlock(nodes, strategy.WithTimeout(e.NodeTimeout))
 }
 

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -281,8 +283,8 @@ func TestParseJSON(t *testing.T) {
 	}
 }
 
-func unreachableNodes(t *testing.T, n int) []dlm.Node {
-	var nodes []dlm.Node
+func unreachableNodes(t *testing.T, n int) []driver.Node {
+	var nodes []driver.Node
 	for i := range n {
 		c := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", i+1)})
 		t.Cleanup(func() { _ = c.Close() })

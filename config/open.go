@@ -7,6 +7,8 @@ import (
 	"io"
 	"slices"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/nodekit"
 )
@@ -21,7 +23,7 @@ type Endpoint = nodekit.Endpoint
 // minority of its masters down. The driver packages each have one:
 // goredis.Dial, redigo.Dial, rueidis.Dial and valkeygo.Dial (redigo has no
 // Cluster client).
-type Dialer func(ctx context.Context, ep Endpoint) (dlm.Node, io.Closer, error)
+type Dialer func(ctx context.Context, ep Endpoint) (driver.Node, io.Closer, error)
 
 // Open parses url (see Config) and returns a Manager over the deployment it
 // names, with nodes made by dial, and a Closer that closes them. The
@@ -68,7 +70,7 @@ func (c Config) OpenStrategy(ctx context.Context, dial Dialer) (dlm.Strategy, io
 	if err != nil {
 		return nil, nil, err
 	}
-	var nodes []dlm.Node
+	var nodes []driver.Node
 	var cl closers
 	for _, ep := range eps {
 		n, closer, err := dial(ctx, ep)

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -136,7 +138,7 @@ func TestOpenWrongPasswordHidden(t *testing.T) {
 func TestOpenAppliesOptions(t *testing.T) {
 	ctx := context.Background()
 	servers := redistest.StartN(t, 3)
-	var nodes []dlm.Node
+	var nodes []driver.Node
 	var addrs []string
 	for _, s := range servers {
 		nodes = append(nodes, goredis.New(s.Client(t)))
@@ -202,7 +204,7 @@ func TestOpenErrors(t *testing.T) {
 	// A Dialer that fails on the third master: the first two are closed,
 	// and the error names the endpoint.
 	var opened []io.Closer
-	failing := func(ctx context.Context, ep config.Endpoint) (dlm.Node, io.Closer, error) {
+	failing := func(ctx context.Context, ep config.Endpoint) (driver.Node, io.Closer, error) {
 		if ep.Addr == "127.0.0.1:3" {
 			return nil, nil, errors.New("no route")
 		}
@@ -242,7 +244,7 @@ func TestUnknownMasterName(t *testing.T) {
 				_, err = m.Lock(ctx, "k")
 			}
 			require.Error(t, err)
-			assert.ErrorIs(t, err, dlm.ErrUnknownMaster)
+			assert.ErrorIs(t, err, driver.ErrUnknownMaster)
 			assert.True(t, dlm.Permanent(err), "%v", err)
 			assert.ErrorContains(t, err, `"nosuchmaster"`)
 			assert.NoError(t, ctx.Err(), "ended before the wait did: %v", err)

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -38,7 +40,7 @@ func TestAddingAStrategyIsOneLine(t *testing.T) {
 	_, err := ParseURL("throwaway://127.0.0.1:1")
 	require.ErrorIs(t, err, dlm.ErrInvalid, "unknown before it is registered")
 
-	builders["throwaway"] = func(Config, []dlm.Node) (dlm.Strategy, error) { return throwaway{}, nil } // the one line
+	builders["throwaway"] = func(Config, []driver.Node) (dlm.Strategy, error) { return throwaway{}, nil } // the one line
 	defer delete(builders, "throwaway")
 
 	cfg, err := ParseURL("throwaway://127.0.0.1:1?ttl=2s")

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -85,7 +87,7 @@ func TestOpenTLSFiles(t *testing.T) {
 	} {
 		dialled := false
 		_, _, err := config.Open(context.Background(), "single://127.0.0.1:1?tls=true&"+tc.query,
-			func(context.Context, config.Endpoint) (dlm.Node, io.Closer, error) {
+			func(context.Context, config.Endpoint) (driver.Node, io.Closer, error) {
 				dialled = true
 				return nil, nil, nil
 			})

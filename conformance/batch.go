@@ -9,7 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/dlmgo/dlm/conformance/internal/transport"
 	"github.com/dlmgo/dlm/nodekit"
 )
@@ -27,9 +28,9 @@ return {tonumber(ARGV[1]), -tonumber(ARGV[1]), n, 9007199254740992}`))
 	c.eval(t, sc.Source(), []string{c.key("load")}, "0")
 	keys := []string{c.key("a"), c.key("b"), c.key("c")}
 	for _, size := range []int{1, 3, largeBatch} {
-		calls := make([]dlm.Call, size)
+		calls := make([]driver.Call, size)
 		for i := range calls {
-			calls[i] = dlm.Call{SHA1: sc.SHA1(), Keys: []string{keys[i%len(keys)] + strconv.Itoa(size)}, Args: []string{strconv.Itoa(i*7 + 1)}}
+			calls[i] = driver.Call{SHA1: sc.SHA1(), Keys: []string{keys[i%len(keys)] + strconv.Itoa(size)}, Args: []string{strconv.Itoa(i*7 + 1)}}
 			if i%4 == 3 { // EVAL and EVALSHA mixed, as Script.RunMany sends them
 				calls[i].SHA1, calls[i].Source = "", sc.Source()
 			}
@@ -49,15 +50,15 @@ return {tonumber(ARGV[1]), -tonumber(ARGV[1]), n, 9007199254740992}`))
 		}
 	}
 	c.Run(ctx(t), nil)
-	c.Run(ctx(t), []dlm.Call{})
+	c.Run(ctx(t), []driver.Call{})
 }
 
 func testBatchNoScript(t *testing.T, c *nodeCase) {
 	unknown := nodekit.NewScript(c.script("return {tonumber(ARGV[1]) + 1}"))
-	batch := func(sha1 string) []dlm.Call {
-		calls := make([]dlm.Call, 5)
+	batch := func(sha1 string) []driver.Call {
+		calls := make([]driver.Call, 5)
 		for i := range calls {
-			calls[i] = dlm.Call{SHA1: sha1, Keys: []string{c.key("k")}, Args: []string{strconv.Itoa(i)}}
+			calls[i] = driver.Call{SHA1: sha1, Keys: []string{c.key("k")}, Args: []string{strconv.Itoa(i)}}
 		}
 		return calls
 	}
@@ -65,8 +66,8 @@ func testBatchNoScript(t *testing.T, c *nodeCase) {
 	c.Run(ctx(t), calls)
 	settled(t, "Run", calls)
 	for i, cl := range calls {
-		if !errors.Is(cl.Err, dlm.ErrNoScript) {
-			t.Errorf("call %d of a script the server lacks: reply %v, error %v; want an error matching dlm.ErrNoScript", i+1, cl.Reply, cl.Err)
+		if !errors.Is(cl.Err, driver.ErrNoScript) {
+			t.Errorf("call %d of a script the server lacks: reply %v, error %v; want an error matching driver.ErrNoScript", i+1, cl.Reply, cl.Err)
 		}
 	}
 	// An erroring script fails its own call only, and not as NOSCRIPT.
@@ -77,7 +78,7 @@ func testBatchNoScript(t *testing.T, c *nodeCase) {
 	settled(t, "Run", calls)
 	for i, cl := range calls {
 		switch {
-		case i == 2 && (cl.Err == nil || errors.Is(cl.Err, dlm.ErrNoScript)):
+		case i == 2 && (cl.Err == nil || errors.Is(cl.Err, driver.ErrNoScript)):
 			t.Errorf("the call whose script replied with an error: reply %v, error %v; want an error that is not NOSCRIPT", cl.Reply, cl.Err)
 		case i != 2 && (cl.Err != nil || !slices.Equal(cl.Reply, []int64{int64(i)})):
 			t.Errorf("call %d next to a failing call: reply %s, error %v; want [%d]", i+1, ints(cl.Reply), cl.Err, i)
@@ -96,9 +97,9 @@ func testBatchNoScript(t *testing.T, c *nodeCase) {
 func testBatchContext(t *testing.T, c *nodeCase) {
 	cx, cancel := context.WithCancel(context.Background())
 	cancel()
-	calls := make([]dlm.Call, 3)
+	calls := make([]driver.Call, 3)
 	for i := range calls {
-		calls[i] = dlm.Call{Source: c.script("return {1}"), Keys: []string{c.key("k")}}
+		calls[i] = driver.Call{Source: c.script("return {1}"), Keys: []string{c.key("k")}}
 	}
 	c.Run(cx, calls)
 	settled(t, "Run", calls)
@@ -240,14 +241,14 @@ func newPartRead(t *testing.T, c *nodeCase) *partRead {
 
 // batch returns the batch's calls, with the slow call holding the server
 // for slow (none if 0).
-func (p *partRead) batch(slow time.Duration) []dlm.Call {
+func (p *partRead) batch(slow time.Duration) []driver.Call {
 	c := p.c
-	calls := make([]dlm.Call, 0, p.before+1+p.after)
+	calls := make([]driver.Call, 0, p.before+1+p.after)
 	for i := range p.before + p.after {
 		if i == p.before && slow > 0 {
-			calls = append(calls, dlm.Call{SHA1: p.busy.SHA1(), Keys: []string{c.key("grant"), p.busyAt}, Args: []string{strconv.FormatInt(slow.Microseconds(), 10)}})
+			calls = append(calls, driver.Call{SHA1: p.busy.SHA1(), Keys: []string{c.key("grant"), p.busyAt}, Args: []string{strconv.FormatInt(slow.Microseconds(), 10)}})
 		}
-		calls = append(calls, dlm.Call{SHA1: p.grant.SHA1(), Keys: []string{c.key("grant")}, Args: []string{strconv.Itoa(i + 1)}})
+		calls = append(calls, driver.Call{SHA1: p.grant.SHA1(), Keys: []string{c.key("grant")}, Args: []string{strconv.Itoa(i + 1)}})
 	}
 	return calls
 }
@@ -278,7 +279,7 @@ func (p *partRead) timePlain(t *testing.T) {
 // runCut runs the batch with its slow call under the deadline and checks
 // that it returned in time and set only the calls' own replies; it returns
 // the calls, when the batch began and how many replies it kept.
-func (p *partRead) runCut(t *testing.T) (calls []dlm.Call, start time.Time, kept int) {
+func (p *partRead) runCut(t *testing.T) (calls []driver.Call, start time.Time, kept int) {
 	calls = p.batch(p.slow)
 	cx, cancel := context.WithTimeout(context.Background(), p.deadline)
 	start = time.Now()
@@ -347,9 +348,9 @@ func cutWait(t *testing.T, c *nodeCase) {
 	const waitFor = 400 * time.Millisecond
 	cx, cancel := context.WithTimeout(context.Background(), callLimit)
 	replicas := int(max(c.info(t, "replication", "connected_slaves:"), 0)) + 1
-	calls := []dlm.Call{{Source: c.script(grantScript), Keys: []string{c.key("waited")}, Args: []string{"997"}}}
+	calls := []driver.Call{{Source: c.script(grantScript), Keys: []string{c.key("waited")}, Args: []string{"997"}}}
 	start := time.Now()
-	acks, err := c.RunWait(cx, calls, dlm.Wait{Replicas: replicas, Timeout: waitFor})
+	acks, err := c.RunWait(cx, calls, driver.Wait{Replicas: replicas, Timeout: waitFor})
 	cancel()
 	switch {
 	case errors.Is(err, errors.ErrUnsupported):
@@ -369,21 +370,21 @@ func cutWait(t *testing.T, c *nodeCase) {
 
 // testBatchRunsOnce runs a batch of scripts the server has (sent by EVAL,
 // and by EVALSHA after) mixed with one it lacks: each call of the known
-// scripts runs exactly once, the others fail with dlm.ErrNoScript and do
+// scripts runs exactly once, the others fail with driver.ErrNoScript and do
 // not run (a driver's own NOSCRIPT fallback must not run the batch again).
 func testBatchRunsOnce(t *testing.T, c *nodeCase) {
 	known := nodekit.NewScript(c.script("return {redis.call('INCR', KEYS[1]), redis.call('PEXPIRE', KEYS[1], 60000)}"))
 	lacking := nodekit.NewScript(c.script("return {redis.call('INCR', KEYS[1]) + 1000, redis.call('PEXPIRE', KEYS[1], 60000)}"))
-	calls := make([]dlm.Call, 30)
+	calls := make([]driver.Call, 30)
 	for i := range calls {
 		keys := []string{c.key("n" + strconv.Itoa(i))}
 		switch i % 3 {
 		case 0:
-			calls[i] = dlm.Call{Source: known.Source(), Keys: keys}
+			calls[i] = driver.Call{Source: known.Source(), Keys: keys}
 		case 1:
-			calls[i] = dlm.Call{SHA1: known.SHA1(), Keys: keys}
+			calls[i] = driver.Call{SHA1: known.SHA1(), Keys: keys}
 		default:
-			calls[i] = dlm.Call{SHA1: lacking.SHA1(), Keys: keys}
+			calls[i] = driver.Call{SHA1: lacking.SHA1(), Keys: keys}
 		}
 	}
 	c.Run(ctx(t), calls)
@@ -394,8 +395,8 @@ func testBatchRunsOnce(t *testing.T, c *nodeCase) {
 		switch {
 		case i%3 != 2 && (cl.Err != nil || !slices.Equal(cl.Reply, []int64{1, 1})):
 			t.Errorf("call %d of a batch mixing cached scripts with one the server lacks: reply %s, error %v; want [1 1]", i+1, ints(cl.Reply), cl.Err)
-		case i%3 == 2 && !errors.Is(cl.Err, dlm.ErrNoScript):
-			t.Errorf("call %d of a batch, whose script the server lacks: reply %s, error %v; want an error matching dlm.ErrNoScript", i+1, ints(cl.Reply), cl.Err)
+		case i%3 == 2 && !errors.Is(cl.Err, driver.ErrNoScript):
+			t.Errorf("call %d of a batch, whose script the server lacks: reply %s, error %v; want an error matching driver.ErrNoScript", i+1, ints(cl.Reply), cl.Err)
 		}
 		if want := int64(1 - i%3/2); !slices.Equal(runs, []int64{want}) {
 			t.Errorf("call %d of a batch mixing cached scripts with one the server lacks ran %s times, want %d: a Node runs every call at most once, and a NOSCRIPT fallback of its own must not run the calls that already ran", i+1, ints(runs), want)

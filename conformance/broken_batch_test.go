@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlmgo/dlm"
@@ -28,7 +30,7 @@ import (
 
 // A batchBroken wraps the go-redis driver and breaks one batch rule.
 type batchBroken struct {
-	dlm.Node
+	driver.Node
 	breakage string
 }
 
@@ -36,7 +38,7 @@ type batchBroken struct {
 // server.
 var crashRuns atomic.Int64
 
-func newBatchBroken(t *testing.T, addr, breakage string) dlm.Node {
+func newBatchBroken(t *testing.T, addr, breakage string) driver.Node {
 	switch breakage {
 	case "KeepsPartReadConnection", "KeepsWaitConnection", "DeadlineOnlyUntilFirstReply":
 		n := NewRESPNode(addr)
@@ -49,7 +51,7 @@ func newBatchBroken(t *testing.T, addr, breakage string) dlm.Node {
 	return &batchBroken{Node: goredis.New(c), breakage: breakage}
 }
 
-func (b *batchBroken) Run(ctx context.Context, calls []dlm.Call) {
+func (b *batchBroken) Run(ctx context.Context, calls []driver.Call) {
 	switch b.breakage {
 	case "WritesAfterReturn": // a large batch returns when ctx ends; its worker sets the calls when the server answers
 		if ctx.Err() != nil || ctx.Done() == nil || len(calls) <= 100 {
@@ -77,7 +79,7 @@ func (b *batchBroken) Run(ctx context.Context, calls []dlm.Call) {
 	case "RerunsBatchOnNoScript": // once the batch's EVALs loaded the scripts, it runs the batch again
 		b.Node.Run(ctx, calls)
 		for _, c := range calls {
-			if errors.Is(c.Err, dlm.ErrNoScript) {
+			if errors.Is(c.Err, driver.ErrNoScript) {
 				b.Node.Run(ctx, calls)
 				break
 			}
@@ -88,7 +90,7 @@ func (b *batchBroken) Run(ctx context.Context, calls []dlm.Call) {
 	if b.breakage == "CrashesServer" && crashRuns.Add(1) == 300 {
 		// Not a driver's bug: the server crashes mid-suite (SIGSEGV, as a
 		// segfault would), which every later rule must name.
-		pid := []dlm.Call{{Source: "return {tonumber(string.match(redis.call('INFO', 'server'), 'process_id:(%d+)'))}"}}
+		pid := []driver.Call{{Source: "return {tonumber(string.match(redis.call('INFO', 'server'), 'process_id:(%d+)'))}"}}
 		b.Node.Run(context.Background(), pid)
 		if pid[0].Err == nil {
 			_ = syscall.Kill(int(pid[0].Reply[0]), syscall.SIGSEGV)
@@ -104,7 +106,7 @@ func TestBrokenBatchDriver(t *testing.T) {
 	if breakage == "" {
 		t.Skip(brokenEnv + " is not set; TestBrokenBatchDriversFail runs this test in a subprocess")
 	}
-	harness.Run(t, func(t *testing.T, addr string) dlm.Node { return newBatchBroken(t, addr, breakage) })
+	harness.Run(t, func(t *testing.T, addr string) driver.Node { return newBatchBroken(t, addr, breakage) })
 }
 
 // Each driver broken on purpose in a batch rule makes the suite fail,
@@ -148,8 +150,8 @@ func TestStrategyServersChecked(t *testing.T) {
 		node := NewRESPNode(addr)
 		t.Cleanup(node.Close)
 		conformance.RunStrategy(t,
-			conformance.Topology{Nodes: func(*testing.T) []dlm.Node { return []dlm.Node{node} }, Servers: []string{addr, "127.0.0.1:1"}},
-			func(nodes []dlm.Node) (dlm.Strategy, error) { return strategy.NewSingle(nodes[0]) })
+			conformance.Topology{Nodes: func(*testing.T) []driver.Node { return []driver.Node{node} }, Servers: []string{addr, "127.0.0.1:1"}},
+			func(nodes []driver.Node) (dlm.Strategy, error) { return strategy.NewSingle(nodes[0]) })
 		return
 	}
 	if os.Getenv(brokenEnv) != "" {

@@ -14,9 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/redis/go-redis/v9"
 
-	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/conformance"
 	"github.com/dlmgo/dlm/conformance/harness"
 	"github.com/dlmgo/dlm/driver/goredis"
@@ -31,7 +32,7 @@ const brokenEnv = "DLM_CONFORMANCE_BROKEN"
 // embeds the driver as a user's wrapper would, overriding Run, RunWait and
 // Watch; breaking nothing it passes every rule, RunWait's and Watch's too.
 type brokenNode struct {
-	dlm.Node
+	driver.Node
 	breakage string
 
 	mu         sync.Mutex // the pool lock of HealthCheckHoldsLock
@@ -42,7 +43,7 @@ type brokenNode struct {
 
 // newBrokenNode returns the broken driver over a new go-redis client of
 // addr, or over a RESPNode for the breakages of a connection's handling.
-func newBrokenNode(t *testing.T, addr, breakage string) dlm.Node {
+func newBrokenNode(t *testing.T, addr, breakage string) driver.Node {
 	if n := newWaitBroken(t, addr, breakage); n != nil { // broken_wait_test.go
 		return n
 	}
@@ -72,7 +73,7 @@ func newBrokenNode(t *testing.T, addr, breakage string) dlm.Node {
 				case <-tick.C:
 				}
 				b.mu.Lock()
-				b.Node.Run(context.Background(), []dlm.Call{{Source: "return {1}"}})
+				b.Node.Run(context.Background(), []driver.Call{{Source: "return {1}"}})
 				b.mu.Unlock()
 			}
 		}()
@@ -87,7 +88,7 @@ func isServerError(err error) bool {
 	return errors.As(err, &e)
 }
 
-func (b *brokenNode) Run(ctx context.Context, calls []dlm.Call) {
+func (b *brokenNode) Run(ctx context.Context, calls []driver.Call) {
 	switch b.breakage {
 	case "IgnoresNX": // as a driver that emulated SET without its NX option would
 		for i := range calls {
@@ -127,7 +128,7 @@ func (b *brokenNode) Run(ctx context.Context, calls []dlm.Call) {
 		}
 		b.Node.Run(attempt, calls)
 		for _, c := range calls {
-			if c.Err != nil && !isServerError(c.Err) && !errors.Is(c.Err, dlm.ErrNoScript) && ctx.Err() == nil {
+			if c.Err != nil && !isServerError(c.Err) && !errors.Is(c.Err, driver.ErrNoScript) && ctx.Err() == nil {
 				b.Node.Run(ctx, calls)
 				break
 			}
@@ -151,8 +152,8 @@ func (b *brokenNode) Run(ctx context.Context, calls []dlm.Call) {
 			switch {
 			case c.Source != "":
 				b.lastSource = c.Source
-			case errors.Is(c.Err, dlm.ErrNoScript) && b.lastSource != "":
-				again := []dlm.Call{{Source: b.lastSource, Keys: c.Keys, Args: c.Args}}
+			case errors.Is(c.Err, driver.ErrNoScript) && b.lastSource != "":
+				again := []driver.Call{{Source: b.lastSource, Keys: c.Keys, Args: c.Args}}
 				b.Node.Run(ctx, again)
 				calls[i].Reply, calls[i].Err = again[0].Reply, again[0].Err
 			}
@@ -178,8 +179,8 @@ func (b *brokenNode) Run(ctx context.Context, calls []dlm.Call) {
 		}
 	case "RewordsReplies": // returns error replies in its client's words, "ERR " stripped, as rueidis words them
 		for i, c := range calls {
-			var re *dlm.ReplyError
-			if errors.As(c.Err, &re) && !errors.Is(c.Err, dlm.ErrNoScript) {
+			var re *driver.ReplyError
+			if errors.As(c.Err, &re) && !errors.Is(c.Err, driver.ErrNoScript) {
 				calls[i].Err = errors.New(strings.TrimPrefix(re.Error(), "ERR "))
 			}
 		}
@@ -198,7 +199,7 @@ func (b *brokenNode) Run(ctx context.Context, calls []dlm.Call) {
 // runSharing runs calls as a client would that closes a connection when
 // a call on it outlives its deadline: the calls in flight beside it fail
 // with that call's context.DeadlineExceeded.
-func (b *brokenNode) runSharing(ctx context.Context, calls []dlm.Call) {
+func (b *brokenNode) runSharing(ctx context.Context, calls []driver.Call) {
 	own := slices.Clone(calls) // the goroutine's: it may outlive Run
 	done, cut := make(chan struct{}), make(chan struct{})
 	b.mu.Lock()
@@ -225,10 +226,10 @@ func (b *brokenNode) runSharing(ctx context.Context, calls []dlm.Call) {
 	b.mu.Unlock()
 }
 
-func (b *brokenNode) RunWait(ctx context.Context, calls []dlm.Call, w dlm.Wait) (dlm.Acks, error) {
+func (b *brokenNode) RunWait(ctx context.Context, calls []driver.Call, w driver.Wait) (driver.Acks, error) {
 	switch b.breakage {
 	case "Unsupported":
-		return dlm.Acks{}, fmt.Errorf("broken: RunWait: %w", errors.ErrUnsupported)
+		return driver.Acks{}, fmt.Errorf("broken: RunWait: %w", errors.ErrUnsupported)
 	case "WaitIgnoresDeadline":
 		ctx = context.WithoutCancel(ctx)
 	}
@@ -257,8 +258,8 @@ func TestBrokenDriver(t *testing.T) {
 	if breakage == "" {
 		t.Skip(brokenEnv + " is not set; TestBrokenDriversFail runs this test in a subprocess")
 	}
-	harness.Run(t, func(t *testing.T, addr string) dlm.Node { return newBrokenNode(t, addr, breakage) },
-		harness.WithSentinel(func(t *testing.T, addrs []string, master string) (dlm.Node, error) {
+	harness.Run(t, func(t *testing.T, addr string) driver.Node { return newBrokenNode(t, addr, breakage) },
+		harness.WithSentinel(func(t *testing.T, addrs []string, master string) (driver.Node, error) {
 			n, c, err := goredis.Dial(context.Background(), nodekit.Endpoint{Sentinels: addrs, Master: master})
 			if err != nil {
 				return nil, err
@@ -266,7 +267,7 @@ func TestBrokenDriver(t *testing.T) {
 			t.Cleanup(func() { _ = c.Close() })
 			return &brokenNode{Node: n, breakage: breakage}, nil
 		}),
-		harness.WithTLS(func(t *testing.T, addr string, cfg *tls.Config) (dlm.Node, error) {
+		harness.WithTLS(func(t *testing.T, addr string, cfg *tls.Config) (driver.Node, error) {
 			if breakage == "SkipsVerify" { // as a driver that turned verification off to get going
 				cfg = cfg.Clone()
 				cfg.InsecureSkipVerify = true

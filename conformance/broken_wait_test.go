@@ -13,9 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/redis/go-redis/v9"
 
-	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/driver/goredis"
 	"github.com/dlmgo/dlm/internal/redistest"
 	"github.com/dlmgo/dlm/nodekit"
@@ -30,7 +31,7 @@ var waitRules = []string{"RunWaitFrozenReplica", "RunWaitKeepsReplies", "WatchOw
 
 // A waitBroken wraps a correct driver (go-redis) and breaks one rule.
 type waitBroken struct {
-	dlm.Node
+	driver.Node
 	breakage string
 	waiter   *redis.Client // WaitOnOtherConnection's other connection
 	hub      *nodekit.Hub  // WatchNeverResubscribes's
@@ -42,7 +43,7 @@ type waitBroken struct {
 
 // newWaitBroken returns the broken driver named breakage over a new client
 // of addr, or nil when breakage is not one of these.
-func newWaitBroken(t *testing.T, addr, breakage string) dlm.Node {
+func newWaitBroken(t *testing.T, addr, breakage string) driver.Node {
 	switch breakage {
 	case "WaitAssumesAcks", "WaitOnOtherConnection", "DropsRepliesWhenWaitFails", "WaitAOFSwapsNumbers",
 		"SharedConnection", "WatchOtherChannels", "WatchNeverResubscribes", "WatchDialHoldsLock":
@@ -78,7 +79,7 @@ func (b *waitBroken) queue(ctx context.Context) (context.Context, func()) {
 	return cx, func() { cancel(); b.mu.Unlock() }
 }
 
-func (b *waitBroken) Run(ctx context.Context, calls []dlm.Call) {
+func (b *waitBroken) Run(ctx context.Context, calls []driver.Call) {
 	if b.breakage == "SharedConnection" {
 		cx, done := b.queue(ctx)
 		defer done()
@@ -87,18 +88,18 @@ func (b *waitBroken) Run(ctx context.Context, calls []dlm.Call) {
 	b.Node.Run(ctx, calls)
 }
 
-func (b *waitBroken) RunWait(ctx context.Context, calls []dlm.Call, w dlm.Wait) (dlm.Acks, error) {
+func (b *waitBroken) RunWait(ctx context.Context, calls []driver.Call, w driver.Wait) (driver.Acks, error) {
 	switch b.breakage {
 	case "WaitOnOtherConnection": // the calls on one connection, WAIT on another
 		wcmd, err := nodekit.WaitCommand(w)
 		if err != nil {
 			nodekit.Fail(calls, err)
-			return dlm.Acks{}, err
+			return driver.Acks{}, err
 		}
 		b.Node.Run(ctx, calls)
 		for _, c := range calls {
 			if c.Err != nil {
-				return dlm.Acks{}, c.Err
+				return driver.Acks{}, c.Err
 			}
 		}
 		args := make([]any, len(wcmd))
@@ -107,7 +108,7 @@ func (b *waitBroken) RunWait(ctx context.Context, calls []dlm.Call, w dlm.Wait) 
 		}
 		v, err := b.waiter.Do(ctx, args...).Result()
 		if err != nil {
-			return dlm.Acks{}, err
+			return driver.Acks{}, err
 		}
 		return nodekit.ParseAcks(w, v)
 	}
@@ -115,7 +116,7 @@ func (b *waitBroken) RunWait(ctx context.Context, calls []dlm.Call, w dlm.Wait) 
 	switch b.breakage {
 	case "WaitAssumesAcks": // sends WAIT, and reports the replicas it asked for
 		if err == nil {
-			acks = dlm.Acks{Replicas: w.Replicas, Local: w.Local}
+			acks = driver.Acks{Replicas: w.Replicas, Local: w.Local}
 		}
 	case "DropsRepliesWhenWaitFails": // fails the whole pipeline on the wait's error
 		ok := true
@@ -133,7 +134,7 @@ func (b *waitBroken) RunWait(ctx context.Context, calls []dlm.Call, w dlm.Wait) 
 			if acks.Local {
 				local = 1
 			}
-			acks = dlm.Acks{Replicas: local, Local: acks.Replicas > 0}
+			acks = driver.Acks{Replicas: local, Local: acks.Replicas > 0}
 		}
 	}
 	return acks, err

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlmgo/dlm"
@@ -118,7 +120,7 @@ func TestBrokenStrategy(t *testing.T) {
 		t.Skip(brokenEnv + " is not set; TestBrokenStrategiesFail runs this test in a subprocess")
 	}
 	srv := redistest.Start(t)
-	var node dlm.Node
+	var node driver.Node
 	if breakage == "FallbackWrongSource" { // a broken driver under a correct strategy
 		node = newBrokenNode(t, srv.Addr, breakage)
 	} else {
@@ -126,8 +128,8 @@ func TestBrokenStrategy(t *testing.T) {
 		t.Cleanup(func() { _ = c.Close() })
 		node = goredis.New(c)
 	}
-	conformance.RunStrategy(t, conformance.Topology{Nodes: func(*testing.T) []dlm.Node { return []dlm.Node{node} }, Servers: []string{srv.Addr}},
-		func(nodes []dlm.Node) (dlm.Strategy, error) {
+	conformance.RunStrategy(t, conformance.Topology{Nodes: func(*testing.T) []driver.Node { return []driver.Node{node} }, Servers: []string{srv.Addr}},
+		func(nodes []driver.Node) (dlm.Strategy, error) {
 			s, err := strategy.NewSingle(nodes[0])
 			return &brokenStrategy{Strategy: s, breakage: breakage, holders: map[string]string{}}, err
 		})

@@ -1,4 +1,4 @@
-// Package conformance checks that a [dlm.Node] (a driver) or a
+// Package conformance checks that a [driver.Node] (a driver) or a
 // [dlm.Strategy] keeps the rules dlm relies on, against a real Redis server.
 //
 // A driver's tests run the suite through package conformance/harness,
@@ -6,7 +6,7 @@
 // driver its address:
 //
 //	func TestConformance(t *testing.T) {
-//		harness.Run(t, func(t *testing.T, addr string) dlm.Node {
+//		harness.Run(t, func(t *testing.T, addr string) driver.Node {
 //			n := mydriver.New(addr) // a new client of addr
 //			t.Cleanup(n.Close)
 //			return n
@@ -43,11 +43,11 @@
 // embedding the Node and overriding only what it changes:
 //
 //	type counted struct {
-//		dlm.Node
+//		driver.Node
 //		runs atomic.Int64
 //	}
 //
-//	func (c *counted) Run(ctx context.Context, calls []dlm.Call) {
+//	func (c *counted) Run(ctx context.Context, calls []driver.Call) {
 //		c.runs.Add(1)
 //		c.Node.Run(ctx, calls)
 //	}

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/nodekit"
 )
@@ -61,7 +63,7 @@ func (f Fault) String() string {
 // A Watch delivers messages only while the node is neither down nor losing
 // replies (a delay does not hold messages).
 type FaultyNode struct {
-	node dlm.Node
+	node driver.Node
 
 	mu    sync.Mutex
 	fault Fault
@@ -70,23 +72,23 @@ type FaultyNode struct {
 	reached atomic.Int64 // calls that reached the wrapped node
 }
 
-var _ dlm.Node = (*FaultyNode)(nil)
+var _ driver.Node = (*FaultyNode)(nil)
 
 // Wrap returns a healthy FaultyNode over n.
-func Wrap(n dlm.Node) *FaultyNode { return &FaultyNode{node: n} }
+func Wrap(n driver.Node) *FaultyNode { return &FaultyNode{node: n} }
 
 // Down returns a FaultyNode over n that is down.
-func Down(n dlm.Node) *FaultyNode { return wrapWith(n, Fault{Down: true}) }
+func Down(n driver.Node) *FaultyNode { return wrapWith(n, Fault{Down: true}) }
 
 // Slow returns a FaultyNode over n that holds every call for d before it
 // reaches n.
-func Slow(n dlm.Node, d time.Duration) *FaultyNode { return wrapWith(n, Fault{Delay: d}) }
+func Slow(n driver.Node, d time.Duration) *FaultyNode { return wrapWith(n, Fault{Delay: d}) }
 
 // ReplyLost returns a FaultyNode over n that applies every call and loses
 // its reply.
-func ReplyLost(n dlm.Node) *FaultyNode { return wrapWith(n, Fault{LoseReply: true}) }
+func ReplyLost(n driver.Node) *FaultyNode { return wrapWith(n, Fault{LoseReply: true}) }
 
-func wrapWith(n dlm.Node, f Fault) *FaultyNode {
+func wrapWith(n driver.Node, f Fault) *FaultyNode {
 	w := Wrap(n)
 	w.Set(f)
 	return w
@@ -117,10 +119,10 @@ func (f *FaultyNode) Calls() (made, reached int64) { return f.calls.Load(), f.re
 // String names the wrapped node.
 func (f *FaultyNode) String() string { return "faulty(" + nodekit.Name(f.node, 0) + ")" }
 
-// Run implements dlm.Node. A call that never reached the node fails with
+// Run implements driver.Node. A call that never reached the node fails with
 // ErrDown or its context's error; with LoseReply, every reply is replaced by
 // ErrReplyLost while error replies come through.
-func (f *FaultyNode) Run(ctx context.Context, calls []dlm.Call) {
+func (f *FaultyNode) Run(ctx context.Context, calls []driver.Call) {
 	fault, err := f.enter(ctx)
 	if err != nil {
 		failAll(calls, err)
@@ -132,15 +134,15 @@ func (f *FaultyNode) Run(ctx context.Context, calls []dlm.Call) {
 	}
 }
 
-// RunWait implements dlm.Node, applying the fault as Run does. With
+// RunWait implements driver.Node, applying the fault as Run does. With
 // LoseReply the wait's reply is lost too: the error is that of the first
 // call, or ErrReplyLost when there are no calls, and the Acks are zero
 // (errors matching errors.ErrUnsupported or dlm.ErrInvalid come through).
-func (f *FaultyNode) RunWait(ctx context.Context, calls []dlm.Call, w dlm.Wait) (dlm.Acks, error) {
+func (f *FaultyNode) RunWait(ctx context.Context, calls []driver.Call, w driver.Wait) (driver.Acks, error) {
 	fault, err := f.enter(ctx)
 	if err != nil {
 		failAll(calls, err)
-		return dlm.Acks{}, err
+		return driver.Acks{}, err
 	}
 	acks, err := f.node.RunWait(ctx, calls, w)
 	if !fault.LoseReply || errors.Is(err, errors.ErrUnsupported) || errors.Is(err, dlm.ErrInvalid) {
@@ -148,12 +150,12 @@ func (f *FaultyNode) RunWait(ctx context.Context, calls []dlm.Call, w dlm.Wait) 
 	}
 	loseReplies(calls)
 	if len(calls) == 0 {
-		return dlm.Acks{}, ErrReplyLost
+		return driver.Acks{}, ErrReplyLost
 	}
-	return dlm.Acks{}, calls[0].Err
+	return driver.Acks{}, calls[0].Err
 }
 
-// Watch implements dlm.Node. Down fails it with ErrDown and Delay holds it
+// Watch implements driver.Node. Down fails it with ErrDown and Delay holds it
 // before it reaches the node.
 func (f *FaultyNode) Watch(ctx context.Context, channel string, notify func(payload string)) (func(), error) {
 	if _, err := f.enter(ctx); err != nil {
@@ -166,14 +168,14 @@ func (f *FaultyNode) Watch(ctx context.Context, channel string, notify func(payl
 	})
 }
 
-func failAll(calls []dlm.Call, err error) {
+func failAll(calls []driver.Call, err error) {
 	for i := range calls {
 		calls[i].Reply, calls[i].Err = nil, err
 	}
 }
 
 // loseReplies replaces every reply with ErrReplyLost; errors stay.
-func loseReplies(calls []dlm.Call) {
+func loseReplies(calls []driver.Call) {
 	for i := range calls {
 		if calls[i].Err == nil {
 			calls[i].Reply, calls[i].Err = nil, ErrReplyLost

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlmgo/dlm"
@@ -22,7 +24,7 @@ const incr = "return {redis.call('INCR', KEYS[1])}"
 // its counters.
 type faultFixture struct {
 	c     *redis.Client
-	inner dlm.Node
+	inner driver.Node
 	count func(key string) int64
 }
 
@@ -39,8 +41,8 @@ func newFaultFixture(t *testing.T) faultFixture {
 }
 
 // run1 runs one call on n and returns its outcome.
-func run1(ctx context.Context, n dlm.Node, call dlm.Call) ([]int64, error) {
-	calls := []dlm.Call{call}
+func run1(ctx context.Context, n driver.Node, call driver.Call) ([]int64, error) {
+	calls := []driver.Call{call}
 	n.Run(ctx, calls)
 	return calls[0].Reply, calls[0].Err
 }
@@ -48,8 +50,8 @@ func run1(ctx context.Context, n dlm.Node, call dlm.Call) ([]int64, error) {
 func TestFaultyNode(t *testing.T) {
 	fx := newFaultFixture(t)
 	ctx := context.Background()
-	eval := func(n dlm.Node, key string) ([]int64, error) {
-		return run1(ctx, n, dlm.Call{Source: incr, Keys: []string{key}})
+	eval := func(n driver.Node, key string) ([]int64, error) {
+		return run1(ctx, n, driver.Call{Source: incr, Keys: []string{key}})
 	}
 
 	t.Run("Down", func(t *testing.T) {
@@ -57,7 +59,7 @@ func TestFaultyNode(t *testing.T) {
 		if _, err := eval(f, "down"); !errors.Is(err, conformance.ErrDown) {
 			t.Fatalf("Run on a down node: %v, want ErrDown", err)
 		}
-		calls := []dlm.Call{{Source: incr, Keys: []string{"down"}}, {Source: incr, Keys: []string{"down"}}}
+		calls := []driver.Call{{Source: incr, Keys: []string{"down"}}, {Source: incr, Keys: []string{"down"}}}
 		f.Run(ctx, calls)
 		for i, c := range calls {
 			if !errors.Is(c.Err, conformance.ErrDown) || c.Reply != nil {
@@ -85,7 +87,7 @@ func TestFaultyNode(t *testing.T) {
 			t.Fatalf("the script should have run once, counter %d", n)
 		}
 		sc := nodekit.NewScript("-- fault test\n" + incr)
-		if _, err := run1(ctx, f, dlm.Call{SHA1: sc.SHA1(), Keys: []string{"lost"}}); !errors.Is(err, dlm.ErrNoScript) {
+		if _, err := run1(ctx, f, driver.Call{SHA1: sc.SHA1(), Keys: []string{"lost"}}); !errors.Is(err, driver.ErrNoScript) {
 			t.Fatalf("EVALSHA of an unknown script: %v, want the NOSCRIPT error to come through", err)
 		}
 		if _, err := sc.Run(ctx, f, []string{"lost"}); !errors.Is(err, conformance.ErrReplyLost) {
@@ -95,9 +97,9 @@ func TestFaultyNode(t *testing.T) {
 			t.Fatalf("Script.Run's EVAL should have run, counter %d", n)
 		}
 		// In a batch, NOSCRIPT comes through next to lost replies.
-		calls := []dlm.Call{{Source: incr, Keys: []string{"lost"}}, {SHA1: nodekit.NewScript("return {0} -- unknown").SHA1()}}
+		calls := []driver.Call{{Source: incr, Keys: []string{"lost"}}, {SHA1: nodekit.NewScript("return {0} -- unknown").SHA1()}}
 		f.Run(ctx, calls)
-		if !errors.Is(calls[0].Err, conformance.ErrReplyLost) || !errors.Is(calls[1].Err, dlm.ErrNoScript) {
+		if !errors.Is(calls[0].Err, conformance.ErrReplyLost) || !errors.Is(calls[1].Err, driver.ErrNoScript) {
 			t.Fatalf("batch losing replies: errors %v and %v, want ErrReplyLost and NOSCRIPT", calls[0].Err, calls[1].Err)
 		}
 		if n := fx.count("lost"); n != 3 {
@@ -109,7 +111,7 @@ func TestFaultyNode(t *testing.T) {
 		f := conformance.Slow(fx.inner, 300*time.Millisecond)
 		cx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 		defer cancel()
-		if _, err := run1(cx, f, dlm.Call{Source: incr, Keys: []string{"slow"}}); !errors.Is(err, context.DeadlineExceeded) {
+		if _, err := run1(cx, f, driver.Call{Source: incr, Keys: []string{"slow"}}); !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("slow node, short deadline: %v, want DeadlineExceeded", err)
 		}
 		if n := fx.count("slow"); n != 0 {
@@ -140,18 +142,18 @@ func TestFaultyNodeWaitWatch(t *testing.T) {
 	fx := newFaultFixture(t)
 	ctx := context.Background()
 	f := conformance.Wrap(fx.inner)
-	w := dlm.Wait{Timeout: time.Second}
-	wait := func(call dlm.Call) ([]int64, error) {
-		calls := []dlm.Call{call}
+	w := driver.Wait{Timeout: time.Second}
+	wait := func(call driver.Call) ([]int64, error) {
+		calls := []driver.Call{call}
 		acks, err := f.RunWait(ctx, calls, w)
-		if err != nil && acks != (dlm.Acks{}) {
+		if err != nil && acks != (driver.Acks{}) {
 			t.Errorf("RunWait failed with %v and acks %+v, want zero Acks", err, acks)
 		}
 		return calls[0].Reply, err
 	}
 
 	f.Set(conformance.Fault{Down: true})
-	if _, err := wait(dlm.Call{Source: incr, Keys: []string{"wa"}}); !errors.Is(err, conformance.ErrDown) {
+	if _, err := wait(driver.Call{Source: incr, Keys: []string{"wa"}}); !errors.Is(err, conformance.ErrDown) {
 		t.Errorf("RunWait on a down node: %v, want ErrDown", err)
 	}
 	if _, err := f.Watch(ctx, "ch", func(string) {}); !errors.Is(err, conformance.ErrDown) {
@@ -162,13 +164,13 @@ func TestFaultyNodeWaitWatch(t *testing.T) {
 	}
 
 	f.Set(conformance.Fault{LoseReply: true})
-	if r, err := wait(dlm.Call{Source: incr, Keys: []string{"wa"}}); !errors.Is(err, conformance.ErrReplyLost) || r != nil {
+	if r, err := wait(driver.Call{Source: incr, Keys: []string{"wa"}}); !errors.Is(err, conformance.ErrReplyLost) || r != nil {
 		t.Errorf("RunWait losing its reply: %v %v, want ErrReplyLost", r, err)
 	}
-	if _, err := wait(dlm.Call{SHA1: nodekit.NewScript("return {1} -- unknown").SHA1()}); !errors.Is(err, dlm.ErrNoScript) {
+	if _, err := wait(driver.Call{SHA1: nodekit.NewScript("return {1} -- unknown").SHA1()}); !errors.Is(err, driver.ErrNoScript) {
 		t.Errorf("RunWait of an unknown script losing replies: %v, want NOSCRIPT to come through", err)
 	}
-	if _, err := f.RunWait(ctx, nil, dlm.Wait{}); !errors.Is(err, dlm.ErrInvalid) {
+	if _, err := f.RunWait(ctx, nil, driver.Wait{}); !errors.Is(err, dlm.ErrInvalid) {
 		t.Errorf("RunWait with a zero Wait losing replies: %v, want dlm.ErrInvalid to come through", err)
 	}
 	if v := fx.count("wa"); v != 1 {

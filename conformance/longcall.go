@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/driver"
 )
 
 // The rule on calls that share a client with another caller's long call.
@@ -33,22 +33,22 @@ return {after, ok and 1 or 0}`
 func testDeadlineBehindLongCall(t *testing.T, c *nodeCase) {
 	for attempt := 1; ; attempt++ {
 		lock, marker := c.key(fmt.Sprintf("lock-%d", attempt)), c.key(fmt.Sprintf("long-%d", attempt))
-		longDone := make(chan dlm.Call, 1)
+		longDone := make(chan driver.Call, 1)
 		go func() {
 			cx, cancel := context.WithTimeout(context.Background(), callTimeout)
 			defer cancel()
-			calls := []dlm.Call{{Source: c.script(longScript), Keys: []string{c.key("busy"), marker},
+			calls := []driver.Call{{Source: c.script(longScript), Keys: []string{c.key("busy"), marker},
 				Args: []string{strconv.FormatInt(longCall.Microseconds(), 10)}}}
 			c.Run(cx, calls)
 			longDone <- calls[0]
 		}()
 		time.Sleep(stallLead) // let the long call reach the server
-		calls := []dlm.Call{{Source: c.script(behindScript), Keys: []string{lock, marker}, Args: []string{"behind"}}}
+		calls := []driver.Call{{Source: c.script(behindScript), Keys: []string{lock, marker}, Args: []string{"behind"}}}
 		cx, cancel := byDeadline.ctx()
 		c.Run(cx, calls)
 		ended := contextEnded(cx)
 		cancel()
-		var long dlm.Call
+		var long driver.Call
 		longReturned := false
 		select {
 		case long = <-longDone:

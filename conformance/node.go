@@ -11,13 +11,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/dlmgo/dlm/conformance/internal/transport"
 	"github.com/dlmgo/dlm/nodekit"
 )
 
 // RunNode checks that the Nodes newNode returns keep every rule of the
-// dlm.Node contract (docs/driver-contract.md has them all in one place), each in a
+// driver.Node contract (docs/driver-contract.md has them all in one place), each in a
 // subtest named after the rule. Every Run must
 // set exactly one of each call's Reply (non-nil, empty for an empty array)
 // and Err; a call that runs one script is "Eval" in the rules'
@@ -49,7 +50,7 @@ import (
 // fresh ones; it may return Nodes over one shared client and server (the
 // suite then checks less), and may use t (t.Cleanup, t.Fatal, t.Skip). See
 // the package documentation about the server being blocked.
-func RunNode(t *testing.T, newNode func(t *testing.T) dlm.Node) {
+func RunNode(t *testing.T, newNode func(t *testing.T) driver.Node) {
 	t.Helper()
 	run := runID()
 	tr := transport.Lookup(t)
@@ -58,7 +59,7 @@ func RunNode(t *testing.T, newNode func(t *testing.T) dlm.Node) {
 	if shared == nil {
 		t.Fatal("newNode returned nil")
 	}
-	var ownedShared dlm.Node // the shared node of the owned rules under harness.Own
+	var ownedShared driver.Node // the shared node of the owned rules under harness.Own
 	for _, rule := range nodeRules {
 		ok := subtest(t, rule.name, func(t *testing.T) {
 			if rule.owned && tr == nil {
@@ -190,7 +191,7 @@ var nodeRules = []nodeRule{
 
 // A nodeCase is one node under test, with keys of its own.
 type nodeCase struct {
-	dlm.Node
+	driver.Node
 	keyspace
 	run   string
 	which string    // "fresh" or "shared"
@@ -205,11 +206,11 @@ type nodeCase struct {
 	stalled time.Time
 	// newNode is the factory, for a node that blocks the server when the
 	// suite does not own it.
-	newNode func(t *testing.T) dlm.Node
+	newNode func(t *testing.T) driver.Node
 }
 
 // on returns a case for node n, named which, with keys of its own.
-func (c *nodeCase) on(n dlm.Node, which string) *nodeCase {
+func (c *nodeCase) on(n driver.Node, which string) *nodeCase {
 	return &nodeCase{Node: n, keyspace: newKeyspace(c.run), run: c.run, which: which, tr: c.tr, onTr: c.onTr, newNode: c.newNode}
 }
 
@@ -228,9 +229,9 @@ func (c *nodeCase) script(body string) string {
 }
 
 // call runs one call with Run and returns its outcome.
-func (c *nodeCase) call(t *testing.T, cx context.Context, call dlm.Call) ([]int64, error) {
+func (c *nodeCase) call(t *testing.T, cx context.Context, call driver.Call) ([]int64, error) {
 	t.Helper()
-	calls := []dlm.Call{call}
+	calls := []driver.Call{call}
 	c.Run(cx, calls)
 	settled(t, "Run", calls)
 	return calls[0].Reply, calls[0].Err
@@ -239,13 +240,13 @@ func (c *nodeCase) call(t *testing.T, cx context.Context, call dlm.Call) ([]int6
 // evalCtx runs src with EVAL.
 func (c *nodeCase) evalCtx(t *testing.T, cx context.Context, src string, keys []string, args ...string) ([]int64, error) {
 	t.Helper()
-	return c.call(t, cx, dlm.Call{Source: src, Keys: keys, Args: args})
+	return c.call(t, cx, driver.Call{Source: src, Keys: keys, Args: args})
 }
 
 // evalSHA runs the script with the given digest with EVALSHA.
 func (c *nodeCase) evalSHA(t *testing.T, cx context.Context, sha1 string, keys []string, args ...string) ([]int64, error) {
 	t.Helper()
-	return c.call(t, cx, dlm.Call{SHA1: sha1, Keys: keys, Args: args})
+	return c.call(t, cx, driver.Call{SHA1: sha1, Keys: keys, Args: args})
 }
 
 // eval runs src with EVAL and fails t on error.
@@ -260,7 +261,7 @@ func (c *nodeCase) eval(t *testing.T, src string, keys []string, args ...string)
 
 // settled fails t unless what set exactly one of Reply and Err on every
 // call. It may be called from any goroutine.
-func settled(t *testing.T, what string, calls []dlm.Call) {
+func settled(t *testing.T, what string, calls []driver.Call) {
 	t.Helper()
 	for i, cl := range calls {
 		if (cl.Reply == nil) == (cl.Err == nil) {
@@ -280,8 +281,8 @@ func expect(t *testing.T, what string, got, want []int64) {
 func testNoScript(t *testing.T, c *nodeCase) {
 	sc := nodekit.NewScript(c.script("return {7}"))
 	r, err := c.evalSHA(t, ctx(t), sc.SHA1(), []string{c.key("k")})
-	if !errors.Is(err, dlm.ErrNoScript) {
-		t.Fatalf("EvalSHA of a script the server never saw: reply %v, error %v; want an error matching dlm.ErrNoScript", r, err)
+	if !errors.Is(err, driver.ErrNoScript) {
+		t.Fatalf("EvalSHA of a script the server never saw: reply %v, error %v; want an error matching driver.ErrNoScript", r, err)
 	}
 }
 
@@ -313,21 +314,21 @@ func testFallbackSource(t *testing.T, c *nodeCase) {
 	expect(t, "Eval", c.eval(t, c.script("return {1}"), keys), []int64{1})
 	lacking := nodekit.NewScript(c.script("return {2}"))
 	r, err := c.evalSHA(t, ctx(t), lacking.SHA1(), keys)
-	if !errors.Is(err, dlm.ErrNoScript) {
-		t.Errorf("EvalSHA of a script the server lacks, right after Eval of another: reply %s, error %v; want an error matching dlm.ErrNoScript%s",
+	if !errors.Is(err, driver.ErrNoScript) {
+		t.Errorf("EvalSHA of a script the server lacks, right after Eval of another: reply %s, error %v; want an error matching driver.ErrNoScript%s",
 			ints(r), err, wrongSource(r, []int64{1}))
 	}
 	// A batch of two unknown scripts after Eval of a third.
 	expect(t, "Eval", c.eval(t, c.script("return {3}"), keys), []int64{3})
-	calls := []dlm.Call{
+	calls := []driver.Call{
 		{SHA1: nodekit.NewScript(c.script("return {4}")).SHA1(), Keys: keys},
 		{SHA1: nodekit.NewScript(c.script("return {5}")).SHA1(), Keys: keys},
 	}
 	c.Run(ctx(t), calls)
 	settled(t, "Run", calls)
 	for i, cl := range calls {
-		if !errors.Is(cl.Err, dlm.ErrNoScript) {
-			t.Errorf("call %d of a batch of scripts the server lacks, right after Eval of another: reply %s, error %v; want an error matching dlm.ErrNoScript%s",
+		if !errors.Is(cl.Err, driver.ErrNoScript) {
+			t.Errorf("call %d of a batch of scripts the server lacks, right after Eval of another: reply %s, error %v; want an error matching driver.ErrNoScript%s",
 				i+1, ints(cl.Reply), cl.Err, wrongSource(cl.Reply, []int64{3}))
 		}
 	}
@@ -368,8 +369,8 @@ func testScriptErrors(t *testing.T, c *nodeCase) {
 		switch {
 		case err == nil:
 			t.Errorf("Eval(%s): reply %v and no error, want an error", quote(src), r)
-		case errors.Is(err, dlm.ErrNoScript):
-			t.Errorf("Eval(%s): error %v matches dlm.ErrNoScript; only NOSCRIPT may", quote(src), err)
+		case errors.Is(err, driver.ErrNoScript):
+			t.Errorf("Eval(%s): error %v matches driver.ErrNoScript; only NOSCRIPT may", quote(src), err)
 		}
 	}
 	// The same through EVALSHA: once cached, an erroring script is not NOSCRIPT.
@@ -379,8 +380,8 @@ func testScriptErrors(t *testing.T, c *nodeCase) {
 	switch {
 	case err == nil:
 		t.Errorf("EvalSHA of a script replying with an error: no error")
-	case errors.Is(err, dlm.ErrNoScript):
-		t.Errorf("EvalSHA of a cached script replying with an error: %v matches dlm.ErrNoScript, so Script.Run would run it twice", err)
+	case errors.Is(err, driver.ErrNoScript):
+		t.Errorf("EvalSHA of a cached script replying with an error: %v matches driver.ErrNoScript, so Script.Run would run it twice", err)
 	}
 }
 

@@ -8,7 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/dlmgo/dlm/nodekit"
 )
 
@@ -44,9 +45,9 @@ func testNoRetry(t *testing.T, c *nodeCase) {
 		for _, nc := range c.both() {
 			for _, n := range f.sizes {
 				for _, cached := range []bool{false, true} {
-					calls := make([]dlm.Call, n)
+					calls := make([]driver.Call, n)
 					for i := range calls {
-						calls[i] = dlm.Call{Source: incr, Keys: []string{c.key(fmt.Sprintf("%s-%d-%d-%d-%t", nc.which, fi, n, i, cached))}}
+						calls[i] = driver.Call{Source: incr, Keys: []string{c.key(fmt.Sprintf("%s-%d-%d-%d-%t", nc.which, fi, n, i, cached))}}
 						if cached {
 							calls[i].Source, calls[i].SHA1 = "", sha
 						}
@@ -93,7 +94,7 @@ func warmUp(t *testing.T, c *nodeCase) {
 		wg.Go(func() {
 			cx, cancel := context.WithTimeout(context.Background(), callTimeout)
 			defer cancel()
-			calls := []dlm.Call{{Source: busy, Keys: []string{c.key("warm")}, Args: []string{"20000"}}}
+			calls := []driver.Call{{Source: busy, Keys: []string{c.key("warm")}, Args: []string{"20000"}}}
 			c.Run(cx, calls)
 			if calls[0].Err != nil {
 				t.Errorf("on the %s node, a call before the fault: %v", c.which, calls[0].Err)
@@ -169,10 +170,10 @@ func testDialDeadline(t *testing.T, c *nodeCase) {
 		for i := 1; time.Now().Before(end); i++ {
 			// The call runs on a goroutine of its own, which a dial that
 			// ignores the context keeps until connects are answered again.
-			done := make(chan dlm.Call, 1)
+			done := make(chan driver.Call, 1)
 			start := time.Now()
 			go func() {
-				calls := []dlm.Call{{Source: probe, Keys: []string{c.key("probe")}}}
+				calls := []driver.Call{{Source: probe, Keys: []string{c.key("probe")}}}
 				cx, cancel := context.WithTimeout(context.Background(), callLimit)
 				defer cancel()
 				nc.Run(cx, calls)
@@ -181,7 +182,7 @@ func testDialDeadline(t *testing.T, c *nodeCase) {
 			what := fmt.Sprintf("on the %s node, call %d with %s, made while TCP connects to the server hang", nc.which, i, byDeadline.what)
 			select {
 			case cl := <-done:
-				settled(t, "Run", []dlm.Call{cl})
+				settled(t, "Run", []driver.Call{cl})
 				if cl.Err == nil {
 					t.Fatalf("%s got reply %s: every connection to the server was closed", what, ints(cl.Reply))
 				}

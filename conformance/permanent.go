@@ -8,13 +8,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/conformance/internal/transport"
 	"github.com/dlmgo/dlm/nodekit"
 )
 
 // testPermanentErrors drives the driver into error replies on real servers
-// and checks that each comes back as a *dlm.ReplyError with the server's
+// and checks that each comes back as a *driver.ReplyError with the server's
 // code, which dlm.Permanent classifies the same on every driver.
 func testPermanentErrors(t *testing.T, c *nodeCase) {
 	ref, err := c.tr.Refusers(t)
@@ -52,7 +54,7 @@ func testPermanentErrors(t *testing.T, c *nodeCase) {
 
 // scriptRuns makes the calls of one script on n: EVAL and EVALSHA alone,
 // and both in one batch; it returns each call's error with its name.
-func scriptRuns(t *testing.T, n dlm.Node, src string, keys []string) map[string]error {
+func scriptRuns(t *testing.T, n driver.Node, src string, keys []string) map[string]error {
 	sha := nodekit.NewScript(src).SHA1()
 	out := map[string]error{}
 	if n == nil {
@@ -60,11 +62,11 @@ func scriptRuns(t *testing.T, n dlm.Node, src string, keys []string) map[string]
 	}
 	for _, r := range []struct {
 		name  string
-		calls []dlm.Call
+		calls []driver.Call
 	}{
-		{"Run of one EVAL", []dlm.Call{{Source: src, Keys: keys}}},
-		{"Run of one EVALSHA", []dlm.Call{{SHA1: sha, Keys: keys}}},
-		{"Run of a batch, its first call", []dlm.Call{{Source: src, Keys: keys}, {SHA1: sha, Keys: keys}}},
+		{"Run of one EVAL", []driver.Call{{Source: src, Keys: keys}}},
+		{"Run of one EVALSHA", []driver.Call{{SHA1: sha, Keys: keys}}},
+		{"Run of a batch, its first call", []driver.Call{{Source: src, Keys: keys}, {SHA1: sha, Keys: keys}}},
 	} {
 		cx, cancel := context.WithTimeout(context.Background(), callTimeout)
 		n.Run(cx, r.calls)
@@ -76,22 +78,22 @@ func scriptRuns(t *testing.T, n dlm.Node, src string, keys []string) map[string]
 }
 
 // permanentReply checks a reply that waiting cannot cure: a
-// *dlm.ReplyError with code and a message that begins msgPrefix.
+// *driver.ReplyError with code and a message that begins msgPrefix.
 func permanentReply(code, msgPrefix string) func(t *testing.T, what string, err error) {
 	return func(t *testing.T, what string, err error) {
 		t.Helper()
-		var re *dlm.ReplyError
+		var re *driver.ReplyError
 		switch {
 		case err == nil:
 			t.Errorf("%s succeeded: the server refuses it with %s", what, code)
 		case !errors.As(err, &re):
-			t.Errorf("%s: error %q (%T) is not a *dlm.ReplyError: a driver maps its client's error replies (code and message) so that dlm.Permanent classifies them by meaning", what, err, err)
+			t.Errorf("%s: error %q (%T) is not a *driver.ReplyError: a driver maps its client's error replies (code and message) so that dlm.Permanent classifies them by meaning", what, err, err)
 		case re.Code != code || !strings.HasPrefix(re.Message, msgPrefix):
 			t.Errorf("%s: reply %q has code %q and message %q, want code %q and a message that begins %q (the server's reply, whatever the client's wording)", what, err, re.Code, re.Message, code, msgPrefix)
 		case !dlm.Permanent(err):
 			t.Errorf("%s: dlm.Permanent(%q) is false", what, err)
-		case errors.Is(err, dlm.ErrNoScript):
-			t.Errorf("%s: %q matches dlm.ErrNoScript", what, err)
+		case errors.Is(err, driver.ErrNoScript):
+			t.Errorf("%s: %q matches driver.ErrNoScript", what, err)
 		}
 	}
 }
@@ -116,7 +118,7 @@ func checkErrs(t *testing.T, errs map[string]error, f func(t *testing.T, what st
 
 // dialOrFailing returns a node for addr, or one whose calls fail with the
 // dial's error.
-func (c *nodeCase) dialOrFailing(t *testing.T, addr string) dlm.Node {
+func (c *nodeCase) dialOrFailing(t *testing.T, addr string) driver.Node {
 	n, err := c.tr.Dial(t, addr)
 	if err != nil {
 		return failing{err}
@@ -125,13 +127,13 @@ func (c *nodeCase) dialOrFailing(t *testing.T, addr string) dlm.Node {
 }
 
 // testBusyReply checks that a server busy running a script (at addr)
-// answers with a transient BUSY *dlm.ReplyError.
+// answers with a transient BUSY *driver.ReplyError.
 func testBusyReply(t *testing.T, c *nodeCase, addr, src string) {
 	n, err := c.tr.Dial(t, addr)
 	if err != nil {
 		t.Fatalf("dialling a server that was not busy yet: %v", err)
 	}
-	if _, err := c.on(n, "busy").call(t, ctx(t), dlm.Call{Source: src, Keys: []string{c.key("k")}}); err != nil {
+	if _, err := c.on(n, "busy").call(t, ctx(t), driver.Call{Source: src, Keys: []string{c.key("k")}}); err != nil {
 		t.Fatalf("a call before the server was made busy: %v", err)
 	}
 	stop := busy(t, addr)
@@ -139,16 +141,16 @@ func testBusyReply(t *testing.T, c *nodeCase, addr, src string) {
 	stop()
 	checkErrs(t, errs, func(t *testing.T, what string, err error) {
 		t.Helper()
-		var re *dlm.ReplyError
+		var re *driver.ReplyError
 		if !errors.As(err, &re) || re.Code != "BUSY" {
-			t.Errorf("%s: error %q (%T), want a *dlm.ReplyError with code BUSY", what, err, err)
+			t.Errorf("%s: error %q (%T), want a *driver.ReplyError with code BUSY", what, err, err)
 		}
 		transientErr(t, what, err)
 	})
 }
 
 // testUnknownMaster checks, through the driver's Sentinel dial, that a
-// master name no Sentinel knows is a permanent dlm.ErrUnknownMaster, a
+// master name no Sentinel knows is a permanent driver.ErrUnknownMaster, a
 // Sentinel that refuses connections a transient error, and the known name
 // no error.
 func testUnknownMaster(t *testing.T, c *nodeCase, ref *transport.Refusers, src string) {
@@ -160,8 +162,8 @@ func testUnknownMaster(t *testing.T, c *nodeCase, ref *transport.Refusers, src s
 	switch {
 	case err == nil:
 		t.Errorf("a master name no Sentinel knows led to a server")
-	case !errors.Is(err, dlm.ErrUnknownMaster) || !dlm.Permanent(err) || !strings.Contains(err.Error(), master):
-		t.Errorf("a master name no Sentinel knows: error %q (permanent: %v), want one that matches dlm.ErrUnknownMaster, is permanent and names %q", err, dlm.Permanent(err), master)
+	case !errors.Is(err, driver.ErrUnknownMaster) || !dlm.Permanent(err) || !strings.Contains(err.Error(), master):
+		t.Errorf("a master name no Sentinel knows: error %q (permanent: %v), want one that matches driver.ErrUnknownMaster, is permanent and names %q", err, dlm.Permanent(err), master)
 	}
 	if err := sentinelErr(t, c.tr, []string{ref.Refused}, master, src, c.key("k")); err == nil || dlm.Permanent(err) {
 		t.Errorf("a Sentinel that refuses connections: error %v (permanent: %v), want a transient one", err, dlm.Permanent(err))
@@ -184,7 +186,7 @@ func sentinelErr(t *testing.T, tr *transport.Transport, addrs []string, master, 
 	}
 	cx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
-	calls := []dlm.Call{{Source: src, Keys: []string{key}}}
+	calls := []driver.Call{{Source: src, Keys: []string{key}}}
 	n.Run(cx, calls)
 	settled(t, "Run", calls)
 	return calls[0].Err
@@ -232,15 +234,15 @@ func busy(t *testing.T, addr string) (stop func()) {
 // failing is a Node whose every call fails with err: a dial's error.
 type failing struct{ err error }
 
-func (f failing) Run(_ context.Context, calls []dlm.Call) {
+func (f failing) Run(_ context.Context, calls []driver.Call) {
 	for i := range calls {
 		calls[i].Reply, calls[i].Err = nil, f.err
 	}
 }
 
-func (f failing) RunWait(_ context.Context, calls []dlm.Call, _ dlm.Wait) (dlm.Acks, error) {
+func (f failing) RunWait(_ context.Context, calls []driver.Call, _ driver.Wait) (driver.Acks, error) {
 	f.Run(context.Background(), calls)
-	return dlm.Acks{}, f.err
+	return driver.Acks{}, f.err
 }
 
 func (f failing) Watch(context.Context, string, func(string)) (func(), error) { return nil, f.err }

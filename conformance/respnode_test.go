@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/conformance"
 	"github.com/dlmgo/dlm/conformance/family"
@@ -19,7 +21,7 @@ import (
 	"github.com/dlmgo/dlm/strategy"
 )
 
-// RESPNode is a complete dlm.Node over one TCP connection, speaking RESP
+// RESPNode is a complete driver.Node over one TCP connection, speaking RESP
 // with nothing but the standard library and nodekit: the smallest driver
 // that passes conformance.RunNode. Calls take turns on the connection. It
 // cannot Watch (it would need a second connection), and says so.
@@ -47,31 +49,31 @@ func (n *RESPNode) Close() {
 	}
 }
 
-func (n *RESPNode) Run(ctx context.Context, calls []dlm.Call) {
+func (n *RESPNode) Run(ctx context.Context, calls []driver.Call) {
 	if len(calls) > 0 {
 		replies, err := n.roundTrip(ctx, commands(calls))
 		settle(calls, replies, err)
 	}
 }
 
-func (n *RESPNode) RunWait(ctx context.Context, calls []dlm.Call, w dlm.Wait) (dlm.Acks, error) {
+func (n *RESPNode) RunWait(ctx context.Context, calls []driver.Call, w driver.Wait) (driver.Acks, error) {
 	wait, err := nodekit.WaitCommand(w)
 	if err != nil {
 		nodekit.Fail(calls, err)
-		return dlm.Acks{}, err
+		return driver.Acks{}, err
 	}
 	replies, err := n.roundTrip(ctx, append(commands(calls), wait))
 	settle(calls, replies, err)
 	for _, c := range calls {
 		if c.Err != nil {
-			return dlm.Acks{}, c.Err
+			return driver.Acks{}, c.Err
 		}
 	}
 	if err != nil {
-		return dlm.Acks{}, err
+		return driver.Acks{}, err
 	}
 	if e, ok := replies[len(calls)].(nodekit.ErrorReply); ok {
-		return dlm.Acks{}, e
+		return driver.Acks{}, e
 	}
 	return nodekit.ParseAcks(w, replies[len(calls)])
 }
@@ -81,7 +83,7 @@ func (n *RESPNode) Watch(context.Context, string, func(string)) (func(), error) 
 }
 
 // commands returns the EVAL or EVALSHA command of each call.
-func commands(calls []dlm.Call) [][]string {
+func commands(calls []driver.Call) [][]string {
 	cmds := make([][]string, len(calls))
 	for i, c := range calls {
 		cmd, script := "EVALSHA", c.SHA1
@@ -95,7 +97,7 @@ func commands(calls []dlm.Call) [][]string {
 
 // settle sets each call's Reply or Err from its reply; calls whose reply
 // did not arrive get err.
-func settle(calls []dlm.Call, replies []any, err error) {
+func settle(calls []driver.Call, replies []any, err error) {
 	for i := range calls {
 		if i >= len(replies) {
 			calls[i].Reply, calls[i].Err = nil, err
@@ -168,7 +170,7 @@ func (n *RESPNode) roundTrip(ctx context.Context, cmds [][]string) ([]any, error
 // The lines that run the suite on a driver, against a server the suite
 // starts.
 func TestRESPNode(t *testing.T) {
-	harness.Run(t, func(t *testing.T, addr string) dlm.Node {
+	harness.Run(t, func(t *testing.T, addr string) driver.Node {
 		n := NewRESPNode(addr)
 		t.Cleanup(n.Close)
 		return n
@@ -180,8 +182,8 @@ func TestRESPNodeSingle(t *testing.T) {
 	addr := harness.StartServer(t)
 	node := NewRESPNode(addr)
 	t.Cleanup(node.Close)
-	topology := conformance.Topology{Nodes: func(*testing.T) []dlm.Node { return []dlm.Node{node} }, Servers: []string{addr}}
-	newStrategy := func(nodes []dlm.Node) (dlm.Strategy, error) { return strategy.NewSingle(nodes[0]) }
+	topology := conformance.Topology{Nodes: func(*testing.T) []driver.Node { return []driver.Node{node} }, Servers: []string{addr}}
+	newStrategy := func(nodes []driver.Node) (dlm.Strategy, error) { return strategy.NewSingle(nodes[0]) }
 	conformance.RunStrategy(t, topology, newStrategy)
 	family.Run(t, topology.Nodes, newStrategy)
 }

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/conformance/internal/transport"
 )
@@ -18,7 +20,7 @@ type Topology struct {
 	// Nodes returns the nodes for one subtest; it is called once per
 	// subtest and may return Nodes over shared clients and servers. It may
 	// use t (t.Cleanup, t.Fatal).
-	Nodes func(t *testing.T) []dlm.Node
+	Nodes func(t *testing.T) []driver.Node
 	// Quorum is how many nodes must take part for the strategy to grant a
 	// lock: 1 for a single endpoint, a majority for Redlock. Zero means a
 	// majority, len(nodes)/2 + 1.
@@ -108,7 +110,7 @@ type Topology struct {
 // timeout (50ms) does, but SlowLease delays every node by 300ms and wants
 // a lock, so Redlock needs a per-node timeout above that (the repository
 // runs it with strategy.WithTimeout(time.Second)).
-func RunStrategy(t *testing.T, topology Topology, newStrategy func(nodes []dlm.Node) (dlm.Strategy, error)) {
+func RunStrategy(t *testing.T, topology Topology, newStrategy func(nodes []driver.Node) (dlm.Strategy, error)) {
 	t.Helper()
 	if topology.Nodes == nil || newStrategy == nil {
 		t.Fatal("conformance.RunStrategy: nil Topology.Nodes or newStrategy")
@@ -140,7 +142,7 @@ func RunStrategy(t *testing.T, topology Topology, newStrategy func(nodes []dlm.N
 			if c.quorum > len(nodes) {
 				t.Fatalf("Topology.Quorum %d exceeds the %d nodes", c.quorum, len(nodes))
 			}
-			wrapped := make([]dlm.Node, len(nodes))
+			wrapped := make([]driver.Node, len(nodes))
 			for i, n := range nodes {
 				c.faulty = append(c.faulty, Wrap(n))
 				wrapped[i] = c.faulty[i]

@@ -12,7 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/dlmgo/dlm/conformance/internal/transport"
 	"github.com/dlmgo/dlm/nodekit"
 )
@@ -97,9 +98,9 @@ func blockedRun(t *testing.T, c *nodeCase, e ending, n int) {
 // the server answered it before it was blocked.
 func probeBlocked(t *testing.T, c *nodeCase, e ending, n int, probe string, keys []string) (early bool) {
 	t.Helper()
-	calls := make([]dlm.Call, n)
+	calls := make([]driver.Call, n)
 	for i := range calls {
-		calls[i] = dlm.Call{Source: probe, Keys: keys}
+		calls[i] = driver.Call{Source: probe, Keys: keys}
 	}
 	cx, cancel := e.ctx()
 	defer cancel()
@@ -146,7 +147,7 @@ func testDeadlineThroughoutStall(t *testing.T, c *nodeCase) {
 		window := stalled.Add(busyFor - 300*time.Millisecond)
 		for i := 0; time.Now().Before(window); i++ {
 			nc := c.both()[i%2]
-			calls := []dlm.Call{{Source: probe, Keys: keys}}
+			calls := []driver.Call{{Source: probe, Keys: keys}}
 			cx, cancel := byDeadline.ctx()
 			start := time.Now()
 			at := start.Sub(stalled)
@@ -188,16 +189,16 @@ func testOwnContext(t *testing.T, c *nodeCase) {
 			wg.Go(func() {
 				short, cancelShort := byDeadline.ctx()
 				defer cancelShort()
-				first := make(chan dlm.Call, 1)
+				first := make(chan driver.Call, 1)
 				go func() {
-					calls := []dlm.Call{{Source: probe, Keys: keys}}
+					calls := []driver.Call{{Source: probe, Keys: keys}}
 					nc.Run(short, calls)
 					first <- calls[0]
 				}()
 				time.Sleep(callLimit / 4) // the short call is in flight
 				long, cancelLong := context.WithTimeout(context.Background(), busyFor+callTimeout)
 				defer cancelLong()
-				calls := []dlm.Call{{Source: probe, Keys: keys}}
+				calls := []driver.Call{{Source: probe, Keys: keys}}
 				nc.Run(long, calls)
 				ended := contextEnded(long)
 				if (<-first).Err == nil {
@@ -246,7 +247,7 @@ func ownReplies(t *testing.T, c *nodeCase) {
 	t.Helper()
 	echo := c.script("return {tonumber(ARGV[1])}")
 	keys := []string{c.key("echo")}
-	check := func(what string, cl dlm.Call) {
+	check := func(what string, cl driver.Call) {
 		want := []int64{mustInt(cl.Args[0])}
 		if cl.Err != nil || !slices.Equal(cl.Reply, want) {
 			t.Errorf("on the %s node, after calls that ended at their deadline or were cancelled while the server stalled, %s: reply %s, error %v; want %s%s",
@@ -254,14 +255,14 @@ func ownReplies(t *testing.T, c *nodeCase) {
 		}
 	}
 	for i := range 5 {
-		calls := []dlm.Call{{Source: echo, Keys: keys, Args: []string{strconv.FormatInt(nextEcho(), 10)}}}
+		calls := []driver.Call{{Source: echo, Keys: keys, Args: []string{strconv.FormatInt(nextEcho(), 10)}}}
 		c.Run(ctx(t), calls)
 		check(fmt.Sprintf("call %d of 5 made one after another", i+1), calls[0])
 	}
 	var wg sync.WaitGroup
 	for i := range 16 {
 		wg.Go(func() {
-			calls := []dlm.Call{{Source: echo, Keys: keys, Args: []string{strconv.FormatInt(nextEcho(), 10)}}}
+			calls := []driver.Call{{Source: echo, Keys: keys, Args: []string{strconv.FormatInt(nextEcho(), 10)}}}
 			cx, cancel := context.WithTimeout(context.Background(), callTimeout)
 			defer cancel()
 			c.Run(cx, calls)
@@ -269,9 +270,9 @@ func ownReplies(t *testing.T, c *nodeCase) {
 		})
 	}
 	wg.Wait()
-	calls := make([]dlm.Call, 3)
+	calls := make([]driver.Call, 3)
 	for i := range calls {
-		calls[i] = dlm.Call{Source: echo, Keys: keys, Args: []string{strconv.FormatInt(nextEcho(), 10)}}
+		calls[i] = driver.Call{Source: echo, Keys: keys, Args: []string{strconv.FormatInt(nextEcho(), 10)}}
 	}
 	c.Run(ctx(t), calls)
 	for i, cl := range calls {
@@ -324,7 +325,7 @@ const (
 // probed nodes' connections stay free for the probes.
 func whileBlocked(t *testing.T, c *nodeCase, f func(probe string, keys []string) (early bool)) {
 	t.Helper()
-	var blocker dlm.Node
+	var blocker driver.Node
 	viaTr := c.onTr && c.tr.Stall != nil
 	if !viaTr {
 		if blocker = c.newNode(t); blocker == nil {
@@ -342,7 +343,7 @@ func whileBlocked(t *testing.T, c *nodeCase, f func(probe string, keys []string)
 			}
 			cx, cancel := context.WithTimeout(context.Background(), callTimeout)
 			defer cancel()
-			calls := []dlm.Call{{Source: c.script(stampedBusyScript), Keys: []string{busyKey}, Args: []string{strconv.FormatInt(busyFor.Microseconds(), 10)}}}
+			calls := []driver.Call{{Source: c.script(stampedBusyScript), Keys: []string{busyKey}, Args: []string{strconv.FormatInt(busyFor.Microseconds(), 10)}}}
 			blocker.Run(cx, calls)
 			done <- calls[0].Err
 		}()

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/dlmgo/dlm"
 )
 
@@ -20,8 +22,8 @@ func testTLS(t *testing.T, c *nodeCase) {
 	addr, right, wrong := c.tr.TLSServer(t)
 	src := c.script("return {7}")
 	keys := []string{c.key("k")}
-	run := func(n dlm.Node) dlm.Call {
-		calls := []dlm.Call{{Source: src, Keys: keys}}
+	run := func(n driver.Node) driver.Call {
+		calls := []driver.Call{{Source: src, Keys: keys}}
 		cx, cancel := context.WithTimeout(context.Background(), callTimeout)
 		defer cancel()
 		n.Run(cx, calls)

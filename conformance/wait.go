@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/nodekit"
 )
@@ -26,7 +28,7 @@ func skipUnsupported(t *testing.T, method string, err error) {
 const incrScript = "return {redis.call('INCR', KEYS[1]), redis.call('PEXPIRE', KEYS[1], 60000)}"
 
 // runWait runs calls and w with RunWait.
-func (c *nodeCase) runWait(t *testing.T, cx context.Context, w dlm.Wait, calls ...dlm.Call) ([]dlm.Call, dlm.Acks, error) {
+func (c *nodeCase) runWait(t *testing.T, cx context.Context, w driver.Wait, calls ...driver.Call) ([]driver.Call, driver.Acks, error) {
 	t.Helper()
 	acks, err := c.RunWait(cx, calls, w)
 	if !errors.Is(err, errors.ErrUnsupported) {
@@ -38,17 +40,17 @@ func (c *nodeCase) runWait(t *testing.T, cx context.Context, w dlm.Wait, calls .
 func testRunWaitReplies(t *testing.T, c *nodeCase) {
 	sc := nodekit.NewScript(c.script(incrScript))
 	keys := []string{c.key("k")}
-	w := dlm.Wait{Replicas: 0, Timeout: callTimeout}
-	one := func(call dlm.Call) func() ([]int64, dlm.Acks, error) {
-		return func() ([]int64, dlm.Acks, error) {
+	w := driver.Wait{Replicas: 0, Timeout: callTimeout}
+	one := func(call driver.Call) func() ([]int64, driver.Acks, error) {
+		return func() ([]int64, driver.Acks, error) {
 			calls, acks, err := c.runWait(t, ctx(t), w, call)
 			return calls[0].Reply, acks, err
 		}
 	}
-	for i, call := range []func() ([]int64, dlm.Acks, error){
-		one(dlm.Call{Source: sc.Source(), Keys: keys}),
-		one(dlm.Call{SHA1: sc.SHA1(), Keys: keys}),
-		func() ([]int64, dlm.Acks, error) { return sc.RunWait(ctx(t), c, w, keys) },
+	for i, call := range []func() ([]int64, driver.Acks, error){
+		one(driver.Call{Source: sc.Source(), Keys: keys}),
+		one(driver.Call{SHA1: sc.SHA1(), Keys: keys}),
+		func() ([]int64, driver.Acks, error) { return sc.RunWait(ctx(t), c, w, keys) },
 	} {
 		start := time.Now()
 		r, acks, err := call()
@@ -69,7 +71,7 @@ func testRunWaitReplies(t *testing.T, c *nodeCase) {
 	}
 	// Several calls, then the wait: every reply in order.
 	calls, _, err := c.runWait(t, ctx(t), w,
-		dlm.Call{Source: sc.Source(), Keys: keys}, dlm.Call{SHA1: sc.SHA1(), Keys: keys}, dlm.Call{SHA1: sc.SHA1(), Keys: keys})
+		driver.Call{Source: sc.Source(), Keys: keys}, driver.Call{SHA1: sc.SHA1(), Keys: keys}, driver.Call{SHA1: sc.SHA1(), Keys: keys})
 	if err != nil {
 		t.Fatalf("RunWait of 3 calls (WAIT 0): %v", err)
 	}
@@ -79,12 +81,12 @@ func testRunWaitReplies(t *testing.T, c *nodeCase) {
 	// A failing script is an error with zero Acks, not NOSCRIPT, and fails
 	// its own call only.
 	calls, acks, err := c.runWait(t, ctx(t), w,
-		dlm.Call{Source: sc.Source(), Keys: keys}, dlm.Call{Source: c.script("return redis.error_reply('CONFORMANCE error')"), Keys: keys})
-	if err == nil || errors.Is(err, dlm.ErrNoScript) || acks != (dlm.Acks{}) || calls[1].Err == nil {
+		driver.Call{Source: sc.Source(), Keys: keys}, driver.Call{Source: c.script("return redis.error_reply('CONFORMANCE error')"), Keys: keys})
+	if err == nil || errors.Is(err, driver.ErrNoScript) || acks != (driver.Acks{}) || calls[1].Err == nil {
 		t.Errorf("RunWait of a script replying with an error: call error %v, acks %+v, error %v; want an error (not NOSCRIPT) and zero Acks", calls[1].Err, acks, err)
 	}
 	expect(t, "RunWait, the call before a failing one", calls[0].Reply, []int64{7, 1})
-	if _, err := c.RunWait(ctx(t), []dlm.Call{{Source: sc.Source(), Keys: keys}}, dlm.Wait{Replicas: 1}); !errors.Is(err, dlm.ErrInvalid) {
+	if _, err := c.RunWait(ctx(t), []driver.Call{{Source: sc.Source(), Keys: keys}}, driver.Wait{Replicas: 1}); !errors.Is(err, dlm.ErrInvalid) {
 		t.Errorf("RunWait with a zero Wait.Timeout: %v, want an error matching dlm.ErrInvalid (WAIT 0 blocks forever)", err)
 	}
 	// The connection is in step afterwards.
@@ -93,10 +95,10 @@ func testRunWaitReplies(t *testing.T, c *nodeCase) {
 
 func testRunWaitNoScript(t *testing.T, c *nodeCase) {
 	sc := nodekit.NewScript(c.script(incrScript))
-	calls, acks, err := c.runWait(t, ctx(t), dlm.Wait{Timeout: time.Second}, dlm.Call{SHA1: sc.SHA1(), Keys: []string{c.key("k")}})
+	calls, acks, err := c.runWait(t, ctx(t), driver.Wait{Timeout: time.Second}, driver.Call{SHA1: sc.SHA1(), Keys: []string{c.key("k")}})
 	skipUnsupported(t, "RunWait", err)
-	if !errors.Is(err, dlm.ErrNoScript) || !errors.Is(calls[0].Err, dlm.ErrNoScript) || acks != (dlm.Acks{}) {
-		t.Fatalf("RunWait of a script the server never saw: call error %v, acks %+v, error %v; want errors matching dlm.ErrNoScript and zero Acks", calls[0].Err, acks, err)
+	if !errors.Is(err, driver.ErrNoScript) || !errors.Is(calls[0].Err, driver.ErrNoScript) || acks != (driver.Acks{}) {
+		t.Fatalf("RunWait of a script the server never saw: call error %v, acks %+v, error %v; want errors matching driver.ErrNoScript and zero Acks", calls[0].Err, acks, err)
 	}
 	expect(t, "EXISTS after a NOSCRIPT RunWait", c.eval(t, c.script("return {redis.call('EXISTS', KEYS[1])}"), []string{c.key("k")}), []int64{0})
 }
@@ -108,7 +110,7 @@ func testRunWaitDeadline(t *testing.T, c *nodeCase) {
 	cx, cancel := context.WithTimeout(context.Background(), callLimit)
 	defer cancel()
 	start := time.Now()
-	calls, acks, err := c.runWait(t, cx, dlm.Wait{Replicas: replicas, Timeout: callTimeout}, dlm.Call{Source: c.script(incrScript), Keys: keys})
+	calls, acks, err := c.runWait(t, cx, driver.Wait{Replicas: replicas, Timeout: callTimeout}, driver.Call{Source: c.script(incrScript), Keys: keys})
 	took := time.Since(start)
 	skipUnsupported(t, "RunWait", err)
 	switch {

@@ -7,7 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/dlmgo/dlm/conformance/internal/transport"
 	"github.com/dlmgo/dlm/nodekit"
 )
@@ -60,7 +61,7 @@ func testRunWaitFrozenReplica(t *testing.T, c *nodeCase) {
 	}
 	sc := nodekit.NewScript(c.script(incrScript))
 	keys := []string{c.key("k")}
-	calls, acks, err := c.runWait(t, ctx(t), dlm.Wait{Replicas: 1, Timeout: callTimeout}, dlm.Call{Source: sc.Source(), Keys: keys})
+	calls, acks, err := c.runWait(t, ctx(t), driver.Wait{Replicas: 1, Timeout: callTimeout}, driver.Call{Source: sc.Source(), Keys: keys})
 	skipUnsupported(t, "RunWait", err)
 	if err != nil || acks.Replicas != 1 {
 		t.Fatalf("on the %s node, RunWait of a write and WAIT 1 with the suite's one replica running: reply %s, acks %+v, error %v; want the replica's acknowledgement",
@@ -68,20 +69,20 @@ func testRunWaitFrozenReplica(t *testing.T, c *nodeCase) {
 	}
 	freezeReplica(t, c)
 	waitsBefore := c.info(t, "commandstats", "cmdstat_wait:calls=")
-	w := dlm.Wait{Replicas: 1, Timeout: frozenWait}
+	w := driver.Wait{Replicas: 1, Timeout: frozenWait}
 	runs := []struct {
 		what string
-		run  func() ([][]int64, dlm.Acks, error)
+		run  func() ([][]int64, driver.Acks, error)
 	}{
-		{"RunWait of one EVAL", func() ([][]int64, dlm.Acks, error) {
-			calls, acks, err := c.runWait(t, ctx(t), w, dlm.Call{Source: sc.Source(), Keys: keys})
+		{"RunWait of one EVAL", func() ([][]int64, driver.Acks, error) {
+			calls, acks, err := c.runWait(t, ctx(t), w, driver.Call{Source: sc.Source(), Keys: keys})
 			return [][]int64{calls[0].Reply}, acks, err
 		}},
-		{"RunWait of two EVALSHA", func() ([][]int64, dlm.Acks, error) {
-			calls, acks, err := c.runWait(t, ctx(t), w, dlm.Call{SHA1: sc.SHA1(), Keys: keys}, dlm.Call{SHA1: sc.SHA1(), Keys: keys})
+		{"RunWait of two EVALSHA", func() ([][]int64, driver.Acks, error) {
+			calls, acks, err := c.runWait(t, ctx(t), w, driver.Call{SHA1: sc.SHA1(), Keys: keys}, driver.Call{SHA1: sc.SHA1(), Keys: keys})
 			return [][]int64{calls[0].Reply, calls[1].Reply}, acks, err
 		}},
-		{"Script.RunWait", func() ([][]int64, dlm.Acks, error) {
+		{"Script.RunWait", func() ([][]int64, driver.Acks, error) {
 			r, acks, err := sc.RunWait(ctx(t), c, w, keys)
 			return [][]int64{r}, acks, err
 		}},
@@ -122,13 +123,13 @@ func testRunWaitKeepsReplies(t *testing.T, c *nodeCase) {
 	keys := []string{c.key("k")}
 	// WAITAOF with a local fsync fails on its own where the server has no
 	// WAITAOF (before 7.2) or no append-only file.
-	w := dlm.Wait{AOF: true, Local: true, Timeout: time.Second}
-	calls, acks, err := c.runWait(t, ctx(t), w, dlm.Call{Source: sc.Source(), Keys: keys}, dlm.Call{SHA1: sc.SHA1(), Keys: keys})
+	w := driver.Wait{AOF: true, Local: true, Timeout: time.Second}
+	calls, acks, err := c.runWait(t, ctx(t), w, driver.Call{Source: sc.Source(), Keys: keys}, driver.Call{SHA1: sc.SHA1(), Keys: keys})
 	skipUnsupported(t, "RunWait", err)
 	if err == nil {
 		t.Skipf("WAITAOF 1 0 succeeded (acks %+v): the server fsyncs an append-only file, so this rule has no wait that fails alone", acks)
 	}
-	if errors.Is(err, dlm.ErrNoScript) || acks != (dlm.Acks{}) {
+	if errors.Is(err, driver.ErrNoScript) || acks != (driver.Acks{}) {
 		t.Errorf("RunWait whose WAITAOF failed after its calls succeeded: acks %+v, error %v; want the wait's error and zero Acks", acks, err)
 	}
 	for i, cl := range calls {
@@ -206,7 +207,7 @@ func waitAOF(t *testing.T, c *nodeCase, freeze bool) {
 		freezeReplica(t, c)
 		frozen = true
 	}
-	calls, acks, err := c.runWait(t, ctx(t), dlm.Wait{AOF: true, Local: true, Replicas: 0, Timeout: 2 * time.Second}, dlm.Call{Source: c.script(incrScript), Keys: keys})
+	calls, acks, err := c.runWait(t, ctx(t), driver.Wait{AOF: true, Local: true, Replicas: 0, Timeout: 2 * time.Second}, driver.Call{Source: c.script(incrScript), Keys: keys})
 	skipUnsupported(t, "RunWait", err)
 	what := "RunWait of a write and WAITAOF 1 0 on a server that fsyncs its append-only file"
 	if frozen {

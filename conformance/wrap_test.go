@@ -7,9 +7,10 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/redis/go-redis/v9"
 
-	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/conformance"
 	"github.com/dlmgo/dlm/driver/goredis"
 	"github.com/dlmgo/dlm/internal/redistest"
@@ -18,22 +19,22 @@ import (
 // counted is a user's wrapper: it embeds a Node and overrides Run only, to
 // count batches.
 type counted struct {
-	dlm.Node
+	driver.Node
 	runs atomic.Int64
 }
 
-func (c *counted) Run(ctx context.Context, calls []dlm.Call) {
+func (c *counted) Run(ctx context.Context, calls []driver.Call) {
 	c.runs.Add(1)
 	c.Node.Run(ctx, calls)
 }
 
 // abilities counts the RunWait and Watch calls that reach a go-redis Node.
 type abilities struct {
-	dlm.Node
+	driver.Node
 	waits, watches atomic.Int64
 }
 
-func (a *abilities) RunWait(ctx context.Context, calls []dlm.Call, w dlm.Wait) (dlm.Acks, error) {
+func (a *abilities) RunWait(ctx context.Context, calls []driver.Call, w driver.Wait) (driver.Acks, error) {
 	a.waits.Add(1)
 	return a.Node.RunWait(ctx, calls, w)
 }
@@ -53,7 +54,7 @@ func TestWrapperKeepsAbilities(t *testing.T) {
 	inner := &abilities{Node: goredis.New(client)}
 	node := &counted{Node: inner}
 	var ran sync.Map
-	conformance.RunNode(t, func(t *testing.T) dlm.Node {
+	conformance.RunNode(t, func(t *testing.T) driver.Node {
 		if name, rule, ok := strings.Cut(t.Name(), "/"); ok && name != "" {
 			if !strings.HasPrefix(rule, "RunWait") && !strings.HasPrefix(rule, "Watch") {
 				t.Skip("this test checks the rules of RunWait and Watch")

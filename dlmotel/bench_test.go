@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/redis/go-redis/v9"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -31,20 +33,20 @@ import (
 func BenchmarkLockUnlock(b *testing.B) {
 	for _, tc := range []struct {
 		name string
-		opts func(b *testing.B) (wrap func(dlm.Node) dlm.Node, obs dlm.Observer)
+		opts func(b *testing.B) (wrap func(driver.Node) driver.Node, obs dlm.Observer)
 	}{
-		{"none", func(*testing.B) (func(dlm.Node) dlm.Node, dlm.Observer) { return nil, nil }},
-		{"otel", func(b *testing.B) (func(dlm.Node) dlm.Node, dlm.Observer) {
+		{"none", func(*testing.B) (func(driver.Node) driver.Node, dlm.Observer) { return nil, nil }},
+		{"otel", func(b *testing.B) (func(driver.Node) driver.Node, dlm.Observer) {
 			return nil, benchOtel(b, sdktrace.AlwaysSample())
 		}},
-		{"otel-unsampled", func(b *testing.B) (func(dlm.Node) dlm.Node, dlm.Observer) {
+		{"otel-unsampled", func(b *testing.B) (func(driver.Node) driver.Node, dlm.Observer) {
 			return nil, benchOtel(b, sdktrace.NeverSample())
 		}},
-		{"otel+node", func(b *testing.B) (func(dlm.Node) dlm.Node, dlm.Observer) {
+		{"otel+node", func(b *testing.B) (func(driver.Node) driver.Node, dlm.Observer) {
 			obs := benchOtel(b, sdktrace.AlwaysSample())
-			return func(n dlm.Node) dlm.Node { return obs.WrapNode(n, "redis-a") }, obs
+			return func(n driver.Node) driver.Node { return obs.WrapNode(n, "redis-a") }, obs
 		}},
-		{"slog", func(*testing.B) (func(dlm.Node) dlm.Node, dlm.Observer) {
+		{"slog", func(*testing.B) (func(driver.Node) driver.Node, dlm.Observer) {
 			return nil, dlmslog.New(slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelInfo})))
 		}},
 	} {
@@ -53,7 +55,7 @@ func BenchmarkLockUnlock(b *testing.B) {
 			c := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 128, ContextTimeoutEnabled: true})
 			b.Cleanup(func() { c.Close() })
 			wrap, obs := tc.opts(b)
-			var n dlm.Node = goredis.New(c)
+			var n driver.Node = goredis.New(c)
 			if wrap != nil {
 				n = wrap(n)
 			}

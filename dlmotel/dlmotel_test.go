@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -413,7 +415,7 @@ func TestOtelRedlockNodeEvents(t *testing.T) {
 	srvs := []*redistest.Server{r.srv, redistest.Start(t), redistest.Start(t)}
 	obs, err := dlmotel.New(dlmotel.WithMeterProvider(r.mp), dlmotel.WithTracerProvider(r.tp))
 	require.NoError(t, err)
-	var nodes []dlm.Node
+	var nodes []driver.Node
 	for i, srv := range srvs {
 		nodes = append(nodes, obs.WrapNode(goredis.New(srv.Client(t)), "master-"+strconv.Itoa(i)))
 	}

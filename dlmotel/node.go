@@ -6,19 +6,20 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/nodekit"
 )
 
-// Node is a dlm.Node that reports each call (see Observer.WrapNode).
+// Node is a driver.Node that reports each call (see Observer.WrapNode).
 type Node struct {
-	node   dlm.Node
+	node   driver.Node
 	name   string
 	errors metric.Int64Counter
 	// AddOptions of dlm.node.errors, by error.type
@@ -27,7 +28,7 @@ type Node struct {
 }
 
 var (
-	_ dlm.Node       = (*Node)(nil)
+	_ driver.Node    = (*Node)(nil)
 	_ nodekit.Router = (*Node)(nil)
 )
 
@@ -51,11 +52,11 @@ var (
 // whole, as the module does routinely. The wrapper keeps n's routing
 // (nodekit.Router) and its name in errors (fmt.Stringer; name when n has
 // none).
-func (o *Observer) WrapNode(n dlm.Node, name string) *Node {
+func (o *Observer) WrapNode(n driver.Node, name string) *Node {
 	return wrapNode(n, name, o.meter)
 }
 
-func wrapNode(n dlm.Node, name string, meter metric.Meter) *Node {
+func wrapNode(n driver.Node, name string, meter metric.Meter) *Node {
 	counter, err := meter.Int64Counter(NodeErrors, metric.WithUnit("{call}"),
 		metric.WithDescription("Failed script calls, by node."))
 	if err != nil {
@@ -83,24 +84,24 @@ func (n *Node) String() string {
 func (n *Node) Routing() nodekit.Routing { return nodekit.RoutingOf(n.node) }
 
 // Unwrap returns the wrapped node.
-func (n *Node) Unwrap() dlm.Node { return n.node }
+func (n *Node) Unwrap() driver.Node { return n.node }
 
-// Run implements dlm.Node.
-func (n *Node) Run(ctx context.Context, calls []dlm.Call) {
+// Run implements driver.Node.
+func (n *Node) Run(ctx context.Context, calls []driver.Call) {
 	start := time.Now()
 	n.node.Run(ctx, calls)
 	n.report(ctx, "run", calls, nil, start)
 }
 
-// RunWait implements dlm.Node.
-func (n *Node) RunWait(ctx context.Context, calls []dlm.Call, w dlm.Wait) (dlm.Acks, error) {
+// RunWait implements driver.Node.
+func (n *Node) RunWait(ctx context.Context, calls []driver.Call, w driver.Wait) (driver.Acks, error) {
 	start := time.Now()
 	acks, err := n.node.RunWait(ctx, calls, w)
 	n.report(ctx, "runwait", calls, err, start)
 	return acks, err
 }
 
-// Watch implements dlm.Node.
+// Watch implements driver.Node.
 func (n *Node) Watch(ctx context.Context, channel string, notify func(payload string)) (func(), error) {
 	start := time.Now()
 	stop, err := n.node.Watch(ctx, channel, notify)
@@ -112,10 +113,10 @@ func (n *Node) Watch(ctx context.Context, channel string, notify func(payload st
 }
 
 // report counts calls' errors (and the wait's, err) and adds the events.
-func (n *Node) report(ctx context.Context, op string, calls []dlm.Call, err error, start time.Time) {
+func (n *Node) report(ctx context.Context, op string, calls []driver.Call, err error, start time.Time) {
 	failed, first := 0, err
 	for i := range calls {
-		if e := calls[i].Err; e != nil && !errors.Is(e, dlm.ErrNoScript) {
+		if e := calls[i].Err; e != nil && !errors.Is(e, driver.ErrNoScript) {
 			failed++
 			n.count(ctx, e)
 			if first == nil {
@@ -135,7 +136,7 @@ func (n *Node) report(ctx context.Context, op string, calls []dlm.Call, err erro
 			}
 			pf, pfirst := 0, err
 			for _, i := range carried {
-				if e := calls[i].Err; e != nil && !errors.Is(e, dlm.ErrNoScript) {
+				if e := calls[i].Err; e != nil && !errors.Is(e, driver.ErrNoScript) {
 					pf++
 					if pfirst == nil {
 						pfirst = e

@@ -3,7 +3,8 @@ package dlmtest_test
 import (
 	"testing"
 
-	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/dlmgo/dlm/conformance"
 	"github.com/dlmgo/dlm/dlmtest"
 )
@@ -18,5 +19,5 @@ func TestConformance(t *testing.T) {
 	}
 	srv := dlmtest.NewServer()
 	t.Cleanup(srv.Close)
-	conformance.RunNode(t, func(t *testing.T) dlm.Node { return srv.Node() })
+	conformance.RunNode(t, func(t *testing.T) driver.Node { return srv.Node() })
 }

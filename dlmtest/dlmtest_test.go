@@ -12,24 +12,26 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/dlmtest"
 	"github.com/dlmgo/dlm/strategy"
 )
 
 // eval runs src on n with EVAL under a context of d (a minute when 0).
-func eval(n dlm.Node, d time.Duration, src string, keys []string, args ...string) ([]int64, error) {
+func eval(n driver.Node, d time.Duration, src string, keys []string, args ...string) ([]int64, error) {
 	if d == 0 {
 		d = time.Minute
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
-	calls := []dlm.Call{{Source: src, Keys: keys, Args: args}}
+	calls := []driver.Call{{Source: src, Keys: keys, Args: args}}
 	n.Run(ctx, calls)
 	return calls[0].Reply, calls[0].Err
 }
 
-func mustEval(t *testing.T, n dlm.Node, src string, keys []string, args ...string) []int64 {
+func mustEval(t *testing.T, n driver.Node, src string, keys []string, args ...string) []int64 {
 	t.Helper()
 	r, err := eval(n, 0, src, keys, args...)
 	if err != nil {
@@ -87,9 +89,9 @@ func TestReplies(t *testing.T) {
 	} {
 		_, _ = srv.Do("RPUSH", "list", "a")
 		_, err := eval(n, 0, src, k)
-		var re *dlm.ReplyError
-		if !errors.As(err, &re) || re.Code != code || errors.Is(err, dlm.ErrNoScript) {
-			t.Errorf("%s: error %v, want a *dlm.ReplyError with code %s", src, err, code)
+		var re *driver.ReplyError
+		if !errors.As(err, &re) || re.Code != code || errors.Is(err, driver.ErrNoScript) {
+			t.Errorf("%s: error %v, want a *driver.ReplyError with code %s", src, err, code)
 		}
 	}
 	_, err := eval(n, 0, "return redis.call('GET', 'list')", k)
@@ -108,10 +110,10 @@ func TestReplies(t *testing.T) {
 	if r, err := eval(n, 0, "return -7", k); err != nil || !slices.Equal(r, []int64{-7}) {
 		t.Errorf("return -7: reply %v, %v, want [-7] (an integer n is []int64{n})", r, err)
 	}
-	calls := []dlm.Call{{SHA1: strings.Repeat("ab", 20), Keys: k}}
+	calls := []driver.Call{{SHA1: strings.Repeat("ab", 20), Keys: k}}
 	n.Run(context.Background(), calls)
-	if !errors.Is(calls[0].Err, dlm.ErrNoScript) {
-		t.Errorf("EVALSHA of an unknown digest: %v, want dlm.ErrNoScript", calls[0].Err)
+	if !errors.Is(calls[0].Err, driver.ErrNoScript) {
+		t.Errorf("EVALSHA of an unknown digest: %v, want driver.ErrNoScript", calls[0].Err)
 	}
 }
 
@@ -320,9 +322,9 @@ func TestRestart(t *testing.T) {
 		if get(t, srv, "n") != "1" {
 			t.Error("data lost by a restart that keeps it")
 		}
-		calls := []dlm.Call{{SHA1: sha1Of(src), Keys: []string{"n"}}}
+		calls := []driver.Call{{SHA1: sha1Of(src), Keys: []string{"n"}}}
 		n.Run(context.Background(), calls)
-		if !errors.Is(calls[0].Err, dlm.ErrNoScript) {
+		if !errors.Is(calls[0].Err, driver.ErrNoScript) {
 			t.Errorf("EVALSHA after a restart: %v, want NOSCRIPT", calls[0].Err)
 		}
 		srv.Restart(false)
@@ -370,10 +372,10 @@ func TestReplication(t *testing.T) {
 		defer srv.Close()
 		n := srv.Node()
 		r := srv.Replicas()
-		runWait := func(key string, replicas int) (dlm.Acks, time.Duration) {
+		runWait := func(key string, replicas int) (driver.Acks, time.Duration) {
 			start := time.Now()
-			calls := []dlm.Call{{Source: setPX, Keys: []string{key}, Args: []string{"v", "60000"}}}
-			acks, err := n.RunWait(context.Background(), calls, dlm.Wait{Replicas: replicas, Timeout: 5 * time.Second})
+			calls := []driver.Call{{Source: setPX, Keys: []string{key}, Args: []string{"v", "60000"}}}
+			acks, err := n.RunWait(context.Background(), calls, driver.Wait{Replicas: replicas, Timeout: 5 * time.Second})
 			if err != nil || calls[0].Err != nil {
 				t.Fatalf("RunWait: %v %v", err, calls[0].Err)
 			}
@@ -413,8 +415,8 @@ func TestWaitAcrossPromotion(t *testing.T) {
 		r[1].Freeze(true)
 		done := make(chan error, 1)
 		go func() {
-			calls := []dlm.Call{{Source: setPX, Keys: []string{"k"}, Args: []string{"v", "60000"}}}
-			acks, err := srv.Node().RunWait(context.Background(), calls, dlm.Wait{Replicas: 2, Timeout: 5 * time.Second})
+			calls := []driver.Call{{Source: setPX, Keys: []string{"k"}, Args: []string{"v", "60000"}}}
+			acks, err := srv.Node().RunWait(context.Background(), calls, driver.Wait{Replicas: 2, Timeout: 5 * time.Second})
 			if err == nil && acks.Replicas >= 2 {
 				err = fmt.Errorf("WAIT counted %d replicas for a write the promoted one never got", acks.Replicas)
 			} else if err == nil {

@@ -4,7 +4,7 @@
 // testing/synctest, where a 10s TTL passes in microseconds.
 //
 // A [Server] is a primary, with replicas when asked ([WithReplicas]); its
-// [Node]s are clients of it and implement dlm.Node, so the strategies run
+// [Node]s are clients of it and implement driver.Node, so the strategies run
 // over them unchanged: strategy.NewSingle(srv.Node()), NewRedlock over
 // Nodes of several Servers, NewFailover over a Server with replicas. The
 // Server runs the scripts it is sent with gopher-lua as Redis 7.0 runs

@@ -8,13 +8,15 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/nodekit"
 )
 
 var errClosed = fmt.Errorf("dlmtest: server closed: %w", dlm.ErrClosed)
 
-// A Node is one client of a Server: a dlm.Node, so that strategies run
+// A Node is one client of a Server: a driver.Node, so that strategies run
 // over it unchanged. Each Node has a link of its own to the server, with
 // faults of its own (a partition cuts one client and not another), on top
 // of the Server's. Its methods are safe for concurrent use.
@@ -72,7 +74,7 @@ func (n *Node) request() bool {
 }
 
 var (
-	_ dlm.Node       = (*Node)(nil)
+	_ driver.Node    = (*Node)(nil)
 	_ nodekit.Router = (*Node)(nil)
 )
 
@@ -152,7 +154,7 @@ type result struct {
 	i     int
 	reply []int64
 	err   error
-	acks  dlm.Acks
+	acks  driver.Acks
 }
 
 // send delivers r on out (buffered for the whole batch) when the link
@@ -191,41 +193,41 @@ func goReply(r any) (any, error) {
 }
 
 // Run runs each call's script on the server, in order, and sets its Reply
-// or Err (see dlm.Node). A call whose reply did not arrive when ctx ended
+// or Err (see driver.Node). A call whose reply did not arrive when ctx ended
 // fails with ctx's error; its command may still run.
-func (n *Node) Run(ctx context.Context, calls []dlm.Call) {
+func (n *Node) Run(ctx context.Context, calls []driver.Call) {
 	n.runWait(ctx, calls, nil)
 }
 
-// RunWait runs calls as Run does and then WAIT (see dlm.Node.RunWait):
+// RunWait runs calls as Run does and then WAIT (see driver.Node.RunWait):
 // it answers how many replicas acknowledged the server's writes so far
 // once enough did or its timeout passed. WAITAOF is refused as Redis
 // 7.0 refuses it.
-func (n *Node) RunWait(ctx context.Context, calls []dlm.Call, w dlm.Wait) (dlm.Acks, error) {
+func (n *Node) RunWait(ctx context.Context, calls []driver.Call, w driver.Wait) (driver.Acks, error) {
 	if _, err := nodekit.WaitCommand(w); err != nil {
 		for i := range calls {
 			calls[i].Reply, calls[i].Err = nil, err
 		}
-		return dlm.Acks{}, err
+		return driver.Acks{}, err
 	}
 	return n.runWait(ctx, calls, &w)
 }
 
-func (n *Node) runWait(ctx context.Context, calls []dlm.Call, w *dlm.Wait) (dlm.Acks, error) {
+func (n *Node) runWait(ctx context.Context, calls []driver.Call, w *driver.Wait) (driver.Acks, error) {
 	for i := range calls {
 		calls[i].Reply, calls[i].Err = nil, nil
 	}
 	if err := ctx.Err(); err != nil {
 		nodekit.Fail(calls, err)
-		return dlm.Acks{}, err
+		return driver.Acks{}, err
 	}
 	if len(calls) == 0 && w == nil {
-		return dlm.Acks{}, nil
+		return driver.Acks{}, nil
 	}
 	// The connection works on a copy: Run keeps nothing of calls.
-	reqs := make([]dlm.Call, len(calls))
+	reqs := make([]driver.Call, len(calls))
 	for i, c := range calls {
-		reqs[i] = dlm.Call{SHA1: c.SHA1, Source: c.Source, Keys: slices.Clone(c.Keys), Args: slices.Clone(c.Args)}
+		reqs[i] = driver.Call{SHA1: c.SHA1, Source: c.Source, Keys: slices.Clone(c.Keys), Args: slices.Clone(c.Args)}
 	}
 	want := len(reqs)
 	if w != nil {
@@ -233,7 +235,7 @@ func (n *Node) runWait(ctx context.Context, calls []dlm.Call, w *dlm.Wait) (dlm.
 	}
 	out := make(chan result, want)
 	go n.conn(reqs, w, out)
-	var acks dlm.Acks
+	var acks driver.Acks
 	var waitErr error
 	got := 0
 	take := func(r result) {
@@ -244,18 +246,18 @@ func (n *Node) runWait(ctx context.Context, calls []dlm.Call, w *dlm.Wait) (dlm.
 			acks, waitErr = r.acks, r.err
 		}
 	}
-	finish := func() (dlm.Acks, error) {
+	finish := func() (driver.Acks, error) {
 		if err := firstErr(calls); err != nil {
-			return dlm.Acks{}, err
+			return driver.Acks{}, err
 		}
 		if waitErr != nil {
-			return dlm.Acks{}, waitErr
+			return driver.Acks{}, waitErr
 		}
 		return acks, nil
 	}
 	// cut keeps the replies that arrived before the context ended (select
 	// picks at random among ready cases) and fails the others with err.
-	cut := func(err error) (dlm.Acks, error) {
+	cut := func(err error) (driver.Acks, error) {
 		for got < want {
 			select {
 			case r := <-out:
@@ -268,7 +270,7 @@ func (n *Node) runWait(ctx context.Context, calls []dlm.Call, w *dlm.Wait) (dlm.
 		if got == want {
 			return finish()
 		}
-		return dlm.Acks{}, failRest(calls, err)
+		return driver.Acks{}, failRest(calls, err)
 	}
 	for got < want {
 		select {
@@ -285,7 +287,7 @@ func (n *Node) runWait(ctx context.Context, calls []dlm.Call, w *dlm.Wait) (dlm.
 
 // failRest fails the calls without a reply with err and returns the
 // first call's error, or err.
-func failRest(calls []dlm.Call, err error) error {
+func failRest(calls []driver.Call, err error) error {
 	nodekit.Fail(calls, err)
 	if e := firstErr(calls); e != nil {
 		return e
@@ -293,7 +295,7 @@ func failRest(calls []dlm.Call, err error) error {
 	return err
 }
 
-func firstErr(calls []dlm.Call) error {
+func firstErr(calls []driver.Call) error {
 	for _, c := range calls {
 		if c.Err != nil {
 			return c.Err
@@ -305,7 +307,7 @@ func firstErr(calls []dlm.Call) error {
 // conn is the node's connection for one batch: it sends each request,
 // unless the link is cut, and hands the replies the link lets through to
 // out.
-func (n *Node) conn(reqs []dlm.Call, w *dlm.Wait, out chan<- result) {
+func (n *Node) conn(reqs []driver.Call, w *driver.Wait, out chan<- result) {
 	n.s.mu.Lock()
 	promoted := n.s.promoted // the primary the writes go to
 	n.s.mu.Unlock()
@@ -347,7 +349,7 @@ func (n *Node) conn(reqs []dlm.Call, w *dlm.Wait, out chan<- result) {
 		n.send(out, result{i: len(reqs), err: err})
 		return
 	}
-	n.send(out, result{i: len(reqs), acks: dlm.Acks{Replicas: int(count)}})
+	n.send(out, result{i: len(reqs), acks: driver.Acks{Replicas: int(count)}})
 }
 
 // Watch subscribes to channel (SUBSCRIBE) and returns once the server

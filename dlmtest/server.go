@@ -194,7 +194,7 @@ func (s *Server) run(f func(sv *server) any) (any, bool) {
 
 // Do runs one command on the primary as a script's redis.call would (see
 // Commands), with no fault of a link, and returns its reply: int64, string,
-// nil, []any, or an error (a *dlm.ReplyError) for an error reply; a
+// nil, []any, or an error (a *driver.ReplyError) for an error reply; a
 // status reply is returned as a string. It waits while the server is
 // paused.
 func (s *Server) Do(args ...string) (any, error) {

@@ -9,6 +9,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/dlmtest"
 	"github.com/dlmgo/dlm/strategy"
@@ -209,7 +211,7 @@ func TestRedlock(t *testing.T) {
 		// One master is slow throughout: a minority changes nothing.
 		srvs[2].SetDelay(50 * time.Millisecond)
 		scenario(t, func(t *testing.T, i int) (*dlm.Manager, func(bool)) {
-			var nodes []dlm.Node
+			var nodes []driver.Node
 			var own []*dlmtest.Node
 			for _, srv := range srvs {
 				n := srv.Node()
@@ -229,7 +231,7 @@ func TestFailover(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv := dlmtest.NewServer(dlmtest.WithReplicas(2))
 		defer srv.Close()
-		newFailover := func(n dlm.Node) (dlm.Strategy, error) {
+		newFailover := func(n driver.Node) (dlm.Strategy, error) {
 			return strategy.NewFailover(n, strategy.WithAcks(strategy.AckAll()), strategy.WithReplicas(2))
 		}
 		scenario(t, func(t *testing.T, i int) (*dlm.Manager, func(bool)) {
@@ -300,7 +302,7 @@ func seeded(t *testing.T, servers int, seed uint64) {
 	var wg sync.WaitGroup
 	grants := 0
 	for c := range 3 {
-		var nodes []dlm.Node
+		var nodes []driver.Node
 		for _, srv := range srvs {
 			n := srv.Node()
 			n.SetFaults(faults)

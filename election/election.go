@@ -31,6 +31,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/internal/mgr"
 	"github.com/dlmgo/dlm/nodekit"
@@ -57,7 +59,7 @@ var ErrNoLeader = errors.New("dlm: election has no leader")
 // Elections of the same name, in any process, are the same election.
 type Election struct {
 	m       *dlm.Manager
-	node    dlm.Node
+	node    driver.Node
 	name    string
 	keys    []string // the lock key, the leader record (also the channel)
 	publish string   // announce.lua's ARGV[4]

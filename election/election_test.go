@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
@@ -37,7 +39,7 @@ func TestBadInput(t *testing.T) {
 	_, err = e.Campaign(context.Background(), strings.Repeat("x", MaxValueLen+1))
 	require.ErrorIs(t, err, dlm.ErrInvalid)
 
-	nodes := make([]dlm.Node, 3)
+	nodes := make([]driver.Node, 3)
 	for i := range nodes {
 		nodes[i] = goredis.New(redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", i+1)}))
 	}

@@ -39,6 +39,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/internal/mgr"
 	"github.com/dlmgo/dlm/nodekit"
@@ -55,7 +57,7 @@ var queueScript = nodekit.NewScript(queueSource)
 // share one queue.
 type FairLock struct {
 	m    *dlm.Manager
-	node dlm.Node
+	node driver.Node
 	key  string
 	keys []string // queue, deadlines, arrival counter, lock
 }

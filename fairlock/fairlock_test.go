@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
@@ -137,7 +139,7 @@ func TestArrivalOrderProcesses(t *testing.T) {
 
 // TestNotOverRedlock: independent masters keep no one arrival order.
 func TestNotOverRedlock(t *testing.T) {
-	nodes := make([]dlm.Node, 3)
+	nodes := make([]driver.Node, 3)
 	for i := range nodes {
 		nodes[i] = goredis.New(redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", i+1)}))
 	}

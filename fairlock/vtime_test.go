@@ -9,6 +9,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlmgo/dlm"
@@ -231,9 +233,9 @@ func TestPermanentErrorEndsWait(t *testing.T) {
 
 // lostLeave is a node on which the queue script's leave step gets no
 // reply: it fails when its context ends.
-type lostLeave struct{ dlm.Node }
+type lostLeave struct{ driver.Node }
 
-func (n lostLeave) Run(ctx context.Context, calls []dlm.Call) {
+func (n lostLeave) Run(ctx context.Context, calls []driver.Call) {
 	for _, c := range calls {
 		if len(c.Args) == 3 && c.Args[2] == "l" {
 			<-ctx.Done()

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlmgo/dlm"
@@ -387,8 +389,8 @@ func open(ctx context.Context, c clientConfig) (m *dlm.Manager, handed func(fenc
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	var nodes []dlm.Node
-	keep := func(ctx context.Context, ep config.Endpoint) (dlm.Node, io.Closer, error) {
+	var nodes []driver.Node
+	keep := func(ctx context.Context, ep config.Endpoint) (driver.Node, io.Closer, error) {
 		n, cl, err := goredis.Dial(ctx, ep)
 		nodes = append(nodes, n)
 		return n, cl, err

@@ -5,10 +5,11 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/dlmgo/dlm/driver"
+
 	redigolib "github.com/gomodule/redigo/redis"
 	rueidislib "github.com/redis/rueidis"
 
-	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/driver/redigo"
 	"github.com/dlmgo/dlm/driver/rueidis"
 	"github.com/dlmgo/dlm/fencing"
@@ -21,15 +22,15 @@ import (
 func TestRedisDrivers(t *testing.T) {
 	srv := redistest.Start(t)
 	check := srv.Client(t)
-	nodes := map[string]func(t *testing.T) dlm.Node{
-		"redigo": func(t *testing.T) dlm.Node {
+	nodes := map[string]func(t *testing.T) driver.Node{
+		"redigo": func(t *testing.T) driver.Node {
 			p := &redigolib.Pool{MaxIdle: 2, DialContext: func(ctx context.Context) (redigolib.Conn, error) {
 				return redigolib.DialContext(ctx, "tcp", srv.Addr)
 			}}
 			t.Cleanup(func() { _ = p.Close() })
 			return redigo.New(p)
 		},
-		"rueidis": func(t *testing.T) dlm.Node {
+		"rueidis": func(t *testing.T) driver.Node {
 			c, err := rueidislib.NewClient(rueidislib.ClientOption{InitAddress: []string{srv.Addr}, DisableCache: true})
 			if err != nil {
 				t.Fatal(err)

@@ -10,7 +10,7 @@
 //     the caller's transaction with one upsert, and the transaction fails
 //     with [ErrStale] when a larger fence was recorded first.
 //   - Redis data: [Redis.Set], [Redis.Del] and [Redis.HSet] write a key and
-//     check the fence in one script, over any dlm.Node, Cluster included.
+//     check the fence in one script, over any driver.Node, Cluster included.
 //   - HTTP: [SetHeader] or [Transport] send a lock's key and fence with a
 //     request; [Middleware] refuses a request whose fence is smaller than
 //     the largest seen for its key (409 Conflict), the record kept in a

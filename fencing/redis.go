@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/nodekit"
 )
@@ -18,7 +20,7 @@ var fencedSource string
 
 var fencedScript = nodekit.NewScript(fencedSource)
 
-// Redis writes data kept in Redis under a fence, over any dlm.Node: each
+// Redis writes data kept in Redis under a fence, over any driver.Node: each
 // write is one script that compares the fence with the resource's record,
 // refuses a smaller one (ErrStale, nothing written), and otherwise writes
 // the data and records the fence.
@@ -32,7 +34,7 @@ var fencedScript = nodekit.NewScript(fencedSource)
 // Replication is asynchronous: a failover to a replica that missed the
 // last writes forgets their records along with the data.
 type Redis struct {
-	Node dlm.Node
+	Node driver.Node
 }
 
 // Set sets key to value under fence (with an expiry when ttl > 0, at least

@@ -5,7 +5,8 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/dlmgo/dlm/nodekit"
 )
 
@@ -13,14 +14,14 @@ import (
 // Script.Run itself costs.
 type instantNode struct{}
 
-func (instantNode) Run(_ context.Context, calls []dlm.Call) {
+func (instantNode) Run(_ context.Context, calls []driver.Call) {
 	for i := range calls {
 		calls[i].Reply = []int64{1}
 	}
 }
 
-func (instantNode) RunWait(context.Context, []dlm.Call, dlm.Wait) (dlm.Acks, error) {
-	return dlm.Acks{}, errors.ErrUnsupported
+func (instantNode) RunWait(context.Context, []driver.Call, driver.Wait) (driver.Acks, error) {
+	return driver.Acks{}, errors.ErrUnsupported
 }
 
 func (instantNode) Watch(context.Context, string, func(string)) (func(), error) {
@@ -32,7 +33,7 @@ func (instantNode) Watch(context.Context, string, func(string)) (func(), error) 
 func BenchmarkScriptRun(b *testing.B) {
 	s := nodekit.NewScript("return {1}")
 	keys, args := []string{"k"}, []string{"a"}
-	var n dlm.Node = instantNode{}
+	var n driver.Node = instantNode{}
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {

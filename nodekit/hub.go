@@ -8,7 +8,7 @@ import (
 )
 
 // A PubSub is a driver's dedicated pub/sub connection: the primitive a Hub
-// builds dlm.Node.Watch on. One Hub calls its methods one at a time, in the
+// builds driver.Node.Watch on. One Hub calls its methods one at a time, in the
 // order the subscriptions change, and never while it holds the lock that
 // its Events take: a driver may report events from inside Subscribe (a
 // confirmation read while it waited) and may wait there for replies, bounded
@@ -105,7 +105,7 @@ func (h *Hub) take(ctx context.Context) error {
 
 func (h *Hub) done() { <-h.turn }
 
-// Watch implements dlm.Node.Watch.
+// Watch implements driver.Node.Watch.
 func (h *Hub) Watch(ctx context.Context, channel string, notify func(payload string)) (func(), error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err // neither dial nor subscribe for a call already over

@@ -1,9 +1,9 @@
 // Package nodekit holds what drivers and strategies share and users of dlm
-// do not call: Lua scripts run on a dlm.Node (with the NOSCRIPT fallback),
+// do not call: Lua scripts run on a driver.Node (with the NOSCRIPT fallback),
 // the text of WAIT commands, the Hub that gives a driver Node.Watch over a
 // minimal pub/sub connection, the Endpoint a driver's Dial takes, Dial,
 // which connects a client over TLS or plain text and reports TLS problems
-// as permanent errors, and the whole of a dlm.Node for a client that
+// as permanent errors, and the whole of a driver.Node for a client that
 // pipelines typed commands (PipeNode over a Pipe and a Receiver: rueidis,
 // valkey-go). It imports dlm and the standard library only.
 package nodekit
@@ -17,13 +17,14 @@ import (
 	"sync"
 	"time"
 
-	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/dlmgo/dlm/internal/sha1"
 )
 
 // Name names n for errors and logs: its String method when it has one,
 // otherwise its position among the nodes of a strategy.
-func Name(n dlm.Node, index int) string {
+func Name(n driver.Node, index int) string {
 	if s, ok := n.(fmt.Stringer); ok {
 		return s.String()
 	}
@@ -56,27 +57,27 @@ func (s *Script) SHA1() string {
 
 // Run runs the script once on n with EVALSHA and, when the server does not
 // have it cached, once more with EVAL.
-func (s *Script) Run(ctx context.Context, n dlm.Node, keys []string, args ...string) ([]int64, error) {
+func (s *Script) Run(ctx context.Context, n driver.Node, keys []string, args ...string) ([]int64, error) {
 	// A Node keeps no reference to calls once Run returns, so the one-call
 	// slice, which escapes through the interface, is reused: every lock
 	// operation passes here (BenchmarkScriptRun).
-	c := oneCall.Get().(*[1]dlm.Call)
-	c[0] = dlm.Call{Keys: keys, Args: args}
+	c := oneCall.Get().(*[1]driver.Call)
+	c[0] = driver.Call{Keys: keys, Args: args}
 	s.RunMany(ctx, n, c[:])
 	r, err := c[0].Reply, c[0].Err
-	c[0] = dlm.Call{}
+	c[0] = driver.Call{}
 	oneCall.Put(c)
 	return r, err
 }
 
-var oneCall = sync.Pool{New: func() any { return new([1]dlm.Call) }}
+var oneCall = sync.Pool{New: func() any { return new([1]driver.Call) }}
 
 // RunMany runs the script once per call on n, pipelined, and sets every
 // call's Reply or Err (the calls' SHA1 and Source are set here). Calls that
 // met NOSCRIPT run once more, all by EVAL in one more batch: on a Cluster
 // every master caches scripts on its own, and loading the script with one
 // call first would wait on one master for all (a stalled one included).
-func (s *Script) RunMany(ctx context.Context, n dlm.Node, calls []dlm.Call) {
+func (s *Script) RunMany(ctx context.Context, n driver.Node, calls []driver.Call) {
 	for i := range calls {
 		calls[i].SHA1, calls[i].Source, calls[i].Reply, calls[i].Err = s.SHA1(), "", nil, nil
 	}
@@ -85,9 +86,9 @@ func (s *Script) RunMany(ctx context.Context, n dlm.Node, calls []dlm.Call) {
 	if len(retry) == 0 {
 		return
 	}
-	again := make([]dlm.Call, len(retry))
+	again := make([]driver.Call, len(retry))
 	for j, i := range retry {
-		again[j] = dlm.Call{Source: s.src, Keys: calls[i].Keys, Args: calls[i].Args}
+		again[j] = driver.Call{Source: s.src, Keys: calls[i].Keys, Args: calls[i].Args}
 	}
 	n.Run(ctx, again)
 	for j, i := range retry {
@@ -96,25 +97,25 @@ func (s *Script) RunMany(ctx context.Context, n dlm.Node, calls []dlm.Call) {
 }
 
 // RunWait runs the script on n and then w's command on the same connection
-// (see dlm.Node.RunWait), with EVALSHA and, when the server does not have
+// (see driver.Node.RunWait), with EVALSHA and, when the server does not have
 // the script cached, once more with EVAL (the wait is then sent again).
-func (s *Script) RunWait(ctx context.Context, n dlm.Node, w dlm.Wait, keys []string, args ...string) ([]int64, dlm.Acks, error) {
-	c := []dlm.Call{{SHA1: s.SHA1(), Keys: keys, Args: args}}
+func (s *Script) RunWait(ctx context.Context, n driver.Node, w driver.Wait, keys []string, args ...string) ([]int64, driver.Acks, error) {
+	c := []driver.Call{{SHA1: s.SHA1(), Keys: keys, Args: args}}
 	acks, err := n.RunWait(ctx, c, w)
-	if c[0].Err != nil && errors.Is(c[0].Err, dlm.ErrNoScript) {
-		c[0] = dlm.Call{Source: s.src, Keys: keys, Args: args}
+	if c[0].Err != nil && errors.Is(c[0].Err, driver.ErrNoScript) {
+		c[0] = driver.Call{Source: s.src, Keys: keys, Args: args}
 		acks, err = n.RunWait(ctx, c, w)
 	}
 	if c[0].Err != nil {
-		return nil, dlm.Acks{}, c[0].Err
+		return nil, driver.Acks{}, c[0].Err
 	}
 	return c[0].Reply, acks, err
 }
 
-func noScript(calls []dlm.Call) []int {
+func noScript(calls []driver.Call) []int {
 	var idx []int
 	for i := range calls {
-		if calls[i].Err != nil && errors.Is(calls[i].Err, dlm.ErrNoScript) {
+		if calls[i].Err != nil && errors.Is(calls[i].Err, driver.ErrNoScript) {
 			idx = append(idx, i)
 		}
 	}
@@ -123,7 +124,7 @@ func noScript(calls []dlm.Call) []int {
 
 // Fail sets err on every call that has neither a Reply nor an Err: a driver
 // calls it when a batch stops before all replies arrived.
-func Fail(calls []dlm.Call, err error) {
+func Fail(calls []driver.Call, err error) {
 	for i := range calls {
 		if calls[i].Reply == nil && calls[i].Err == nil {
 			calls[i].Err = err
@@ -136,11 +137,11 @@ func Fail(calls []dlm.Call, err error) {
 // when run returns, and returns when every group has. Drivers split a
 // Cluster batch with it, one group per master or slot, so that a master
 // that stalls past the context does not take the others' replies with it.
-func RunGroups(calls []dlm.Call, groups [][]int, run func(part []dlm.Call)) {
+func RunGroups(calls []driver.Call, groups [][]int, run func(part []driver.Call)) {
 	var wg sync.WaitGroup
 	for _, idx := range groups {
 		wg.Go(func() {
-			part := make([]dlm.Call, len(idx))
+			part := make([]driver.Call, len(idx))
 			for j, i := range idx {
 				part[j] = calls[i]
 			}
@@ -153,7 +154,7 @@ func RunGroups(calls []dlm.Call, groups [][]int, run func(part []dlm.Call)) {
 	wg.Wait()
 }
 
-// Reply returns a client's error reply as a *dlm.ReplyError wrapping err,
+// Reply returns a client's error reply as a *driver.ReplyError wrapping err,
 // the client's error: text is the reply as the client words it, code
 // first. A text whose first word is not a code in capitals (or is AUTH or
 // DB, which begin ERR replies' messages: "AUTH <password> called without
@@ -165,7 +166,7 @@ func RunGroups(calls []dlm.Call, groups [][]int, run func(part []dlm.Call)) {
 // @user_script:<line>: WRONGTYPE Operation against …". Such a reply is
 // read as the command's (code WRONGTYPE), as Redis 7.0 replies it, so that
 // dlm.Permanent classifies it alike on every server.
-func Reply(text string, err error) *dlm.ReplyError {
+func Reply(text string, err error) *driver.ReplyError {
 	code, msg, _ := strings.Cut(text, " ")
 	if !isCode(code) || code == "AUTH" || code == "DB" {
 		code, msg = "ERR", text
@@ -175,7 +176,7 @@ func Reply(text string, err error) *dlm.ReplyError {
 			code, msg = c, m
 		}
 	}
-	return &dlm.ReplyError{Code: code, Message: msg, Err: err}
+	return &driver.ReplyError{Code: code, Message: msg, Err: err}
 }
 
 // scriptCallError returns the code and message of the command's reply in
@@ -236,14 +237,14 @@ func Ints(v any) ([]int64, error) {
 // WaitCommand returns the command w stands for, for example
 // ["WAIT", "2", "100"] or ["WAITAOF", "1", "2", "100"]. The error matches
 // dlm.ErrInvalid when w is not valid.
-func WaitCommand(w dlm.Wait) ([]string, error) {
+func WaitCommand(w driver.Wait) ([]string, error) {
 	switch {
 	case w.Replicas < 0:
-		return nil, fmt.Errorf("%w: Wait: negative replica count %d", dlm.ErrInvalid, w.Replicas)
+		return nil, fmt.Errorf("%w: Wait: negative replica count %d", driver.ErrInvalid, w.Replicas)
 	case w.Timeout < time.Millisecond:
-		return nil, fmt.Errorf("%w: Wait: timeout %v is below 1ms (WAIT 0 blocks forever)", dlm.ErrInvalid, w.Timeout)
+		return nil, fmt.Errorf("%w: Wait: timeout %v is below 1ms (WAIT 0 blocks forever)", driver.ErrInvalid, w.Timeout)
 	case w.Local && !w.AOF:
-		return nil, fmt.Errorf("%w: Wait: Local needs AOF (WAIT has no local acknowledgement)", dlm.ErrInvalid)
+		return nil, fmt.Errorf("%w: Wait: Local needs AOF (WAIT has no local acknowledgement)", driver.ErrInvalid)
 	}
 	ms := strconv.FormatInt(int64((w.Timeout+time.Millisecond-1)/time.Millisecond), 10)
 	n := strconv.Itoa(w.Replicas)
@@ -260,22 +261,22 @@ func WaitCommand(w dlm.Wait) ([]string, error) {
 // ParseAcks converts the reply of w's command to Acks: one integer for
 // WAIT, an array of two (numlocal, numreplicas) for WAITAOF, as clients that
 // decode RESP to Go values give them (int64, []any of int64).
-func ParseAcks(w dlm.Wait, v any) (dlm.Acks, error) {
+func ParseAcks(w driver.Wait, v any) (driver.Acks, error) {
 	switch r := v.(type) {
 	case int64:
 		if !w.AOF {
-			return dlm.Acks{Replicas: int(r)}, nil
+			return driver.Acks{Replicas: int(r)}, nil
 		}
 	case []any:
 		if x, err := Ints(r); err == nil && w.AOF && len(x) == 2 {
-			return dlm.Acks{Local: x[0] > 0, Replicas: int(x[1])}, nil
+			return driver.Acks{Local: x[0] > 0, Replicas: int(x[1])}, nil
 		}
 	}
 	cmd := "WAIT"
 	if w.AOF {
 		cmd = "WAITAOF"
 	}
-	return dlm.Acks{}, fmt.Errorf("dlm: unexpected reply %v to %s", v, cmd)
+	return driver.Acks{}, fmt.Errorf("dlm: unexpected reply %v to %s", v, cmd)
 }
 
 // Routing says where a Node sends calls, so that dlm may run several calls
@@ -304,7 +305,7 @@ type Router interface {
 }
 
 // RoutingOf returns n's Routing.
-func RoutingOf(n dlm.Node) Routing {
+func RoutingOf(n driver.Node) Routing {
 	if r, ok := n.(Router); ok {
 		return r.Routing()
 	}

@@ -12,7 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/dlmgo/dlm/internal/runner"
 )
 
@@ -20,14 +21,14 @@ import (
 // subscribes with a blocking Receive (rueidis, valkey-go): the driver says
 // how to build, send and read its commands (a Pipe) and how to receive a
 // channel (a Receiver); RunPipe, RunWaitPipe and NewReceiverHub do the rest
-// of dlm.Node's Run, RunWait and Watch.
+// of driver.Node's Run, RunWait and Watch.
 
 // A Pipe builds, sends and reads a client's commands C and results R.
 type Pipe[C any, R any] interface {
 	// Script builds call's EVAL (when call.Source is set) or EVALSHA. A
 	// panic (the builder's, on keys in different slots) fails the call
 	// alone with dlm.ErrInvalid.
-	Script(call *dlm.Call) C
+	Script(call *driver.Call) C
 	// Blocking builds args as a command that blocks its connection.
 	Blocking(args ...string) C
 	// Do sends one command and returns its result.
@@ -37,7 +38,7 @@ type Pipe[C any, R any] interface {
 	// the slot's primary), closed unless every reply arrived.
 	DoMulti(ctx context.Context, cmds []C, dedicated bool) []R
 	// Ints converts a script's result, Value a wait's (to the values
-	// ParseAcks takes); both return error replies as *dlm.ReplyError.
+	// ParseAcks takes); both return error replies as *driver.ReplyError.
 	Ints(r R) ([]int64, error)
 	Value(r R) (any, error)
 	// Cluster reports whether the client routes commands by hash slot,
@@ -46,17 +47,17 @@ type Pipe[C any, R any] interface {
 	Slot(cmd C) uint16
 }
 
-// RunPipe implements dlm.Node.Run over p: one Do for one call (awaited
+// RunPipe implements driver.Node.Run over p: one Do for one call (awaited
 // under ctx when ctx can end), otherwise one DoMulti awaited under ctx
 // (Await) — on a Cluster, one per hash slot side by side, so that a master
 // stalling past ctx does not take the others' replies.
-func RunPipe[C any, R any](ctx context.Context, p Pipe[C, R], calls []dlm.Call) {
+func RunPipe[C any, R any](ctx context.Context, p Pipe[C, R], calls []driver.Call) {
 	runPipe(ctx, p, calls, nil)
 }
 
 // runPipe is RunPipe, with the state st keeps between calls, unless st is
 // nil.
-func runPipe[C any, R any](ctx context.Context, p Pipe[C, R], calls []dlm.Call, st *pipeState) {
+func runPipe[C any, R any](ctx context.Context, p Pipe[C, R], calls []driver.Call, st *pipeState) {
 	if len(calls) == 1 {
 		if cmd, ok := script(p, &calls[0]); ok {
 			calls[0].Reply, calls[0].Err = doOne(ctx, p, cmd, st)
@@ -72,7 +73,7 @@ func runPipe[C any, R any](ctx context.Context, p Pipe[C, R], calls []dlm.Call, 
 			}
 		}
 		if ok && len(groups) > 1 {
-			RunGroups(calls, slices.Collect(maps.Values(groups)), func(part []dlm.Call) { _, _ = execPipe(ctx, p, part, nil, st) })
+			RunGroups(calls, slices.Collect(maps.Values(groups)), func(part []driver.Call) { _, _ = execPipe(ctx, p, part, nil, st) })
 			return
 		}
 	}
@@ -136,27 +137,27 @@ func answered(err error) bool {
 	if err == nil {
 		return true
 	}
-	var re *dlm.ReplyError // allocated: only on this path
+	var re *driver.ReplyError // allocated: only on this path
 	return errors.As(err, &re)
 }
 
-// RunWaitPipe implements dlm.Node.RunWait over p: the calls and w's
+// RunWaitPipe implements driver.Node.RunWait over p: the calls and w's
 // command, blocking, in one dedicated DoMulti; on a Cluster the calls must
 // share a hash slot, else they fail with dlm.ErrInvalid.
-func RunWaitPipe[C any, R any](ctx context.Context, p Pipe[C, R], calls []dlm.Call, w dlm.Wait) (dlm.Acks, error) {
+func RunWaitPipe[C any, R any](ctx context.Context, p Pipe[C, R], calls []driver.Call, w driver.Wait) (driver.Acks, error) {
 	wcmd, err := WaitCommand(w)
 	if err != nil {
 		Fail(calls, err)
-		return dlm.Acks{}, err
+		return driver.Acks{}, err
 	}
 	resps, err := execPipe(ctx, p, calls, wcmd, nil)
 	if err != nil {
-		return dlm.Acks{}, err
+		return driver.Acks{}, err
 	}
 	v, err := p.Value(resps[len(resps)-1])
 	acks, perr := ParseAcks(w, v)
 	if err = cmp.Or(err, perr); err != nil {
-		return dlm.Acks{}, fmt.Errorf("dlm: %s after the scripts: %w", wcmd[0], err)
+		return driver.Acks{}, fmt.Errorf("dlm: %s after the scripts: %w", wcmd[0], err)
 	}
 	return acks, nil
 }
@@ -220,7 +221,7 @@ func (o *awaitOne[C, R]) run() {
 // and returns the results or the error of the first failed call.
 // With st, a batch without a wait may go straight to the client
 // (pipeState.direct).
-func execPipe[C any, R any](ctx context.Context, p Pipe[C, R], calls []dlm.Call, wait []string, st *pipeState) ([]R, error) {
+func execPipe[C any, R any](ctx context.Context, p Pipe[C, R], calls []driver.Call, wait []string, st *pipeState) ([]R, error) {
 	cmds, idx := make([]C, 0, len(calls)+1), make([]int, 0, len(calls))
 	for i := range calls {
 		if cmd, ok := script(p, &calls[i]); ok {
@@ -228,7 +229,7 @@ func execPipe[C any, R any](ctx context.Context, p Pipe[C, R], calls []dlm.Call,
 		}
 	}
 	if wait != nil && p.Cluster() && spansSlots(p, cmds) {
-		Fail(calls, fmt.Errorf("%w: the calls of RunWait span hash slots", dlm.ErrInvalid))
+		Fail(calls, fmt.Errorf("%w: the calls of RunWait span hash slots", driver.ErrInvalid))
 		return nil, FirstErr(calls)
 	}
 	if wait != nil {
@@ -312,11 +313,11 @@ func chunked[C any, R any](ctx context.Context, p Pipe[C, R], cmds []C) (resps [
 }
 
 // script resets c's reply and builds its command, or sets c.Err.
-func script[C any, R any](p Pipe[C, R], c *dlm.Call) (cmd C, ok bool) {
+func script[C any, R any](p Pipe[C, R], c *driver.Call) (cmd C, ok bool) {
 	c.Reply, c.Err = nil, nil
 	defer func() {
 		if v := recover(); v != nil {
-			c.Err, ok = fmt.Errorf("%w: %v", dlm.ErrInvalid, v), false
+			c.Err, ok = fmt.Errorf("%w: %v", driver.ErrInvalid, v), false
 		}
 	}()
 	return p.Script(c), true
@@ -372,8 +373,8 @@ func (e *droppedError) Error() string {
 }
 
 // FirstErr returns the error of the first failed call, or nil.
-func FirstErr(calls []dlm.Call) error {
-	if i := slices.IndexFunc(calls, func(c dlm.Call) bool { return c.Err != nil }); i >= 0 {
+func FirstErr(calls []driver.Call) error {
+	if i := slices.IndexFunc(calls, func(c driver.Call) bool { return c.Err != nil }); i >= 0 {
 		return calls[i].Err
 	}
 	return nil
@@ -393,7 +394,7 @@ func IntsOf[M any](arr []M, err error, toInt func(*M) (int64, error)) ([]int64, 
 	return out, nil
 }
 
-// HandshakeReply returns err as a *dlm.ReplyError when it wraps noCache:
+// HandshakeReply returns err as a *driver.ReplyError when it wraps noCache:
 // rueidis and valkey-go report any error reply to their handshake's CLIENT
 // TRACKING (BUSY, LOADING, NOPERM) as their ErrNoCache, after the reply's
 // text and the command ("BUSY Redis is busy...: [CLIENT TRACKING ON
@@ -408,12 +409,12 @@ func HandshakeReply(err, noCache error) error {
 }
 
 // UnknownMaster returns err, a Sentinel client's error on creation, as an
-// error matching dlm.ErrUnknownMaster when it wraps a Sentinel's reply that
+// error matching driver.ErrUnknownMaster when it wraps a Sentinel's reply that
 // it does not know master ("ERR No such master"); err otherwise.
 func UnknownMaster(err error, master string, sentinels []string) error {
-	var re *dlm.ReplyError
+	var re *driver.ReplyError
 	if master != "" && errors.As(err, &re) && re.Code == "ERR" && strings.HasPrefix(re.Message, "No such master") {
-		return fmt.Errorf("%w %q (Sentinels %s): %w", dlm.ErrUnknownMaster, master, strings.Join(sentinels, ","), re)
+		return fmt.Errorf("%w %q (Sentinels %s): %w", driver.ErrUnknownMaster, master, strings.Join(sentinels, ","), re)
 	}
 	return err
 }

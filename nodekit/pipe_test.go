@@ -10,10 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/nodekit"
 )
 
@@ -28,7 +29,7 @@ type fakePipe struct {
 
 type fakeCmd struct{ key string }
 
-func (p fakePipe) Script(c *dlm.Call) fakeCmd {
+func (p fakePipe) Script(c *driver.Call) fakeCmd {
 	if c.Keys[0] == "panic" {
 		panic("keys in different slots")
 	}
@@ -68,7 +69,7 @@ func (p fakePipe) Ints(r string) ([]int64, error) {
 	case "lost": // the connection broke
 		return nil, errors.New("read: connection reset by peer")
 	case "error-reply":
-		return nil, &dlm.ReplyError{Code: "ERR", Message: "boom"}
+		return nil, &driver.ReplyError{Code: "ERR", Message: "boom"}
 	}
 	return []int64{int64(len(r))}, nil
 }
@@ -81,10 +82,10 @@ func (p fakePipe) Slot(c fakeCmd) uint16 {
 	return uint16(nodekit.Slot(c.key))
 }
 
-func calls(keys ...string) []dlm.Call {
-	out := make([]dlm.Call, len(keys))
+func calls(keys ...string) []driver.Call {
+	out := make([]driver.Call, len(keys))
 	for i, k := range keys {
-		out[i] = dlm.Call{SHA1: "x", Keys: []string{k}}
+		out[i] = driver.Call{SHA1: "x", Keys: []string{k}}
 	}
 	return out
 }
@@ -186,7 +187,7 @@ func TestRunPipe(t *testing.T) {
 	c := calls("a", "panic", "bcd")
 	nodekit.RunPipe(context.Background(), fakePipe{}, c)
 	assert.Equal(t, []int64{1}, c[0].Reply)
-	assert.ErrorIs(t, c[1].Err, dlm.ErrInvalid)
+	assert.ErrorIs(t, c[1].Err, driver.ErrInvalid)
 	assert.Equal(t, []int64{3}, c[2].Reply)
 
 	// On a Cluster, a slot that stalls past the context fails alone: the
@@ -218,14 +219,14 @@ func TestRunPipe(t *testing.T) {
 	// RunWait: calls of one slot run, then the wait; spanning slots on a
 	// Cluster is refused unsent.
 	c = calls("{k}a", "{k}bb")
-	acks, err := nodekit.RunWaitPipe(context.Background(), fakePipe{cluster: true}, c, dlm.Wait{Replicas: 1, Timeout: 1e6})
+	acks, err := nodekit.RunWaitPipe(context.Background(), fakePipe{cluster: true}, c, driver.Wait{Replicas: 1, Timeout: 1e6})
 	require.NoError(t, err)
-	assert.Equal(t, dlm.Acks{Replicas: 1}, acks)
+	assert.Equal(t, driver.Acks{Replicas: 1}, acks)
 	assert.Equal(t, []int64{5}, c[1].Reply)
 	c = calls("a", "b")
-	_, err = nodekit.RunWaitPipe(context.Background(), fakePipe{cluster: true}, c, dlm.Wait{Replicas: 1, Timeout: 1e6})
-	assert.ErrorIs(t, err, dlm.ErrInvalid)
-	assert.ErrorIs(t, c[1].Err, dlm.ErrInvalid)
+	_, err = nodekit.RunWaitPipe(context.Background(), fakePipe{cluster: true}, c, driver.Wait{Replicas: 1, Timeout: 1e6})
+	assert.ErrorIs(t, err, driver.ErrInvalid)
+	assert.ErrorIs(t, c[1].Err, driver.ErrInvalid)
 }
 
 func TestAwait(t *testing.T) {
@@ -243,14 +244,14 @@ func TestAwait(t *testing.T) {
 func TestUnknownMasterAndHandshake(t *testing.T) {
 	noCache := errors.New("no cache")
 	err := nodekit.HandshakeReply(fmt.Errorf("NOPERM no access: [CLIENT TRACKING ON OPTIN]\n%w", noCache), noCache)
-	var re *dlm.ReplyError
+	var re *driver.ReplyError
 	require.ErrorAs(t, err, &re)
 	assert.Equal(t, "NOPERM", re.Code)
 	plain := errors.New("dial tcp: refused")
 	assert.Equal(t, plain, nodekit.HandshakeReply(plain, noCache))
 
 	err = nodekit.UnknownMaster(nodekit.Reply("No such master with that name", nil), "m", []string{"s:1"})
-	assert.ErrorIs(t, err, dlm.ErrUnknownMaster)
+	assert.ErrorIs(t, err, driver.ErrUnknownMaster)
 	assert.ErrorContains(t, err, `"m"`)
 	other := nodekit.Reply("NOAUTH Authentication required.", nil)
 	assert.Equal(t, error(other), nodekit.UnknownMaster(other, "m", nil))

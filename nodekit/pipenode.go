@@ -3,11 +3,12 @@ package nodekit
 import (
 	"context"
 
-	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/dlmgo/dlm/internal/runner"
 )
 
-// A PipeNode is a dlm.Node over a client that pipelines typed commands (a
+// A PipeNode is a driver.Node over a client that pipelines typed commands (a
 // Pipe) and subscribes with a blocking Receive (a Receiver): a driver
 // over such a client (rueidis, valkey-go) embeds it and supplies only the
 // client-specific Pipe and Receiver. Every call honours its context's
@@ -48,23 +49,23 @@ func (n *PipeNode[C, R]) Routing() Routing {
 	return RoutingOneServer
 }
 
-// Run implements dlm.Node (RunPipe): one Do for one call, one DoMulti for
+// Run implements driver.Node (RunPipe): one Do for one call, one DoMulti for
 // several (on a Cluster, one per hash slot, side by side). A call whose
 // keys span slots fails unsent.
-func (n *PipeNode[C, R]) Run(ctx context.Context, calls []dlm.Call) {
+func (n *PipeNode[C, R]) Run(ctx context.Context, calls []driver.Call) {
 	runPipe(ctx, n.p, calls, &n.st)
 }
 
-// RunWait implements dlm.Node (RunWaitPipe): the calls and the WAIT,
+// RunWait implements driver.Node (RunWaitPipe): the calls and the WAIT,
 // marked blocking, in one dedicated DoMulti, which the client sends on a
 // connection of its own (on a Cluster, one to the calls' slot's primary)
 // and closes unless every reply arrived, so an abandoned WAIT holds up
 // nothing.
-func (n *PipeNode[C, R]) RunWait(ctx context.Context, calls []dlm.Call, w dlm.Wait) (dlm.Acks, error) {
+func (n *PipeNode[C, R]) RunWait(ctx context.Context, calls []driver.Call, w driver.Wait) (driver.Acks, error) {
 	return RunWaitPipe(ctx, n.p, calls, w)
 }
 
-// Watch implements dlm.Node with one Receive per channel (NewReceiverHub)
+// Watch implements driver.Node with one Receive per channel (NewReceiverHub)
 // and UNSUBSCRIBE on its connection. When the connection breaks, the client
 // (or, when it does not retry, the Hub) subscribes again on a new one. On a
 // Cluster it subscribes shard channels (SSUBSCRIBE) on the master of the

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -28,8 +30,8 @@ func TestPipeNodeFailoverSentinel(t *testing.T) {
 		const ttl = 30 * time.Second
 
 		t.Run("conformance", func(t *testing.T) {
-			topology := conformance.Topology{Nodes: func(*testing.T) []dlm.Node { return []dlm.Node{node} }, Quorum: 1, Servers: []string{topo.Primary.Addr}}
-			newStrategy := func(nodes []dlm.Node) (dlm.Strategy, error) {
+			topology := conformance.Topology{Nodes: func(*testing.T) []driver.Node { return []driver.Node{node} }, Quorum: 1, Servers: []string{topo.Primary.Addr}}
+			newStrategy := func(nodes []driver.Node) (dlm.Strategy, error) {
 				return strategy.NewFailover(nodes[0], strategy.WithWaitTimeout(50*time.Millisecond))
 			}
 			conformance.RunStrategy(t, topology, newStrategy)

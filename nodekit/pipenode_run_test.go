@@ -6,10 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/internal/redistest"
 	"github.com/dlmgo/dlm/nodekit"
 )
@@ -34,15 +35,15 @@ func TestPipeNodeRunMany(t *testing.T) {
 				n := d.node(t, tc.opt(t))
 				ctx := context.Background()
 				s := nodekit.NewScript("return {tonumber(ARGV[1]), redis.call('INCR', KEYS[1])}")
-				calls := make([]dlm.Call, 50)
+				calls := make([]driver.Call, 50)
 				for i := range calls {
-					calls[i] = dlm.Call{Keys: []string{"k" + strconv.Itoa(i%7)}, Args: []string{strconv.Itoa(i)}}
+					calls[i] = driver.Call{Keys: []string{"k" + strconv.Itoa(i%7)}, Args: []string{strconv.Itoa(i)}}
 				}
 				// Not cached yet: every call meets NOSCRIPT, wrapped.
-				first := []dlm.Call{{SHA1: s.SHA1(), Keys: []string{"a"}}, {SHA1: s.SHA1(), Keys: []string{"b"}}, {SHA1: s.SHA1(), Keys: []string{"c"}}}
+				first := []driver.Call{{SHA1: s.SHA1(), Keys: []string{"a"}}, {SHA1: s.SHA1(), Keys: []string{"b"}}, {SHA1: s.SHA1(), Keys: []string{"c"}}}
 				n.Run(ctx, first)
 				for i, c := range first {
-					assert.ErrorIs(t, c.Err, dlm.ErrNoScript, "call %d", i)
+					assert.ErrorIs(t, c.Err, driver.ErrNoScript, "call %d", i)
 					assert.Nil(t, c.Reply, "call %d", i)
 				}
 				// RunMany loads it and runs the rest again.
@@ -56,7 +57,7 @@ func TestPipeNodeRunMany(t *testing.T) {
 				// A failing call does not fail the others; neither does one
 				// whose keys span slots (an error on a Cluster, fine elsewhere).
 				bad := nodekit.NewScript("if ARGV[1] == 'x' then return redis.error_reply('boom') end return {1}")
-				res := []dlm.Call{
+				res := []driver.Call{
 					{Keys: []string{"a"}, Args: []string{"1"}},
 					{Keys: []string{"a"}, Args: []string{"x"}},
 					{Keys: []string{"a", "b"}, Args: []string{"2"}},
@@ -66,7 +67,7 @@ func TestPipeNodeRunMany(t *testing.T) {
 				assert.Equal(t, []int64{1}, res[0].Reply)
 				assert.ErrorContains(t, res[1].Err, "boom")
 				if tc.name == "cluster" {
-					assert.ErrorIs(t, res[2].Err, dlm.ErrInvalid)
+					assert.ErrorIs(t, res[2].Err, driver.ErrInvalid)
 				} else {
 					assert.NoError(t, res[2].Err)
 				}
@@ -76,20 +77,20 @@ func TestPipeNodeRunMany(t *testing.T) {
 				r, err := eval(ctx, n, "return 7", "a")
 				assert.NoError(t, err)
 				assert.Equal(t, []int64{7}, r, "an integer")
-				ints := []dlm.Call{{Source: "return -7", Keys: []string{"a"}}, {Source: "return {2}", Keys: []string{"a"}}}
+				ints := []driver.Call{{Source: "return -7", Keys: []string{"a"}}, {Source: "return {2}", Keys: []string{"a"}}}
 				n.Run(ctx, ints)
 				assert.Equal(t, []int64{-7}, ints[0].Reply, "an integer, in a batch")
 				assert.Equal(t, []int64{2}, ints[1].Reply)
 				for _, src := range []string{"return 'str'", "return {1, 'a'}", "return nil"} {
 					_, err := eval(ctx, n, src, "a")
 					assert.Error(t, err, src)
-					c := []dlm.Call{{Source: src, Keys: []string{"a"}}, {Source: "return {2}", Keys: []string{"a"}}}
+					c := []driver.Call{{Source: src, Keys: []string{"a"}}, {Source: "return {2}", Keys: []string{"a"}}}
 					n.Run(ctx, c)
 					assert.Error(t, c[0].Err, "%s, in a batch", src)
 					assert.Equal(t, []int64{2}, c[1].Reply, "the other call of the batch")
 				}
 				// A Call's old reply does not survive a new Run.
-				c := []dlm.Call{{Source: "return 'str'", Keys: []string{"a"}, Reply: []int64{9}}}
+				c := []driver.Call{{Source: "return 'str'", Keys: []string{"a"}, Reply: []int64{9}}}
 				n.Run(ctx, c)
 				assert.Nil(t, c[0].Reply)
 				assert.Error(t, c[0].Err)
@@ -121,7 +122,7 @@ func TestPipeNodeRunContext(t *testing.T) {
 				n := d.node(t, tc.opt)
 				_, err := eval(context.Background(), n, "return {1}")
 				require.NoError(t, err)
-				for _, calls := range [][]dlm.Call{
+				for _, calls := range [][]driver.Call{
 					{{Source: "return {1}", Keys: []string{"a"}}},
 					{{Source: "return {1}", Keys: []string{"a"}}, {Source: "return {2}", Keys: []string{"b"}}},
 				} {

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/redis/rueidis"
 	"github.com/valkey-io/valkey-go"
 
@@ -47,7 +49,7 @@ type pipeOptions struct {
 
 // A pipeClient is a driver's Node over a new client.
 type pipeClient struct {
-	node  dlm.Node
+	node  driver.Node
 	known func() []string // the addresses the client knows now
 	close func()          // closes the client
 }
@@ -58,7 +60,7 @@ type pipeDriver struct {
 	// open returns a Node over a new client of o, closed at t's cleanup.
 	open func(t testing.TB, o pipeOptions) pipeClient
 	// dial is the driver's Dial.
-	dial func(ctx context.Context, ep nodekit.Endpoint) (dlm.Node, io.Closer, error)
+	dial func(ctx context.Context, ep nodekit.Endpoint) (driver.Node, io.Closer, error)
 	// newNil reports whether New(nil) returned nil.
 	newNil func() bool
 	// errClosing is the error of calls on a closed client.
@@ -109,7 +111,7 @@ var pipeDrivers = []pipeDriver{
 }
 
 // node is d.open's Node.
-func (d pipeDriver) node(t testing.TB, o pipeOptions) dlm.Node { return d.open(t, o).node }
+func (d pipeDriver) node(t testing.TB, o pipeOptions) driver.Node { return d.open(t, o).node }
 
 // forEachDriver runs f once per driver, in a subtest named after it.
 func forEachDriver(t *testing.T, f func(t *testing.T, d pipeDriver)) {
@@ -119,26 +121,26 @@ func forEachDriver(t *testing.T, f func(t *testing.T, d pipeDriver)) {
 }
 
 // eval runs src with EVAL on n, as one Run call.
-func eval(ctx context.Context, n dlm.Node, src string, keys ...string) ([]int64, error) {
-	c := []dlm.Call{{Source: src, Keys: keys}}
+func eval(ctx context.Context, n driver.Node, src string, keys ...string) ([]int64, error) {
+	c := []driver.Call{{Source: src, Keys: keys}}
 	n.Run(ctx, c)
 	return c[0].Reply, c[0].Err
 }
 
 // conform runs both suites over one node of a deployment the test started;
 // servers are the addresses its scripts reach.
-func conform(t *testing.T, node dlm.Node, servers ...string) {
+func conform(t *testing.T, node driver.Node, servers ...string) {
 	t.Run("Node", func(t *testing.T) {
-		conformance.RunNode(t, func(*testing.T) dlm.Node { return node })
+		conformance.RunNode(t, func(*testing.T) driver.Node { return node })
 	})
 	single(t, node, servers...)
 }
 
 // single runs the strategy suite with the single-instance strategy.
-func single(t *testing.T, node dlm.Node, servers ...string) {
+func single(t *testing.T, node driver.Node, servers ...string) {
 	t.Run("Single", func(t *testing.T) {
-		topology := conformance.Topology{Nodes: func(*testing.T) []dlm.Node { return []dlm.Node{node} }, Servers: servers}
-		newStrategy := func(nodes []dlm.Node) (dlm.Strategy, error) { return strategy.NewSingle(nodes[0]) }
+		topology := conformance.Topology{Nodes: func(*testing.T) []driver.Node { return []driver.Node{node} }, Servers: servers}
+		newStrategy := func(nodes []driver.Node) (dlm.Strategy, error) { return strategy.NewSingle(nodes[0]) }
 		conformance.RunStrategy(t, topology, newStrategy)
 		family.Run(t, topology.Nodes, newStrategy)
 	})
@@ -161,16 +163,16 @@ func TestPipeNodeConformanceStandalone(t *testing.T) {
 // primary through Sentinel.
 func (d pipeDriver) dialOptions() []harness.Option {
 	return []harness.Option{
-		harness.WithDial(func(t *testing.T, addr string) (dlm.Node, error) {
+		harness.WithDial(func(t *testing.T, addr string) (driver.Node, error) {
 			return d.dialed(t, nodekit.Endpoint{Addr: addr})
 		}),
-		harness.WithSentinel(func(t *testing.T, addrs []string, master string) (dlm.Node, error) {
+		harness.WithSentinel(func(t *testing.T, addrs []string, master string) (driver.Node, error) {
 			return d.dialed(t, nodekit.Endpoint{Sentinels: addrs, Master: master})
 		}),
 	}
 }
 
-func (d pipeDriver) dialed(t *testing.T, ep nodekit.Endpoint) (dlm.Node, error) {
+func (d pipeDriver) dialed(t *testing.T, ep nodekit.Endpoint) (driver.Node, error) {
 	n, c, err := d.dial(context.Background(), ep)
 	if err == nil {
 		t.Cleanup(func() { _ = c.Close() })
@@ -182,7 +184,7 @@ func TestPipeNodeConformanceNoAutoPipelining(t *testing.T) {
 	t.Parallel() // the suites mostly wait: on stalled servers, deadlines, expiry
 	forEachDriver(t, func(t *testing.T, d pipeDriver) {
 		t.Parallel()
-		harness.Run(t, func(t *testing.T, addr string) dlm.Node {
+		harness.Run(t, func(t *testing.T, addr string) driver.Node {
 			return d.node(t, pipeOptions{addrs: []string{addr}, noAutoPipelining: true})
 		}, d.dialOptions()...)
 	})
@@ -220,7 +222,7 @@ func TestPipeNodeClusterKeysInDifferentSlots(t *testing.T) {
 		nodes := redistest.StartCluster(t, 3)
 		n := d.node(t, pipeOptions{addrs: []string{nodes[0].Addr}})
 		_, err := eval(context.Background(), n, "return {1}", "a", "b")
-		if !errors.Is(err, dlm.ErrInvalid) {
+		if !errors.Is(err, driver.ErrInvalid) {
 			t.Fatalf("keys in different slots: %v, want an error matching dlm.ErrInvalid, not a panic", err)
 		}
 	})
@@ -343,15 +345,15 @@ func TestPipeNodeConformanceRedlock(t *testing.T) {
 	t.Parallel() // the suites mostly wait: on stalled servers, deadlines, expiry
 	forEachDriver(t, func(t *testing.T, d pipeDriver) {
 		t.Parallel()
-		var nodes []dlm.Node
+		var nodes []driver.Node
 		var servers []string
 		for range 3 {
 			srv := redistest.Start(t)
 			nodes = append(nodes, d.node(t, pipeOptions{addrs: []string{srv.Addr}, disableCache: true}))
 			servers = append(servers, srv.Addr)
 		}
-		topology := conformance.Topology{Nodes: func(*testing.T) []dlm.Node { return nodes }, Quorum: 2, Servers: servers}
-		newStrategy := func(nodes []dlm.Node) (dlm.Strategy, error) {
+		topology := conformance.Topology{Nodes: func(*testing.T) []driver.Node { return nodes }, Quorum: 2, Servers: servers}
+		newStrategy := func(nodes []driver.Node) (dlm.Strategy, error) {
 			return strategy.NewRedlock(nodes, strategy.WithTimeout(time.Second))
 		}
 		conformance.RunStrategy(t, topology, newStrategy)

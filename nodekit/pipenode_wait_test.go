@@ -6,10 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/internal/redistest"
 	"github.com/dlmgo/dlm/nodekit"
 )
@@ -19,8 +20,8 @@ const incr = "return {redis.call('INCR', KEYS[1])}"
 
 // evalWait runs src with EVAL and then w on n, as one RunWait call, and
 // returns the call's reply (kept when only the wait failed).
-func evalWait(ctx context.Context, n dlm.Node, w dlm.Wait, src string, keys ...string) ([]int64, dlm.Acks, error) {
-	c := []dlm.Call{{Source: src, Keys: keys}}
+func evalWait(ctx context.Context, n driver.Node, w driver.Wait, src string, keys ...string) ([]int64, driver.Acks, error) {
+	c := []driver.Call{{Source: src, Keys: keys}}
 	acks, err := n.RunWait(ctx, c, w)
 	return c[0].Reply, acks, err
 }
@@ -29,20 +30,20 @@ func TestPipeNodeRunWait(t *testing.T) {
 	forEachDriver(t, func(t *testing.T, d pipeDriver) {
 		topo := redistest.StartReplicated(t, redistest.ReplicatedOptions{Replicas: 2})
 		ctx := context.Background()
-		all := dlm.Wait{Replicas: 2, Timeout: 2 * time.Second}
+		all := driver.Wait{Replicas: 2, Timeout: 2 * time.Second}
 		n := d.node(t, pipeOptions{addrs: []string{topo.Primary.Addr}})
 
 		t.Run("both replicas acknowledge the script's write", func(t *testing.T) {
 			r, acks, err := evalWait(ctx, n, all, incr, "ew")
 			require.NoError(t, err)
 			assert.Equal(t, []int64{1}, r)
-			assert.Equal(t, dlm.Acks{Replicas: 2}, acks)
+			assert.Equal(t, driver.Acks{Replicas: 2}, acks)
 			for _, rep := range topo.Replicas {
 				assert.Equal(t, "1", rep.Client(t).Get(ctx, "ew").Val(), "acknowledged means replica %s has it", rep.Addr)
 			}
 
-			_, err = n.RunWait(ctx, []dlm.Call{{SHA1: nodekit.NewScript("return {7}").SHA1()}}, all)
-			assert.ErrorIs(t, err, dlm.ErrNoScript)
+			_, err = n.RunWait(ctx, []driver.Call{{SHA1: nodekit.NewScript("return {7}").SHA1()}}, all)
+			assert.ErrorIs(t, err, driver.ErrNoScript)
 			r, acks, err = nodekit.NewScript("return {7}").RunWait(ctx, n, all, nil)
 			require.NoError(t, err, "RunWait falls back to EVAL")
 			assert.Equal(t, []int64{7}, r)
@@ -54,7 +55,7 @@ func TestPipeNodeRunWait(t *testing.T) {
 			assert.Equal(t, 2, acks.Replicas)
 
 			// Several calls, then WAIT: it counts them all.
-			calls := []dlm.Call{{Source: incr, Keys: []string{"ew"}}, {Source: incr, Keys: []string{"ew2"}}}
+			calls := []driver.Call{{Source: incr, Keys: []string{"ew"}}, {Source: incr, Keys: []string{"ew2"}}}
 			acks, err = n.RunWait(ctx, calls, all)
 			require.NoError(t, err)
 			assert.Equal(t, []int64{3}, calls[0].Reply)
@@ -66,7 +67,7 @@ func TestPipeNodeRunWait(t *testing.T) {
 		})
 
 		t.Run("a failed call fails RunWait and the other replies are kept", func(t *testing.T) {
-			calls := []dlm.Call{
+			calls := []driver.Call{
 				{Source: incr, Keys: []string{"kept"}},
 				{Source: "return redis.error_reply('first')", Keys: []string{"x"}},
 				{Source: "return redis.error_reply('second')", Keys: []string{"x"}},
@@ -86,15 +87,15 @@ func TestPipeNodeRunWait(t *testing.T) {
 		})
 
 		t.Run("bad waits are refused before anything is sent", func(t *testing.T) {
-			for _, bad := range []dlm.Wait{{Replicas: 1}, {Replicas: -1, Timeout: time.Second}, {Timeout: time.Second, Local: true}} {
+			for _, bad := range []driver.Wait{{Replicas: 1}, {Replicas: -1, Timeout: time.Second}, {Timeout: time.Second, Local: true}} {
 				_, _, err := evalWait(ctx, n, bad, incr, "bad")
-				assert.ErrorIs(t, err, dlm.ErrInvalid, "%+v", bad)
+				assert.ErrorIs(t, err, driver.ErrInvalid, "%+v", bad)
 			}
 			assert.Zero(t, topo.Primary.Client(t).Exists(ctx, "bad").Val())
 		})
 
 		t.Run("a failed wait keeps the script's reply", func(t *testing.T) {
-			r, _, err := evalWait(ctx, n, dlm.Wait{Replicas: 1, Timeout: time.Second, AOF: true}, incr, "aof")
+			r, _, err := evalWait(ctx, n, driver.Wait{Replicas: 1, Timeout: time.Second, AOF: true}, incr, "aof")
 			if err == nil {
 				t.Skip("this server offers WAITAOF")
 			}
@@ -105,7 +106,7 @@ func TestPipeNodeRunWait(t *testing.T) {
 		t.Run("a frozen replica does not acknowledge", func(t *testing.T) {
 			topo.Replicas[1].Freeze(t)
 			defer topo.Replicas[1].Thaw(t)
-			r, acks, err := evalWait(ctx, n, dlm.Wait{Replicas: 2, Timeout: 100 * time.Millisecond}, incr, "one-frozen")
+			r, acks, err := evalWait(ctx, n, driver.Wait{Replicas: 2, Timeout: 100 * time.Millisecond}, incr, "one-frozen")
 			require.NoError(t, err)
 			assert.Equal(t, []int64{1}, r)
 			assert.Equal(t, 1, acks.Replicas, "only the running replica acknowledged within the timeout")
@@ -138,7 +139,7 @@ func TestPipeNodeRunWait(t *testing.T) {
 					r.Thaw(t)
 				}
 			}()
-			w := dlm.Wait{Replicas: 2, Timeout: 100 * time.Millisecond}
+			w := driver.Wait{Replicas: 2, Timeout: 100 * time.Millisecond}
 
 			// The first call after the freeze tells: a driver that sent WAIT on
 			// a caught-up connection other than the script's would report both
@@ -187,7 +188,7 @@ func TestPipeNodeRunWaitContext(t *testing.T) {
 					time.AfterFunc(200*time.Millisecond, cancel)
 				}
 				start := time.Now()
-				_, _, err := evalWait(cctx, n, dlm.Wait{Replicas: 1, Timeout: 5 * time.Second}, incr, "blocked")
+				_, _, err := evalWait(cctx, n, driver.Wait{Replicas: 1, Timeout: 5 * time.Second}, incr, "blocked")
 				elapsed := time.Since(start)
 				cancel()
 				topo.Replicas[0].Thaw(t)
@@ -195,7 +196,7 @@ func TestPipeNodeRunWaitContext(t *testing.T) {
 				assert.Less(t, elapsed, 4*time.Second, "returned when the context ended, not after WAIT's 5s")
 				// The abandoned connection does not hold up the next call.
 				start = time.Now()
-				_, acks, err := evalWait(ctx, n, dlm.Wait{Replicas: 1, Timeout: 5 * time.Second}, incr, "after")
+				_, acks, err := evalWait(ctx, n, driver.Wait{Replicas: 1, Timeout: 5 * time.Second}, incr, "after")
 				require.NoError(t, err)
 				assert.Equal(t, 1, acks.Replicas)
 				assert.Less(t, time.Since(start), 4*time.Second)
@@ -213,26 +214,26 @@ func TestPipeNodeRunWaitCluster(t *testing.T) {
 		// redirections, so a reply (not MOVED) shows it went to the slot's owner.
 		for i := range 12 {
 			key := "cw" + strconv.Itoa(i)
-			r, acks, err := evalWait(ctx, n, dlm.Wait{Replicas: 1, Timeout: 20 * time.Millisecond}, incr, key)
+			r, acks, err := evalWait(ctx, n, driver.Wait{Replicas: 1, Timeout: 20 * time.Millisecond}, incr, key)
 			require.NoError(t, err, key)
 			assert.Equal(t, []int64{1}, r, key)
 			assert.Zero(t, acks.Replicas, "the cluster's masters have no replica")
 		}
-		w := dlm.Wait{Replicas: 1, Timeout: 20 * time.Millisecond}
+		w := driver.Wait{Replicas: 1, Timeout: 20 * time.Millisecond}
 		_, _, err := evalWait(ctx, n, w, incr, "a", "b")
-		assert.ErrorIs(t, err, dlm.ErrInvalid, "keys in different slots")
+		assert.ErrorIs(t, err, driver.ErrInvalid, "keys in different slots")
 
 		// Several calls share one dedicated connection, so one slot.
-		calls := []dlm.Call{{Source: incr, Keys: []string{"{s}1"}}, {Source: incr, Keys: []string{"{s}2"}}}
+		calls := []driver.Call{{Source: incr, Keys: []string{"{s}1"}}, {Source: incr, Keys: []string{"{s}2"}}}
 		_, err = n.RunWait(ctx, calls, w)
 		require.NoError(t, err)
 		assert.Equal(t, []int64{1}, calls[0].Reply)
 		assert.Equal(t, []int64{1}, calls[1].Reply)
-		calls = []dlm.Call{{Source: incr, Keys: []string{"a"}}, {Source: incr, Keys: []string{"b"}}}
+		calls = []driver.Call{{Source: incr, Keys: []string{"a"}}, {Source: incr, Keys: []string{"b"}}}
 		_, err = n.RunWait(ctx, calls, w)
-		assert.ErrorIs(t, err, dlm.ErrInvalid, "calls in different slots")
+		assert.ErrorIs(t, err, driver.ErrInvalid, "calls in different slots")
 		for _, c := range calls {
-			assert.ErrorIs(t, c.Err, dlm.ErrInvalid)
+			assert.ErrorIs(t, c.Err, driver.ErrInvalid)
 		}
 		assert.Zero(t, nodes[0].Client(t).Exists(ctx, "a").Val()+nodes[1].Client(t).Exists(ctx, "a").Val()+nodes[2].Client(t).Exists(ctx, "a").Val(), "nothing was sent")
 	})

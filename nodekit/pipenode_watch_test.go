@@ -7,11 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/internal/redistest"
 )
 
@@ -48,7 +49,7 @@ func TestPipeNodeWatch(t *testing.T) {
 				c := srv.Client(t)
 				tc.opt.addrs = []string{srv.Addr}
 				n := d.node(t, tc.opt)
-				var _ dlm.Node = n
+				var _ driver.Node = n
 				ctx := context.Background()
 				got1, got2 := make(chan string, 10), make(chan string, 10)
 				stop1, err := n.Watch(ctx, "ch", func(p string) { got1 <- p })

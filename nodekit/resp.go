@@ -31,7 +31,7 @@ func AppendCommand(buf []byte, args ...string) []byte {
 
 // An ErrorReply is an error the server replied with (RESP's simple and
 // blob errors): the call failed, the connection is still in step. Pass it
-// to Reply, whose *dlm.ReplyError wraps NOSCRIPT with dlm.ErrNoScript.
+// to Reply, whose *driver.ReplyError wraps NOSCRIPT with driver.ErrNoScript.
 type ErrorReply string
 
 func (e ErrorReply) Error() string { return string(e) }

@@ -8,7 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/dlmgo/dlm/nodekit"
 )
 
@@ -65,15 +66,15 @@ func TestReadReply(t *testing.T) {
 		t.Errorf("Ints of an empty array: %#v, %v; want a non-nil empty reply", r, err)
 	}
 	v, _ = read(":2\r\n")
-	if a, err := nodekit.ParseAcks(dlm.Wait{Replicas: 2, Timeout: time.Second}, v); err != nil || a.Replicas != 2 {
+	if a, err := nodekit.ParseAcks(driver.Wait{Replicas: 2, Timeout: time.Second}, v); err != nil || a.Replicas != 2 {
 		t.Errorf("ParseAcks of WAIT's reply: %+v, %v", a, err)
 	}
 	v, _ = read("*2\r\n:1\r\n:0\r\n")
-	if a, err := nodekit.ParseAcks(dlm.Wait{AOF: true, Local: true, Timeout: time.Second}, v); err != nil || !a.Local || a.Replicas != 0 {
+	if a, err := nodekit.ParseAcks(driver.Wait{AOF: true, Local: true, Timeout: time.Second}, v); err != nil || !a.Local || a.Replicas != 0 {
 		t.Errorf("ParseAcks of WAITAOF's reply: %+v, %v", a, err)
 	}
 	v, _ = read("-NOSCRIPT No matching script.\r\n")
-	if e, ok := v.(nodekit.ErrorReply); !ok || !errors.Is(nodekit.Reply(string(e), e), dlm.ErrNoScript) {
-		t.Errorf("Reply of a NOSCRIPT reply read: %v does not match dlm.ErrNoScript", v)
+	if e, ok := v.(nodekit.ErrorReply); !ok || !errors.Is(nodekit.Reply(string(e), e), driver.ErrNoScript) {
+		t.Errorf("Reply of a NOSCRIPT reply read: %v does not match driver.ErrNoScript", v)
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlmgo/dlm"
@@ -41,7 +43,7 @@ func serverCPU(b *testing.B, c *redis.Client) time.Duration {
 // of addr, with calls coalesced (the default) and each by itself. It
 // reports the server's CPU time per Acquire+Release pair (server-µs/op)
 // beside the client's ns/op.
-func benchCoalescing(b *testing.B, addr string, newStrategy func(dlm.Node, ...strategy.Option) (dlm.Strategy, error)) {
+func benchCoalescing(b *testing.B, addr string, newStrategy func(driver.Node, ...strategy.Option) (dlm.Strategy, error)) {
 	for _, tc := range []struct {
 		name string
 		opts []strategy.Option
@@ -79,7 +81,7 @@ func benchCoalescing(b *testing.B, addr string, newStrategy func(dlm.Node, ...st
 
 // BenchmarkCoalescing is benchCoalescing on the single-instance strategy.
 func BenchmarkCoalescing(b *testing.B) {
-	benchCoalescing(b, redistest.Start(b).Addr, func(n dlm.Node, opts ...strategy.Option) (dlm.Strategy, error) {
+	benchCoalescing(b, redistest.Start(b).Addr, func(n driver.Node, opts ...strategy.Option) (dlm.Strategy, error) {
 		return strategy.NewSingle(n, opts...)
 	})
 }
@@ -89,7 +91,7 @@ func BenchmarkCoalescing(b *testing.B) {
 // WAIT covers the batch it went out with.
 func BenchmarkCoalescingFailover(b *testing.B) {
 	topo := redistest.StartReplicated(b, redistest.ReplicatedOptions{})
-	benchCoalescing(b, topo.Primary.Addr, func(n dlm.Node, opts ...strategy.Option) (dlm.Strategy, error) {
+	benchCoalescing(b, topo.Primary.Addr, func(n driver.Node, opts ...strategy.Option) (dlm.Strategy, error) {
 		return strategy.NewFailover(n, append(opts, strategy.WithAcks(strategy.AckAll()), strategy.WithReplicas(2))...)
 	})
 }

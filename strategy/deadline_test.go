@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	redigolib "github.com/gomodule/redigo/redis"
 	"github.com/redis/go-redis/v9"
 	rueidislib "github.com/redis/rueidis"
@@ -25,21 +27,21 @@ import (
 // driver must make the deadline real itself).
 var deadlineDrivers = []struct {
 	name string
-	node func(t *testing.T, addr string) dlm.Node
+	node func(t *testing.T, addr string) driver.Node
 }{
-	{"goredis", func(t *testing.T, addr string) dlm.Node {
+	{"goredis", func(t *testing.T, addr string) driver.Node {
 		c := redis.NewClient(&redis.Options{Addr: addr})
 		t.Cleanup(func() { _ = c.Close() })
 		return goredis.New(c)
 	}},
-	{"redigo", func(t *testing.T, addr string) dlm.Node {
+	{"redigo", func(t *testing.T, addr string) driver.Node {
 		p := &redigolib.Pool{MaxIdle: 8, DialContext: func(ctx context.Context) (redigolib.Conn, error) {
 			return redigolib.DialContext(ctx, "tcp", addr)
 		}}
 		t.Cleanup(func() { _ = p.Close() })
 		return redigo.New(p)
 	}},
-	{"rueidis", func(t *testing.T, addr string) dlm.Node {
+	{"rueidis", func(t *testing.T, addr string) driver.Node {
 		c, err := rueidislib.NewClient(rueidislib.ClientOption{InitAddress: []string{addr}, DisableCache: true})
 		require.NoError(t, err)
 		t.Cleanup(c.Close)
@@ -73,7 +75,7 @@ func TestCallsEndAtTheirDeadline(t *testing.T) {
 			}},
 			{"redlock", func(t *testing.T) (dlm.Strategy, []*redistest.Server, []*redistest.Server) {
 				srvs := redistest.StartN(t, 3)
-				var nodes []dlm.Node
+				var nodes []driver.Node
 				for _, s := range srvs {
 					nodes = append(nodes, d.node(t, s.Addr))
 				}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/nodekit"
 )
@@ -13,14 +15,14 @@ import (
 // with what both do there alike: read the scripts' replies, release, give
 // a lock back, watch for releases.
 type endpoint struct {
-	node dlm.Node // wrapped for coalescing unless WithCoalescing(false)
-	name string   // the node's name (nodekit.Name)
+	node driver.Node // wrapped for coalescing unless WithCoalescing(false)
+	name string      // the node's name (nodekit.Name)
 	cfg  config
 }
 
 // newEndpoint returns the endpoint over node with cfg and opts applied;
 // ctor, the constructor's name, begins its errors.
-func newEndpoint(ctor string, node dlm.Node, cfg config, opts []Option) (endpoint, error) {
+func newEndpoint(ctor string, node driver.Node, cfg config, opts []Option) (endpoint, error) {
 	if isNil(node) {
 		return endpoint{}, fmt.Errorf("%w: %s: nil Node", dlm.ErrInvalid, ctor)
 	}
@@ -184,7 +186,7 @@ func (e *endpoint) watchRelease(ctx context.Context, key string, notify func()) 
 // it.
 type OneDeployment interface {
 	dlm.Strategy
-	Node() dlm.Node
+	Node() driver.Node
 }
 
 var (

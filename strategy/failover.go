@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/nodekit"
 )
@@ -52,7 +54,7 @@ var _ dlm.Handoff = (*Failover)(nil)
 // WithDriftFactor, WithTimeout, WithMaxTTL and WithCoalescing. WithTimeout, when set, must exceed the
 // wait timeout. Under AckNone without WithWaitAOF it waits for nothing and
 // locks as Single does.
-func NewFailover(node dlm.Node, opts ...Option) (*Failover, error) {
+func NewFailover(node driver.Node, opts ...Option) (*Failover, error) {
 	cfg := defaultConfig()
 	cfg.failover = &failoverConfig{acks: AckAll(), waitTimeout: DefaultWaitTimeout, replicas: 1}
 	e, err := newEndpoint("NewFailover", node, cfg, opts)
@@ -138,7 +140,7 @@ func (f *Failover) WatchRelease(ctx context.Context, key string, notify func()) 
 
 // Node returns the node the strategy locks on (wrapped for coalescing
 // unless WithCoalescing(false)); see Single.Node.
-func (f *Failover) Node() dlm.Node { return f.node }
+func (f *Failover) Node() driver.Node { return f.node }
 
 // The algorithm of a Failover that waits follows: Single's, with a wait
 // for replicas after each write, on the same connection.
@@ -276,23 +278,23 @@ func (f *Failover) probe(ctx context.Context, keys []string) (ServerInfo, error)
 // the server that serves them first when the strategy knows nothing of it
 // yet. Replica counts are kept per hash slot: on a Cluster each shard has
 // its own.
-func (f *Failover) prepare(ctx context.Context, keys []string) (dlm.Wait, error) {
+func (f *Failover) prepare(ctx context.Context, keys []string) (driver.Wait, error) {
 	slot := nodekit.Slot(keys[0])
 	n := int(f.replicas[slot].Load()) - 1
 	if n < 0 {
 		info, err := f.probe(ctx, keys[:1])
 		if err != nil {
-			return dlm.Wait{}, err
+			return driver.Wait{}, err
 		}
 		if !info.Primary {
-			return dlm.Wait{}, &NodeError{Node: f.name, Op: "probe", Err: errors.New("the server is a replica, not a primary")}
+			return driver.Wait{}, &NodeError{Node: f.name, Op: "probe", Err: errors.New("the server is a replica, not a primary")}
 		}
 		if f.fo.aof {
 			switch {
 			case !info.WaitAOF:
-				return dlm.Wait{}, fmt.Errorf("%w: WithWaitAOF: %s runs Redis %s, which has no WAITAOF (it needs Redis 7.2 or later)", dlm.ErrInvalid, f.name, info.Version)
+				return driver.Wait{}, fmt.Errorf("%w: WithWaitAOF: %s runs Redis %s, which has no WAITAOF (it needs Redis 7.2 or later)", dlm.ErrInvalid, f.name, info.Version)
 			case f.fo.local && !info.AOF:
-				return dlm.Wait{}, fmt.Errorf("%w: WithWaitAOF(true): %s runs with appendonly off, so it cannot fsync locally", dlm.ErrInvalid, f.name)
+				return driver.Wait{}, fmt.Errorf("%w: WithWaitAOF(true): %s runs with appendonly off, so it cannot fsync locally", dlm.ErrInvalid, f.name)
 			}
 		}
 		n = info.Replicas
@@ -302,8 +304,8 @@ func (f *Failover) prepare(ctx context.Context, keys []string) (dlm.Wait, error)
 }
 
 // wait is the wait after a write on a primary with n replicas connected.
-func (f *Failover) wait(n int) dlm.Wait {
-	return dlm.Wait{
+func (f *Failover) wait(n int) driver.Wait {
+	return driver.Wait{
 		Replicas: f.fo.acks.need(max(n, f.fo.replicas)),
 		Timeout:  f.fo.waitTimeout,
 		AOF:      f.fo.aof,
@@ -318,7 +320,7 @@ func (f *Failover) wait(n int) dlm.Wait {
 // replyGranted) but the wait asked for fewer replicas than the primary
 // turned out to have (a replica joined), the write, which is idempotent,
 // and a wait for the right count are sent once more.
-func (f *Failover) runWait(ctx context.Context, wrapped *nodekit.Script, w dlm.Wait, keys []string, args ...string) ([]int64, dlm.Acks, int, error) {
+func (f *Failover) runWait(ctx context.Context, wrapped *nodekit.Script, w driver.Wait, keys []string, args ...string) ([]int64, driver.Acks, int, error) {
 	for again := true; ; again = false {
 		r, acks, err := wrapped.RunWait(ctx, f.node, w, keys, args...)
 		if err == nil && len(r) != 3 {
@@ -338,7 +340,7 @@ func (f *Failover) runWait(ctx context.Context, wrapped *nodekit.Script, w dlm.W
 }
 
 // checkAcks returns an *AckError when acks fall short of the policy.
-func (f *Failover) checkAcks(op, key string, w dlm.Wait, acks dlm.Acks, connected int) error {
+func (f *Failover) checkAcks(op, key string, w driver.Wait, acks driver.Acks, connected int) error {
 	wanted := f.fo.acks.need(max(connected, f.fo.replicas))
 	if acks.Replicas >= wanted && (!w.Local || acks.Local) {
 		return nil

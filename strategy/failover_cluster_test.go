@@ -8,12 +8,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/redis/go-redis/v9"
 	rueidislib "github.com/redis/rueidis"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/driver/goredis"
 	"github.com/dlmgo/dlm/driver/rueidis"
 	"github.com/dlmgo/dlm/internal/redistest"
@@ -25,13 +26,13 @@ import (
 // out the wait timeout, because of another shard's count.
 func TestFailoverClusterShardsOwnReplicaCounts(t *testing.T) {
 	cl := redistest.StartClusterReplicas(t, 1, 2)
-	for name, node := range map[string]func(t *testing.T) dlm.Node{
-		"go-redis": func(t *testing.T) dlm.Node {
+	for name, node := range map[string]func(t *testing.T) driver.Node{
+		"go-redis": func(t *testing.T) driver.Node {
 			c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{cl.Masters[0].Addr}, ContextTimeoutEnabled: true})
 			t.Cleanup(func() { _ = c.Close() })
 			return goredis.New(c)
 		},
-		"rueidis": func(t *testing.T) dlm.Node {
+		"rueidis": func(t *testing.T) driver.Node {
 			c, err := rueidislib.NewClient(rueidislib.ClientOption{InitAddress: []string{cl.Masters[0].Addr}, DisableCache: true})
 			require.NoError(t, err)
 			t.Cleanup(c.Close)

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -23,13 +25,13 @@ type failoverCountingNode struct {
 	batches *atomic.Int32
 }
 
-func (n failoverCountingNode) Run(ctx context.Context, calls []dlm.Call) {
+func (n failoverCountingNode) Run(ctx context.Context, calls []driver.Call) {
 	n.batches.Add(1)
 	n.Node.Run(ctx, calls)
 }
 
 // failoverNotNotifier is a node that cannot watch.
-type failoverNotNotifier struct{ dlm.Node }
+type failoverNotNotifier struct{ driver.Node }
 
 func (failoverNotNotifier) Watch(context.Context, string, func(string)) (func(), error) {
 	return nil, errors.ErrUnsupported

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -66,13 +68,13 @@ type otherConnWaiter struct {
 	other *redis.Client
 }
 
-func (o otherConnWaiter) RunWait(ctx context.Context, calls []dlm.Call, w dlm.Wait) (dlm.Acks, error) {
+func (o otherConnWaiter) RunWait(ctx context.Context, calls []driver.Call, w driver.Wait) (driver.Acks, error) {
 	o.Run(ctx, calls)
 	n, err := o.other.Wait(ctx, w.Replicas, w.Timeout).Result()
-	return dlm.Acks{Replicas: int(n)}, err
+	return driver.Acks{Replicas: int(n)}, err
 }
 
-func newFailover(t *testing.T, n dlm.Node, opts ...strategy.Option) *strategy.Failover {
+func newFailover(t *testing.T, n driver.Node, opts ...strategy.Option) *strategy.Failover {
 	t.Helper()
 	f, err := strategy.NewFailover(n, opts...)
 	require.NoError(t, err)

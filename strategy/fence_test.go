@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -138,7 +140,7 @@ func TestRedlockWriteBackGivesLocksTheirFence(t *testing.T) {
 func TestRedlockLateGrantGetsTheFence(t *testing.T) {
 	c := startCluster(t, 5)
 	ctx := context.Background()
-	nodes := append([]dlm.Node(nil), c.nodes[:4]...)
+	nodes := append([]driver.Node(nil), c.nodes[:4]...)
 	p := redistest.StartProxy(t, c.servers[4].Addr)
 	p.SetDelay(300 * time.Millisecond)
 	nodes = append(nodes, goredis.New(slowSocketClient(t, p.Addr)))

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/inspect"
 	"github.com/dlmgo/dlm/nodekit"
@@ -41,24 +43,24 @@ func stateKeys(key string) []string {
 
 // Inspect implements inspect.Inspector.
 func (s *Single) Inspect(ctx context.Context, key string) ([]inspect.NodeState, error) {
-	return operate(ctx, &s.cfg, []dlm.Node{s.node}, []string{s.name}, key, inspectScript, nil)
+	return operate(ctx, &s.cfg, []driver.Node{s.node}, []string{s.name}, key, inspectScript, nil)
 }
 
 // Revoke implements inspect.Inspector.
 func (s *Single) Revoke(ctx context.Context, key, by, reason string) ([]inspect.NodeState, error) {
-	return operate(ctx, &s.cfg, []dlm.Node{s.node}, []string{s.name}, key, revokeScript, []string{by, reason, publishArg(nodekit.RoutingOf(s.node))})
+	return operate(ctx, &s.cfg, []driver.Node{s.node}, []string{s.name}, key, revokeScript, []string{by, reason, publishArg(nodekit.RoutingOf(s.node))})
 }
 
 // Inspect implements inspect.Inspector, on the primary.
 func (f *Failover) Inspect(ctx context.Context, key string) ([]inspect.NodeState, error) {
-	return operate(ctx, &f.cfg, []dlm.Node{f.node}, []string{f.name}, key, inspectScript, nil)
+	return operate(ctx, &f.cfg, []driver.Node{f.node}, []string{f.name}, key, inspectScript, nil)
 }
 
 // Revoke implements inspect.Inspector, on the primary; it does not wait for
 // replicas (a promoted replica that missed it still holds the lock until
 // its TTL, as after a release).
 func (f *Failover) Revoke(ctx context.Context, key, by, reason string) ([]inspect.NodeState, error) {
-	return operate(ctx, &f.cfg, []dlm.Node{f.node}, []string{f.name}, key, revokeScript, []string{by, reason, publishArg(nodekit.RoutingOf(f.node))})
+	return operate(ctx, &f.cfg, []driver.Node{f.node}, []string{f.name}, key, revokeScript, []string{by, reason, publishArg(nodekit.RoutingOf(f.node))})
 }
 
 // Inspect implements inspect.Inspector: every master is asked at once.
@@ -74,7 +76,7 @@ func (s *Redlock) Revoke(ctx context.Context, key, by, reason string) ([]inspect
 
 // operate runs script (inspect or revoke) for key on every node at once,
 // each within the per-node timeout, and decodes each node's state.
-func operate(ctx context.Context, c *config, nodes []dlm.Node, names []string, key string, script *nodekit.Script, args []string) ([]inspect.NodeState, error) {
+func operate(ctx context.Context, c *config, nodes []driver.Node, names []string, key string, script *nodekit.Script, args []string) ([]inspect.NodeState, error) {
 	if err := checkKey(key); err != nil {
 		return nil, err
 	}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/dlmgo/dlm"
 )
 
@@ -22,7 +24,7 @@ func (e *NodeError) Unwrap() error { return e.Err }
 // running it because its keys' Cluster hash slot is being moved between
 // masters (a TRYAGAIN reply): 10ms, for the move may end at any moment.
 func (e *NodeError) RetryAfter() (time.Duration, bool) {
-	var r *dlm.ReplyError
+	var r *driver.ReplyError
 	if errors.As(e.Err, &r) && r.Code == "TRYAGAIN" {
 		return slotMovingRetry, true
 	}

@@ -8,7 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/dlmgo/dlm/nodekit"
 )
 
@@ -53,9 +54,9 @@ type round struct {
 	s       *Redlock
 	op      string
 	script  *nodekit.Script
-	calls   []dlm.Call // the batch; each node gets its own copy
-	copies  []dlm.Call // the copies, node after node, in one allocation
-	nodes   []int      // the nodes called
+	calls   []driver.Call // the batch; each node gets its own copy
+	copies  []driver.Call // the copies, node after node, in one allocation
+	nodes   []int         // the nodes called
 	timeout time.Duration
 	judge   judge
 	t       []tally // one per call
@@ -73,7 +74,7 @@ type round struct {
 	// four.
 	t1      [1]tally
 	res1    [inlineNodes]NodeResult
-	copies1 [inlineNodes]dlm.Call
+	copies1 [inlineNodes]driver.Call
 }
 
 // inlineNodes is how many nodes a round's inline storage holds.
@@ -82,21 +83,21 @@ const inlineNodes = 7
 // reply is node i's answer to a round's batch.
 type reply struct {
 	i     int
-	calls []dlm.Call
+	calls []driver.Call
 }
 
 // round sends calls to the listed nodes in parallel, each bounded by
 // timeout. Every reply arrives on the round's channel, so no goroutine
 // outlives its call; the calls still running once the caller has its
 // outcome go on until they end or time out.
-func (s *Redlock) round(ctx context.Context, op string, script *nodekit.Script, calls []dlm.Call, nodes []int, timeout time.Duration, j judge) *round {
+func (s *Redlock) round(ctx context.Context, op string, script *nodekit.Script, calls []driver.Call, nodes []int, timeout time.Duration, j judge) *round {
 	r := &round{s: s, op: op, script: script, calls: calls, nodes: nodes, timeout: timeout, judge: j,
 		parent: ctx, ch: make(chan reply, len(nodes)), left: len(nodes)}
 	if len(calls) == 1 && len(s.nodes) <= inlineNodes {
 		r.t, r.copies = r.t1[:], r.copies1[:len(nodes)]
 		r.t[0].res = s.resultsIn(r.res1[:len(s.nodes)])
 	} else {
-		r.t, r.copies = make([]tally, len(calls)), make([]dlm.Call, len(nodes)*len(calls))
+		r.t, r.copies = make([]tally, len(calls)), make([]driver.Call, len(nodes)*len(calls))
 		for k := range r.t {
 			r.t[k].res = s.results()
 		}
@@ -113,14 +114,14 @@ func (s *Redlock) round(ctx context.Context, op string, script *nodekit.Script, 
 }
 
 // callsOf returns the copy of the round's calls for its k-th node.
-func (r *round) callsOf(k int) []dlm.Call {
+func (r *round) callsOf(k int) []driver.Call {
 	n := len(r.calls)
 	return r.copies[k*n : (k+1)*n : (k+1)*n]
 }
 
 // callsTo returns the copy of the round's calls for its k-th node, filled
 // afresh.
-func (r *round) callsTo(k int) []dlm.Call {
+func (r *round) callsTo(k int) []driver.Call {
 	calls := r.callsOf(k)
 	copy(calls, r.calls)
 	return calls
@@ -157,7 +158,7 @@ func (r *round) enqueue(k, i int) bool {
 func (r *round) Notify(k int) {
 	i, calls := r.nodes[k], r.callsOf(k)
 	for _, c := range calls {
-		if errors.Is(c.Err, dlm.ErrNoScript) {
+		if errors.Is(c.Err, driver.ErrNoScript) {
 			// The server lost its scripts (a restart, SCRIPT FLUSH): a
 			// worker sends the calls again, with EVAL when needed.
 			r.s.workers.Go(job{r, k, i})
@@ -168,7 +169,7 @@ func (r *round) Notify(k int) {
 }
 
 // reply sends node i's reply to calls, made since start.
-func (r *round) reply(i int, calls []dlm.Call, start time.Time) {
+func (r *round) reply(i int, calls []driver.Call, start time.Time) {
 	switch took := time.Since(start); {
 	case calls[0].Err == nil:
 		r.s.latency.observe(i, took, false)

@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/internal/coalesce"
 	"github.com/dlmgo/dlm/internal/runner"
@@ -53,7 +55,7 @@ const (
 // Acquiring again with the token that holds the lock refreshes it on every
 // node and returns the same fence.
 type Redlock struct {
-	nodes    []dlm.Node
+	nodes    []driver.Node
 	queues   []*coalesce.Node // queues[i] is nodes[i], its coalescing layer; nil without coalescing
 	names    []string
 	quorum   int
@@ -87,12 +89,12 @@ var _ dlm.Handoff = (*Redlock)(nil)
 // at most MaxNodeTimeout or, for an acquisition or extension, a quarter of
 // the TTL. So a slow majority is waited for instead of failed on every
 // call, and a silent minority costs no more than the fast majority's pace.
-func NewRedlock(nodes []dlm.Node, opts ...Option) (*Redlock, error) {
+func NewRedlock(nodes []driver.Node, opts ...Option) (*Redlock, error) {
 	if len(nodes) == 0 {
 		return nil, fmt.Errorf("%w: NewRedlock: no nodes", dlm.ErrInvalid)
 	}
 	s := &Redlock{
-		nodes:   append([]dlm.Node(nil), nodes...),
+		nodes:   append([]driver.Node(nil), nodes...),
 		names:   make([]string, len(nodes)),
 		all:     make([]int, len(nodes)),
 		quorum:  len(nodes)/2 + 1,
@@ -139,7 +141,7 @@ func NewRedlock(nodes []dlm.Node, opts ...Option) (*Redlock, error) {
 
 // sameNode reports whether a and b are equal values; values that cannot be
 // compared (== would panic) are not the same.
-func sameNode(a, b dlm.Node) (same bool) {
+func sameNode(a, b driver.Node) (same bool) {
 	if ta := reflect.TypeOf(a); ta != reflect.TypeOf(b) || !ta.Comparable() {
 		return false
 	}
@@ -226,7 +228,7 @@ func (s *Redlock) acquire(ctx context.Context, key, token, from string, ttl time
 	}
 	keys, args := acquireCall(key, token, from, ttl, s.cfg.maxTTL)
 	counters := make([]int64, len(s.nodes))
-	r := s.round(ctx, op, acquireScript, []dlm.Call{{Keys: keys, Args: args}}, s.all, s.nodeTimeout(ttl), judgeGrant(counters))
+	r := s.round(ctx, op, acquireScript, []driver.Call{{Keys: keys, Args: args}}, s.all, s.nodeTimeout(ttl), judgeGrant(counters))
 	t := &r.t[0]
 	gaveUp := s.collectGrants(ctx, r)
 	reason := ""
@@ -363,7 +365,7 @@ func (s *Redlock) writeBackFence(ctx context.Context, keys []string, token strin
 // becomes at least fence, and token's lock there gets fence as its own.
 func (s *Redlock) fenceRound(ctx context.Context, keys []string, token string, fence int64, nodes []int) *round {
 	arg := strconv.FormatInt(fence, 10)
-	return s.round(ctx, "fence", fenceScript, []dlm.Call{{Keys: keys[:2], Args: []string{arg, token}}}, nodes, s.nodeTimeout(0),
+	return s.round(ctx, "fence", fenceScript, []driver.Call{{Keys: keys[:2], Args: []string{arg, token}}}, nodes, s.nodeTimeout(0),
 		func(_ *tally, _ int, r []int64) (Outcome, error) {
 			if len(r) == 1 && r[0] >= fence {
 				return Granted, nil
@@ -376,7 +378,7 @@ func (s *Redlock) fenceRound(ctx context.Context, keys []string, token string, f
 // that released it grants, one where token does not hold it refuses.
 func (s *Redlock) release(ctx context.Context, key, token string, nodes []int) *round {
 	keys, args := lockCall(key, token, 0, 1)
-	return s.round(ctx, "release", releaseScript(s.publish), []dlm.Call{{Keys: keys, Args: args}}, nodes, s.nodeTimeout(0),
+	return s.round(ctx, "release", releaseScript(s.publish), []driver.Call{{Keys: keys, Args: args}}, nodes, s.nodeTimeout(0),
 		func(_ *tally, _ int, r []int64) (Outcome, error) {
 			switch {
 			case len(r) != 1:
@@ -415,7 +417,7 @@ const batchKeyTime = 100 * time.Microsecond
 func (s *Redlock) ExtendMany(ctx context.Context, locks []dlm.HeldKey, ttl time.Duration) []dlm.ExtendResult {
 	out := make([]dlm.ExtendResult, len(locks))
 	var idx []int // the index in locks of each call
-	var calls []dlm.Call
+	var calls []driver.Call
 	for i, l := range locks {
 		if err := s.cfg.checkCall(l.Key, l.Token, ttl, true); err != nil {
 			out[i].Err = err
@@ -423,7 +425,7 @@ func (s *Redlock) ExtendMany(ctx context.Context, locks []dlm.HeldKey, ttl time.
 		}
 		idx = append(idx, i)
 		keys, args := heldCall(l.Key, l.Token, ttl)
-		calls = append(calls, dlm.Call{Keys: keys, Args: args})
+		calls = append(calls, driver.Call{Keys: keys, Args: args})
 	}
 	if len(calls) == 0 || ctx.Err() != nil {
 		for _, i := range idx {

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 
@@ -69,7 +71,7 @@ func BenchmarkRedlockParallel(b *testing.B) {
 	}
 	for _, n := range []int{1, 5} {
 		b.Run("rueidis/nodes="+strconv.Itoa(n), func(b *testing.B) {
-			var nodes []dlm.Node
+			var nodes []driver.Node
 			for _, s := range redistest.StartN(b, n) {
 				c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{s.Addr}, DisableCache: true})
 				if err != nil {
@@ -133,7 +135,7 @@ func BenchmarkRedlockOneSilent(b *testing.B) {
 // runs against real servers.
 type instantNode struct{ name string }
 
-func (n instantNode) Run(_ context.Context, calls []dlm.Call) {
+func (n instantNode) Run(_ context.Context, calls []driver.Call) {
 	for i := range calls {
 		if calls[i].Keys[0] == "dlm:{probe}" { // the server's run_id, asked at first use
 			calls[i].Reply = []int64{int64(len(n.name)), int64(n.name[len(n.name)-1]), 0, 0}
@@ -147,8 +149,8 @@ func (n instantNode) Run(_ context.Context, calls []dlm.Call) {
 	}
 }
 
-func (n instantNode) RunWait(context.Context, []dlm.Call, dlm.Wait) (dlm.Acks, error) {
-	return dlm.Acks{}, errors.ErrUnsupported
+func (n instantNode) RunWait(context.Context, []driver.Call, driver.Wait) (driver.Acks, error) {
+	return driver.Acks{}, errors.ErrUnsupported
 }
 
 func (n instantNode) Watch(context.Context, string, func(string)) (func(), error) {
@@ -165,7 +167,7 @@ func (n instantNode) String() string { return n.name }
 // coalescing), which the adaptive timeout's 50ms floor counted as the
 // nodes' silence and failed the benchmark.
 func BenchmarkRedlockOverhead(b *testing.B) {
-	var nodes []dlm.Node
+	var nodes []driver.Node
 	for i := range 5 {
 		nodes = append(nodes, instantNode{name: "instant" + strconv.Itoa(i)})
 	}

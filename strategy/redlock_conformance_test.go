@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/conformance"
 	"github.com/dlmgo/dlm/conformance/family"
@@ -22,8 +24,8 @@ func TestRedlockConformance(t *testing.T) {
 	for _, s := range c.servers {
 		servers = append(servers, s.Addr)
 	}
-	topology := conformance.Topology{Nodes: func(*testing.T) []dlm.Node { return c.nodes }, Quorum: 3, Servers: servers}
-	newStrategy := func(nodes []dlm.Node) (dlm.Strategy, error) {
+	topology := conformance.Topology{Nodes: func(*testing.T) []driver.Node { return c.nodes }, Quorum: 3, Servers: servers}
+	newStrategy := func(nodes []driver.Node) (dlm.Strategy, error) {
 		return strategy.NewRedlock(nodes, strategy.WithTimeout(time.Second))
 	}
 	conformance.RunStrategy(t, topology, newStrategy)

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/dlmgo/dlm"
 )
 
@@ -118,7 +120,7 @@ func (s *Redlock) probe(ctx context.Context, only []int) {
 	d.mu.Unlock()
 	ids := make([][4]int64, len(s.nodes))
 	told := make([]bool, len(s.nodes))
-	r := s.round(ctx, "probe", serverIDScript, []dlm.Call{{Keys: []string{probeKey}}}, ask, s.nodeTimeout(0),
+	r := s.round(ctx, "probe", serverIDScript, []driver.Call{{Keys: []string{probeKey}}}, ask, s.nodeTimeout(0),
 		func(_ *tally, i int, r []int64) (Outcome, error) {
 			switch len(r) {
 			case 0: // the server cannot tell

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	redigolib "github.com/gomodule/redigo/redis"
 	"github.com/redis/go-redis/v9"
 	rueidislib "github.com/redis/rueidis"
@@ -31,45 +33,45 @@ import (
 func TestRedlockRefusesOneServerTwice(t *testing.T) {
 	srvs := redistest.StartN(t, 2)
 	cluster := redistest.StartCluster(t, 3)
-	other := func(t *testing.T) dlm.Node { return goredis.New(ctxClient(t, srvs[1].Addr)) }
+	other := func(t *testing.T) driver.Node { return goredis.New(ctxClient(t, srvs[1].Addr)) }
 	byName := "localhost:" + strconv.Itoa(srvs[0].Port) // the same server as srvs[0].Addr
-	goredisNode := func(t *testing.T, addr string) dlm.Node { return goredis.New(ctxClient(t, addr)) }
-	redigoNode := func(t *testing.T, addr string) dlm.Node {
+	goredisNode := func(t *testing.T, addr string) driver.Node { return goredis.New(ctxClient(t, addr)) }
+	redigoNode := func(t *testing.T, addr string) driver.Node {
 		p := &redigolib.Pool{MaxIdle: 4, Dial: func() (redigolib.Conn, error) { return redigolib.Dial("tcp", addr) }}
 		t.Cleanup(func() { _ = p.Close() })
 		return redigo.New(p).WithName(addr)
 	}
-	rueidisNode := func(t *testing.T, addr string) dlm.Node {
+	rueidisNode := func(t *testing.T, addr string) driver.Node {
 		c, err := rueidislib.NewClient(rueidislib.ClientOption{InitAddress: []string{addr}, DisableCache: true})
 		require.NoError(t, err)
 		t.Cleanup(c.Close)
 		return rueidis.New(c)
 	}
-	clusterClient := func(t *testing.T, i int) dlm.Node {
+	clusterClient := func(t *testing.T, i int) driver.Node {
 		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{cluster[i].Addr}, ContextTimeoutEnabled: true})
 		t.Cleanup(func() { _ = c.Close() })
 		return goredis.New(c)
 	}
 	for _, tc := range []struct {
 		name string
-		same func(t *testing.T) (a, b dlm.Node)
+		same func(t *testing.T) (a, b driver.Node)
 	}{
-		{"go-redis clients", func(t *testing.T) (dlm.Node, dlm.Node) {
+		{"go-redis clients", func(t *testing.T) (driver.Node, driver.Node) {
 			return goredisNode(t, srvs[0].Addr), goredisNode(t, byName)
 		}},
-		{"redigo pools", func(t *testing.T) (dlm.Node, dlm.Node) {
+		{"redigo pools", func(t *testing.T) (driver.Node, driver.Node) {
 			return redigoNode(t, srvs[0].Addr), redigoNode(t, byName)
 		}},
-		{"rueidis clients", func(t *testing.T) (dlm.Node, dlm.Node) {
+		{"rueidis clients", func(t *testing.T) (driver.Node, driver.Node) {
 			return rueidisNode(t, srvs[0].Addr), rueidisNode(t, byName)
 		}},
-		{"go-redis cluster clients of one cluster", func(t *testing.T) (dlm.Node, dlm.Node) {
+		{"go-redis cluster clients of one cluster", func(t *testing.T) (driver.Node, driver.Node) {
 			return clusterClient(t, 0), clusterClient(t, 1)
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a, b := tc.same(t)
-			r, err := strategy.NewRedlock([]dlm.Node{a, b, other(t)}, strategy.WithTimeout(3*time.Second))
+			r, err := strategy.NewRedlock([]driver.Node{a, b, other(t)}, strategy.WithTimeout(3*time.Second))
 			require.NoError(t, err, "the names differ: found only by asking the servers")
 			m, err := dlm.New(r)
 			require.NoError(t, err)
@@ -87,7 +89,7 @@ func TestRedlockRefusesOneServerTwice(t *testing.T) {
 
 	t.Run("distinct servers", func(t *testing.T) {
 		third := redistest.Start(t)
-		r, err := strategy.NewRedlock([]dlm.Node{goredisNode(t, srvs[0].Addr), other(t), goredisNode(t, third.Addr)})
+		r, err := strategy.NewRedlock([]driver.Node{goredisNode(t, srvs[0].Addr), other(t), goredisNode(t, third.Addr)})
 		require.NoError(t, err)
 		_, err = r.Acquire(context.Background(), "distinct", "tok", time.Second)
 		assert.NoError(t, err)
@@ -97,11 +99,11 @@ func TestRedlockRefusesOneServerTwice(t *testing.T) {
 // failFirst is a node whose first call (the server-identity probe at first
 // use) fails as a reset connection does.
 type failFirst struct {
-	dlm.Node
+	driver.Node
 	first atomic.Bool
 }
 
-func (n *failFirst) Run(ctx context.Context, calls []dlm.Call) {
+func (n *failFirst) Run(ctx context.Context, calls []driver.Call) {
 	if n.first.CompareAndSwap(false, true) {
 		for i := range calls {
 			calls[i].Err = errors.New("connection reset by peer (failFirst)")
@@ -128,7 +130,7 @@ func TestRedlockCountsNoServerTwiceBeforeItKnows(t *testing.T) {
 	require.NoError(t, err)
 	a := goredis.New(ctxClient(t, srvs[0].Addr))
 	b := &failFirst{Node: goredis.New(ctxClient(t, "localhost:"+strconv.Itoa(srvs[0].Port)))}
-	r, err := strategy.NewRedlock([]dlm.Node{a, b, third})
+	r, err := strategy.NewRedlock([]driver.Node{a, b, third})
 	require.NoError(t, err)
 	_, err = r.Acquire(ctx, "window", "tok", time.Minute)
 	require.Error(t, err, "one server, granting under two names, made a quorum")

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlmgo/dlm"
@@ -16,7 +18,7 @@ import (
 // Redlock over five independent servers: the lock holds while any three of
 // them answer, and a failure says what each server did.
 func ExampleNewRedlock() {
-	var nodes []dlm.Node
+	var nodes []driver.Node
 	for _, addr := range []string{"127.0.0.1:7001", "127.0.0.1:7002", "127.0.0.1:7003", "127.0.0.1:7004", "127.0.0.1:7005"} {
 		c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1})
 		defer c.Close()
@@ -49,7 +51,7 @@ func ExampleNewRedlock() {
 // (Redlock.ExtendMany), and Lock waits for a release notification from
 // the nodes (Redlock.WatchRelease) instead of polling.
 func ExampleRedlock_ExtendMany() {
-	var nodes []dlm.Node
+	var nodes []driver.Node
 	for _, addr := range []string{"127.0.0.1:7001", "127.0.0.1:7002", "127.0.0.1:7003", "127.0.0.1:7004", "127.0.0.1:7005"} {
 		c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1})
 		defer c.Close()

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -19,7 +21,7 @@ import (
 func TestRedlockHandoffReleasesTheRest(t *testing.T) {
 	c := startCluster(t, 3)
 	faulty := make([]*conformance.FaultyNode, len(c.nodes))
-	nodes := make([]dlm.Node, len(c.nodes))
+	nodes := make([]driver.Node, len(c.nodes))
 	for i, n := range c.nodes {
 		faulty[i] = conformance.Wrap(n)
 		nodes[i] = faulty[i]

@@ -8,10 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/driver/goredis"
 	"github.com/dlmgo/dlm/internal/redistest"
 	"github.com/dlmgo/dlm/strategy"
@@ -38,7 +39,7 @@ func slowSocketClient(t testing.TB, addr string) *redis.Client {
 type cluster struct {
 	servers []*redistest.Server
 	clients []*redis.Client
-	nodes   []dlm.Node
+	nodes   []driver.Node
 	frozen  map[int]bool
 }
 
@@ -155,11 +156,11 @@ func (c *cluster) counter(t testing.TB, i int, key string) int64 {
 
 // lossyNode runs every script on the real node and then reports its reply
 // lost, like a connection that breaks after the command went out.
-type lossyNode struct{ dlm.Node }
+type lossyNode struct{ driver.Node }
 
 var errLost = errors.New("test: reply lost")
 
-func (n lossyNode) Run(ctx context.Context, calls []dlm.Call) {
+func (n lossyNode) Run(ctx context.Context, calls []driver.Call) {
 	n.Node.Run(ctx, calls)
 	for i := range calls {
 		if calls[i].Err == nil {
@@ -172,11 +173,11 @@ func (n lossyNode) String() string { return "lossy " + n.Node.(interface{ String
 
 // countingNode counts the calls in flight through it.
 type countingNode struct {
-	dlm.Node
+	driver.Node
 	inflight *atomic.Int32
 }
 
-func (n countingNode) Run(ctx context.Context, calls []dlm.Call) {
+func (n countingNode) Run(ctx context.Context, calls []driver.Call) {
 	n.inflight.Add(1)
 	defer n.inflight.Add(-1)
 	n.Node.Run(ctx, calls)
@@ -186,7 +187,7 @@ func (n countingNode) String() string { return n.Node.(interface{ String() strin
 
 // sliceNode is a Node type whose values cannot be compared with ==.
 type sliceNode struct {
-	dlm.Node
+	driver.Node
 	tags []string
 }
 
@@ -209,12 +210,12 @@ func eventually(d time.Duration, cond func() bool) bool {
 // signalNode sends on ran (without blocking) after each of its calls on
 // key that the server answered.
 type signalNode struct {
-	dlm.Node
+	driver.Node
 	key string
 	ran chan struct{}
 }
 
-func (n signalNode) Run(ctx context.Context, calls []dlm.Call) {
+func (n signalNode) Run(ctx context.Context, calls []driver.Call) {
 	n.Node.Run(ctx, calls)
 	if calls[0].Err == nil && len(calls[0].Keys) > 0 && calls[0].Keys[0] == n.key {
 		select {
@@ -228,11 +229,11 @@ func (n signalNode) String() string { return n.Node.(interface{ String() string 
 
 // deafNode ignores its context: it answers only after delay.
 type deafNode struct {
-	dlm.Node
+	driver.Node
 	delay time.Duration
 }
 
-func (n deafNode) Run(_ context.Context, calls []dlm.Call) {
+func (n deafNode) Run(_ context.Context, calls []driver.Call) {
 	time.Sleep(n.delay)
 	n.Node.Run(context.Background(), calls)
 }

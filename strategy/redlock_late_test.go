@@ -7,9 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/stretchr/testify/require"
 
-	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/strategy"
 )
 
@@ -17,14 +18,14 @@ import (
 // caller gets its context's error at its deadline, and the call runs on the
 // server once the gate opens, after calls made later on other connections.
 type stallNode struct {
-	dlm.Node
+	driver.Node
 	mu    sync.Mutex
 	armed bool
 	gate  chan struct{}
 	ran   chan struct{} // closed once the held call ran
 }
 
-func newStallNode(t *testing.T, n dlm.Node) *stallNode {
+func newStallNode(t *testing.T, n driver.Node) *stallNode {
 	s := &stallNode{Node: n, gate: make(chan struct{}), ran: make(chan struct{})}
 	t.Cleanup(s.open)
 	return s
@@ -46,7 +47,7 @@ func (s *stallNode) open() {
 	}
 }
 
-func (s *stallNode) Run(ctx context.Context, calls []dlm.Call) {
+func (s *stallNode) Run(ctx context.Context, calls []driver.Call) {
 	s.mu.Lock()
 	held := s.armed
 	s.armed = false
@@ -88,7 +89,7 @@ func lateGrant(t *testing.T) (*cluster, *stallNode, *strategy.Redlock) {
 	t.Helper()
 	c := startCluster(t, 3)
 	stall := newStallNode(t, c.nodes[0])
-	r, err := strategy.NewRedlock([]dlm.Node{stall, c.nodes[1], c.nodes[2]}, strategy.WithTimeout(100*time.Millisecond))
+	r, err := strategy.NewRedlock([]driver.Node{stall, c.nodes[1], c.nodes[2]}, strategy.WithTimeout(100*time.Millisecond))
 	require.NoError(t, err)
 	ctx := context.Background()
 	warm(t, r) // the late call goes by EVALSHA: the script must be cached

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -19,11 +21,11 @@ import (
 // batchCountingNode counts the pipelined batches (Run calls of more than
 // one script) run through it; every other method is the wrapped node's.
 type batchCountingNode struct {
-	dlm.Node
+	driver.Node
 	batches *atomic.Int32
 }
 
-func (n batchCountingNode) Run(ctx context.Context, calls []dlm.Call) {
+func (n batchCountingNode) Run(ctx context.Context, calls []driver.Call) {
 	if len(calls) > 1 {
 		n.batches.Add(1)
 	}
@@ -34,8 +36,8 @@ func (n batchCountingNode) String() string { return n.Node.(interface{ String() 
 
 // countBatches wraps c's nodes in batchCountingNode and returns them with
 // the per-node counters.
-func countBatches(c *cluster) ([]dlm.Node, []*atomic.Int32) {
-	nodes := make([]dlm.Node, len(c.nodes))
+func countBatches(c *cluster) ([]driver.Node, []*atomic.Int32) {
+	nodes := make([]driver.Node, len(c.nodes))
 	counts := make([]*atomic.Int32, len(c.nodes))
 	for i, n := range c.nodes {
 		counts[i] = new(atomic.Int32)
@@ -227,7 +229,7 @@ func TestRedlockWatchRelease(t *testing.T) {
 	c := startClusterWith(t, 5, ctxClient)
 	ctx := context.Background()
 
-	plain := make([]dlm.Node, len(c.nodes))
+	plain := make([]driver.Node, len(c.nodes))
 	for i, n := range c.nodes {
 		plain[i] = lifecyclePlainNode{n}
 	}
@@ -335,7 +337,7 @@ func TestRedlockExtendManyDeafNodes(t *testing.T) {
 	healthy := c.redlock(t, strategy.WithTimeout(time.Second))
 	_, err := healthy.Acquire(ctx, "deaf", "mine", time.Minute)
 	require.NoError(t, err)
-	nodes := append([]dlm.Node(nil), c.nodes...)
+	nodes := append([]driver.Node(nil), c.nodes...)
 	for i := range 3 {
 		nodes[i] = deafNode{Node: c.nodes[i], delay: 2 * time.Second}
 	}
@@ -353,11 +355,11 @@ func TestRedlockExtendManyDeafNodes(t *testing.T) {
 
 // slowPipeliner delays its batches, honouring the context.
 type slowPipeliner struct {
-	dlm.Node
+	driver.Node
 	delay time.Duration
 }
 
-func (n slowPipeliner) Run(ctx context.Context, calls []dlm.Call) {
+func (n slowPipeliner) Run(ctx context.Context, calls []driver.Call) {
 	select {
 	case <-time.After(n.delay):
 	case <-ctx.Done():
@@ -378,7 +380,7 @@ func TestRedlockExtendManySlowNodeKeepsLock(t *testing.T) {
 	ctx := context.Background()
 	_, err := c.redlock(t, strategy.WithTimeout(time.Second)).Acquire(ctx, "s", "mine", time.Second)
 	require.NoError(t, err)
-	nodes := append([]dlm.Node(nil), c.nodes...)
+	nodes := append([]driver.Node(nil), c.nodes...)
 	nodes[4] = slowPipeliner{Node: c.nodes[4], delay: 300 * time.Millisecond}
 	r, err := strategy.NewRedlock(nodes, strategy.WithTimeout(2*time.Second))
 	require.NoError(t, err)

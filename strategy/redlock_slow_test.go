@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -40,7 +42,7 @@ func slowMajority(t *testing.T) []string {
 // each through a go-redis client of its own with default options.
 func slowManager(t *testing.T, addrs []string) *dlm.Manager {
 	t.Helper()
-	var nodes []dlm.Node
+	var nodes []driver.Node
 	for _, a := range addrs {
 		c := redis.NewClient(&redis.Options{Addr: a})
 		t.Cleanup(func() { _ = c.Close() })

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -24,21 +26,21 @@ func TestRedlockBadInput(t *testing.T) {
 	sameAddr := goredis.New(slowSocketClient(t, c.servers[0].Addr)) // another client, same server
 	for _, tc := range []struct {
 		name  string
-		nodes []dlm.Node
+		nodes []driver.Node
 		opts  []strategy.Option
 		want  string
 	}{
 		{"no nodes", nil, nil, "no nodes"},
-		{"empty nodes", []dlm.Node{}, nil, "no nodes"},
-		{"nil node", []dlm.Node{a, nil}, nil, "nodes[1] is nil"},
-		{"typed nil node", []dlm.Node{(*goredis.Node)(nil), a}, nil, "nodes[0] is nil"},
-		{"same node twice", []dlm.Node{a, b, a}, nil, "nodes[0] and nodes[2] are the same node"},
-		{"same server twice", []dlm.Node{a, sameAddr}, nil, "nodes[0] and nodes[1] are both " + c.servers[0].Addr},
-		{"uncomparable node twice", []dlm.Node{sliceNode{Node: a, tags: []string{"x"}}, sliceNode{Node: a, tags: []string{"x"}}}, nil, "nodes[0] and nodes[1] are both x"},
-		{"zero per-node timeout", []dlm.Node{a}, []strategy.Option{strategy.WithTimeout(0)}, "per-node timeout"},
-		{"negative timeout", []dlm.Node{a}, []strategy.Option{strategy.WithTimeout(-time.Second)}, "WithTimeout"},
-		{"nil option", []dlm.Node{a}, []strategy.Option{nil}, "nil Option"},
-		{"drift factor", []dlm.Node{a}, []strategy.Option{strategy.WithDriftFactor(0.5)}, "WithDriftFactor"},
+		{"empty nodes", []driver.Node{}, nil, "no nodes"},
+		{"nil node", []driver.Node{a, nil}, nil, "nodes[1] is nil"},
+		{"typed nil node", []driver.Node{(*goredis.Node)(nil), a}, nil, "nodes[0] is nil"},
+		{"same node twice", []driver.Node{a, b, a}, nil, "nodes[0] and nodes[2] are the same node"},
+		{"same server twice", []driver.Node{a, sameAddr}, nil, "nodes[0] and nodes[1] are both " + c.servers[0].Addr},
+		{"uncomparable node twice", []driver.Node{sliceNode{Node: a, tags: []string{"x"}}, sliceNode{Node: a, tags: []string{"x"}}}, nil, "nodes[0] and nodes[1] are both x"},
+		{"zero per-node timeout", []driver.Node{a}, []strategy.Option{strategy.WithTimeout(0)}, "per-node timeout"},
+		{"negative timeout", []driver.Node{a}, []strategy.Option{strategy.WithTimeout(-time.Second)}, "WithTimeout"},
+		{"nil option", []driver.Node{a}, []strategy.Option{nil}, "nil Option"},
+		{"drift factor", []driver.Node{a}, []strategy.Option{strategy.WithDriftFactor(0.5)}, "WithDriftFactor"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r, err := strategy.NewRedlock(tc.nodes, tc.opts...)
@@ -48,7 +50,7 @@ func TestRedlockBadInput(t *testing.T) {
 		})
 	}
 	// sliceNode values are not comparable: distinct names make them fine.
-	_, err := strategy.NewRedlock([]dlm.Node{sliceNode{Node: a, tags: []string{"x"}}, sliceNode{Node: a, tags: []string{"y"}}})
+	_, err := strategy.NewRedlock([]driver.Node{sliceNode{Node: a, tags: []string{"x"}}, sliceNode{Node: a, tags: []string{"y"}}})
 	assert.NoError(t, err)
 
 	r := c.redlock(t)
@@ -193,7 +195,7 @@ func TestRedlockTwoFrozen(t *testing.T) {
 func TestRedlockThreeFrozen(t *testing.T) {
 	c := startCluster(t, 5)
 	var inflight atomic.Int32
-	nodes := make([]dlm.Node, len(c.nodes))
+	nodes := make([]driver.Node, len(c.nodes))
 	for i, n := range c.nodes {
 		nodes[i] = countingNode{Node: n, inflight: &inflight}
 	}
@@ -263,7 +265,7 @@ func TestRedlockThreeFrozen(t *testing.T) {
 // release, and so does a grant that arrives after the acquisition failed.
 func TestRedlockLostRepliesAreReleased(t *testing.T) {
 	c := startCluster(t, 5)
-	nodes := append([]dlm.Node(nil), c.nodes...)
+	nodes := append([]driver.Node(nil), c.nodes...)
 	for _, i := range []int{0, 1, 2} {
 		nodes[i] = lossyNode{Node: c.nodes[i]}
 	}
@@ -301,7 +303,7 @@ func TestRedlockLateGrantsAreReleased(t *testing.T) {
 	c := startCluster(t, 5)
 	ctx := context.Background()
 	const delay = 300 * time.Millisecond
-	nodes := append([]dlm.Node(nil), c.nodes[:3]...)
+	nodes := append([]driver.Node(nil), c.nodes[:3]...)
 	for _, s := range c.servers[3:] {
 		p := redistest.StartProxy(t, s.Addr)
 		p.SetDelay(delay)
@@ -337,7 +339,7 @@ func TestRedlockSlowNodeShortensValidity(t *testing.T) {
 	const delay = 60 * time.Millisecond
 	p := redistest.StartProxy(t, c.servers[2].Addr)
 	p.SetDelay(delay)
-	nodes := append([]dlm.Node(nil), c.nodes...)
+	nodes := append([]driver.Node(nil), c.nodes...)
 	nodes[2] = goredis.New(slowSocketClient(t, p.Addr))
 	r, err := strategy.NewRedlock(nodes, strategy.WithTimeout(2*time.Second))
 	require.NoError(t, err)
@@ -509,7 +511,7 @@ func TestRedlockManagerMutualExclusion(t *testing.T) {
 // A client built with go-redis' defaults works too.
 func TestRedlockDefaultClients(t *testing.T) {
 	servers := redistest.StartN(t, 3)
-	var nodes []dlm.Node
+	var nodes []driver.Node
 	for _, s := range servers {
 		c := redis.NewClient(&redis.Options{Addr: s.Addr})
 		t.Cleanup(func() { _ = c.Close() })
@@ -526,7 +528,7 @@ func TestRedlockDefaultClients(t *testing.T) {
 // The per-node timeout holds even over a Node that ignores its deadline.
 func TestRedlockNodeIgnoringDeadline(t *testing.T) {
 	c := startCluster(t, 5)
-	nodes := append([]dlm.Node(nil), c.nodes...)
+	nodes := append([]driver.Node(nil), c.nodes...)
 	for _, i := range []int{0, 1, 2} {
 		nodes[i] = deafNode{Node: c.nodes[i], delay: 3 * time.Second}
 	}
@@ -558,14 +560,14 @@ func TestRedlockNodeIgnoringDeadline(t *testing.T) {
 func TestRedlockPermanentNeedsTooFewNodes(t *testing.T) {
 	open := redistest.StartN(t, 2)
 	secret := redistest.StartN(t, 2, "--requirepass", "pw")
-	node := func(s *redistest.Server) dlm.Node { return goredis.New(ctxClient(t, s.Addr)) }
+	node := func(s *redistest.Server) driver.Node { return goredis.New(ctxClient(t, s.Addr)) }
 	for _, tc := range []struct {
 		name      string
-		nodes     []dlm.Node
+		nodes     []driver.Node
 		permanent bool
 	}{
-		{"one of three refuses", []dlm.Node{node(open[0]), node(open[1]), node(secret[0])}, false},
-		{"two of three refuse", []dlm.Node{node(open[0]), node(secret[0]), node(secret[1])}, true},
+		{"one of three refuses", []driver.Node{node(open[0]), node(open[1]), node(secret[0])}, false},
+		{"two of three refuse", []driver.Node{node(open[0]), node(secret[0]), node(secret[1])}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r, err := strategy.NewRedlock(tc.nodes)

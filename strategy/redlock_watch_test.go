@@ -7,6 +7,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -24,7 +26,7 @@ import (
 func TestRedlockWakeAfterStaggeredRelease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var servers []*dlmtest.Server
-		var holderNodes, waiterNodes []dlm.Node
+		var holderNodes, waiterNodes []driver.Node
 		for range 5 {
 			srv := dlmtest.NewServer()
 			servers = append(servers, srv)
@@ -37,7 +39,7 @@ func TestRedlockWakeAfterStaggeredRelease(t *testing.T) {
 				srv.Close()
 			}
 		}()
-		newManager := func(nodes []dlm.Node) *dlm.Manager {
+		newManager := func(nodes []driver.Node) *dlm.Manager {
 			r, err := strategy.NewRedlock(nodes, strategy.WithTimeout(time.Second))
 			require.NoError(t, err)
 			m, err := dlm.New(r, dlm.WithTTL(time.Hour), dlm.WithRetryDelay(time.Minute, time.Minute))
@@ -83,7 +85,7 @@ func TestRedlockWakeAfterStaggeredRelease(t *testing.T) {
 func TestRedlockWatchCoalesces(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var servers []*dlmtest.Server
-		var nodes []dlm.Node
+		var nodes []driver.Node
 		for range 5 {
 			srv := dlmtest.NewServer()
 			servers = append(servers, srv)

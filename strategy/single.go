@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/dlmgo/dlm"
 )
 
@@ -19,7 +21,7 @@ var _ dlm.Handoff = (*Single)(nil)
 
 // NewSingle returns the single-instance strategy over node.
 // Options: WithDriftFactor, WithTimeout, WithMaxTTL, WithCoalescing.
-func NewSingle(node dlm.Node, opts ...Option) (*Single, error) {
+func NewSingle(node driver.Node, opts ...Option) (*Single, error) {
 	e, err := newEndpoint("NewSingle", node, defaultConfig(), opts)
 	if err != nil {
 		return nil, err
@@ -73,7 +75,7 @@ func (s *Single) WatchRelease(ctx context.Context, key string, notify func()) (f
 // unless WithCoalescing(false)): the one deployment that primitives needing
 // one order of events, such as package fairlock's arrival queue, keep their
 // state on.
-func (s *Single) Node() dlm.Node { return s.node }
+func (s *Single) Node() driver.Node { return s.node }
 
 // The single-instance algorithm follows. It is on endpoint, not Single,
 // because a Failover that waits for nothing after a write runs it too.
@@ -118,7 +120,7 @@ func (e *endpoint) extend(ctx context.Context, key, token string, ttl time.Durat
 // Every lease counts from before the batch was sent.
 func (e *endpoint) extendBatch(ctx context.Context, locks []dlm.HeldKey, ttl time.Duration) []dlm.ExtendResult {
 	out := make([]dlm.ExtendResult, len(locks))
-	calls := make([]dlm.Call, 0, len(locks))
+	calls := make([]driver.Call, 0, len(locks))
 	idx := make([]int, 0, len(locks))
 	for i, l := range locks {
 		if err := e.cfg.checkCall(l.Key, l.Token, ttl, true); err != nil {
@@ -126,7 +128,7 @@ func (e *endpoint) extendBatch(ctx context.Context, locks []dlm.HeldKey, ttl tim
 			continue
 		}
 		keys, args := heldCall(l.Key, l.Token, ttl)
-		calls = append(calls, dlm.Call{Keys: keys, Args: args})
+		calls = append(calls, driver.Call{Keys: keys, Args: args})
 		idx = append(idx, i)
 	}
 	if len(calls) == 0 {

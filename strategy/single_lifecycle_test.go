@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -19,7 +21,7 @@ import (
 // lifecyclePlainNode hides every optional ability of a Node.
 // lifecyclePlainNode is a node that cannot watch; its other methods are
 // the wrapped node's.
-type lifecyclePlainNode struct{ dlm.Node }
+type lifecyclePlainNode struct{ driver.Node }
 
 func (lifecyclePlainNode) Watch(context.Context, string, func(string)) (func(), error) {
 	return nil, errors.ErrUnsupported
@@ -29,7 +31,7 @@ func TestSingleExtendMany(t *testing.T) {
 	c := redistest.Start(t).Client(t)
 	for _, tc := range []struct {
 		name string
-		node dlm.Node
+		node driver.Node
 	}{{"pipelined", goredis.New(c)}, {"wrapped", lifecyclePlainNode{goredis.New(c)}}} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, err := strategy.NewSingle(tc.node)

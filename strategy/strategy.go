@@ -32,6 +32,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/internal/coalesce"
 	"github.com/dlmgo/dlm/nodekit"
@@ -123,7 +125,7 @@ func wrapReplicas(s *nodekit.Script) *nodekit.Script {
 
 // coalesced returns node with its calls coalesced, unless
 // WithCoalescing(false) was given.
-func (c *config) coalesced(node dlm.Node) dlm.Node {
+func (c *config) coalesced(node driver.Node) driver.Node {
 	if q := c.coalescing(node); q != nil {
 		return q
 	}
@@ -132,7 +134,7 @@ func (c *config) coalesced(node dlm.Node) dlm.Node {
 
 // coalescing returns the coalescing layer over node, or nil when
 // WithCoalescing(false) was given.
-func (c *config) coalescing(node dlm.Node) *coalesce.Node {
+func (c *config) coalescing(node driver.Node) *coalesce.Node {
 	if c.alone {
 		return nil
 	}
@@ -140,7 +142,7 @@ func (c *config) coalescing(node dlm.Node) *coalesce.Node {
 }
 
 // isNil reports whether n is nil or a nil pointer in an interface.
-func isNil(n dlm.Node) bool {
+func isNil(n driver.Node) bool {
 	if n == nil {
 		return true
 	}
@@ -342,7 +344,7 @@ func heldCall(key, token string, ttl time.Duration) (keys, args []string) {
 // by token over node: the script for how node's client reaches its
 // server, when it says, so that it publishes where its waiters listen
 // without asking the server (release.lua).
-func releaseCall(key, token string, node dlm.Node) (s *nodekit.Script, keys, args []string) {
+func releaseCall(key, token string, node driver.Node) (s *nodekit.Script, keys, args []string) {
 	keys, args = lockCall(key, token, 0, 1)
 	return releaseScript(publishArg(nodekit.RoutingOf(node))), keys, args
 }

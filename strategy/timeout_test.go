@@ -5,10 +5,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/strategy"
 )
 
@@ -17,7 +18,7 @@ import (
 // records the context of the last Run.
 type ctxNode struct{ last context.Context }
 
-func (n *ctxNode) Run(ctx context.Context, calls []dlm.Call) {
+func (n *ctxNode) Run(ctx context.Context, calls []driver.Call) {
 	n.last = ctx
 	for i := range calls {
 		calls[i].Reply, calls[i].Err = []int64{1, 1}, nil
@@ -27,9 +28,9 @@ func (n *ctxNode) Run(ctx context.Context, calls []dlm.Call) {
 	}
 }
 
-func (n *ctxNode) RunWait(ctx context.Context, calls []dlm.Call, _ dlm.Wait) (dlm.Acks, error) {
+func (n *ctxNode) RunWait(ctx context.Context, calls []driver.Call, _ driver.Wait) (driver.Acks, error) {
 	n.Run(ctx, calls)
-	return dlm.Acks{}, nil
+	return driver.Acks{}, nil
 }
 
 func (n *ctxNode) Watch(context.Context, string, func(string)) (func(), error) {

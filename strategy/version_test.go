@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -38,7 +40,7 @@ func TestBefore60Refused(t *testing.T) {
 		{"single without coalescing", func() (dlm.Strategy, error) {
 			return strategy.NewSingle(goredis.New(c), strategy.WithCoalescing(false))
 		}},
-		{"redlock", func() (dlm.Strategy, error) { return strategy.NewRedlock([]dlm.Node{goredis.New(c)}) }},
+		{"redlock", func() (dlm.Strategy, error) { return strategy.NewRedlock([]driver.Node{goredis.New(c)}) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, err := tc.make()
@@ -61,7 +63,7 @@ func TestBefore60Refused(t *testing.T) {
 				assert.True(t, dlm.Permanent(err), "%v", err)
 				assert.Contains(t, err.Error(), "dlm needs Redis 6.0 or later (SET KEEPTTL)")
 				assert.NotContains(t, err.Error(), "Error running script", "the server's wrapping is read away")
-				var re *dlm.ReplyError
+				var re *driver.ReplyError
 				if assert.True(t, errors.As(err, &re), "%v", err) {
 					assert.Equal(t, "ERR", re.Code)
 				}

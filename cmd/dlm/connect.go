@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlmgo/dlm"
@@ -155,7 +157,7 @@ func attemptBound(cfg config.Config) time.Duration {
 // clusterHint returns advice for an error that shows a Cluster node given
 // as a single server or a Redlock master (a MOVED or ASK reply), else "".
 func clusterHint(cfg config.Config, err error) string {
-	var re *dlm.ReplyError
+	var re *driver.ReplyError
 	if cfg.Cluster || !errors.As(err, &re) || re.Code != "MOVED" && re.Code != "ASK" {
 		return ""
 	}
@@ -164,14 +166,14 @@ func clusterHint(cfg config.Config, err error) string {
 
 // dbOutOfRange reports whether err holds the server's refusal of the
 // configured database number (SELECT): "ERR DB index is out of range",
-// from a driver (a *dlm.ReplyError) or from the go-redis clients of doctor
+// from a driver (a *driver.ReplyError) or from the go-redis clients of doctor
 // and the operator commands.
 func dbOutOfRange(err error) bool {
 	var ge redis.Error
 	if errors.As(err, &ge) {
 		err = nodekit.Reply(ge.Error(), err)
 	}
-	var re *dlm.ReplyError
+	var re *driver.ReplyError
 	return errors.As(err, &re) && re.Code == "ERR" && strings.HasPrefix(re.Message, "DB index is out of range")
 }
 

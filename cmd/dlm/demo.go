@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/alicebob/miniredis/v2"
 
 	"github.com/dlmgo/dlm"
@@ -346,7 +348,7 @@ func retryDelays(strategy string) (min, max time.Duration) {
 
 // warmDial is goredis.Dial that also opens a connection, best effort, so
 // that the clock starts with connected clients.
-func warmDial(ctx context.Context, ep config.Endpoint) (dlm.Node, io.Closer, error) {
+func warmDial(ctx context.Context, ep config.Endpoint) (driver.Node, io.Closer, error) {
 	n, c, err := goredis.Dial(ctx, ep)
 	if node, ok := n.(*goredis.Node); ok && err == nil {
 		pctx, cancel := context.WithTimeout(ctx, time.Second)

@@ -17,6 +17,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlmgo/dlm"
@@ -85,7 +87,7 @@ func openOperator(ctx context.Context, tf targetFlags) (*operator, error) {
 		return nil, fmt.Errorf("--driver %s: the operator commands work over goredis only", *tf.driver)
 	}
 	op := &operator{cfg: cfg}
-	s, closer, err := cfg.OpenStrategy(ctx, func(ctx context.Context, ep config.Endpoint) (dlm.Node, io.Closer, error) {
+	s, closer, err := cfg.OpenStrategy(ctx, func(ctx context.Context, ep config.Endpoint) (driver.Node, io.Closer, error) {
 		n, c, err := goredis.Dial(ctx, ep)
 		if err == nil {
 			op.clients = append(op.clients, c)

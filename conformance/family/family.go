@@ -5,8 +5,8 @@
 // third-party driver's tests import, does not compile the family.
 //
 //	func TestFamily(t *testing.T) {
-//		family.Run(t, func(t *testing.T) []dlm.Node { return []dlm.Node{node} },
-//			func(nodes []dlm.Node) (dlm.Strategy, error) { return strategy.NewSingle(nodes[0]) })
+//		family.Run(t, func(t *testing.T) []driver.Node { return []driver.Node{node} },
+//			func(nodes []driver.Node) (dlm.Strategy, error) { return strategy.NewSingle(nodes[0]) })
 //	}
 package family
 
@@ -17,6 +17,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/dlmgo/dlm/driver"
 
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/conformance/internal/suite"
@@ -42,7 +44,7 @@ import (
 //   - FamilyLapsedHolder: a multi-key holder and a writer that stop keep
 //     their keys until their leases end; waiters get in after the stopped
 //     holders' Contexts ended, not before.
-func Run(t *testing.T, nodes func(t *testing.T) []dlm.Node, newStrategy func(nodes []dlm.Node) (dlm.Strategy, error)) {
+func Run(t *testing.T, nodes func(t *testing.T) []driver.Node, newStrategy func(nodes []driver.Node) (dlm.Strategy, error)) {
 	t.Helper()
 	if nodes == nil || newStrategy == nil {
 		t.Fatal("family.Run: nil nodes or newStrategy")

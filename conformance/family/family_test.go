@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlmgo/dlm"
@@ -38,7 +40,7 @@ func TestFamily(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = c.Close() })
 	node := goredis.New(c)
-	family.Run(t, func(*testing.T) []dlm.Node { return []dlm.Node{node} }, func(nodes []dlm.Node) (dlm.Strategy, error) {
+	family.Run(t, func(*testing.T) []driver.Node { return []driver.Node{node} }, func(nodes []driver.Node) (dlm.Strategy, error) {
 		s, err := strategy.NewSingle(nodes[0])
 		if os.Getenv(brokenEnv) != "" {
 			return sharing{s}, err

@@ -3,7 +3,7 @@
 // their own and never touch a shared one:
 //
 //	func TestConformance(t *testing.T) {
-//		harness.Run(t, func(t *testing.T, addr string) dlm.Node {
+//		harness.Run(t, func(t *testing.T, addr string) driver.Node {
 //			return mydriver.New(addr) // a new client, closed with t.Cleanup
 //		})
 //	}
@@ -58,7 +58,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/dlmgo/dlm/conformance"
 	"github.com/dlmgo/dlm/conformance/internal/transport"
 	"github.com/dlmgo/dlm/internal/redistest"
@@ -79,9 +80,9 @@ type Option func(*config)
 
 type config struct {
 	first, last int // ports to use; 0: any free port
-	dial        func(t *testing.T, addr string) (dlm.Node, error)
-	sentinel    func(t *testing.T, addrs []string, master string) (dlm.Node, error)
-	tls         func(t *testing.T, addr string, cfg *tls.Config) (dlm.Node, error)
+	dial        func(t *testing.T, addr string) (driver.Node, error)
+	sentinel    func(t *testing.T, addrs []string, master string) (driver.Node, error)
+	tls         func(t *testing.T, addr string, cfg *tls.Config) (driver.Node, error)
 	bin         string   // the server program; "": redis-server on PATH
 	env         []string // added to its environment
 }
@@ -138,10 +139,10 @@ func (c config) ports() []int {
 // shared by all rules, once per rule, and for other servers the suite
 // starts (which refuse scripts, for the PermanentErrors rule), and should
 // close its client with t.Cleanup.
-func Run(t *testing.T, dial func(t *testing.T, addr string) dlm.Node, opts ...Option) {
+func Run(t *testing.T, dial func(t *testing.T, addr string) driver.Node, opts ...Option) {
 	t.Helper()
 	tr := own(t, dial, newConfig(t, opts))
-	conformance.RunNode(t, func(t *testing.T) dlm.Node { return dial(t, tr.Addr) })
+	conformance.RunNode(t, func(t *testing.T) driver.Node { return dial(t, tr.Addr) })
 }
 
 // Own starts a server and a fault point in front of it for the rules of
@@ -152,22 +153,22 @@ func Run(t *testing.T, dial func(t *testing.T, addr string) dlm.Node, opts ...Op
 // its own nodes (of a Cluster, a Sentinel deployment, a server of the
 // caller's):
 //
-//	harness.Own(t, func(t *testing.T, addr string) dlm.Node { return mydriver.New(addr) })
-//	conformance.RunNode(t, func(t *testing.T) dlm.Node { return mydriver.NewCluster(addrs) })
-func Own(t *testing.T, dial func(t *testing.T, addr string) dlm.Node, opts ...Option) {
+//	harness.Own(t, func(t *testing.T, addr string) driver.Node { return mydriver.New(addr) })
+//	conformance.RunNode(t, func(t *testing.T) driver.Node { return mydriver.NewCluster(addrs) })
+func Own(t *testing.T, dial func(t *testing.T, addr string) driver.Node, opts ...Option) {
 	t.Helper()
 	tr := own(t, dial, newConfig(t, opts))
-	tr.NewNode = func(t *testing.T) dlm.Node { return dial(t, tr.Addr) }
+	tr.NewNode = func(t *testing.T) driver.Node { return dial(t, tr.Addr) }
 }
 
-func own(t *testing.T, dial func(t *testing.T, addr string) dlm.Node, cfg config) *transport.Transport {
+func own(t *testing.T, dial func(t *testing.T, addr string) driver.Node, cfg config) *transport.Transport {
 	t.Helper()
 	srv := startServer(t, cfg)
 	tr := newFaultPoint(t, srv, cfg)
 	tr.Dial, tr.DialSentinel, tr.DialTLS = cfg.dial, cfg.sentinel, cfg.tls
 	tr.TLSServer = startTLSServer
 	if tr.Dial == nil {
-		tr.Dial = func(t *testing.T, addr string) (dlm.Node, error) { return dial(t, addr), nil }
+		tr.Dial = func(t *testing.T, addr string) (driver.Node, error) { return dial(t, addr), nil }
 	}
 	tr.Refusers = func(t testing.TB) (*transport.Refusers, error) { return startRefusers(t, srv, cfg) }
 	tr.FreezeReplica = startReplica(t, srv, cfg)
@@ -180,7 +181,7 @@ func own(t *testing.T, dial func(t *testing.T, addr string) dlm.Node, cfg config
 // connects when it is made (rueidis): the PermanentErrors rule then uses it
 // instead of Run's dial on the servers it starts, and takes a dial's error
 // for the error of every call. It should close its client with t.Cleanup.
-func WithDial(dial func(t *testing.T, addr string) (dlm.Node, error)) Option {
+func WithDial(dial func(t *testing.T, addr string) (driver.Node, error)) Option {
 	return func(c *config) { c.dial = dial }
 }
 
@@ -192,7 +193,7 @@ func WithDial(dial func(t *testing.T, addr string) (dlm.Node, error)) Option {
 // sign the server's certificate fails (dial or first call) with an error
 // dlm.Permanent reports true, and that one trusting the right CA works.
 // Without it the TLS rule skips, saying so.
-func WithTLS(dial func(t *testing.T, addr string, cfg *tls.Config) (dlm.Node, error)) Option {
+func WithTLS(dial func(t *testing.T, addr string, cfg *tls.Config) (driver.Node, error)) Option {
 	return func(c *config) { c.tls = dial }
 }
 
@@ -215,9 +216,9 @@ func startTLSServer(t testing.TB) (addr string, right, wrong *tls.Config) {
 // master, or the error that its dial met (it should close its client with
 // t.Cleanup). Run then checks, in the PermanentErrors rule, that a master
 // name no Sentinel knows fails at once with an error that names it and
-// matches dlm.ErrUnknownMaster (in the dial or in the node's first call),
+// matches driver.ErrUnknownMaster (in the dial or in the node's first call),
 // and that a known one leads to the suite's server.
-func WithSentinel(dial func(t *testing.T, addrs []string, master string) (dlm.Node, error)) Option {
+func WithSentinel(dial func(t *testing.T, addrs []string, master string) (driver.Node, error)) Option {
 	return func(c *config) { c.sentinel = dial }
 }
 

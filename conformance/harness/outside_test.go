@@ -61,7 +61,7 @@ import (
 )
 
 func TestConformance(t *testing.T) {
-	harness.Run(t, func(t *testing.T, addr string) dlm.Node {
+	harness.Run(t, func(t *testing.T, addr string) driver.Node {
 		n := respnode.NewRESPNode(addr)
 		t.Cleanup(n.Close)
 		return n

@@ -7,9 +7,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/redis/go-redis/v9"
 
-	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/conformance"
 	"github.com/dlmgo/dlm/conformance/harness"
 	"github.com/dlmgo/dlm/driver/goredis"
@@ -18,7 +19,7 @@ import (
 
 const ownEnv = "DLM_HARNESS_OWN_SUBPROCESS"
 
-func goredisNode(t *testing.T, addr string) dlm.Node {
+func goredisNode(t *testing.T, addr string) driver.Node {
 	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = c.Close() })
 	return goredis.New(c)
@@ -32,7 +33,7 @@ func TestOwnSubprocess(t *testing.T) {
 	}
 	harness.Own(t, goredisNode)
 	other := harness.StartServer(t) // stands for a deployment of the caller's, without a fault proxy
-	conformance.RunNode(t, func(t *testing.T) dlm.Node { return goredisNode(t, other) })
+	conformance.RunNode(t, func(t *testing.T) driver.Node { return goredisNode(t, other) })
 }
 
 // The rules that need the suite to own the server run from RunNode's entry
@@ -68,7 +69,7 @@ func TestTwoServersSubprocess(t *testing.T) {
 	}
 	first, second := harness.StartServer(t), harness.StartServer(t)
 	calls := 0
-	conformance.RunNode(t, func(t *testing.T) dlm.Node {
+	conformance.RunNode(t, func(t *testing.T) driver.Node {
 		calls++
 		if calls == 1 {
 			return goredisNode(t, first)

@@ -7,9 +7,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/dlmgo/dlm/driver"
 
-	"github.com/dlmgo/dlm"
+	"github.com/redis/go-redis/v9"
 )
 
 // TestNewCmdArgs: the arguments of a script command are the call's, as
@@ -19,7 +19,7 @@ import (
 // afterwards.
 func TestNewCmdArgs(t *testing.T) {
 	b := new(argBuf)
-	b.grow([]dlm.Call{{Keys: []string{"k"}}})
+	b.grow([]driver.Call{{Keys: []string{"k"}}})
 	var cmds []*redis.Cmd
 	var wants [][]any
 	for _, n := range []int{1, 7, 12, 300} {
@@ -27,7 +27,7 @@ func TestNewCmdArgs(t *testing.T) {
 		for i := range n {
 			keys = append(keys, fmt.Sprintf("key%d", i))
 		}
-		for _, c := range []dlm.Call{{SHA1: "0123abcd", Keys: keys, Args: args}, {Source: "return {1}", Keys: keys, Args: args}} {
+		for _, c := range []driver.Call{{SHA1: "0123abcd", Keys: keys, Args: args}, {Source: "return {1}", Keys: keys, Args: args}} {
 			cmd := b.newCmd(context.Background(), &c)
 			want := []any{"evalsha", c.SHA1, len(keys)}
 			if c.Source != "" {

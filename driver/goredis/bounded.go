@@ -13,9 +13,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/redis/go-redis/v9"
 
-	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/nodekit"
 )
 
@@ -23,7 +24,7 @@ import (
 // (see the package documentation). On the goroutine path the commands work
 // on a private copy of calls, copied back only when they finish in time, so
 // an abandoned goroutine never writes into calls.
-func (n *Node) bounded(ctx context.Context, calls []dlm.Call, w *dlm.Wait) (_ dlm.Acks, err error) {
+func (n *Node) bounded(ctx context.Context, calls []driver.Call, w *driver.Wait) (_ driver.Acks, err error) {
 	if cc, ok := n.c.(*redis.ClusterClient); ok {
 		defer func() { followTopology(cc, calls, err) }()
 	}
@@ -37,7 +38,7 @@ func (n *Node) bounded(ctx context.Context, calls []dlm.Call, w *dlm.Wait) (_ dl
 	}
 	if err != nil {
 		nodekit.Fail(calls, err)
-		return dlm.Acks{}, err
+		return driver.Acks{}, err
 	}
 	if _, ok := ctx.Deadline(); ctx.Done() == nil || ok && n.ctxOnWire {
 		b := argBufs.Get().(*argBuf)
@@ -66,7 +67,7 @@ func (n *Node) bounded(ctx context.Context, calls []dlm.Call, w *dlm.Wait) (_ dl
 		copy(calls, f.own[:f.done])
 		nodekit.Fail(calls[f.done:], ctx.Err())
 		f.mu.Unlock()
-		return dlm.Acks{}, ctx.Err()
+		return driver.Acks{}, ctx.Err()
 	}
 }
 
@@ -78,11 +79,11 @@ func (n *Node) bounded(ctx context.Context, calls []dlm.Call, w *dlm.Wait) (_ dl
 type flight struct {
 	n    *Node
 	ctx  context.Context
-	w    *dlm.Wait
+	w    *driver.Wait
 	wcmd []string
-	own  []dlm.Call
+	own  []driver.Call
 	buf  argBuf
-	acks dlm.Acks
+	acks driver.Acks
 	err  error
 	end  chan struct{} // buffered: the goroutine never waits on it
 
@@ -126,7 +127,7 @@ func (f *flight) reset() {
 		f.own = nil
 	}
 	f.buf.reset()
-	f.n, f.ctx, f.w, f.wcmd, f.acks, f.err, f.done, f.abandoned = nil, nil, nil, nil, dlm.Acks{}, nil, 0, false
+	f.n, f.ctx, f.w, f.wcmd, f.acks, f.err, f.done, f.abandoned = nil, nil, nil, nil, driver.Acks{}, nil, 0, false
 }
 
 // chunk is how many calls of a batch one pipeline sends when the batch

@@ -4,9 +4,10 @@ import (
 	"context"
 	"io"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/redis/go-redis/v9"
 
-	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/nodekit"
 )
 
@@ -17,7 +18,7 @@ import (
 // per attempt (the strategies and the Manager retry), and the context's
 // deadline bounds the socket. A Cluster client follows MOVED replies and,
 // through the Node, reloads the slot map when a master stops answering.
-func Dial(_ context.Context, ep nodekit.Endpoint) (dlm.Node, io.Closer, error) {
+func Dial(_ context.Context, ep nodekit.Endpoint) (driver.Node, io.Closer, error) {
 	if ep.Cluster != nil {
 		c := redis.NewClusterClient(&redis.ClusterOptions{
 			Addrs: ep.Cluster, Username: ep.Username, Password: ep.Password, Dialer: dialer(ep),

@@ -1,5 +1,5 @@
 // Package goredis adapts a go-redis v9 client (github.com/redis/go-redis/v9)
-// to dlm.Node.
+// to driver.Node.
 //
 // Any redis.UniversalClient works: *redis.Client, *redis.ClusterClient, and
 // the *redis.Client returned by redis.NewFailoverClient (Sentinel). RunWait
@@ -23,7 +23,7 @@
 // below it.
 package goredis
 
-// The Node and its dlm.Node methods. Their work is in files by job:
+// The Node and its driver.Node methods. Their work is in files by job:
 // bounded.go (calls within their context), pipeline.go (commands and
 // pipelines), replies.go, routing.go (one server or a Cluster's masters),
 // watch.go and shardwatch.go (Watch's connections), dial.go and tls.go
@@ -35,14 +35,15 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/redis/go-redis/v9"
 
-	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/internal/runner"
 	"github.com/dlmgo/dlm/nodekit"
 )
 
-// Node is a dlm.Node over a go-redis client. It does not close the client.
+// Node is a driver.Node over a go-redis client. It does not close the client.
 type Node struct {
 	c         redis.UniversalClient
 	ctxOnWire bool // the client applies context deadlines to its sockets
@@ -55,7 +56,7 @@ type Node struct {
 	slots map[int]*nodekit.Hub // on a Cluster: Watch's shard connection per hash slot
 }
 
-var _ dlm.Node = (*Node)(nil)
+var _ driver.Node = (*Node)(nil)
 
 // New returns a Node over c, or nil when c is nil (which strategies reject).
 func New(c redis.UniversalClient) *Node {
@@ -86,9 +87,9 @@ func (n *Node) String() string { return n.name }
 // Client returns the wrapped client.
 func (n *Node) Client() redis.UniversalClient { return n.c }
 
-// Run implements dlm.Node: one call is one EVALSHA or EVAL, several are one
+// Run implements driver.Node: one call is one EVALSHA or EVAL, several are one
 // go-redis pipeline (on a Cluster, one per master).
-func (n *Node) Run(ctx context.Context, calls []dlm.Call) {
+func (n *Node) Run(ctx context.Context, calls []driver.Call) {
 	if cc, ok := n.c.(*redis.ClusterClient); ok && len(calls) > 1 && n.byMaster(ctx, cc, calls) {
 		return
 	}
@@ -97,13 +98,13 @@ func (n *Node) Run(ctx context.Context, calls []dlm.Call) {
 	}
 }
 
-// RunWait implements dlm.Node: the calls and the wait are one pipeline on
+// RunWait implements driver.Node: the calls and the wait are one pipeline on
 // one connection (see the package documentation for the client kinds).
-func (n *Node) RunWait(ctx context.Context, calls []dlm.Call, w dlm.Wait) (dlm.Acks, error) {
+func (n *Node) RunWait(ctx context.Context, calls []driver.Call, w driver.Wait) (driver.Acks, error) {
 	return n.bounded(ctx, calls, &w)
 }
 
-// Watch implements dlm.Node. All channels of a Node share one dedicated
+// Watch implements driver.Node. All channels of a Node share one dedicated
 // pub/sub connection (see nodekit.Hub). go-redis re-establishes a broken
 // connection and its subscriptions; messages published in between are lost.
 func (n *Node) Watch(ctx context.Context, channel string, notify func(payload string)) (func(), error) {

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -18,7 +20,7 @@ import (
 
 // lockCycle takes, extends and releases a lock through n, twice, and checks
 // the fence advanced.
-func lockCycle(t *testing.T, n dlm.Node, key string) {
+func lockCycle(t *testing.T, n driver.Node, key string) {
 	t.Helper()
 	s, err := strategy.NewSingle(n)
 	require.NoError(t, err)
@@ -39,8 +41,8 @@ func lockCycle(t *testing.T, n dlm.Node, key string) {
 }
 
 // run runs one call on n, as Run's single-call path does.
-func run(ctx context.Context, n dlm.Node, c dlm.Call) ([]int64, error) {
-	calls := []dlm.Call{c}
+func run(ctx context.Context, n driver.Node, c driver.Call) ([]int64, error) {
+	calls := []driver.Call{c}
 	n.Run(ctx, calls)
 	return calls[0].Reply, calls[0].Err
 }
@@ -78,12 +80,12 @@ func TestNoScriptIsMapped(t *testing.T) {
 	n := goredis.New(c)
 	ctx := context.Background()
 	sc := nodekit.NewScript("return {1, -2, 9007199254740992}")
-	_, err := run(ctx, n, dlm.Call{SHA1: sc.SHA1()})
-	require.ErrorIs(t, err, dlm.ErrNoScript)
+	_, err := run(ctx, n, driver.Call{SHA1: sc.SHA1()})
+	require.ErrorIs(t, err, driver.ErrNoScript)
 	r, err := sc.Run(ctx, n, nil)
 	require.NoError(t, err)
 	assert.Equal(t, []int64{1, -2, 9007199254740992}, r, "integers kept exact up to 2^53 (Lua numbers are doubles), negative too")
-	r, err = run(ctx, n, dlm.Call{SHA1: sc.SHA1()})
+	r, err = run(ctx, n, driver.Call{SHA1: sc.SHA1()})
 	require.NoError(t, err, "cached after EVAL")
 	assert.Len(t, r, 3)
 }
@@ -92,10 +94,10 @@ func TestRepliesOtherThanIntegersAreErrors(t *testing.T) {
 	c := redistest.Start(t).Client(t)
 	n := goredis.New(c)
 	for _, src := range []string{"return 'x'", "return nil", "return {1, 'x'}", "return redis.error_reply('boom')"} {
-		_, err := run(context.Background(), n, dlm.Call{Source: src})
+		_, err := run(context.Background(), n, driver.Call{Source: src})
 		assert.Error(t, err, src)
 	}
-	r, err := run(context.Background(), n, dlm.Call{Source: "return -9007199254740992"})
+	r, err := run(context.Background(), n, driver.Call{Source: "return -9007199254740992"})
 	require.NoError(t, err)
 	assert.Equal(t, []int64{-9007199254740992}, r, "an integer n is []int64{n}")
 }
@@ -112,7 +114,7 @@ func TestDeadlineIsEnforcedWithoutContextTimeoutEnabled(t *testing.T) {
 		srv.Freeze(t)
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 		start := time.Now()
-		_, err := run(ctx, n, dlm.Call{Source: "return {1}"})
+		_, err := run(ctx, n, driver.Call{Source: "return {1}"})
 		elapsed := time.Since(start)
 		cancel()
 		assert.ErrorIs(t, err, context.DeadlineExceeded, "ContextTimeoutEnabled=%v", ctxOnWire)
@@ -132,9 +134,9 @@ func TestAbandonedCallsAreNotWritten(t *testing.T) {
 	require.NoError(t, c.Ping(context.Background()).Err())
 	for _, size := range []int{1, 3} {
 		srv.Freeze(t)
-		calls := make([]dlm.Call, size)
+		calls := make([]driver.Call, size)
 		for i := range calls {
-			calls[i] = dlm.Call{Source: "return {redis.call('INCR', KEYS[1])}", Keys: []string{"abandoned"}}
+			calls[i] = driver.Call{Source: "return {redis.call('INCR', KEYS[1])}", Keys: []string{"abandoned"}}
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		time.AfterFunc(100*time.Millisecond, cancel)

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -39,35 +41,35 @@ func TestServerMatrix(t *testing.T) {
 				return s
 			}
 			t.Run("Node", func(t *testing.T) {
-				harness.Run(t, func(t *testing.T, addr string) dlm.Node {
+				harness.Run(t, func(t *testing.T, addr string) driver.Node {
 					return goredis.New(matrixClient(t, addr))
 				}, harness.Server(b.Bin, b.Env...), harness.WithSentinel(dialSentinel))
 			})
-			single := func(nodes []dlm.Node) (dlm.Strategy, error) { return strategy.NewSingle(nodes[0]) }
-			redlock := func(nodes []dlm.Node) (dlm.Strategy, error) {
+			single := func(nodes []driver.Node) (dlm.Strategy, error) { return strategy.NewSingle(nodes[0]) }
+			redlock := func(nodes []driver.Node) (dlm.Strategy, error) {
 				// A per-node timeout of 1s, as TestRedlockConformance says why.
 				return strategy.NewRedlock(nodes, strategy.WithTimeout(time.Second))
 			}
 			for _, tc := range []struct {
 				name        string
 				servers     int
-				newStrategy func([]dlm.Node) (dlm.Strategy, error)
+				newStrategy func([]driver.Node) (dlm.Strategy, error)
 			}{{"Single", 1, single}, {"Redlock", 3, redlock}} {
 				t.Run(tc.name, func(t *testing.T) {
-					var nodes []dlm.Node
+					var nodes []driver.Node
 					var addrs []string
 					for range tc.servers {
 						s := start(t)
 						nodes = append(nodes, goredis.New(matrixClient(t, s.Addr)))
 						addrs = append(addrs, s.Addr)
 					}
-					topology := conformance.Topology{Nodes: func(*testing.T) []dlm.Node { return nodes }, Servers: addrs}
+					topology := conformance.Topology{Nodes: func(*testing.T) []driver.Node { return nodes }, Servers: addrs}
 					conformance.RunStrategy(t, topology, tc.newStrategy)
 					family.Run(t, topology.Nodes, tc.newStrategy)
 					t.Run("Lock", func(t *testing.T) {
 						// Managers of their own clients, as two processes have.
 						manager := func() *dlm.Manager {
-							var own []dlm.Node
+							var own []driver.Node
 							for _, a := range addrs {
 								own = append(own, goredis.New(matrixClient(t, a)))
 							}

@@ -8,11 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/driver/goredis"
 	"github.com/dlmgo/dlm/internal/redistest"
 	"github.com/dlmgo/dlm/nodekit"
@@ -34,7 +35,7 @@ func pubsubClients(t *testing.T, c *redis.Client) int {
 func TestWatch(t *testing.T) {
 	c := redistest.Start(t).Client(t)
 	n := goredis.New(c)
-	var _ dlm.Node = n
+	var _ driver.Node = n
 	ctx := context.Background()
 	got1, got2 := make(chan string, 10), make(chan string, 10)
 	stop1, err := n.Watch(ctx, "ch", func(p string) { got1 <- p })
@@ -126,9 +127,9 @@ func TestRunMany(t *testing.T) {
 				ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
 				defer cancel()
 			}
-			calls := make([]dlm.Call, 50)
+			calls := make([]driver.Call, 50)
 			for i := range calls {
-				calls[i] = dlm.Call{Keys: []string{"k" + strconv.Itoa(i%7)}, Args: []string{strconv.Itoa(i)}}
+				calls[i] = driver.Call{Keys: []string{"k" + strconv.Itoa(i%7)}, Args: []string{strconv.Itoa(i)}}
 			}
 			// The script is not cached: the first pipeline meets NOSCRIPT,
 			// RunMany loads it and runs the rest again.
@@ -143,7 +144,7 @@ func TestRunMany(t *testing.T) {
 			}
 			// A call that fails does not fail the others.
 			bad := nodekit.NewScript("if ARGV[1] == 'x' then return redis.error_reply('boom') end return {1}")
-			res := []dlm.Call{{Keys: []string{"a"}, Args: []string{"1"}}, {Keys: []string{"a"}, Args: []string{"x"}}, {Keys: []string{"a"}, Args: []string{"2"}}}
+			res := []driver.Call{{Keys: []string{"a"}, Args: []string{"1"}}, {Keys: []string{"a"}, Args: []string{"x"}}, {Keys: []string{"a"}, Args: []string{"2"}}}
 			bad.RunMany(ctx, n, res)
 			assert.NoError(t, res[0].Err)
 			assert.ErrorContains(t, res[1].Err, "boom")
@@ -162,7 +163,7 @@ func TestRunManyDeadline(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	calls := []dlm.Call{{SHA1: "0000000000000000000000000000000000000000", Keys: []string{"a"}}, {SHA1: "0000000000000000000000000000000000000000", Keys: []string{"b"}}}
+	calls := []driver.Call{{SHA1: "0000000000000000000000000000000000000000", Keys: []string{"a"}}, {SHA1: "0000000000000000000000000000000000000000", Keys: []string{"b"}}}
 	n.Run(ctx, calls)
 	for i := range calls {
 		assert.ErrorIs(t, calls[i].Err, context.DeadlineExceeded, "call %d", i)

@@ -10,29 +10,30 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/redis/go-redis/v9"
 
-	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/nodekit"
 )
 
 // do sends calls, and w's command wcmd after them unless it is nil, and
 // sets every call's Reply or Err. With wcmd it returns the wait's reply, or
 // the first failed call's error, or the wait's.
-func (n *Node) do(ctx context.Context, calls []dlm.Call, w *dlm.Wait, wcmd []string, b *argBuf) (dlm.Acks, error) {
+func (n *Node) do(ctx context.Context, calls []driver.Call, w *driver.Wait, wcmd []string, b *argBuf) (driver.Acks, error) {
 	b.grow(calls)
 	if wcmd == nil && len(calls) == 1 {
 		cmd := b.newCmd(ctx, &calls[0])
 		_ = n.c.Process(ctx, scriptCmd{cmd})
 		n.setReply(&calls[0], cmd)
-		return dlm.Acks{}, nil
+		return driver.Acks{}, nil
 	}
 	var p redis.Pipeliner
 	if wcmd == nil {
 		p = n.c.Pipeline()
 	} else if m, err := n.pinned(ctx, calls); err != nil {
 		nodekit.Fail(calls, err)
-		return dlm.Acks{}, err
+		return driver.Acks{}, err
 	} else {
 		p = m.Pipeline()
 	}
@@ -54,21 +55,21 @@ func (n *Node) do(ctx context.Context, calls []dlm.Call, w *dlm.Wait, wcmd []str
 		n.setReply(&calls[i], cmd)
 	}
 	if wc == nil {
-		return dlm.Acks{}, nil
+		return driver.Acks{}, nil
 	}
 	for i := range calls {
 		if calls[i].Err != nil {
-			return dlm.Acks{}, calls[i].Err
+			return driver.Acks{}, calls[i].Err
 		}
 	}
 	v, err := wc.Result()
 	if err == nil {
-		var acks dlm.Acks
+		var acks driver.Acks
 		if acks, err = nodekit.ParseAcks(*w, v); err == nil {
 			return acks, nil
 		}
 	}
-	return dlm.Acks{}, fmt.Errorf("dlm: %s after the scripts: %w", wcmd[0], replyErr(err, n.master))
+	return driver.Acks{}, fmt.Errorf("dlm: %s after the scripts: %w", wcmd[0], replyErr(err, n.master))
 }
 
 // A scriptCmd is a script call's command, which go-redis never retries,
@@ -88,7 +89,7 @@ var argBufs = sync.Pool{New: func() any { return new(argBuf) }}
 // grow makes room for the commands of calls, so that appending them moves
 // the array at most once, here (the commands made first keep pointing into
 // it).
-func (b *argBuf) grow(calls []dlm.Call) {
+func (b *argBuf) grow(calls []driver.Call) {
 	n := 0
 	for i := range calls {
 		n += 3 + len(calls[i].Keys) + len(calls[i].Args)
@@ -108,7 +109,7 @@ func (b *argBuf) reset() {
 // newCmd returns c as an EVALSHA or EVAL command, its arguments appended
 // to b as strings: the caller may reuse c's slices while an abandoned
 // command is still being read.
-func (b *argBuf) newCmd(ctx context.Context, c *dlm.Call) *redis.Cmd {
+func (b *argBuf) newCmd(ctx context.Context, c *driver.Call) *redis.Cmd {
 	a0 := len(b.args)
 	if c.Source == "" {
 		b.args = append(b.args, "evalsha", c.SHA1, len(c.Keys))

@@ -6,9 +6,10 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/redis/go-redis/v9"
 
-	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/nodekit"
 )
 
@@ -20,7 +21,7 @@ var errNilReply = errors.New("dlm: script replied nil, want an integer or an arr
 // replies it had read included. Its reader sets a command's value only
 // once the command's whole reply was read, and a script replies with an
 // integer or an array, so such a value is the command's own reply.
-func (n *Node) setReply(c *dlm.Call, cmd *redis.Cmd) {
+func (n *Node) setReply(c *driver.Call, cmd *redis.Cmd) {
 	v, err := cmd.Result()
 	if err == nil {
 		c.Reply, c.Err = nodekit.Ints(v)
@@ -30,7 +31,7 @@ func (n *Node) setReply(c *dlm.Call, cmd *redis.Cmd) {
 }
 
 // setFailed is setReply's path for a command with an error.
-func (n *Node) setFailed(c *dlm.Call, v any, err error) {
+func (n *Node) setFailed(c *driver.Call, v any, err error) {
 	var re redis.Error
 	switch v.(type) {
 	case []any, int64:
@@ -50,16 +51,16 @@ func (n *Node) setFailed(c *dlm.Call, v any, err error) {
 
 // replyErr returns err, an error of the client, in dlm's forms: a closed
 // client matches dlm.ErrClosed, a failover client whose Sentinels all said
-// they do not know its master matches dlm.ErrUnknownMaster, and an error
+// they do not know its master matches driver.ErrUnknownMaster, and an error
 // reply (one the connection's handshake met included) is a
-// *dlm.ReplyError.
+// *driver.ReplyError.
 func replyErr(err error, master string) error {
 	var re redis.Error
 	switch {
 	case err == nil:
 		return nil
 	case errors.Is(err, redis.ErrClosed):
-		return fmt.Errorf("%w: %w", dlm.ErrClosed, err)
+		return fmt.Errorf("%w: %w", driver.ErrClosed, err)
 	case errors.Is(err, redis.Nil):
 		// go-redis's failover client: every Sentinel replied nil to
 		// SENTINEL GET-MASTER-ADDR-BY-NAME, or some did and others could
@@ -69,7 +70,7 @@ func replyErr(err error, master string) error {
 			name = fmt.Sprintf("%q", master)
 		}
 		if allNil(err) {
-			return fmt.Errorf("%w %s (every Sentinel asked said so): %w", dlm.ErrUnknownMaster, name, err)
+			return fmt.Errorf("%w %s (every Sentinel asked said so): %w", driver.ErrUnknownMaster, name, err)
 		}
 		return fmt.Errorf("goredis: no Sentinel reached knows the master name %s: %w", name, err)
 	case errors.As(err, &re):

@@ -13,9 +13,10 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/redis/go-redis/v9"
 
-	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/nodekit"
 )
 
@@ -37,7 +38,7 @@ func (n *Node) Routing() nodekit.Routing {
 // one master stalls past the context, go-redis sets the error of a whole
 // cluster pipeline on every command, and the replies of the others would
 // be lost.
-func (n *Node) byMaster(ctx context.Context, cc *redis.ClusterClient, calls []dlm.Call) bool {
+func (n *Node) byMaster(ctx context.Context, cc *redis.ClusterClient, calls []driver.Call) bool {
 	groups := map[string][]int{}
 	for i := range calls {
 		if len(calls[i].Keys) == 0 {
@@ -52,19 +53,19 @@ func (n *Node) byMaster(ctx context.Context, cc *redis.ClusterClient, calls []dl
 	if len(groups) < 2 {
 		return false
 	}
-	nodekit.RunGroups(calls, slices.Collect(maps.Values(groups)), func(part []dlm.Call) { _, _ = n.bounded(ctx, part, nil) })
+	nodekit.RunGroups(calls, slices.Collect(maps.Values(groups)), func(part []driver.Call) { _, _ = n.bounded(ctx, part, nil) })
 	return true
 }
 
 // pinned returns the client whose pipelines run on one connection to the
 // server that holds the calls' keys.
-func (n *Node) pinned(ctx context.Context, calls []dlm.Call) (*redis.Client, error) {
+func (n *Node) pinned(ctx context.Context, calls []driver.Call) (*redis.Client, error) {
 	switch c := n.c.(type) {
 	case *redis.Client:
 		return c, nil
 	case *redis.ClusterClient:
 		if len(calls) == 0 || len(calls[0].Keys) == 0 {
-			return nil, fmt.Errorf("%w: goredis: RunWait on a Cluster needs a first call with keys to find its master", dlm.ErrInvalid)
+			return nil, fmt.Errorf("%w: goredis: RunWait on a Cluster needs a first call with keys to find its master", driver.ErrInvalid)
 		}
 		return c.MasterForKey(ctx, calls[0].Keys[0])
 	}
@@ -79,8 +80,8 @@ func (n *Node) pinned(ctx context.Context, calls []dlm.Call) (*redis.Client, err
 // default) and on redirections, so after a failover it would send a
 // script, which it never retries, to the dead master until then. Reloads
 // are cheap: go-redis runs at most one at a time, 200ms apart.
-func followTopology(cc *redis.ClusterClient, calls []dlm.Call, err error) {
-	if topologyError(err) || slices.ContainsFunc(calls, func(c dlm.Call) bool { return topologyError(c.Err) }) {
+func followTopology(cc *redis.ClusterClient, calls []driver.Call, err error) {
+	if topologyError(err) || slices.ContainsFunc(calls, func(c driver.Call) bool { return topologyError(c.Err) }) {
 		cc.ReloadState(context.Background())
 	}
 }
@@ -90,7 +91,7 @@ func followTopology(cc *redis.ClusterClient, calls []dlm.Call, err error) {
 func topologyError(err error) bool {
 	var re redis.Error
 	switch {
-	case err == nil, errors.Is(err, context.Canceled), errors.Is(err, dlm.ErrInvalid), errors.Is(err, dlm.ErrClosed):
+	case err == nil, errors.Is(err, context.Canceled), errors.Is(err, driver.ErrInvalid), errors.Is(err, driver.ErrClosed):
 		return false
 	case errors.As(err, &re):
 		msg := re.Error()

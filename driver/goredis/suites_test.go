@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlmgo/dlm"
@@ -24,7 +26,7 @@ import (
 // ContextTimeoutEnabled, and with Dial's way to a primary through Sentinel.
 func TestConformanceContextTimeout(t *testing.T) {
 	t.Parallel() // the suites mostly wait: on stalled servers, deadlines, expiry
-	harness.Run(t, func(t *testing.T, addr string) dlm.Node {
+	harness.Run(t, func(t *testing.T, addr string) driver.Node {
 		c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 		t.Cleanup(func() { _ = c.Close() })
 		return goredis.New(c)
@@ -33,7 +35,7 @@ func TestConformanceContextTimeout(t *testing.T) {
 
 // dialSentinel is Dial's way to a primary through Sentinel, for the
 // harness.
-func dialSentinel(t *testing.T, addrs []string, master string) (dlm.Node, error) {
+func dialSentinel(t *testing.T, addrs []string, master string) (driver.Node, error) {
 	n, c, err := goredis.Dial(context.Background(), nodekit.Endpoint{Sentinels: addrs, Master: master})
 	if err == nil {
 		t.Cleanup(func() { _ = c.Close() })
@@ -56,8 +58,8 @@ func TestConformanceSingle(t *testing.T) {
 			c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: tc.ctxOnWire})
 			t.Cleanup(func() { _ = c.Close() })
 			node := goredis.New(c)
-			topology := conformance.Topology{Nodes: func(*testing.T) []dlm.Node { return []dlm.Node{node} }, Servers: []string{addr}}
-			newStrategy := func(nodes []dlm.Node) (dlm.Strategy, error) { return strategy.NewSingle(nodes[0]) }
+			topology := conformance.Topology{Nodes: func(*testing.T) []driver.Node { return []driver.Node{node} }, Servers: []string{addr}}
+			newStrategy := func(nodes []driver.Node) (dlm.Strategy, error) { return strategy.NewSingle(nodes[0]) }
 			conformance.RunStrategy(t, topology, newStrategy)
 			family.Run(t, topology.Nodes, newStrategy)
 		})
@@ -70,7 +72,7 @@ func TestConformanceCluster(t *testing.T) {
 	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{nodes[0].Addr}, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = c.Close() })
 	node := goredis.New(c)
-	conformance.RunNode(t, func(*testing.T) dlm.Node { return node })
+	conformance.RunNode(t, func(*testing.T) driver.Node { return node })
 }
 
 // The failover strategy keeps the Strategy contract over a go-redis
@@ -84,8 +86,8 @@ func TestConformanceFailover(t *testing.T) {
 	})
 	t.Cleanup(func() { _ = c.Close() })
 	node := goredis.New(c)
-	topology := conformance.Topology{Nodes: func(*testing.T) []dlm.Node { return []dlm.Node{node} }, Servers: []string{topo.Primary.Addr}}
-	newStrategy := func(nodes []dlm.Node) (dlm.Strategy, error) {
+	topology := conformance.Topology{Nodes: func(*testing.T) []driver.Node { return []driver.Node{node} }, Servers: []string{topo.Primary.Addr}}
+	newStrategy := func(nodes []driver.Node) (dlm.Strategy, error) {
 		return strategy.NewFailover(nodes[0], strategy.WithAcks(strategy.AckAll()), strategy.WithReplicas(2))
 	}
 	conformance.RunStrategy(t, topology, newStrategy)

@@ -6,11 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/driver/goredis"
 	"github.com/dlmgo/dlm/internal/redistest"
 	"github.com/dlmgo/dlm/nodekit"
@@ -21,8 +22,8 @@ const incr = "return {redis.call('INCR', KEYS[1])}"
 
 // evalWait runs src with EVAL and then w through RunWait, and returns the
 // script's reply (kept when only the wait failed), the acks and the error.
-func evalWait(ctx context.Context, n dlm.Node, w dlm.Wait, src string, keys []string) ([]int64, dlm.Acks, error) {
-	calls := []dlm.Call{{Source: src, Keys: keys}}
+func evalWait(ctx context.Context, n driver.Node, w driver.Wait, src string, keys []string) ([]int64, driver.Acks, error) {
+	calls := []driver.Call{{Source: src, Keys: keys}}
 	acks, err := n.RunWait(ctx, calls, w)
 	return calls[0].Reply, acks, err
 }
@@ -30,27 +31,27 @@ func evalWait(ctx context.Context, n dlm.Node, w dlm.Wait, src string, keys []st
 func TestRunWait(t *testing.T) {
 	topo := redistest.StartReplicated(t, redistest.ReplicatedOptions{Replicas: 1})
 	ctx := context.Background()
-	w := dlm.Wait{Replicas: 1, Timeout: time.Second}
+	w := driver.Wait{Replicas: 1, Timeout: time.Second}
 
 	t.Run("replies and acknowledgements", func(t *testing.T) {
 		n := goredis.New(topo.Primary.Client(t))
 		r, acks, err := evalWait(ctx, n, w, incr, []string{"ew"})
 		require.NoError(t, err)
 		assert.Equal(t, []int64{1}, r)
-		assert.Equal(t, dlm.Acks{Replicas: 1}, acks)
+		assert.Equal(t, driver.Acks{Replicas: 1}, acks)
 		assert.Equal(t, "1", topo.Replicas[0].Client(t).Get(ctx, "ew").Val(), "acknowledged means the replica has it")
 
-		calls := []dlm.Call{{Source: incr, Keys: []string{"ew"}}, {Source: incr, Keys: []string{"ew2"}}}
+		calls := []driver.Call{{Source: incr, Keys: []string{"ew"}}, {Source: incr, Keys: []string{"ew2"}}}
 		acks, err = n.RunWait(ctx, calls, w)
 		require.NoError(t, err)
 		assert.Equal(t, []int64{2}, calls[0].Reply)
 		assert.Equal(t, []int64{1}, calls[1].Reply)
-		assert.Equal(t, dlm.Acks{Replicas: 1}, acks, "one WAIT after several calls")
+		assert.Equal(t, driver.Acks{Replicas: 1}, acks, "one WAIT after several calls")
 
-		calls = []dlm.Call{{SHA1: nodekit.NewScript("return {7}").SHA1()}}
+		calls = []driver.Call{{SHA1: nodekit.NewScript("return {7}").SHA1()}}
 		_, err = n.RunWait(ctx, calls, w)
-		assert.ErrorIs(t, err, dlm.ErrNoScript)
-		assert.ErrorIs(t, calls[0].Err, dlm.ErrNoScript)
+		assert.ErrorIs(t, err, driver.ErrNoScript)
+		assert.ErrorIs(t, calls[0].Err, driver.ErrNoScript)
 		r, _, err = nodekit.NewScript("return {7}").RunWait(ctx, n, w, nil)
 		require.NoError(t, err, "RunWait falls back to EVAL")
 		assert.Equal(t, []int64{7}, r)
@@ -58,16 +59,16 @@ func TestRunWait(t *testing.T) {
 
 	t.Run("bad waits are refused before anything is sent", func(t *testing.T) {
 		n := goredis.New(topo.Primary.Client(t))
-		for _, bad := range []dlm.Wait{{Replicas: 1}, {Replicas: -1, Timeout: time.Second}, {Timeout: time.Second, Local: true}} {
+		for _, bad := range []driver.Wait{{Replicas: 1}, {Replicas: -1, Timeout: time.Second}, {Timeout: time.Second, Local: true}} {
 			_, _, err := evalWait(ctx, n, bad, incr, []string{"bad"})
-			assert.ErrorIs(t, err, dlm.ErrInvalid, "%+v", bad)
+			assert.ErrorIs(t, err, driver.ErrInvalid, "%+v", bad)
 		}
 		assert.Zero(t, topo.Primary.Client(t).Exists(ctx, "bad").Val())
 	})
 
 	t.Run("a failed wait keeps the script's reply", func(t *testing.T) {
 		n := goredis.New(topo.Primary.Client(t))
-		r, _, err := evalWait(ctx, n, dlm.Wait{Replicas: 1, Timeout: time.Second, AOF: true}, incr, []string{"aof"})
+		r, _, err := evalWait(ctx, n, driver.Wait{Replicas: 1, Timeout: time.Second, AOF: true}, incr, []string{"aof"})
 		if err == nil {
 			t.Skip("this server offers WAITAOF")
 		}
@@ -82,7 +83,7 @@ func TestRunWait(t *testing.T) {
 			topo.Replicas[0].Freeze(t)
 			cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 			start := time.Now()
-			_, _, err := evalWait(cctx, n, dlm.Wait{Replicas: 1, Timeout: 5 * time.Second}, incr, []string{"blocked"})
+			_, _, err := evalWait(cctx, n, driver.Wait{Replicas: 1, Timeout: 5 * time.Second}, incr, []string{"blocked"})
 			elapsed := time.Since(start)
 			cancel()
 			topo.Replicas[0].Thaw(t)
@@ -96,7 +97,7 @@ func TestRunWait(t *testing.T) {
 		nodes := redistest.StartCluster(t, 1)
 		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{nodes[0].Addr}})
 		defer c.Close()
-		r, acks, err := evalWait(ctx, goredis.New(c), dlm.Wait{Replicas: 1, Timeout: 50 * time.Millisecond}, incr, []string{"cw"})
+		r, acks, err := evalWait(ctx, goredis.New(c), driver.Wait{Replicas: 1, Timeout: 50 * time.Millisecond}, incr, []string{"cw"})
 		require.NoError(t, err)
 		assert.Equal(t, []int64{1}, r)
 		assert.Zero(t, acks.Replicas, "the cluster master has no replica")
@@ -105,7 +106,7 @@ func TestRunWait(t *testing.T) {
 	t.Run("a client that cannot pin a connection says so", func(t *testing.T) {
 		ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": topo.Primary.Addr}})
 		defer ring.Close()
-		calls := []dlm.Call{{Source: incr, Keys: []string{"ring"}}}
+		calls := []driver.Call{{Source: incr, Keys: []string{"ring"}}}
 		_, err := goredis.New(ring).RunWait(ctx, calls, w)
 		assert.ErrorContains(t, err, "cannot send scripts and WAIT on one connection")
 		assert.ErrorIs(t, err, errors.ErrUnsupported)

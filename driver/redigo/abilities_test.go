@@ -10,9 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/gomodule/redigo/redis"
 
-	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/driver/redigo"
 	"github.com/dlmgo/dlm/internal/redistest"
 	"github.com/dlmgo/dlm/nodekit"
@@ -37,8 +38,8 @@ func get(t *testing.T, addr, key string) string {
 }
 
 // evalWait runs src once on n with EVAL and then w's command.
-func evalWait(ctx context.Context, n dlm.Node, w dlm.Wait, src string, keys []string) ([]int64, dlm.Acks, error) {
-	c := []dlm.Call{{Source: src, Keys: keys}}
+func evalWait(ctx context.Context, n driver.Node, w driver.Wait, src string, keys []string) ([]int64, driver.Acks, error) {
+	c := []driver.Call{{Source: src, Keys: keys}}
 	acks, err := n.RunWait(ctx, c, w)
 	return c[0].Reply, acks, err
 }
@@ -48,11 +49,11 @@ func TestRunWait(t *testing.T) {
 	ctx := context.Background()
 	pool := newPool(t, topo.Primary.Addr)
 	n := redigo.New(pool).WithName(topo.Primary.Addr)
-	all := dlm.Wait{Replicas: 2, Timeout: 2 * time.Second}
+	all := driver.Wait{Replicas: 2, Timeout: 2 * time.Second}
 
 	t.Run("acknowledged by every replica", func(t *testing.T) {
 		r, acks, err := evalWait(ctx, n, all, incr, []string{"ew"})
-		if err != nil || !slices.Equal(r, []int64{1}) || acks != (dlm.Acks{Replicas: 2}) {
+		if err != nil || !slices.Equal(r, []int64{1}) || acks != (driver.Acks{Replicas: 2}) {
 			t.Fatalf("RunWait: %v %+v %v, want [1] {Replicas:2} nil", r, acks, err)
 		}
 		for _, rep := range topo.Replicas {
@@ -61,8 +62,8 @@ func TestRunWait(t *testing.T) {
 			}
 		}
 		sc := nodekit.NewScript(incr)
-		unknown := []dlm.Call{{SHA1: nodekit.NewScript("return {7} -- new").SHA1()}}
-		if _, err := n.RunWait(ctx, unknown, all); !errors.Is(err, dlm.ErrNoScript) || !errors.Is(unknown[0].Err, dlm.ErrNoScript) {
+		unknown := []driver.Call{{SHA1: nodekit.NewScript("return {7} -- new").SHA1()}}
+		if _, err := n.RunWait(ctx, unknown, all); !errors.Is(err, driver.ErrNoScript) || !errors.Is(unknown[0].Err, driver.ErrNoScript) {
 			t.Errorf("RunWait of an unknown script: %v (call: %v), want ErrNoScript", err, unknown[0].Err)
 		}
 		r, acks, err = sc.RunWait(ctx, n, all, []string{"ew"})
@@ -77,7 +78,7 @@ func TestRunWait(t *testing.T) {
 
 	t.Run("a script error has zero acks", func(t *testing.T) {
 		_, acks, err := evalWait(ctx, n, all, "return redis.error_reply('boom')", nil)
-		if err == nil || errors.Is(err, dlm.ErrNoScript) || acks != (dlm.Acks{}) {
+		if err == nil || errors.Is(err, driver.ErrNoScript) || acks != (driver.Acks{}) {
 			t.Fatalf("RunWait of an erroring script: %+v %v", acks, err)
 		}
 		if r, err := eval(ctx, n, "return {6}", nil); err != nil || !slices.Equal(r, []int64{6}) {
@@ -86,7 +87,7 @@ func TestRunWait(t *testing.T) {
 	})
 
 	t.Run("a failed wait keeps the script's reply", func(t *testing.T) {
-		r, _, err := evalWait(ctx, n, dlm.Wait{Replicas: 1, Timeout: time.Second, AOF: true}, incr, []string{"aof"})
+		r, _, err := evalWait(ctx, n, driver.Wait{Replicas: 1, Timeout: time.Second, AOF: true}, incr, []string{"aof"})
 		if err == nil {
 			t.Skip("this server offers WAITAOF")
 		}
@@ -96,9 +97,9 @@ func TestRunWait(t *testing.T) {
 	})
 
 	t.Run("bad waits are refused", func(t *testing.T) {
-		for _, bad := range []dlm.Wait{{Replicas: 1}, {Replicas: -1, Timeout: time.Second}, {Timeout: time.Second, Local: true}} {
-			c := []dlm.Call{{Source: incr, Keys: []string{"bad"}, Reply: []int64{9}}}
-			if _, err := n.RunWait(ctx, c, bad); !errors.Is(err, dlm.ErrInvalid) || !errors.Is(c[0].Err, dlm.ErrInvalid) || c[0].Reply != nil {
+		for _, bad := range []driver.Wait{{Replicas: 1}, {Replicas: -1, Timeout: time.Second}, {Timeout: time.Second, Local: true}} {
+			c := []driver.Call{{Source: incr, Keys: []string{"bad"}, Reply: []int64{9}}}
+			if _, err := n.RunWait(ctx, c, bad); !errors.Is(err, driver.ErrInvalid) || !errors.Is(c[0].Err, driver.ErrInvalid) || c[0].Reply != nil {
 				t.Errorf("%+v: %v, call %+v; want ErrInvalid on both", bad, err, c[0])
 			}
 		}
@@ -107,7 +108,7 @@ func TestRunWait(t *testing.T) {
 	t.Run("a frozen replica does not acknowledge", func(t *testing.T) {
 		topo.Replicas[1].Freeze(t)
 		defer topo.Replicas[1].Thaw(t)
-		r, acks, err := evalWait(ctx, n, dlm.Wait{Replicas: 2, Timeout: 300 * time.Millisecond}, incr, []string{"frozen"})
+		r, acks, err := evalWait(ctx, n, driver.Wait{Replicas: 2, Timeout: 300 * time.Millisecond}, incr, []string{"frozen"})
 		if err != nil || !slices.Equal(r, []int64{1}) {
 			t.Fatalf("RunWait: %v %v", r, err)
 		}
@@ -123,7 +124,7 @@ func TestRunWait(t *testing.T) {
 		cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 		defer cancel()
 		start := time.Now()
-		r, _, err := evalWait(cctx, n, dlm.Wait{Replicas: 2, Timeout: 10 * time.Second}, incr, []string{"blocked"})
+		r, _, err := evalWait(cctx, n, driver.Wait{Replicas: 2, Timeout: 10 * time.Second}, incr, []string{"blocked"})
 		took := time.Since(start)
 		if !errors.Is(err, context.DeadlineExceeded) || took > 3*time.Second {
 			t.Fatalf("RunWait blocked in WAIT: %v %v after %v, want DeadlineExceeded near 200ms", r, err, took)
@@ -143,13 +144,13 @@ func TestRunMany(t *testing.T) {
 	pool := newPool(t, srv.Addr)
 	n := redigo.New(pool).WithName(srv.Addr)
 	sc := nodekit.NewScript("return {tonumber(ARGV[1]), redis.call('INCR', KEYS[1])}")
-	calls := make([]dlm.Call, 500)
+	calls := make([]driver.Call, 500)
 	for i := range calls {
-		calls[i] = dlm.Call{SHA1: sc.SHA1(), Keys: []string{"m" + strconv.Itoa(i%7)}, Args: []string{strconv.Itoa(i)}}
+		calls[i] = driver.Call{SHA1: sc.SHA1(), Keys: []string{"m" + strconv.Itoa(i%7)}, Args: []string{strconv.Itoa(i)}}
 	}
 	n.Run(ctx, calls)
 	for i, c := range calls {
-		if !errors.Is(c.Err, dlm.ErrNoScript) || c.Reply != nil {
+		if !errors.Is(c.Err, driver.ErrNoScript) || c.Reply != nil {
 			t.Fatalf("call %d of an unknown script: %+v, want ErrNoScript", i, c)
 		}
 	}

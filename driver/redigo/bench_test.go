@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/dlmgo/dlm"
@@ -63,7 +65,7 @@ func benchPool(b *testing.B, addr string) *redis.Pool {
 // redlockManager returns a Manager over Redlock on five servers, each
 // through a benchPool.
 func redlockManager(b *testing.B) *dlm.Manager {
-	var nodes []dlm.Node
+	var nodes []driver.Node
 	for _, s := range redistest.StartN(b, 5) {
 		nodes = append(nodes, redigo.New(benchPool(b, s.Addr)).WithName(s.Addr))
 	}

@@ -5,9 +5,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/gomodule/redigo/redis"
 
-	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/conformance/harness"
 	"github.com/dlmgo/dlm/driver/redigo"
 	"github.com/dlmgo/dlm/nodekit"
@@ -19,8 +20,8 @@ import (
 // new pools of the proxy's address, and on Dial's way through Sentinel.
 func TestConformance(t *testing.T) {
 	t.Parallel() // the suite mostly waits: on stalled servers, deadlines, expiry
-	harness.Run(t, func(t *testing.T, addr string) dlm.Node { return newNode(t, addr) },
-		harness.WithSentinel(func(t *testing.T, addrs []string, master string) (dlm.Node, error) {
+	harness.Run(t, func(t *testing.T, addr string) driver.Node { return newNode(t, addr) },
+		harness.WithSentinel(func(t *testing.T, addrs []string, master string) (driver.Node, error) {
 			n, c, err := redigo.Dial(context.Background(), nodekit.Endpoint{Sentinels: addrs, Master: master})
 			if err == nil {
 				t.Cleanup(func() { _ = c.Close() })

@@ -6,9 +6,10 @@ import (
 	"io"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/gomodule/redigo/redis"
 
-	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/nodekit"
 )
 
@@ -16,9 +17,9 @@ import (
 // the server, or, through Sentinels.Dial, to the primary of the moment. It
 // does not connect; the pool does on first use. redigo has no Redis Cluster
 // client: for a Cluster, Dial returns an error matching dlm.ErrInvalid.
-func Dial(_ context.Context, ep nodekit.Endpoint) (dlm.Node, io.Closer, error) {
+func Dial(_ context.Context, ep nodekit.Endpoint) (driver.Node, io.Closer, error) {
 	if ep.Cluster != nil {
-		return nil, nil, fmt.Errorf("%w: redigo has no Redis Cluster client; dial %s with goredis.Dial, rueidis.Dial or valkeygo.Dial", dlm.ErrInvalid, ep)
+		return nil, nil, fmt.Errorf("%w: redigo has no Redis Cluster client; dial %s with goredis.Dial, rueidis.Dial or valkeygo.Dial", driver.ErrInvalid, ep)
 	}
 	auth := []redis.DialOption{redis.DialUsername(ep.Username), redis.DialPassword(ep.Password),
 		redis.DialDatabase(ep.DB), dialTLS(ep.TLS, 0)}

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/conformance"
 	"github.com/dlmgo/dlm/conformance/family"
@@ -20,8 +22,8 @@ func TestFailoverConformance(t *testing.T) {
 	t.Parallel() // the suites mostly wait: on stalled servers, deadlines, expiry
 	topo := redistest.StartReplicated(t, redistest.ReplicatedOptions{Replicas: 2})
 	node := newNode(t, topo.Primary.Addr)
-	topology := conformance.Topology{Nodes: func(*testing.T) []dlm.Node { return []dlm.Node{node} }, Quorum: 1, Servers: []string{topo.Primary.Addr}}
-	newStrategy := func(nodes []dlm.Node) (dlm.Strategy, error) {
+	topology := conformance.Topology{Nodes: func(*testing.T) []driver.Node { return []driver.Node{node} }, Quorum: 1, Servers: []string{topo.Primary.Addr}}
+	newStrategy := func(nodes []driver.Node) (dlm.Strategy, error) {
 		return strategy.NewFailover(nodes[0], strategy.WithAcks(strategy.AckAll()), strategy.WithReplicas(2))
 	}
 	conformance.RunStrategy(t, topology, newStrategy)

@@ -1,5 +1,5 @@
 // Package redigo adapts a redigo pool (github.com/gomodule/redigo) to
-// dlm.Node; a pool with Sentinels.Dial as its DialContext follows a primary.
+// driver.Node; a pool with Sentinels.Dial as its DialContext follows a primary.
 //
 // Deadlines: a call takes its connection with Pool.GetContext and reads its
 // replies within the connection's read timeout; when ctx ends first (its
@@ -17,13 +17,14 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/gomodule/redigo/redis"
 
-	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/nodekit"
 )
 
-// Node is a dlm.Node over a *redis.Pool. It does not close the pool.
+// Node is a driver.Node over a *redis.Pool. It does not close the pool.
 type Node struct {
 	pool *redis.Pool
 	name string
@@ -48,7 +49,7 @@ func (n *Node) String() string { return n.name }
 // Routing implements nodekit.Router: a pool dials one server.
 func (n *Node) Routing() nodekit.Routing { return nodekit.RoutingOneServer }
 
-// Watch implements dlm.Node with a nodekit.Hub over one connection dialled
+// Watch implements driver.Node with a nodekit.Hub over one connection dialled
 // with the pool's DialContext (or Dial), outside its accounting. Reads have
 // no deadline: TCP keepalive (redis.DialKeepAlive) notices a lost server.
 func (n *Node) Watch(ctx context.Context, channel string, notify func(payload string)) (func(), error) {
@@ -132,26 +133,26 @@ func (ps *pubSub) Unsubscribe(_ context.Context, channels ...string) error {
 	return ps.PubSubConn.Unsubscribe(redis.Args{}.AddFlat(channels)...)
 }
 
-// Run implements dlm.Node on one connection from the pool.
-func (n *Node) Run(ctx context.Context, calls []dlm.Call) { _, _ = n.run(ctx, calls, nil, nil) }
+// Run implements driver.Node on one connection from the pool.
+func (n *Node) Run(ctx context.Context, calls []driver.Call) { _, _ = n.run(ctx, calls, nil, nil) }
 
-// RunWait implements dlm.Node. A read also ends at the connection's read
+// RunWait implements driver.Node. A read also ends at the connection's read
 // timeout (redis.DialReadTimeout), so w.Timeout must stay below it.
-func (n *Node) RunWait(ctx context.Context, calls []dlm.Call, w dlm.Wait) (dlm.Acks, error) {
+func (n *Node) RunWait(ctx context.Context, calls []driver.Call, w driver.Wait) (driver.Acks, error) {
 	wait, err := nodekit.WaitCommand(w)
 	reply, err := n.run(ctx, calls, wait, err)
 	for i := len(calls) - 1; i >= 0; i-- { // the first failed call's error
 		err = cmp.Or(calls[i].Err, err)
 	}
 	if err != nil {
-		return dlm.Acks{}, err
+		return driver.Acks{}, err
 	}
 	return nodekit.ParseAcks(w, reply)
 }
 
 // run sends calls, then wait if any, and returns wait's reply; a non-nil err
 // fails every call. Send copies argv out, so one pooled argv serves all.
-func (n *Node) run(ctx context.Context, calls []dlm.Call, wait []string, err error) (any, error) {
+func (n *Node) run(ctx context.Context, calls []driver.Call, wait []string, err error) (any, error) {
 	for i := range calls {
 		calls[i].Reply, calls[i].Err = nil, nil
 	}
@@ -163,7 +164,7 @@ func (n *Node) run(ctx context.Context, calls []dlm.Call, wait []string, err err
 		c, err = n.pool.GetContext(ctx)
 	}
 	if err != nil && err.Error() == "redigo: get on closed pool" { // redigo exports no sentinel
-		err = fmt.Errorf("%w: %w", dlm.ErrClosed, err)
+		err = fmt.Errorf("%w: %w", driver.ErrClosed, err)
 	}
 	err = replyErr(err) // the dial's AUTH, or a Sentinel's answer
 	if err != nil {
@@ -261,14 +262,14 @@ var expired = func() context.Context {
 }()
 
 // replyErr returns an error reply of redigo (a redis.Error, which err is
-// or wraps) as a *dlm.ReplyError; an error that matches
-// dlm.ErrUnknownMaster is left as it is.
+// or wraps) as a *driver.ReplyError; an error that matches
+// driver.ErrUnknownMaster is left as it is.
 func replyErr(err error) error {
 	if err == nil {
 		return nil
 	}
 	var re redis.Error
-	if errors.Is(err, dlm.ErrUnknownMaster) || !errors.As(err, &re) {
+	if errors.Is(err, driver.ErrUnknownMaster) || !errors.As(err, &re) {
 		return err
 	}
 	return nodekit.Reply(string(re), err)

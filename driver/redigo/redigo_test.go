@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/gomodule/redigo/redis"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -20,8 +22,8 @@ import (
 )
 
 // eval runs src once on n with EVAL.
-func eval(ctx context.Context, n dlm.Node, src string, keys []string, args ...string) ([]int64, error) {
-	c := []dlm.Call{{Source: src, Keys: keys, Args: args}}
+func eval(ctx context.Context, n driver.Node, src string, keys []string, args ...string) ([]int64, error) {
+	c := []driver.Call{{Source: src, Keys: keys, Args: args}}
 	n.Run(ctx, c)
 	return c[0].Reply, c[0].Err
 }
@@ -32,8 +34,8 @@ func TestConformanceSingle(t *testing.T) {
 	t.Parallel() // the suites mostly wait: on stalled servers, deadlines, expiry
 	addr := harness.StartServer(t)
 	node := newNode(t, addr)
-	topology := conformance.Topology{Nodes: func(*testing.T) []dlm.Node { return []dlm.Node{node} }, Servers: []string{addr}}
-	newStrategy := func(nodes []dlm.Node) (dlm.Strategy, error) { return strategy.NewSingle(nodes[0]) }
+	topology := conformance.Topology{Nodes: func(*testing.T) []driver.Node { return []driver.Node{node} }, Servers: []string{addr}}
+	newStrategy := func(nodes []driver.Node) (dlm.Strategy, error) { return strategy.NewSingle(nodes[0]) }
 	conformance.RunStrategy(t, topology, newStrategy)
 	family.Run(t, topology.Nodes, newStrategy)
 }
@@ -50,7 +52,7 @@ func TestNilPool(t *testing.T) {
 	if n := redigo.New(nil); n != nil {
 		t.Fatalf("New(nil) = %v, want nil", n)
 	}
-	if _, err := strategy.NewSingle(redigo.New(nil)); !errors.Is(err, dlm.ErrInvalid) {
+	if _, err := strategy.NewSingle(redigo.New(nil)); !errors.Is(err, driver.ErrInvalid) {
 		t.Fatalf("NewSingle over New(nil): %v, want ErrInvalid", err)
 	}
 }
@@ -79,8 +81,8 @@ func TestClosedPoolIsPermanent(t *testing.T) {
 	srv := redistest.Start(t)
 	p := &redis.Pool{Dial: func() (redis.Conn, error) { return redis.Dial("tcp", srv.Addr) }}
 	require.NoError(t, p.Close())
-	calls := []dlm.Call{{SHA1: "0000000000000000000000000000000000000000", Keys: []string{"k"}}}
+	calls := []driver.Call{{SHA1: "0000000000000000000000000000000000000000", Keys: []string{"k"}}}
 	redigo.New(p).Run(context.Background(), calls)
-	assert.ErrorIs(t, calls[0].Err, dlm.ErrClosed)
+	assert.ErrorIs(t, calls[0].Err, driver.ErrClosed)
 	assert.True(t, dlm.Permanent(calls[0].Err))
 }

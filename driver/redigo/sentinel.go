@@ -10,9 +10,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gomodule/redigo/redis"
+	"github.com/dlmgo/dlm/driver"
 
-	"github.com/dlmgo/dlm"
+	"github.com/gomodule/redigo/redis"
 )
 
 // Sentinels names the Sentinels that know a primary by the name Master.
@@ -56,7 +56,7 @@ func (s Sentinels) Dial(opts ...redis.DialOption) func(ctx context.Context) (red
 			errs = append(errs, fmt.Errorf("sentinel %s: %w", addrs[j], err))
 		}
 		if unknown == len(addrs) {
-			return nil, fmt.Errorf("%w %q (Sentinels %s)", dlm.ErrUnknownMaster, master, strings.Join(addrs, ","))
+			return nil, fmt.Errorf("%w %q (Sentinels %s)", driver.ErrUnknownMaster, master, strings.Join(addrs, ","))
 		}
 		return nil, fmt.Errorf("redigo: no Sentinel led to a primary of %q: %w", master, errors.Join(errs...))
 	}

@@ -4,9 +4,10 @@ import (
 	"context"
 	"testing"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/redis/rueidis"
 
-	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/conformance/harness"
 	rueidisnode "github.com/dlmgo/dlm/driver/rueidis"
 	"github.com/dlmgo/dlm/nodekit"
@@ -21,22 +22,22 @@ import (
 // Dial's way through Sentinel.
 func TestConformance(t *testing.T) {
 	t.Parallel() // the suite mostly waits: on stalled servers, deadlines, expiry
-	harness.Run(t, func(t *testing.T, addr string) dlm.Node {
+	harness.Run(t, func(t *testing.T, addr string) driver.Node {
 		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(c.Close)
 		return rueidisnode.New(c)
-	}, harness.WithDial(func(t *testing.T, addr string) (dlm.Node, error) {
+	}, harness.WithDial(func(t *testing.T, addr string) (driver.Node, error) {
 		return dial(t, nodekit.Endpoint{Addr: addr})
-	}), harness.WithSentinel(func(t *testing.T, addrs []string, master string) (dlm.Node, error) {
+	}), harness.WithSentinel(func(t *testing.T, addrs []string, master string) (driver.Node, error) {
 		return dial(t, nodekit.Endpoint{Sentinels: addrs, Master: master})
 	}))
 }
 
 // dial is Dial, its client closed when t ends.
-func dial(t *testing.T, ep nodekit.Endpoint) (dlm.Node, error) {
+func dial(t *testing.T, ep nodekit.Endpoint) (driver.Node, error) {
 	n, c, err := rueidisnode.Dial(context.Background(), ep)
 	if err == nil {
 		t.Cleanup(func() { _ = c.Close() })

@@ -6,9 +6,10 @@ import (
 	"io"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/redis/rueidis"
 
-	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/nodekit"
 )
 
@@ -20,7 +21,7 @@ import (
 // connects at once: a server that cannot be reached yet is not an error
 // (the client redials on use); Sentinels that cannot be are, and so are
 // Cluster nodes none of which answers, or which are not in cluster mode.
-func Dial(_ context.Context, ep nodekit.Endpoint) (dlm.Node, io.Closer, error) {
+func Dial(_ context.Context, ep nodekit.Endpoint) (driver.Node, io.Closer, error) {
 	o := rueidis.ClientOption{InitAddress: []string{ep.Addr}, ForceSingleClient: true,
 		Username: ep.Username, Password: ep.Password, DisableCache: true,
 		SelectDB: ep.DB, TLSConfig: ep.TLS, DialCtxFn: dialCtx}
@@ -39,7 +40,7 @@ func Dial(_ context.Context, ep nodekit.Endpoint) (dlm.Node, io.Closer, error) {
 	if ep.Cluster != nil && (err != nil || c.Mode() != rueidis.ClientModeCluster) {
 		c.Close()
 		if err == nil {
-			err = fmt.Errorf("%w: rueidis: %s: not a Redis Cluster (cluster mode is off; use single:// or failover://)", dlm.ErrInvalid, ep)
+			err = fmt.Errorf("%w: rueidis: %s: not a Redis Cluster (cluster mode is off; use single:// or failover://)", driver.ErrInvalid, ep)
 		}
 		return nil, nil, err
 	}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/redis/rueidis"
 
 	"github.com/dlmgo/dlm"
@@ -48,7 +50,7 @@ func ExampleNode_Run() {
 	}
 	defer client.Close()
 	const incr = "return {redis.call('INCRBY', KEYS[1], ARGV[1])}"
-	calls := []dlm.Call{
+	calls := []driver.Call{
 		{Source: incr, Keys: []string{"a"}, Args: []string{"1"}},
 		{Source: incr, Keys: []string{"a"}, Args: []string{"2"}},
 		{Source: incr, Keys: []string{"b"}, Args: []string{"5"}},

@@ -1,5 +1,5 @@
 // Package rueidis adapts any rueidis.Client (github.com/redis/rueidis):
-// standalone, Sentinel or Cluster, to dlm.Node. Every call honours its
+// standalone, Sentinel or Cluster, to driver.Node. Every call honours its
 // context's deadline. A call under a context with a deadline goes straight
 // to the client, which puts the deadline on the socket and on the dial,
 // while the node's calls are answered. After a call the server did not
@@ -33,13 +33,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/redis/rueidis"
 
-	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/nodekit"
 )
 
-// Node is a dlm.Node over a rueidis.Client. It does not close the client.
+// Node is a driver.Node over a rueidis.Client. It does not close the client.
 // Its methods are nodekit.PipeNode's: Run, RunWait (which rueidis sends on
 // a dedicated connection), Watch (one Receive per channel; rueidis
 // subscribes again when the connection breaks), Routing and String.
@@ -65,7 +66,7 @@ func (p pipe) Cluster() bool { return p.c.Mode() == rueidis.ClientModeCluster }
 
 func (p pipe) Slot(cmd rueidis.Completed) uint16 { return cmd.Slot() }
 
-func (p pipe) Script(c *dlm.Call) rueidis.Completed {
+func (p pipe) Script(c *driver.Call) rueidis.Completed {
 	if c.Source != "" {
 		return p.c.B().Eval().Script(c.Source).Numkeys(int64(len(c.Keys))).Key(c.Keys...).Arg(c.Args...).Build()
 	}
@@ -155,7 +156,7 @@ func final(err error) bool {
 }
 
 // replyErr returns an error reply of rueidis (one its connection's
-// handshake met included) as a *dlm.ReplyError. rueidis strips "ERR " off
+// handshake met included) as a *driver.ReplyError. rueidis strips "ERR " off
 // every reply's text; nodekit.Reply restores the code.
 func replyErr(err error) error {
 	var re *rueidis.RedisError

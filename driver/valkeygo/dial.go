@@ -8,9 +8,10 @@ import (
 	"net"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/valkey-io/valkey-go"
 
-	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/nodekit"
 )
 
@@ -21,10 +22,10 @@ import (
 // slot map by itself on MOVED, CLUSTERDOWN and broken connections).
 // valkey-go connects at once: a server that cannot be reached yet is not an
 // error (the client redials on use); Sentinels that cannot be are (a master
-// they do not know matches dlm.ErrUnknownMaster), and so are Cluster nodes
+// they do not know matches driver.ErrUnknownMaster), and so are Cluster nodes
 // none of which answers, or which are not in cluster mode. TLS problems are
 // permanent errors (nodekit.Dial).
-func Dial(_ context.Context, ep nodekit.Endpoint) (dlm.Node, io.Closer, error) {
+func Dial(_ context.Context, ep nodekit.Endpoint) (driver.Node, io.Closer, error) {
 	o := valkey.ClientOption{InitAddress: []string{ep.Addr}, ForceSingleClient: true,
 		Username: ep.Username, Password: ep.Password, DisableCache: true,
 		SelectDB: ep.DB, TLSConfig: ep.TLS, DialCtxFn: dialCtx}
@@ -43,7 +44,7 @@ func Dial(_ context.Context, ep nodekit.Endpoint) (dlm.Node, io.Closer, error) {
 	if ep.Cluster != nil && (err != nil || c.Mode() != valkey.ClientModeCluster) {
 		c.Close()
 		if err == nil {
-			err = fmt.Errorf("%w: valkeygo: %s: not a Redis Cluster (cluster mode is off; use single:// or failover://)", dlm.ErrInvalid, ep)
+			err = fmt.Errorf("%w: valkeygo: %s: not a Redis Cluster (cluster mode is off; use single:// or failover://)", driver.ErrInvalid, ep)
 		}
 		return nil, nil, err
 	}

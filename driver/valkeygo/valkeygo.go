@@ -1,6 +1,6 @@
 // Package valkeygo adapts any valkey.Client (github.com/valkey-io/valkey-go,
 // the Valkey project's client): standalone, Sentinel or Cluster, to
-// dlm.Node. Every call honours its context's deadline, as driver/rueidis's
+// driver.Node. Every call honours its context's deadline, as driver/rueidis's
 // do (valkey-go is a fork of rueidis): a call under a context with a
 // deadline goes straight to the client while the node's calls are
 // answered; after a call the server did not answer, and for a context that
@@ -21,13 +21,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/valkey-io/valkey-go"
 
-	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/nodekit"
 )
 
-// Node is a dlm.Node over a valkey.Client. It does not close the client.
+// Node is a driver.Node over a valkey.Client. It does not close the client.
 // Its methods are nodekit.PipeNode's: Run, RunWait (which valkey-go sends on
 // a dedicated connection), Watch (one Receive per channel; valkey-go
 // subscribes again when the connection breaks), Routing and String.
@@ -53,7 +54,7 @@ func (p pipe) Cluster() bool { return p.c.Mode() == valkey.ClientModeCluster }
 
 func (p pipe) Slot(cmd valkey.Completed) uint16 { return cmd.Slot() }
 
-func (p pipe) Script(c *dlm.Call) valkey.Completed {
+func (p pipe) Script(c *driver.Call) valkey.Completed {
 	if c.Source != "" {
 		return p.c.B().Eval().Script(c.Source).Numkeys(int64(len(c.Keys))).Key(c.Keys...).Arg(c.Args...).Build()
 	}
@@ -141,7 +142,7 @@ func final(err error) bool {
 }
 
 // replyErr returns an error reply of valkey-go (one its connection's
-// handshake met included) as a *dlm.ReplyError. valkey-go strips "ERR "
+// handshake met included) as a *driver.ReplyError. valkey-go strips "ERR "
 // off every reply's text; nodekit.Reply restores the code.
 func replyErr(err error) error {
 	var ve *valkey.ValkeyError

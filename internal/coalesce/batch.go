@@ -9,7 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/dlmgo/dlm/nodekit"
 )
 
@@ -17,7 +18,7 @@ import (
 // (or one RunWait), and then hands its slot on.
 func (n *Node) runBatch(batch []*waiter, size int) {
 	live := batch[:0]
-	calls := make([]dlm.Call, 0, size)
+	calls := make([]driver.Call, 0, size)
 	var late []*waiter // Enqueue's, whose contexts ended in the queue
 	for _, w := range batch {
 		w.mu.Lock()
@@ -31,7 +32,7 @@ func (n *Node) runBatch(batch []*waiter, size int) {
 		if !w.gone { // w.calls is the caller's until it returns
 			live = append(live, w)
 			for _, c := range w.calls {
-				calls = append(calls, dlm.Call{SHA1: c.SHA1, Source: c.Source, Keys: c.Keys, Args: c.Args})
+				calls = append(calls, driver.Call{SHA1: c.SHA1, Source: c.Source, Keys: c.Keys, Args: c.Args})
 			}
 		}
 		w.mu.Unlock()
@@ -83,7 +84,7 @@ func (n *Node) runBatch(batch []*waiter, size int) {
 // deadlines) does not hold back the calls behind it. (A caller's own run,
 // sent at once, registers nothing on its context: once past its deadline
 // its slot counts as free for the calls that arrive, see overdueLocked.)
-func (n *Node) sendBatch(ctx context.Context, calls []dlm.Call, w *dlm.Wait) (dlm.Acks, error) {
+func (n *Node) sendBatch(ctx context.Context, calls []driver.Call, w *driver.Wait) (driver.Acks, error) {
 	start := time.Now()
 	var freed atomic.Bool
 	free := func() {

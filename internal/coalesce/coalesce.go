@@ -38,7 +38,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/dlmgo/dlm/internal/runner"
 	"github.com/dlmgo/dlm/nodekit"
 )
@@ -51,10 +52,10 @@ const DefaultInFlight = 2
 // be longer; it is never split).
 const maxBatch = 512
 
-// Node is a dlm.Node whose Run (and, on one server, RunWait) coalesces
+// Node is a driver.Node whose Run (and, on one server, RunWait) coalesces
 // concurrent calls. Watch goes straight to the node beneath.
 type Node struct {
-	dlm.Node
+	driver.Node
 	inFlight int
 	waits    bool    // RunWait calls may be coalesced: the node routes every call to one server
 	merge    *merger // nil: nothing merges
@@ -81,7 +82,7 @@ type Node struct {
 // New returns a Node that coalesces node's calls, with at most inFlight
 // runs in flight (DefaultInFlight when inFlight < 1), and merges calls of
 // the scripts given (see BodyMark) where node's routing allows.
-func New(node dlm.Node, inFlight int, merge ...*nodekit.Script) *Node {
+func New(node driver.Node, inFlight int, merge ...*nodekit.Script) *Node {
 	if inFlight < 1 {
 		inFlight = DefaultInFlight
 	}
@@ -97,8 +98,8 @@ func (n *Node) Routing() nodekit.Routing { return nodekit.RoutingOf(n.Node) }
 // A waiter is one caller's Run or RunWait waiting or in a batch.
 type waiter struct {
 	ctx   context.Context
-	calls []dlm.Call
-	wait  *dlm.Wait     // RunWait's; nil for Run
+	calls []driver.Call
+	wait  *driver.Wait  // RunWait's; nil for Run
 	done  chan struct{} // closed once calls (and acks, err) hold the results
 	// notify, of calls queued by Enqueue, is told instead, with tag (done
 	// is nil): no goroutine waits for them.
@@ -108,7 +109,7 @@ type waiter struct {
 	// no slot came free by then.
 	spillAt time.Time
 
-	acks dlm.Acks // RunWait's results
+	acks driver.Acks // RunWait's results
 	err  error
 
 	mu   sync.Mutex
@@ -125,15 +126,15 @@ type waiter struct {
 	where []int
 }
 
-// Run implements dlm.Node.
-func (n *Node) Run(ctx context.Context, calls []dlm.Call) {
+// Run implements driver.Node.
+func (n *Node) Run(ctx context.Context, calls []driver.Call) {
 	if len(calls) > 0 {
 		n.run(ctx, calls, nil)
 	}
 }
 
-// RunWait implements dlm.Node.
-func (n *Node) RunWait(ctx context.Context, calls []dlm.Call, w dlm.Wait) (dlm.Acks, error) {
+// RunWait implements driver.Node.
+func (n *Node) RunWait(ctx context.Context, calls []driver.Call, w driver.Wait) (driver.Acks, error) {
 	if !n.waits || len(calls) == 0 {
 		return n.Node.RunWait(ctx, calls, w)
 	}
@@ -142,7 +143,7 @@ func (n *Node) RunWait(ctx context.Context, calls []dlm.Call, w dlm.Wait) (dlm.A
 
 // run sends calls, and w's wait when w is not nil, at once when a slot is
 // free or coalescing is off, else with the next batch.
-func (n *Node) run(ctx context.Context, calls []dlm.Call, w *dlm.Wait) (dlm.Acks, error) {
+func (n *Node) run(ctx context.Context, calls []driver.Call, w *driver.Wait) (driver.Acks, error) {
 	now := time.Now()
 	n.mu.Lock()
 	if n.busy < n.inFlight || n.busy-n.overdueLocked() < n.inFlight || n.pressed(ctx, now) {
@@ -182,7 +183,7 @@ func (n *Node) run(ctx context.Context, calls []dlm.Call, w *dlm.Wait) (dlm.Acks
 	for i := range calls {
 		calls[i].Reply, calls[i].Err = nil, ctx.Err()
 	}
-	return dlm.Acks{}, ctx.Err()
+	return driver.Acks{}, ctx.Err()
 }
 
 // goAlone is how many of the node's typical run times a call's context
@@ -238,7 +239,7 @@ type Notifier interface {
 // Redlock round) so saves a goroutine's two hand-offs per queued call.
 // Unlike a Run's, ctx's cancellation does not cut short a batch already
 // sent, which ends at its calls' latest deadline.
-func (n *Node) Enqueue(ctx context.Context, calls []dlm.Call, to Notifier, tag int) bool {
+func (n *Node) Enqueue(ctx context.Context, calls []driver.Call, to Notifier, tag int) bool {
 	if len(calls) == 0 {
 		return false
 	}
@@ -298,13 +299,13 @@ func (n *Node) overdueLocked() int {
 }
 
 // send runs calls (and w's wait) on the node, in a slot the caller holds.
-func (n *Node) send(ctx context.Context, calls []dlm.Call, w *dlm.Wait) (dlm.Acks, error) {
+func (n *Node) send(ctx context.Context, calls []driver.Call, w *driver.Wait) (driver.Acks, error) {
 	n.runs.Add(1)
 	if n.merge == nil || len(calls) < 2 {
 		return n.runOn(ctx, calls, w)
 	}
 	root, _ := ctx.Value(nodekit.BatchKey{}).(*batchRoot)
-	return n.merge.runMerged(ctx, calls, w != nil, func(sent []dlm.Call, where []int) (dlm.Acks, error) {
+	return n.merge.runMerged(ctx, calls, w != nil, func(sent []driver.Call, where []int) (driver.Acks, error) {
 		if root != nil {
 			root.where = where // read by Callers during the Run; Runs of a batch are sequential
 		}
@@ -313,10 +314,10 @@ func (n *Node) send(ctx context.Context, calls []dlm.Call, w *dlm.Wait) (dlm.Ack
 }
 
 // runOn runs calls, and w's wait when w is not nil, on the node beneath.
-func (n *Node) runOn(ctx context.Context, calls []dlm.Call, w *dlm.Wait) (dlm.Acks, error) {
+func (n *Node) runOn(ctx context.Context, calls []driver.Call, w *driver.Wait) (driver.Acks, error) {
 	if w == nil {
 		n.Node.Run(ctx, calls)
-		return dlm.Acks{}, nil
+		return driver.Acks{}, nil
 	}
 	return n.Node.RunWait(ctx, calls, *w)
 }

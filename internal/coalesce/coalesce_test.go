@@ -9,11 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/conformance/harness"
 	"github.com/dlmgo/dlm/driver/goredis"
 	"github.com/dlmgo/dlm/internal/coalesce"
@@ -158,9 +159,9 @@ func TestWaitingCallerKeepsItsDeadline(t *testing.T) {
 
 // deafNode keeps a call on key "deaf" for two seconds, whatever its
 // context says.
-type deafNode struct{ dlm.Node }
+type deafNode struct{ driver.Node }
 
-func (n deafNode) Run(ctx context.Context, calls []dlm.Call) {
+func (n deafNode) Run(ctx context.Context, calls []driver.Call) {
 	if calls[0].Keys[0] == "deaf" {
 		time.Sleep(2 * time.Second)
 		ctx = context.Background()
@@ -196,13 +197,13 @@ func TestStuckCallDoesNotHoldBackTheNode(t *testing.T) {
 // holdNode holds a call on key "hold" until release is closed, and records,
 // for each Run of several calls (a batch), whether its context can end.
 type holdNode struct {
-	dlm.Node
+	driver.Node
 	release chan struct{}
 	mu      sync.Mutex
 	canEnd  []bool
 }
 
-func (n *holdNode) Run(ctx context.Context, calls []dlm.Call) {
+func (n *holdNode) Run(ctx context.Context, calls []driver.Call) {
 	if calls[0].Keys[0] == "hold" {
 		<-n.release
 	}
@@ -288,7 +289,7 @@ func TestWaitsGoTogether(t *testing.T) {
 	defer c.Close()
 	n := coalesce.New(goredis.New(c), 1, incr)
 	ctx := context.Background()
-	w := dlm.Wait{Replicas: 1, Timeout: 300 * time.Millisecond}
+	w := driver.Wait{Replicas: 1, Timeout: 300 * time.Millisecond}
 	_, acks, err := incr.RunWait(ctx, n, w, []string{"warm"}, "0")
 	require.NoError(t, err)
 	require.Equal(t, 1, acks.Replicas)
@@ -300,7 +301,7 @@ func TestWaitsGoTogether(t *testing.T) {
 	require.Eventually(t, func() bool { r, _ := n.Stats(); return r-runs0 == 1 }, 5*time.Second, time.Millisecond)
 	const k = 10
 	replies := make([][]int64, k)
-	got := make([]dlm.Acks, k)
+	got := make([]driver.Acks, k)
 	errs := make([]error, k)
 	for i := range k {
 		wg.Go(func() {
@@ -321,7 +322,7 @@ func TestWaitsGoTogether(t *testing.T) {
 
 // A coalescing Node keeps every rule a driver must keep.
 func TestConformance(t *testing.T) {
-	harness.Run(t, func(t *testing.T, addr string) dlm.Node {
+	harness.Run(t, func(t *testing.T, addr string) driver.Node {
 		return newNode(t, addr, 0)
 	})
 }
@@ -337,8 +338,8 @@ func (n notifier) Notify(tag int) { n <- tag }
 // notified with the context's error and never sent.
 func TestEnqueue(t *testing.T) {
 	n, hn, c := newHoldNode(t)
-	call := func(key, arg string) []dlm.Call {
-		return []dlm.Call{{SHA1: incr.SHA1(), Keys: []string{key}, Args: []string{arg}}}
+	call := func(key, arg string) []driver.Call {
+		return []driver.Call{{SHA1: incr.SHA1(), Keys: []string{key}, Args: []string{arg}}}
 	}
 	notified := make(chan int, 4)
 	to := notifier(notified)

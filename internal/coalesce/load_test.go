@@ -9,10 +9,11 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/internal/coalesce"
 	"github.com/dlmgo/dlm/internal/runner"
 )
@@ -30,7 +31,7 @@ type timedNode struct {
 	stallEvery, stallFor, stallCost time.Duration
 }
 
-func (n *timedNode) Run(ctx context.Context, calls []dlm.Call) {
+func (n *timedNode) Run(ctx context.Context, calls []driver.Call) {
 	if n.slot != nil {
 		n.slot <- struct{}{}
 		defer func() { <-n.slot }()
@@ -47,8 +48,8 @@ func (n *timedNode) Run(ctx context.Context, calls []dlm.Call) {
 	}
 }
 
-func (n *timedNode) RunWait(context.Context, []dlm.Call, dlm.Wait) (dlm.Acks, error) {
-	return dlm.Acks{}, errors.ErrUnsupported
+func (n *timedNode) RunWait(context.Context, []driver.Call, driver.Wait) (driver.Acks, error) {
+	return driver.Acks{}, errors.ErrUnsupported
 }
 
 func (n *timedNode) Watch(context.Context, string, func(string)) (func(), error) {
@@ -62,7 +63,7 @@ func TestSerialCallAllocatesNothing(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 	defer cancel()
 	n := coalesce.New(&timedNode{reply: []int64{1}}, 0)
-	calls := []dlm.Call{{SHA1: "x", Keys: []string{"k"}}}
+	calls := []driver.Call{{SHA1: "x", Keys: []string{"k"}}}
 	allocs := testing.AllocsPerRun(200, func() { n.Run(ctx, calls) })
 	assert.Zero(t, allocs, "allocations per call")
 	require.Equal(t, []int64{1}, calls[0].Reply)
@@ -79,7 +80,7 @@ func TestPressedCallGoesAlone(t *testing.T) {
 		const run = 40 * time.Millisecond
 		n := coalesce.New(&timedNode{perRun: run, reply: []int64{1}}, 2)
 		call := func(ctx context.Context) error {
-			calls := []dlm.Call{{SHA1: "x", Keys: []string{"k"}}}
+			calls := []driver.Call{{SHA1: "x", Keys: []string{"k"}}}
 			n.Run(ctx, calls)
 			return calls[0].Err
 		}
@@ -146,7 +147,7 @@ type crowdedNode struct {
 
 var errCrowded = errors.New("crowded: no reply within the timeout")
 
-func (n *crowdedNode) Run(ctx context.Context, calls []dlm.Call) {
+func (n *crowdedNode) Run(ctx context.Context, calls []driver.Call) {
 	k := n.runs.Add(1)
 	defer n.runs.Add(-1)
 	if k > 2 {
@@ -162,8 +163,8 @@ func (n *crowdedNode) Run(ctx context.Context, calls []dlm.Call) {
 	}
 }
 
-func (n *crowdedNode) RunWait(context.Context, []dlm.Call, dlm.Wait) (dlm.Acks, error) {
-	return dlm.Acks{}, errors.ErrUnsupported
+func (n *crowdedNode) RunWait(context.Context, []driver.Call, driver.Wait) (driver.Acks, error) {
+	return driver.Acks{}, errors.ErrUnsupported
 }
 
 func (n *crowdedNode) Watch(context.Context, string, func(string)) (func(), error) {
@@ -184,9 +185,9 @@ func TestCrowdedNodeFailsNoCall(t *testing.T) {
 		var wg sync.WaitGroup
 		for range 64 {
 			wg.Go(func() {
-				calls := make([]dlm.Call, 1)
+				calls := make([]driver.Call, 1)
 				for ctx.Err() == nil {
-					calls[0] = dlm.Call{SHA1: "x", Keys: []string{"k"}}
+					calls[0] = driver.Call{SHA1: "x", Keys: []string{"k"}}
 					n.Run(context.Background(), calls)
 					if calls[0].Err != nil {
 						failed.Add(1)

@@ -9,7 +9,8 @@ import (
 	"strings"
 	"sync/atomic"
 
-	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/dlmgo/dlm/nodekit"
 )
 
@@ -71,13 +72,13 @@ type groupKey struct {
 
 // plan returns the calls to send for calls, and the groups merged among
 // them; it returns calls itself when nothing merges.
-func (m *merger) plan(calls []dlm.Call) ([]dlm.Call, []group) {
+func (m *merger) plan(calls []driver.Call) ([]driver.Call, []group) {
 	merged := m.groups(calls)
 	if len(merged) == 0 {
 		return calls, nil
 	}
 	inGroup := make([]bool, len(calls))
-	sent := make([]dlm.Call, 0, len(calls))
+	sent := make([]driver.Call, 0, len(calls))
 	for gi := range merged {
 		g := &merged[gi]
 		first := calls[g.members[0]]
@@ -91,7 +92,7 @@ func (m *merger) plan(calls []dlm.Call) ([]dlm.Call, []group) {
 			args = append(args, calls[i].Args...)
 		}
 		g.sent, g.batch = len(sent), m.batch[first.SHA1]
-		c := dlm.Call{Keys: keys, Args: args}
+		c := driver.Call{Keys: keys, Args: args}
 		if g.batch.cached.Load() {
 			c.SHA1 = g.batch.SHA1()
 		} else {
@@ -101,7 +102,7 @@ func (m *merger) plan(calls []dlm.Call) ([]dlm.Call, []group) {
 	}
 	for i, c := range calls {
 		if !inGroup[i] {
-			sent = append(sent, dlm.Call{SHA1: c.SHA1, Source: c.Source, Keys: c.Keys, Args: c.Args})
+			sent = append(sent, driver.Call{SHA1: c.SHA1, Source: c.Source, Keys: c.Keys, Args: c.Args})
 		}
 	}
 	return sent, merged
@@ -111,7 +112,7 @@ func (m *merger) plan(calls []dlm.Call) ([]dlm.Call, []group) {
 // batch invocation: the first call of each key, of one merged script, with
 // as many keys and arguments, and, where the node routes by slot, of one
 // slot.
-func (m *merger) groups(calls []dlm.Call) []group {
+func (m *merger) groups(calls []driver.Call) []group {
 	bySlot := m.slots || m.crossSlots.Load()
 	// Small batches, the usual ones, look keys and groups up by scanning:
 	// a map costs its allocation and its random seed on every batch.
@@ -192,7 +193,7 @@ const smallPlan = 16
 
 // seenKey reports whether key is the first key of a call of before: in
 // seen when it is not nil, else by scanning before.
-func seenKey(seen map[string]struct{}, before []dlm.Call, key string) bool {
+func seenKey(seen map[string]struct{}, before []driver.Call, key string) bool {
 	if seen != nil {
 		_, ok := seen[key]
 		return ok
@@ -214,7 +215,7 @@ func seenKey(seen map[string]struct{}, before []dlm.Call, key string) bool {
 // one (a RunWait's caller then undoes its calls). A batch that
 // met NOSCRIPT is sent again by EVAL after a Run; after a RunWait its
 // calls fail with NOSCRIPT, which their callers handle (nodekit.Script).
-func (m *merger) runMerged(ctx context.Context, calls []dlm.Call, waits bool, run func(sent []dlm.Call, where []int) (dlm.Acks, error)) (dlm.Acks, error) {
+func (m *merger) runMerged(ctx context.Context, calls []driver.Call, waits bool, run func(sent []driver.Call, where []int) (driver.Acks, error)) (driver.Acks, error) {
 	sent, groups := m.plan(calls)
 	if groups == nil {
 		return run(calls, nil)
@@ -236,11 +237,11 @@ func (m *merger) runMerged(ctx context.Context, calls []dlm.Call, waits bool, ru
 // for them, the groups merged, and the results of its runs so far.
 type mergedRun struct {
 	m      *merger
-	calls  []dlm.Call
-	sent   []dlm.Call
+	calls  []driver.Call
+	sent   []driver.Call
 	groups []group
-	run    func(sent []dlm.Call, where []int) (dlm.Acks, error)
-	acks   dlm.Acks
+	run    func(sent []driver.Call, where []int) (driver.Acks, error)
+	acks   driver.Acks
 	err    error
 }
 
@@ -267,7 +268,7 @@ func (r *mergedRun) where() []int {
 
 // again sends cs, which carry the calls listed in of (one list per call of
 // cs), and folds the run's acknowledgements and error into r's.
-func (r *mergedRun) again(cs []dlm.Call, of [][]int) {
+func (r *mergedRun) again(cs []driver.Call, of [][]int) {
 	w := make([]int, len(r.calls))
 	for i := range w {
 		w[i] = -1
@@ -293,7 +294,7 @@ func (r *mergedRun) loadScripts(waits bool) {
 		switch e := r.sent[g.sent].Err; {
 		case e == nil:
 			g.batch.cached.Store(true)
-		case errors.Is(e, dlm.ErrNoScript):
+		case errors.Is(e, driver.ErrNoScript):
 			g.batch.cached.Store(false)
 			if !waits {
 				loads = append(loads, gi)
@@ -303,11 +304,11 @@ func (r *mergedRun) loadScripts(waits bool) {
 	if len(loads) == 0 {
 		return
 	}
-	cs := make([]dlm.Call, len(loads))
+	cs := make([]driver.Call, len(loads))
 	of := make([][]int, len(loads))
 	for j, gi := range loads {
 		c := r.sent[r.groups[gi].sent]
-		cs[j] = dlm.Call{Source: r.groups[gi].batch.Source(), Keys: c.Keys, Args: c.Args}
+		cs[j] = driver.Call{Source: r.groups[gi].batch.Source(), Keys: c.Keys, Args: c.Args}
 		of[j] = r.groups[gi].members
 	}
 	r.again(cs, of)
@@ -324,7 +325,7 @@ func (r *mergedRun) unpack(ctx context.Context) (retry []int) {
 	for _, g := range r.groups {
 		b := r.sent[g.sent]
 		if b.Err != nil {
-			if ctx.Err() != nil || errors.Is(b.Err, dlm.ErrNoScript) || !refusedAsWhole(b.Err) {
+			if ctx.Err() != nil || errors.Is(b.Err, driver.ErrNoScript) || !refusedAsWhole(b.Err) {
 				for _, i := range g.members {
 					r.calls[i].Reply, r.calls[i].Err = nil, b.Err
 				}
@@ -367,11 +368,11 @@ func (r *mergedRun) sendAlone(ctx context.Context, retry []int) {
 	if len(retry) == 0 {
 		return
 	}
-	cs := make([]dlm.Call, len(retry))
+	cs := make([]driver.Call, len(retry))
 	of := make([][]int, len(retry))
 	for j, i := range retry {
 		c := r.calls[i]
-		cs[j] = dlm.Call{SHA1: c.SHA1, Source: c.Source, Keys: c.Keys, Args: c.Args}
+		cs[j] = driver.Call{SHA1: c.SHA1, Source: c.Source, Keys: c.Keys, Args: c.Args}
 		of[j] = []int{i}
 	}
 	r.again(cs, of)

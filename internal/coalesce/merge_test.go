@@ -7,11 +7,12 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/driver/goredis"
 	"github.com/dlmgo/dlm/internal/coalesce"
 	"github.com/dlmgo/dlm/internal/redistest"
@@ -21,16 +22,16 @@ import (
 // spy is a node that records the calls of every Run that reaches it, and
 // says it routes as the node beneath.
 type spy struct {
-	dlm.Node
+	driver.Node
 	mu   sync.Mutex
-	runs [][]dlm.Call
+	runs [][]driver.Call
 }
 
 func (s *spy) Routing() nodekit.Routing { return nodekit.RoutingOf(s.Node) }
 
-func (s *spy) Run(ctx context.Context, calls []dlm.Call) {
+func (s *spy) Run(ctx context.Context, calls []driver.Call) {
 	s.mu.Lock()
-	s.runs = append(s.runs, append([]dlm.Call(nil), calls...))
+	s.runs = append(s.runs, append([]driver.Call(nil), calls...))
 	s.mu.Unlock()
 	s.Node.Run(ctx, calls)
 }
@@ -56,9 +57,9 @@ func TestMergedIntegerReplies(t *testing.T) {
 	srv := redistest.Start(t)
 	either := nodekit.NewScript("local n = redis.call('INCRBY', KEYS[1], tonumber(ARGV[1])) if n % 2 == 0 then return {n, -n} end return n")
 	n, sp := mergingNode(t, srv.Addr, either)
-	calls := make([]dlm.Call, 10)
+	calls := make([]driver.Call, 10)
 	for i := range calls {
-		calls[i] = dlm.Call{Keys: []string{fmt.Sprint("i", i)}, Args: []string{strconv.Itoa(i - 5)}}
+		calls[i] = driver.Call{Keys: []string{fmt.Sprint("i", i)}, Args: []string{strconv.Itoa(i - 5)}}
 	}
 	either.RunMany(context.Background(), n, calls)
 	for i, c := range calls {
@@ -82,9 +83,9 @@ func TestMergedCallsKeepTheirReplies(t *testing.T) {
 	srv := redistest.Start(t)
 	n, sp := mergingNode(t, srv.Addr, incr)
 	for round := 1; round <= 2; round++ {
-		calls := make([]dlm.Call, 20)
+		calls := make([]driver.Call, 20)
 		for i := range calls {
-			calls[i] = dlm.Call{Keys: []string{fmt.Sprint("m", i)}, Args: []string{strconv.Itoa(i)}}
+			calls[i] = driver.Call{Keys: []string{fmt.Sprint("m", i)}, Args: []string{strconv.Itoa(i)}}
 		}
 		incr.RunMany(context.Background(), n, calls)
 		for i, c := range calls {
@@ -93,7 +94,7 @@ func TestMergedCallsKeepTheirReplies(t *testing.T) {
 		}
 	}
 	require.NoError(t, srv.Client(t).ScriptFlush(context.Background()).Err())
-	calls := []dlm.Call{{Keys: []string{"m0"}, Args: []string{"7"}}, {Keys: []string{"m1"}, Args: []string{"8"}}}
+	calls := []driver.Call{{Keys: []string{"m0"}, Args: []string{"7"}}, {Keys: []string{"m1"}, Args: []string{"8"}}}
 	incr.RunMany(context.Background(), n, calls)
 	assert.Equal(t, []int64{7, 3}, calls[0].Reply)
 	assert.Equal(t, []int64{8, 3}, calls[1].Reply)
@@ -114,7 +115,7 @@ func TestMergedCallsKeepTheirReplies(t *testing.T) {
 func TestMergedCallErrsAlone(t *testing.T) {
 	srv := redistest.Start(t)
 	n, sp := mergingNode(t, srv.Addr, fails, incr)
-	calls := []dlm.Call{
+	calls := []driver.Call{
 		{SHA1: fails.SHA1(), Keys: []string{"a"}, Args: []string{"1"}},
 		{SHA1: fails.SHA1(), Keys: []string{"b"}, Args: []string{"boom"}},
 		{SHA1: incr.SHA1(), Keys: []string{"c"}, Args: []string{"3"}},
@@ -150,7 +151,7 @@ func loadAll(t *testing.T, srv *redistest.Server, n *coalesce.Node, scripts ...*
 	for _, s := range scripts {
 		_, err := s.Run(context.Background(), n, []string{"load"}, "0")
 		require.NoError(t, err)
-		calls := []dlm.Call{{Keys: []string{"load"}, Args: []string{"0"}}, {Keys: []string{"load"}, Args: []string{"0"}}}
+		calls := []driver.Call{{Keys: []string{"load"}, Args: []string{"0"}}, {Keys: []string{"load"}, Args: []string{"0"}}}
 		s.RunMany(context.Background(), n, calls)
 		for _, c := range calls {
 			require.NoError(t, c.Err)
@@ -166,9 +167,9 @@ func TestMergedCallsAcrossSlotsOnAClusterNode(t *testing.T) {
 	srv := redistest.StartCluster(t, 1)[0]
 	n, sp := mergingNode(t, srv.Addr, incr)
 	run := func(keys ...string) {
-		calls := make([]dlm.Call, len(keys))
+		calls := make([]driver.Call, len(keys))
 		for i, k := range keys {
-			calls[i] = dlm.Call{Keys: []string{k}, Args: []string{strconv.Itoa(i)}}
+			calls[i] = driver.Call{Keys: []string{k}, Args: []string{strconv.Itoa(i)}}
 		}
 		incr.RunMany(context.Background(), n, calls)
 		for i, c := range calls {
@@ -176,7 +177,7 @@ func TestMergedCallsAcrossSlotsOnAClusterNode(t *testing.T) {
 			assert.Equal(t, int64(i), c.Reply[0], "call %d", i)
 		}
 	}
-	runs := func() [][]dlm.Call {
+	runs := func() [][]driver.Call {
 		sp.mu.Lock()
 		defer sp.mu.Unlock()
 		return sp.runs
@@ -203,7 +204,7 @@ func TestMergedCallsKeepEachKeysOrder(t *testing.T) {
 	sp.mu.Unlock()
 	// k is set to text by the second call and counted by the fourth,
 	// which must come after it and fail; a and b merge.
-	calls := []dlm.Call{
+	calls := []driver.Call{
 		{SHA1: incr.SHA1(), Keys: []string{"a"}, Args: []string{"1"}},
 		{SHA1: fails.SHA1(), Keys: []string{"k"}, Args: []string{"boom"}},
 		{SHA1: incr.SHA1(), Keys: []string{"b"}, Args: []string{"3"}},

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/fairlock"
 	"github.com/dlmgo/dlm/rwlock"
@@ -145,7 +147,7 @@ func (f *fairWait) arrival() uint64 {
 
 // isQueue reports whether c is a fair lock's queue script joining or
 // keeping a place (keys: queue, deadlines, arrivals; args: token, lease, op).
-func isQueue(c *dlm.Call) bool {
+func isQueue(c *driver.Call) bool {
 	return len(c.Keys) >= 3 && strings.HasSuffix(c.Keys[0], ":fair:queue") && len(c.Args) == 3 && c.Args[2] == "w"
 }
 
@@ -153,11 +155,11 @@ func isQueue(c *dlm.Call) bool {
 // through which fairlock runs its queue script: it records each waiter's
 // arrival numbers, from the waiter's context.
 type queueSpy struct {
-	dlm.Node
+	driver.Node
 	w *world
 }
 
-func (q *queueSpy) Run(ctx context.Context, calls []dlm.Call) {
+func (q *queueSpy) Run(ctx context.Context, calls []driver.Call) {
 	start := q.w.now()
 	q.Node.Run(ctx, calls)
 	fw, _ := ctx.Value(fairKey{}).(*fairWait)
@@ -179,10 +181,10 @@ func (q *queueSpy) Run(ctx context.Context, calls []dlm.Call) {
 // as fairlock requires.
 type fairRecorder struct {
 	*handoffRecorder
-	node dlm.Node
+	node driver.Node
 }
 
-func (f *fairRecorder) Node() dlm.Node { return f.node }
+func (f *fairRecorder) Node() driver.Node { return f.node }
 
 // fifoChecked reports whether a run's schedule lets the fair lock promise
 // arrival order: nothing loses the queue (a restart without data, a

@@ -11,6 +11,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/dlmtest"
 	"github.com/dlmgo/dlm/strategy"
@@ -139,7 +141,7 @@ func (r *contention) now() time.Duration { return time.Since(r.t0) }
 // first Slow of them delayed as the Contention says) under a Redlock that
 // reports each attempt to r.
 func (r *contention) newManager(t *testing.T, i int, servers []*dlmtest.Server) *dlm.Manager {
-	var nodes []dlm.Node
+	var nodes []driver.Node
 	for j, srv := range servers {
 		nd := srv.Node()
 		nd.SetDelay(linkDelay(r.seed, i, j))

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/dlmtest"
 	"github.com/dlmgo/dlm/internal/sha1"
@@ -88,7 +90,7 @@ func (p *plantState) get(token string) (uint64, bool) {
 var sources sync.Map
 
 // source returns the source of c's script, when known.
-func source(c *dlm.Call) string {
+func source(c *driver.Call) string {
 	if c.Source != "" {
 		sources.LoadOrStore(sha1.Hex(c.Source), c.Source)
 		return c.Source
@@ -101,17 +103,17 @@ func source(c *dlm.Call) string {
 
 // Which script a call runs, from its source and shape (coalescing is off
 // under a bug, so that calls are not merged).
-func isAcquire(c *dlm.Call) bool { return strings.Contains(source(c), "INCR") && len(c.Keys) >= 2 }
-func isExtend(c *dlm.Call) bool {
+func isAcquire(c *driver.Call) bool { return strings.Contains(source(c), "INCR") && len(c.Keys) >= 2 }
+func isExtend(c *driver.Call) bool {
 	src := source(c)
 	return strings.Contains(src, "PEXPIRE") && !strings.Contains(src, "INCR") && len(c.Keys) == 1 && len(c.Args) == 2
 }
-func isFenceWrite(c *dlm.Call) bool {
+func isFenceWrite(c *driver.Call) bool {
 	src := source(c)
 	return src != "" && !strings.Contains(src, "INCR") && len(c.Keys) == 2 && len(c.Args) == 2
 }
 
-// bugNode is a dlm.Node with a bug planted.
+// bugNode is a driver.Node with a bug planted.
 type bugNode struct {
 	*dlmtest.Node
 	bug    Bug
@@ -121,7 +123,7 @@ type bugNode struct {
 	p      *plantState
 }
 
-func plantNode(b Bug, n *dlmtest.Node, srv *dlmtest.Server, client, index int, p *plantState) dlm.Node {
+func plantNode(b Bug, n *dlmtest.Node, srv *dlmtest.Server, client, index int, p *plantState) driver.Node {
 	switch b {
 	case OneNodeFence, RenewIgnoresRefusal, HandoffNoCheck, GuardVotesAtOnce, FairJumpsQueue, WriterIgnoresReaders:
 		return &bugNode{Node: n, bug: b, srv: srv, client: client, index: index, p: p}
@@ -149,7 +151,7 @@ var (
 	}()
 )
 
-func (n *bugNode) before(calls []dlm.Call) {
+func (n *bugNode) before(calls []driver.Call) {
 	if n.bug == SemExtraPermit {
 		for i := range calls {
 			c := &calls[i]
@@ -179,7 +181,7 @@ func (n *bugNode) before(calls []dlm.Call) {
 	}
 }
 
-func (n *bugNode) after(ctx context.Context, calls []dlm.Call) {
+func (n *bugNode) after(ctx context.Context, calls []driver.Call) {
 	for i := range calls {
 		c := &calls[i]
 		if c.Err != nil {
@@ -220,7 +222,7 @@ func (n *bugNode) after(ctx context.Context, calls []dlm.Call) {
 				again.Args = append([]string(nil), c.Args...)
 				again.Args[2] = "0" // the guard off for this call
 				again.Reply, again.Err = nil, nil
-				one := []dlm.Call{again}
+				one := []driver.Call{again}
 				n.Node.Run(ctx, one)
 				c.Reply, c.Err = one[0].Reply, one[0].Err
 			}
@@ -228,13 +230,13 @@ func (n *bugNode) after(ctx context.Context, calls []dlm.Call) {
 	}
 }
 
-func (n *bugNode) Run(ctx context.Context, calls []dlm.Call) {
+func (n *bugNode) Run(ctx context.Context, calls []driver.Call) {
 	n.before(calls)
 	n.Node.Run(ctx, calls)
 	n.after(ctx, calls)
 }
 
-func (n *bugNode) RunWait(ctx context.Context, calls []dlm.Call, w dlm.Wait) (dlm.Acks, error) {
+func (n *bugNode) RunWait(ctx context.Context, calls []driver.Call, w driver.Wait) (driver.Acks, error) {
 	n.before(calls)
 	a, err := n.Node.RunWait(ctx, calls, w)
 	n.after(ctx, calls)

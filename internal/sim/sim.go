@@ -14,6 +14,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/dlmtest"
 	"github.com/dlmgo/dlm/semaphore"
@@ -455,7 +457,7 @@ func (w *world) deploy() {
 func (w *world) addClient(t *testing.T, i int, shared *plantState) {
 	c := w.c
 	var nodes []*dlmtest.Node
-	var dn []dlm.Node
+	var dn []driver.Node
 	for j, srv := range w.servers {
 		nd := srv.Node()
 		nd.SetDelay(linkDelay(w.seed, i, j))
@@ -571,7 +573,7 @@ func linkDelay(seed uint64, client, server int) time.Duration {
 	return 100*time.Microsecond + time.Duration(r.Int64N(int64(1900*time.Microsecond)))
 }
 
-func newStrategy(c Config, nodes []dlm.Node) (dlm.Strategy, error) {
+func newStrategy(c Config, nodes []driver.Node) (dlm.Strategy, error) {
 	var opts []strategy.Option
 	if c.Guard {
 		opts = append(opts, strategy.WithMaxTTL(c.TTL))

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/driver"
 )
 
 // A Transport is a redis-server owned by the suite, reached through a fault
@@ -41,15 +41,15 @@ type Transport struct {
 	// transport run on (nodes of Addr), the other rules running on the
 	// nodes given to RunNode (harness.Own); when nil, every rule runs on
 	// RunNode's nodes (harness.Run).
-	NewNode func(t *testing.T) dlm.Node
+	NewNode func(t *testing.T) driver.Node
 	// Dial returns a Node of the driver under test over a new client of
 	// addr (host:port), closed when t ends, or the error of a client that
 	// connects when it is made.
-	Dial func(t *testing.T, addr string) (dlm.Node, error)
+	Dial func(t *testing.T, addr string) (driver.Node, error)
 	// DialSentinel, when not nil, returns a Node of the driver under test
 	// for the primary that the Sentinels at addrs know as master, or the
 	// dial's error.
-	DialSentinel func(t *testing.T, addrs []string, master string) (dlm.Node, error)
+	DialSentinel func(t *testing.T, addrs []string, master string) (driver.Node, error)
 	// Refusers starts servers that refuse scripts, each for a reason of
 	// its own, and stops them when t ends.
 	Refusers func(t testing.TB) (*Refusers, error)
@@ -61,7 +61,7 @@ type Transport struct {
 	WaitAOFServer func(t testing.TB) (addr, why string)
 	// DialTLS, when not nil, returns a Node of the driver under test over
 	// a new client of addr that speaks TLS with cfg, or the dial's error.
-	DialTLS func(t *testing.T, addr string, cfg *tls.Config) (dlm.Node, error)
+	DialTLS func(t *testing.T, addr string, cfg *tls.Config) (driver.Node, error)
 	// TLSServer starts a server that speaks TLS only (client certificates
 	// required), stopped when t ends, and returns its address, a client
 	// configuration that trusts its CA (right) and one that trusts another

@@ -4,7 +4,8 @@ import (
 	"crypto/tls"
 	"testing"
 
-	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/dlmgo/dlm/conformance"
 	"github.com/dlmgo/dlm/conformance/harness"
 )
@@ -14,7 +15,7 @@ const poolSize = 16
 
 // dialErr is the driver's dial, whose error is New's: a client that
 // connects when it is made fails to be made where nothing listens.
-func dialErr(t *testing.T, addr string) (dlm.Node, error) {
+func dialErr(t *testing.T, addr string) (driver.Node, error) {
 	d, err := New(addr, poolSize)
 	if err != nil {
 		return nil, err
@@ -24,7 +25,7 @@ func dialErr(t *testing.T, addr string) (dlm.Node, error) {
 }
 
 // dialTLS is the driver's dial over TLS, for the TLS rule.
-func dialTLS(t *testing.T, addr string, cfg *tls.Config) (dlm.Node, error) {
+func dialTLS(t *testing.T, addr string, cfg *tls.Config) (driver.Node, error) {
 	d, err := NewTLS(addr, poolSize, cfg)
 	if err != nil {
 		return nil, err
@@ -33,7 +34,7 @@ func dialTLS(t *testing.T, addr string, cfg *tls.Config) (dlm.Node, error) {
 	return d, nil
 }
 
-func dial(t *testing.T, addr string) dlm.Node {
+func dial(t *testing.T, addr string) driver.Node {
 	n, err := dialErr(t, addr)
 	if err != nil {
 		t.Fatal(err)
@@ -57,5 +58,5 @@ func TestRun(t *testing.T) {
 func TestOwn(t *testing.T) {
 	harness.Own(t, dial, harness.WithDial(dialErr), harness.WithTLS(dialTLS))
 	mine := harness.StartServer(t)
-	conformance.RunNode(t, func(t *testing.T) dlm.Node { return dial(t, mine) })
+	conformance.RunNode(t, func(t *testing.T) driver.Node { return dial(t, mine) })
 }

@@ -13,21 +13,22 @@ import (
 	"net"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/redis/go-redis/v9"
 
-	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/driver/goredis"
 	"github.com/dlmgo/dlm/nodekit"
 )
 
-// Driver is a dlm.Node over a go-redis client whose first connections
+// Driver is a driver.Node over a go-redis client whose first connections
 // were dialled by New.
 type Driver struct {
 	*goredis.Node
 	client *redis.Client
 }
 
-var _ dlm.Node = (*Driver)(nil)
+var _ driver.Node = (*Driver)(nil)
 
 // New dials n connections to addr at once and returns a Driver whose
 // client uses them first, then dials more as it needs them (each dial
@@ -56,7 +57,7 @@ func NewTLS(addr string, n int, cfg *tls.Config) (*Driver, error) {
 		PoolSize:              2 * n,
 		MinIdleConns:          n,
 		ContextTimeoutEnabled: true,
-		MaxRetries:            -1, // a dlm.Node never retries
+		MaxRetries:            -1, // a driver.Node never retries
 		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			select {
 			case c := <-pool:

@@ -1,0 +1,164 @@
+// Package driver is the contract between dlm and a Redis client library:
+// what a driver implements (Node) and what it returns (Call's Reply and
+// Err, Acks, ReplyError, and the errors below). It imports only the
+// standard library. The packages under driver/ adapt go-redis, redigo,
+// rueidis and valkey-go; package nodekit holds helpers for drivers over
+// pipelining clients; package conformance checks a driver against every
+// rule, which docs/driver-contract.md lists.
+package driver
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"time"
+)
+
+// The errors a driver reports with. Strategies and the Manager match them
+// with errors.Is; package dlm exports ErrInvalid and ErrClosed, the two a
+// lock user meets, under the same values.
+var (
+	// ErrNoScript is wrapped by the Err of a Call that ran by EVALSHA when
+	// the server does not have the script cached.
+	ErrNoScript = errors.New("dlm: NOSCRIPT no matching script")
+	// ErrInvalid reports a bad argument or configuration value.
+	ErrInvalid = errors.New("dlm: invalid argument")
+	// ErrClosed is wrapped by a Call's error once the client the Node wraps
+	// was closed, where the driver can tell (go-redis and redigo can; rueidis
+	// reports a closed client and an unreachable server with one error).
+	ErrClosed = errors.New("dlm: client closed")
+	// ErrUnknownMaster reports that the Sentinels asked for a primary do not
+	// know its master name: a deployment's configuration names another.
+	// Drivers wrap it with the name, and Permanent reports it permanent.
+	ErrUnknownMaster = errors.New("dlm: no Sentinel knows the master name")
+)
+
+// A Node is one Redis deployment seen through a client library: a single
+// server, a primary behind Sentinel, or a Cluster. The packages under
+// driver/ adapt go-redis, redigo, rueidis and valkey-go; package conformance
+// checks any other implementation.
+//
+// Each method makes at most one round trip per server it reaches and never
+// retries. Methods are safe for concurrent use and honour ctx, including its
+// deadline, which must bound the wait for replies even when a server stops
+// answering. A Node does not own or close the client it wraps.
+//
+// Every method is part of the contract, so a wrapper that embeds a Node
+// (for metrics, logging or fault injection) keeps all of them. A Node that
+// cannot do what RunWait or Watch asks returns an error matching
+// errors.ErrUnsupported, and strategies fall back or refuse with that
+// reason.
+//
+// A Node may also implement fmt.Stringer to name itself in errors; drivers
+// name a node by its address or master name. Every rule a driver keeps, and
+// the helpers of package nodekit, are in docs/driver-contract.md.
+type Node interface {
+	// Run runs each call's script, pipelined: in one round trip per server
+	// the calls' keys live on, in order on each. It sets every call's Reply
+	// or Err: a call whose reply did not arrive (the connection broke, ctx
+	// ended) gets the error that stopped it, while replies that arrived are
+	// kept. An error reply of the server is a *ReplyError (see
+	// nodekit.Reply), whatever the client's wording. Run keeps no reference to calls once it returns (a
+	// goroutine that outlives it works on a copy).
+	Run(ctx context.Context, calls []Call)
+	// RunWait runs calls as Run does and then w's command (WAIT or WAITAOF)
+	// on the same connection, with no other caller's command in between, and
+	// returns its reply. Every call's keys must live on one server. When the
+	// calls fail the error is that of the first failed call; when only the
+	// wait fails, its error is returned and the calls' replies are kept, so
+	// the caller can undo their work.
+	RunWait(ctx context.Context, calls []Call, w Wait) (Acks, error)
+	// Watch subscribes to channel and returns once the server has confirmed
+	// the subscription, so that every message published afterwards reaches
+	// notify, which is called with the payload and must not block. On a
+	// Redis Cluster of version 7.0 or later, release scripts publish on
+	// shard channels (SPUBLISH): a Node over a Cluster client subscribes
+	// with SSUBSCRIBE on the master of channel's slot, and again when the
+	// slot moves; elsewhere with SUBSCRIBE. stop ends
+	// the subscription; calling it again does nothing. Messages may be lost
+	// (for example while a connection is re-established), so a caller must
+	// not rely on them alone.
+	Watch(ctx context.Context, channel string, notify func(payload string)) (stop func(), err error)
+}
+
+// A Call is one run of a Lua script on a Node.
+//
+// The Node sends EVALSHA SHA1 when Source is empty and EVAL Source
+// otherwise. Every script replies with an integer or an array of integers,
+// which the Node converts to Reply (an integer n to []int64{n}); any other
+// reply shape is an error. The Node reports
+// NOSCRIPT with an Err that wraps ErrNoScript and returns every other error
+// of the client unchanged.
+type Call struct {
+	SHA1   string   // the script's SHA1 digest, 40 lower-case hex digits
+	Source string   // the script's source, to send it with EVAL
+	Keys   []string // KEYS
+	Args   []string // ARGV
+	Reply  []int64  // set by the Node on success: non-nil, empty for an empty array
+	Err    error    // set by the Node on failure
+}
+
+// A Wait says what RunWait waits for after its script calls: WAIT
+// numreplicas timeout, or, with AOF set, WAITAOF numlocal numreplicas
+// timeout (Redis 7.2 and later).
+type Wait struct {
+	// Replicas is the number of replicas to wait for (numreplicas).
+	Replicas int
+	// Timeout bounds the wait on the server. It is at least 1ms (WAIT 0
+	// would block forever) and rounded up to whole milliseconds.
+	Timeout time.Duration
+	// AOF selects WAITAOF: replicas acknowledge once the write is fsynced
+	// to their append-only file, not merely received.
+	AOF bool
+	// Local, with AOF, also waits for the primary's own fsync (numlocal 1).
+	Local bool
+}
+
+// Acks is the reply of WAIT or WAITAOF.
+type Acks struct {
+	// Replicas is the number of replicas that acknowledged.
+	Replicas int
+	// Local reports, for WAITAOF, that the primary fsynced the write to its
+	// append-only file. It is false after WAIT.
+	Local bool
+}
+
+// A ReplyError is an error reply of a Redis server or Sentinel, in one form
+// whatever its client's wording: every driver returns the server's error
+// replies as a *ReplyError that wraps its client's own error (so errors.As
+// with the client's type still works). Permanent, and everything else in
+// dlm, classifies replies by Code and Message, never by a client's text.
+// A reply with Code "NOSCRIPT" matches ErrNoScript; "ERR DB index is out
+// of range" (SELECT of a database the server does not have) matches
+// ErrInvalid, and so is permanent.
+type ReplyError struct {
+	// Code is the reply's first word: "ERR", "WRONGTYPE", "NOAUTH", ...
+	Code string
+	// Message is the rest of the reply.
+	Message string
+	// Err is the client's error for the reply.
+	Err error
+}
+
+func (e *ReplyError) Error() string {
+	if e.Message == "" {
+		return e.Code
+	}
+	return e.Code + " " + e.Message
+}
+
+func (e *ReplyError) Unwrap() error { return e.Err }
+
+// Is makes a NOSCRIPT reply match ErrNoScript, and the reply to SELECT of
+// a database number the server does not have ("ERR DB index is out of
+// range": the number is at or above its databases setting) match
+// ErrInvalid: it is a configuration error.
+func (e *ReplyError) Is(target error) bool {
+	switch target {
+	case ErrNoScript:
+		return e.Code == "NOSCRIPT"
+	case ErrInvalid:
+		return e.Code == "ERR" && strings.HasPrefix(e.Message, "DB index is out of range")
+	}
+	return false
+}
