@@ -128,7 +128,7 @@ func (e *endpoint) release(ctx context.Context, key, token string) error {
 	if err != nil {
 		return &NodeError{Node: e.name, Op: "release", Err: err}
 	}
-	if r[0] != 1 {
+	if r[0] != releaseDeleted {
 		return errNotHeld(key, e.name)
 	}
 	return nil
@@ -153,7 +153,7 @@ func (e *endpoint) undo(ctx context.Context, key, token string, expires time.Tim
 			r, err := script.Run(rctx, node, keys, args...)
 			cancel()
 			switch {
-			case err == nil && len(r) == 1 && r[0] == 1, err == nil && refused:
+			case err == nil && len(r) == 1 && r[0] == releaseDeleted, err == nil && refused:
 				return // released, or not held twice over
 			case err == nil:
 				refused = true

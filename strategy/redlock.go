@@ -383,7 +383,7 @@ func (s *Redlock) release(ctx context.Context, key, token string, nodes []int) *
 			switch {
 			case len(r) != 1:
 				return Failed, errReply(r)
-			case r[0] == 1:
+			case r[0] == releaseDeleted:
 				return Granted, nil
 			}
 			return Refused, nil

@@ -175,6 +175,10 @@ const (
 	replyRevoked     int64 = 3
 )
 
+// releaseDeleted is release.lua's reply when it deleted the token's lock;
+// it replies 0 when the token did not hold it.
+const releaseDeleted int64 = 1
+
 // verdict reads a reply r of acquire.lua or extend.lua: a grant is the
 // fence alone (the script replies an integer, which a Node gives as
 // []int64{fence}), anything else {code, value}, followed on a Failover by
