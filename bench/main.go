@@ -243,21 +243,13 @@ func knownScenario(name string) bool {
 	return false
 }
 
+// writeResults writes rep into dir as results.md, results.json and
+// chart.svg.
 func writeResults(dir string, rep *Report) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
 	var md strings.Builder
 	rep.WriteMarkdown(&md)
 	md.WriteString("\n![chart](chart.svg)\n")
-	if err := os.WriteFile(filepath.Join(dir, "results.md"), []byte(md.String()), 0o644); err != nil {
-		return err
-	}
-	js, err := json.MarshalIndent(rep, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "results.json"), append(js, '\n'), 0o644); err != nil {
+	if err := writeTables(dir, md.String(), rep); err != nil {
 		return err
 	}
 	var svg strings.Builder
@@ -265,6 +257,22 @@ func writeResults(dir string, rep *Report) error {
 		return err
 	}
 	return os.WriteFile(filepath.Join(dir, "chart.svg"), []byte(svg.String()), 0o644)
+}
+
+// writeTables makes dir and writes md into its results.md and v, as JSON,
+// into its results.json.
+func writeTables(dir, md string, v any) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "results.md"), []byte(md), 0o644); err != nil {
+		return err
+	}
+	js, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "results.json"), append(js, '\n'), 0o644)
 }
 
 // rerender reads a results.json and writes its tables and chart again, with

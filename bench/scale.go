@@ -38,7 +38,6 @@ import (
 	"io"
 	"maps"
 	"os"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -173,17 +172,7 @@ func measureScale(ctx context.Context, cfg ScaleConfig, note, dir string, w, log
 	rep.writeMarkdown(&md)
 	fmt.Fprint(w, md.String())
 	if dir != "" {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return err
-		}
-		if err := os.WriteFile(filepath.Join(dir, "results.md"), []byte(md.String()), 0o644); err != nil {
-			return err
-		}
-		js, err := json.MarshalIndent(rep, "", "  ")
-		if err != nil {
-			return err
-		}
-		if err := os.WriteFile(filepath.Join(dir, "results.json"), append(js, '\n'), 0o644); err != nil {
+		if err := writeTables(dir, md.String(), rep); err != nil {
 			return err
 		}
 	}
