@@ -62,7 +62,8 @@ func TestClusterMasterFailoverCostsNoOtherLocks(t *testing.T) {
 				require.NoError(t, err)
 				locks[i] = l
 			}
-			victim := cl.Masters[1]
+			const victimIndex = 1
+			victim := cl.Masters[victimIndex]
 			onVictim := locksOn(t, victim, prefix)
 			var elsewhere, killed []*dlm.Lock
 			for i, l := range locks {
@@ -88,7 +89,7 @@ func TestClusterMasterFailoverCostsNoOtherLocks(t *testing.T) {
 			promoted := make(chan time.Duration, 1)
 			var lastRole string // what ROLE last said, for a watch that saw no promotion
 			rc := cl.Replicas[1][0].Client(t)
-			victim.Kill(t)
+			cl.KillMaster(t, victimIndex)
 			killedAt := time.Now()
 			go func() {
 				for time.Since(killedAt) < time.Minute {

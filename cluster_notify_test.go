@@ -186,7 +186,7 @@ func TestClusterWaiterFollowsFailover(t *testing.T) {
 			}
 			took, resubscribed := handOff(t, cl, tc.node, key, func() {
 				require.NoError(t, cl.Masters[shard].Client(t).Do(ctx, "WAIT", 1, 2000).Err())
-				cl.Masters[shard].Kill(t)
+				cl.KillMaster(t, shard)
 			})
 			t.Logf("%s: subscribed on the promoted replica %v after the master's kill; the waiter got the lock %v after the release there",
 				tc.name, resubscribed.Round(time.Millisecond), took.Round(time.Microsecond))

@@ -217,3 +217,18 @@ func TestLaunchSkipsAPortAnotherAnswers(t *testing.T) {
 	assert.NotEqual(t, taken, s.Port, "the server was taken to listen on a port another process holds")
 	assert.NoError(t, ping(s.Addr))
 }
+
+// KillMaster's fallback promotes the replica where the Cluster cannot: with
+// its only master dead, no master is left to vote, so only CLUSTER FAILOVER
+// TAKEOVER (after takeoverAfter) makes the replica a master.
+func TestKillMasterTakesOver(t *testing.T) {
+	t.Parallel()
+	cl := StartClusterReplicas(t, 1)
+	rc := cl.Replicas[0][0].Client(t)
+	cl.KillMaster(t, 0)
+	ctx := context.Background()
+	waitFor(t, takeoverAfter+30*time.Second, "the replica promoted", func() bool {
+		role, err := rc.Do(ctx, "ROLE").Slice()
+		return err == nil && len(role) > 0 && role[0] == "master"
+	})
+}

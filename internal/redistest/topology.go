@@ -367,3 +367,37 @@ func do(t testing.TB, s *Server, args ...any) {
 		t.Fatalf("redistest: %v on %s: %v", args, s.Addr, err)
 	}
 }
+
+// takeoverAfter is how long KillMaster waits for the Cluster to promote a
+// replica by its own election before it makes the replica take over.
+const takeoverAfter = 15 * time.Second
+
+// KillMaster kills Masters[i] as a crash would (SIGKILL) and sees its first
+// replica promoted: by the Cluster's own election or, when that has not
+// happened within takeoverAfter, by CLUSTER FAILOVER TAKEOVER on the
+// replica, which needs no votes, as an operator would do. On a loaded
+// machine the election can fail for minutes (seen: a replica asked for
+// votes 7 times in 60s and the masters sent none), and tests that use this
+// are about the client following a failover, not about Redis's election.
+// The watch ends with the test.
+func (c *Cluster) KillMaster(t testing.TB, i int) {
+	t.Helper()
+	replica := c.Replicas[i][0].Client(t)
+	c.Masters[i].Kill(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	t.Cleanup(func() { cancel(); <-done })
+	go func() {
+		defer close(done)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(takeoverAfter):
+		}
+		if role, err := replica.Do(ctx, "ROLE").Slice(); ctx.Err() != nil || err == nil && len(role) > 0 && role[0] == "master" {
+			return
+		}
+		err := replica.Do(ctx, "CLUSTER", "FAILOVER", "TAKEOVER").Err()
+		t.Logf("redistest: %s not promoted %v after its master's kill; CLUSTER FAILOVER TAKEOVER: %v", c.Replicas[i][0].Addr, takeoverAfter, err)
+	}()
+}
