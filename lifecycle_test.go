@@ -113,7 +113,7 @@ func (noWatchStrategy) WatchRelease(context.Context, string, func()) (func(), er
 	return nil, errors.ErrUnsupported
 }
 
-func newSingle(t testing.TB, n driver.Node, opts ...strategy.Option) *strategy.Single {
+func newSingle(t testing.TB, n driver.Node, opts ...strategy.Option) dlm.Strategy {
 	t.Helper()
 	s, err := strategy.NewSingle(n, opts...)
 	require.NoError(t, err)

@@ -149,7 +149,10 @@ func TestOpenAppliesOptions(t *testing.T) {
 	require.NoError(t, err)
 	s, err := c.NewStrategy(nodes...)
 	require.NoError(t, err)
-	rl := s.(*strategy.Redlock)
+	rl := s.(interface {
+		Quorum() int
+		Timeout() time.Duration
+	})
 	assert.Equal(t, 2, rl.Quorum())
 	assert.Equal(t, 2*time.Second, rl.Timeout())
 

@@ -13,7 +13,7 @@
 // The leader's value (its identity: an address, a host name) is kept
 // beside the lock, on the same deployment, and every change is published
 // on a channel there, so the strategy must keep its locks on one deployment
-// (strategy.Single or strategy.Failover). Redlock is not offered: reading
+// (strategy.NewSingle or strategy.NewFailover). Redlock is not offered: reading
 // a leader and streaming changes over independent masters would need
 // quorum reads and a merged, ordered stream of their own.
 //

@@ -1,6 +1,6 @@
 // Package fairlock provides a lock that serves waiters in arrival order
 // across processes, over a strategy whose locks live on one deployment
-// (strategy.Single, strategy.Failover).
+// (strategy.NewSingle, strategy.NewFailover).
 //
 // Waiters queue on the server, in a sorted set by arrival number next to
 // the lock's own keys (same Cluster hash slot). Only the queue's head tries

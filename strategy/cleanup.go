@@ -16,7 +16,7 @@ import (
 // releaseRest releases from's lock, in the background, on the nodes that
 // did not hand it off (res: the hand-off's results), where it may still be
 // held, until each has answered or until expires.
-func (s *Redlock) releaseRest(ctx context.Context, key, from string, res []NodeResult, expires time.Time) {
+func (s *redlock) releaseRest(ctx context.Context, key, from string, res []NodeResult, expires time.Time) {
 	var rest []int
 	for i, r := range res {
 		if r.Outcome != Granted {
@@ -39,7 +39,7 @@ func (s *Redlock) releaseRest(ctx context.Context, key, from string, res []NodeR
 // whose reply to the single call of late is still to come, as each
 // arrives. An acquisition by the same token waits for the background
 // releases.
-func (s *Redlock) undo(ctx context.Context, key, token string, res []NodeResult, late *round, expires time.Time) {
+func (s *redlock) undo(ctx context.Context, key, token string, res []NodeResult, late *round, expires time.Time) {
 	cctx := context.WithoutCancel(ctx)
 	if late.left > 0 && len(late.calls) == 1 {
 		s.drain(late, key, token, true, expires, 0)
@@ -71,7 +71,7 @@ func (s *Redlock) undo(ctx context.Context, key, token string, res []NodeResult,
 // token holds nothing there) is checked once more a little later, since
 // the thawed node may run the acquisition, sent on another connection,
 // after the release.
-func (s *Redlock) settle(ctx context.Context, key, token string, nodes []int, expires time.Time) {
+func (s *redlock) settle(ctx context.Context, key, token string, nodes []int, expires time.Time) {
 	s.settleUntil(ctx, key, token, nodes, expires, false)
 }
 
@@ -79,7 +79,7 @@ func (s *Redlock) settle(ctx context.Context, key, token string, nodes []int, ex
 // with pauses growing to a second, until it releases a grant or until
 // expires: an acquisition that timed out may still be waiting to run
 // there, however late.
-func (s *Redlock) settleUntil(ctx context.Context, key, token string, nodes []int, expires time.Time, persist bool) {
+func (s *redlock) settleUntil(ctx context.Context, key, token string, nodes []int, expires time.Time, persist bool) {
 	refused := make([]bool, len(s.nodes))
 	for pause := 10 * time.Millisecond; ctx.Err() == nil; pause = min(2*pause, time.Second) {
 		r := s.release(ctx, key, token, nodes)
@@ -116,7 +116,7 @@ func (s *Redlock) settleUntil(ctx context.Context, key, token string, nodes []in
 // which may run the acquisition later, are settled once a Release begins,
 // until expires, so that a grant the acquisition leaves there late does not
 // hold the node for the lock's TTL.
-func (s *Redlock) drain(late *round, key, token string, releasing bool, expires time.Time, fence int64, uncertain ...int) {
+func (s *redlock) drain(late *round, key, token string, releasing bool, expires time.Time, fence int64, uncertain ...int) {
 	var settling context.Context
 	var cancel context.CancelFunc // a new acquisition by token ends the settling: late grants are then its own
 	if fence != 0 {

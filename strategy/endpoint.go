@@ -190,6 +190,6 @@ type OneDeployment interface {
 }
 
 var (
-	_ OneDeployment = (*Single)(nil)
-	_ OneDeployment = (*Failover)(nil)
+	_ OneDeployment = (*single)(nil)
+	_ OneDeployment = (*failover)(nil)
 )

@@ -22,3 +22,12 @@ func Before60ForTest(t testing.TB) {
 	acquireScript = nodekit.NewScript("redis.setresp = nil\n" + old.Source())
 	t.Cleanup(func() { acquireScript = old })
 }
+
+// The strategies' types, for tests that call what dlm.Strategy does not
+// show (Quorum, Probe, Inspect, ...): a constructor's result asserted to
+// one of them.
+type (
+	Single   = single
+	Failover = failover
+	Redlock  = redlock
+)

@@ -14,7 +14,31 @@ import (
 	"github.com/dlmgo/dlm/nodekit"
 )
 
-// Failover locks on a primary with replicas, typically discovered through
+// failover is the strategy NewFailover returns.
+type failover struct {
+	endpoint
+	fo *failoverConfig
+
+	// Per hash slot (one Cluster shard's primary serves it): the replicas
+	// that primary last reported connected, plus one; 0 until probed.
+	replicas []atomic.Int32
+}
+
+var _ dlm.Handoff = (*failover)(nil)
+
+// NewFailover returns the failover-replica strategy over node, whose RunWait
+// must work: every driver in this module's driver/ packages qualifies (for
+// go-redis, a *redis.Client, a failover client or a *redis.ClusterClient).
+// A node whose RunWait reports errors.ErrUnsupported makes every call fail
+// with that error.
+//
+// Options: WithAcks (default AckAll), WithWaitTimeout (default
+// DefaultWaitTimeout), WithReplicas (default 1), WithWaitAOF, and the shared
+// WithDriftFactor, WithTimeout, WithMaxTTL and WithCoalescing. WithTimeout, when set, must exceed the
+// wait timeout. Under AckNone without WithWaitAOF it waits for nothing and
+// locks as the single-instance strategy does.
+//
+// It locks on a primary with replicas, typically discovered through
 // Sentinel (for go-redis, a client from redis.NewFailoverClient). It is the
 // single-instance algorithm — SET NX PX with a fencing counter in one script —
 // followed, on the same connection, by WAIT numreplicas timeout. A lock is
@@ -32,36 +56,14 @@ import (
 //
 // A lease is valid for the TTL less the drift margin, counted from before the
 // script was sent, so the time spent waiting for replicas is taken off it.
-type Failover struct {
-	endpoint
-	fo *failoverConfig
-
-	// Per hash slot (one Cluster shard's primary serves it): the replicas
-	// that primary last reported connected, plus one; 0 until probed.
-	replicas []atomic.Int32
-}
-
-var _ dlm.Handoff = (*Failover)(nil)
-
-// NewFailover returns the failover-replica strategy over node, whose RunWait
-// must work: every driver in this module's driver/ packages qualifies (for
-// go-redis, a *redis.Client, a failover client or a *redis.ClusterClient).
-// A node whose RunWait reports errors.ErrUnsupported makes every call fail
-// with that error.
-//
-// Options: WithAcks (default AckAll), WithWaitTimeout (default
-// DefaultWaitTimeout), WithReplicas (default 1), WithWaitAOF, and the shared
-// WithDriftFactor, WithTimeout, WithMaxTTL and WithCoalescing. WithTimeout, when set, must exceed the
-// wait timeout. Under AckNone without WithWaitAOF it waits for nothing and
-// locks as Single does.
-func NewFailover(node driver.Node, opts ...Option) (*Failover, error) {
+func NewFailover(node driver.Node, opts ...Option) (dlm.Strategy, error) {
 	cfg := defaultConfig()
 	cfg.failover = &failoverConfig{acks: AckAll(), waitTimeout: DefaultWaitTimeout, replicas: 1}
 	e, err := newEndpoint("NewFailover", node, cfg, opts)
 	if err != nil {
 		return nil, err
 	}
-	f := &Failover{endpoint: e, fo: e.cfg.failover, replicas: make([]atomic.Int32, slots)}
+	f := &failover{endpoint: e, fo: e.cfg.failover, replicas: make([]atomic.Int32, slots)}
 	switch {
 	case f.cfg.timeout > 0 && f.fo.waits() && f.cfg.timeout <= f.fo.waitTimeout:
 		return nil, fmt.Errorf("%w: NewFailover: WithTimeout(%v) must exceed the wait timeout %v", dlm.ErrInvalid, f.cfg.timeout, f.fo.waitTimeout)
@@ -75,7 +77,7 @@ func NewFailover(node driver.Node, opts ...Option) (*Failover, error) {
 // same connection, WAIT; when the policy's acknowledgements are missing it
 // releases the lock and returns an *AckError. A server that answers READONLY
 // (a demoted primary) or any other error is "not acquired".
-func (f *Failover) Acquire(ctx context.Context, key, token string, ttl time.Duration) (dlm.Lease, error) {
+func (f *failover) Acquire(ctx context.Context, key, token string, ttl time.Duration) (dlm.Lease, error) {
 	if !f.fo.waits() {
 		return f.endpoint.acquire(ctx, key, token, "", ttl)
 	}
@@ -86,7 +88,7 @@ func (f *Failover) Acquire(ctx context.Context, key, token string, ttl time.Dura
 // lock by to's, and WAIT, as Acquire. When from does not hold key the error
 // matches dlm.ErrNotHeld and nothing changed; when the acknowledgements are
 // missing the new lock is released, so from's lock is gone too.
-func (f *Failover) Handoff(ctx context.Context, key, from, to string, ttl time.Duration) (dlm.Lease, error) {
+func (f *failover) Handoff(ctx context.Context, key, from, to string, ttl time.Duration) (dlm.Lease, error) {
 	if err := checkHandoff(from, to); err != nil {
 		return dlm.Lease{}, err
 	}
@@ -98,7 +100,7 @@ func (f *Failover) Handoff(ctx context.Context, key, from, to string, ttl time.D
 
 // Extend implements dlm.Strategy. When the policy's acknowledgements are
 // missing it returns an *AckError and the previous lease stands.
-func (f *Failover) Extend(ctx context.Context, key, token string, ttl time.Duration) (dlm.Lease, error) {
+func (f *failover) Extend(ctx context.Context, key, token string, ttl time.Duration) (dlm.Lease, error) {
 	if !f.fo.waits() {
 		return f.endpoint.extend(ctx, key, token, ttl)
 	}
@@ -107,7 +109,7 @@ func (f *Failover) Extend(ctx context.Context, key, token string, ttl time.Durat
 
 // Release implements dlm.Strategy. It does not wait for replicas: a release
 // that a promoted replica misses only keeps the lock until its TTL.
-func (f *Failover) Release(ctx context.Context, key, token string) error {
+func (f *failover) Release(ctx context.Context, key, token string) error {
 	return f.release(ctx, key, token)
 }
 
@@ -119,7 +121,7 @@ func (f *Failover) Release(ctx context.Context, key, token string) error {
 // the last write on its connection, and a pipelined batch may be spread over
 // several connections, so one WAIT after a batch would not cover it. Every
 // lease's validity is counted from before the first extension was sent.
-func (f *Failover) ExtendMany(ctx context.Context, locks []dlm.HeldKey, ttl time.Duration) []dlm.ExtendResult {
+func (f *failover) ExtendMany(ctx context.Context, locks []dlm.HeldKey, ttl time.Duration) []dlm.ExtendResult {
 	if !f.fo.waits() {
 		return f.extendBatch(ctx, locks, ttl)
 	}
@@ -134,20 +136,20 @@ func (f *Failover) ExtendMany(ctx context.Context, locks []dlm.HeldKey, ttl time
 // in between are lost: notifications are hints, and waiters still poll at
 // the Manager's maximum retry delay.
 // When the node cannot watch, the error matches errors.ErrUnsupported.
-func (f *Failover) WatchRelease(ctx context.Context, key string, notify func()) (func(), error) {
+func (f *failover) WatchRelease(ctx context.Context, key string, notify func()) (func(), error) {
 	return f.watchRelease(ctx, key, notify)
 }
 
 // Node returns the node the strategy locks on (wrapped for coalescing
 // unless WithCoalescing(false)); see Single.Node.
-func (f *Failover) Node() driver.Node { return f.node }
+func (f *failover) Node() driver.Node { return f.node }
 
 // The algorithm of a Failover that waits follows: Single's, with a wait
 // for replicas after each write, on the same connection.
 
 // checkCall validates an acquisition's or extension's arguments: the TTL
 // must also leave room for the wait for replicas.
-func (f *Failover) checkCall(key, token string, ttl time.Duration) error {
+func (f *failover) checkCall(key, token string, ttl time.Duration) error {
 	if err := f.cfg.checkCall(key, token, ttl, true); err != nil {
 		return err
 	}
@@ -159,7 +161,7 @@ func (f *Failover) checkCall(key, token string, ttl time.Duration) error {
 }
 
 // acquire is Acquire, or with from set Handoff, when the strategy waits.
-func (f *Failover) acquire(ctx context.Context, key, token, from string, ttl time.Duration) (dlm.Lease, error) {
+func (f *failover) acquire(ctx context.Context, key, token, from string, ttl time.Duration) (dlm.Lease, error) {
 	if err := f.checkCall(key, token, ttl); err != nil {
 		return dlm.Lease{}, err
 	}
@@ -184,7 +186,7 @@ func (f *Failover) acquire(ctx context.Context, key, token, from string, ttl tim
 }
 
 // extend is Extend when the strategy waits.
-func (f *Failover) extend(ctx context.Context, key, token string, ttl time.Duration) (dlm.Lease, error) {
+func (f *failover) extend(ctx context.Context, key, token string, ttl time.Duration) (dlm.Lease, error) {
 	if err := f.checkCall(key, token, ttl); err != nil {
 		return dlm.Lease{}, err
 	}
@@ -214,7 +216,7 @@ const extendParallel = 16
 // extendEach is ExtendMany when the strategy waits: each lock extended
 // with extend, extendParallel at a time, every lease counted from before
 // the first was sent.
-func (f *Failover) extendEach(ctx context.Context, locks []dlm.HeldKey, ttl time.Duration) []dlm.ExtendResult {
+func (f *failover) extendEach(ctx context.Context, locks []dlm.HeldKey, ttl time.Duration) []dlm.ExtendResult {
 	out := make([]dlm.ExtendResult, len(locks))
 	start := time.Now()
 	var wg sync.WaitGroup
@@ -249,12 +251,12 @@ type ServerInfo struct {
 // master answers. The strategy probes before its first write to each hash
 // slot, on the master that serves it; Probe lets a program check a
 // deployment up front.
-func (f *Failover) Probe(ctx context.Context) (ServerInfo, error) {
+func (f *failover) Probe(ctx context.Context) (ServerInfo, error) {
 	return f.probe(ctx, nil)
 }
 
 // probe is Probe on the server that serves keys.
-func (f *Failover) probe(ctx context.Context, keys []string) (ServerInfo, error) {
+func (f *failover) probe(ctx context.Context, keys []string) (ServerInfo, error) {
 	cctx, cancel := f.cfg.withTimeout(ctx)
 	defer cancel()
 	r, err := probeScript.Run(cctx, f.node, keys)
@@ -278,7 +280,7 @@ func (f *Failover) probe(ctx context.Context, keys []string) (ServerInfo, error)
 // the server that serves them first when the strategy knows nothing of it
 // yet. Replica counts are kept per hash slot: on a Cluster each shard has
 // its own.
-func (f *Failover) prepare(ctx context.Context, keys []string) (driver.Wait, error) {
+func (f *failover) prepare(ctx context.Context, keys []string) (driver.Wait, error) {
 	slot := nodekit.Slot(keys[0])
 	n := int(f.replicas[slot].Load()) - 1
 	if n < 0 {
@@ -304,7 +306,7 @@ func (f *Failover) prepare(ctx context.Context, keys []string) (driver.Wait, err
 }
 
 // wait is the wait after a write on a primary with n replicas connected.
-func (f *Failover) wait(n int) driver.Wait {
+func (f *failover) wait(n int) driver.Wait {
 	return driver.Wait{
 		Replicas: f.fo.acks.need(max(n, f.fo.replicas)),
 		Timeout:  f.fo.waitTimeout,
@@ -320,7 +322,7 @@ func (f *Failover) wait(n int) driver.Wait {
 // replyGranted) but the wait asked for fewer replicas than the primary
 // turned out to have (a replica joined), the write, which is idempotent,
 // and a wait for the right count are sent once more.
-func (f *Failover) runWait(ctx context.Context, wrapped *nodekit.Script, w driver.Wait, keys []string, args ...string) ([]int64, driver.Acks, int, error) {
+func (f *failover) runWait(ctx context.Context, wrapped *nodekit.Script, w driver.Wait, keys []string, args ...string) ([]int64, driver.Acks, int, error) {
 	for again := true; ; again = false {
 		r, acks, err := wrapped.RunWait(ctx, f.node, w, keys, args...)
 		if err == nil && len(r) != 3 {
@@ -340,7 +342,7 @@ func (f *Failover) runWait(ctx context.Context, wrapped *nodekit.Script, w drive
 }
 
 // checkAcks returns an *AckError when acks fall short of the policy.
-func (f *Failover) checkAcks(op, key string, w driver.Wait, acks driver.Acks, connected int) error {
+func (f *failover) checkAcks(op, key string, w driver.Wait, acks driver.Acks, connected int) error {
 	wanted := f.fo.acks.need(max(connected, f.fo.replicas))
 	if acks.Replicas >= wanted && (!w.Local || acks.Local) {
 		return nil

@@ -21,7 +21,7 @@ import (
 // failoverCountingNode is a go-redis node that counts its Run calls, each a
 // round trip (every other method is the node's own).
 type failoverCountingNode struct {
-	*goredis.Node
+	driver.Node
 	batches *atomic.Int32
 }
 

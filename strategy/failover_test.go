@@ -64,7 +64,7 @@ func TestNewFailoverRejects(t *testing.T) {
 // counts acknowledgements of that connection's earlier writes, not of the
 // scripts'.
 type otherConnWaiter struct {
-	*goredis.Node
+	driver.Node
 	other *redis.Client
 }
 
@@ -78,7 +78,7 @@ func newFailover(t *testing.T, n driver.Node, opts ...strategy.Option) *strategy
 	t.Helper()
 	f, err := strategy.NewFailover(n, opts...)
 	require.NoError(t, err)
-	return f
+	return f.(*strategy.Failover)
 }
 
 func freeze(t *testing.T, servers ...*redistest.Server) {

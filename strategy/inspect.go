@@ -25,9 +25,9 @@ var (
 )
 
 var (
-	_ inspect.Inspector = (*Single)(nil)
-	_ inspect.Inspector = (*Failover)(nil)
-	_ inspect.Inspector = (*Redlock)(nil)
+	_ inspect.Inspector = (*single)(nil)
+	_ inspect.Inspector = (*failover)(nil)
+	_ inspect.Inspector = (*redlock)(nil)
 )
 
 // noteName returns the Redis key of the revocation note of the lock whose
@@ -42,35 +42,35 @@ func stateKeys(key string) []string {
 }
 
 // Inspect implements inspect.Inspector.
-func (s *Single) Inspect(ctx context.Context, key string) ([]inspect.NodeState, error) {
+func (s *single) Inspect(ctx context.Context, key string) ([]inspect.NodeState, error) {
 	return operate(ctx, &s.cfg, []driver.Node{s.node}, []string{s.name}, key, inspectScript, nil)
 }
 
 // Revoke implements inspect.Inspector.
-func (s *Single) Revoke(ctx context.Context, key, by, reason string) ([]inspect.NodeState, error) {
+func (s *single) Revoke(ctx context.Context, key, by, reason string) ([]inspect.NodeState, error) {
 	return operate(ctx, &s.cfg, []driver.Node{s.node}, []string{s.name}, key, revokeScript, []string{by, reason, publishArg(nodekit.RoutingOf(s.node))})
 }
 
 // Inspect implements inspect.Inspector, on the primary.
-func (f *Failover) Inspect(ctx context.Context, key string) ([]inspect.NodeState, error) {
+func (f *failover) Inspect(ctx context.Context, key string) ([]inspect.NodeState, error) {
 	return operate(ctx, &f.cfg, []driver.Node{f.node}, []string{f.name}, key, inspectScript, nil)
 }
 
 // Revoke implements inspect.Inspector, on the primary; it does not wait for
 // replicas (a promoted replica that missed it still holds the lock until
 // its TTL, as after a release).
-func (f *Failover) Revoke(ctx context.Context, key, by, reason string) ([]inspect.NodeState, error) {
+func (f *failover) Revoke(ctx context.Context, key, by, reason string) ([]inspect.NodeState, error) {
 	return operate(ctx, &f.cfg, []driver.Node{f.node}, []string{f.name}, key, revokeScript, []string{by, reason, publishArg(nodekit.RoutingOf(f.node))})
 }
 
 // Inspect implements inspect.Inspector: every master is asked at once.
-func (s *Redlock) Inspect(ctx context.Context, key string) ([]inspect.NodeState, error) {
+func (s *redlock) Inspect(ctx context.Context, key string) ([]inspect.NodeState, error) {
 	return operate(ctx, &s.cfg, s.nodes, s.names, key, inspectScript, nil)
 }
 
 // Revoke implements inspect.Inspector: the lock is revoked on every master
 // that answers.
-func (s *Redlock) Revoke(ctx context.Context, key, by, reason string) ([]inspect.NodeState, error) {
+func (s *redlock) Revoke(ctx context.Context, key, by, reason string) ([]inspect.NodeState, error) {
 	return operate(ctx, &s.cfg, s.nodes, s.names, key, revokeScript, []string{by, reason, s.publish})
 }
 

@@ -88,7 +88,7 @@ func testReleasePublishes(t *testing.T, c *redis.Client, before70 bool) {
 	again, err := s.Acquire(ctx, key, "A", time.Minute)
 	require.NoError(t, err)
 	assert.Equal(t, l.Fence, again.Fence, "reacquired by its holder")
-	h, err := s.Handoff(ctx, key, "A", "C", time.Minute)
+	h, err := s.(dlm.Handoff).Handoff(ctx, key, "A", "C", time.Minute)
 	require.NoError(t, err)
 	assert.Equal(t, l.Fence+1, h.Fence, "consecutive: no fence was used up")
 	assert.Equal(t, "0"+strategy.LockValue(h.Fence, "C"), c.Get(ctx, lock).Val(), "the hand-off kept the mark")

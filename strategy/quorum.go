@@ -51,7 +51,7 @@ type judge func(t *tally, i int, r []int64) (Outcome, error)
 
 // A round is one batch of script calls sent to several nodes at once.
 type round struct {
-	s       *Redlock
+	s       *redlock
 	op      string
 	script  *nodekit.Script
 	calls   []driver.Call // the batch; each node gets its own copy
@@ -90,7 +90,7 @@ type reply struct {
 // timeout. Every reply arrives on the round's channel, so no goroutine
 // outlives its call; the calls still running once the caller has its
 // outcome go on until they end or time out.
-func (s *Redlock) round(ctx context.Context, op string, script *nodekit.Script, calls []driver.Call, nodes []int, timeout time.Duration, j judge) *round {
+func (s *redlock) round(ctx context.Context, op string, script *nodekit.Script, calls []driver.Call, nodes []int, timeout time.Duration, j judge) *round {
 	r := &round{s: s, op: op, script: script, calls: calls, nodes: nodes, timeout: timeout, judge: j,
 		parent: ctx, ch: make(chan reply, len(nodes)), left: len(nodes)}
 	if len(calls) == 1 && len(s.nodes) <= inlineNodes {
@@ -269,7 +269,7 @@ func never() bool { return false }
 // nodeErr wraps err, node i's failure in op, in a *NodeError, saying
 // ErrNodeTimeout (not the caller's context.DeadlineExceeded) when the
 // per-node timeout ended it, and records whether the node was slow.
-func (s *Redlock) nodeErr(ctx context.Context, i int, op string, timeout time.Duration, err error) error {
+func (s *redlock) nodeErr(ctx context.Context, i int, op string, timeout time.Duration, err error) error {
 	slow := err != nil && isTimeout(err)
 	if s.slow[i].Load() != slow {
 		s.slow[i].Store(slow) // written only on a change: every call reads it
@@ -302,7 +302,7 @@ func (s *Redlock) nodeErr(ctx context.Context, i int, op string, timeout time.Du
 // granted again. (A client too loaded to read its replies in time marks
 // every node slow; the rounds it gave up on at once kept their calls
 // running, which loaded it further: 0 grants in 20s.)
-func (s *Redlock) lost(t *tally) bool {
+func (s *redlock) lost(t *tally) bool {
 	live, slow := 0, 0
 	for i, r := range t.res {
 		if s.slow[i].Load() {
@@ -314,7 +314,7 @@ func (s *Redlock) lost(t *tally) bool {
 	return slow <= len(s.nodes)-s.quorum && t.n(Granted)+live < s.quorum
 }
 
-func (s *Redlock) anySlow(res []NodeResult) bool {
+func (s *redlock) anySlow(res []NodeResult) bool {
 	for i, r := range res {
 		if r.Outcome == Pending && s.slow[i].Load() {
 			return true
@@ -365,7 +365,7 @@ func (l *latency) observe(i int, d time.Duration, timedOut bool) {
 // WithTimeout, or twice the typical latency of the quorum-th fastest node,
 // within [DefaultNodeTimeout, MaxNodeTimeout] and, when ttl > 0, at most
 // ttl/4 (the lease's validity counts from before the call).
-func (s *Redlock) nodeTimeout(ttl time.Duration) time.Duration {
+func (s *redlock) nodeTimeout(ttl time.Duration) time.Duration {
 	if s.cfg.timeoutSet {
 		return s.cfg.timeout
 	}

@@ -25,7 +25,44 @@ const (
 	MaxNodeTimeout     = 500 * time.Millisecond
 )
 
-// Redlock locks over N independent Redis masters with the Redlock algorithm:
+// redlock is the strategy NewRedlock returns.
+type redlock struct {
+	nodes    []driver.Node
+	queues   []*coalesce.Node // queues[i] is nodes[i], its coalescing layer; nil without coalescing
+	names    []string
+	quorum   int
+	all      []int // 0, 1, …, N−1: every node
+	cfg      config
+	flights  flights
+	slow     []atomic.Bool // node i's last call ran into the per-node timeout
+	publish  string        // announce.lua's mode, shared by every node; "" when they differ
+	latency  latency
+	distinct distinct
+	workers  *runner.Pool[job] // run a round's node calls
+	lingers  sync.Pool         // of stopped *time.Timer, for round.linger
+}
+
+var _ dlm.Handoff = (*redlock)(nil)
+
+// NewRedlock returns the Redlock strategy over nodes, which must be distinct
+// independent masters (not replicas of each other): no nil node, no node
+// given twice (the same value, or the same name as reported by
+// nodekit.Name). Two nodes that reach one server under different names (two
+// clients of one server, of one Cluster, of one Sentinel-managed primary)
+// are found at first use, when every node is asked for its server's run_id
+// (nodes that did not answer are asked again, at most once a second, until
+// each has; a server that cannot tell is not asked again): from then on
+// Acquire fails with an error matching dlm.ErrInvalid. Options: WithTimeout
+// (a fixed per-node timeout), WithDriftFactor, WithMaxTTL, WithCoalescing.
+//
+// Without WithTimeout the per-node timeout adapts: twice the typical
+// latency of the quorum-th fastest node (an average of its recent replies;
+// a call that times out raises it by half), at least DefaultNodeTimeout and
+// at most MaxNodeTimeout or, for an acquisition or extension, a quarter of
+// the TTL. So a slow majority is waited for instead of failed on every
+// call, and a silent minority costs no more than the fast majority's pace.
+//
+// It locks over N independent Redis masters with the Redlock algorithm:
 // a call goes to all nodes in parallel, each bounded by the per-node timeout,
 // and succeeds only when a majority (⌊N/2⌋+1) of them agree.
 //
@@ -54,46 +91,11 @@ const (
 //
 // Acquiring again with the token that holds the lock refreshes it on every
 // node and returns the same fence.
-type Redlock struct {
-	nodes    []driver.Node
-	queues   []*coalesce.Node // queues[i] is nodes[i], its coalescing layer; nil without coalescing
-	names    []string
-	quorum   int
-	all      []int // 0, 1, …, N−1: every node
-	cfg      config
-	flights  flights
-	slow     []atomic.Bool // node i's last call ran into the per-node timeout
-	publish  string        // announce.lua's mode, shared by every node; "" when they differ
-	latency  latency
-	distinct distinct
-	workers  *runner.Pool[job] // run a round's node calls
-	lingers  sync.Pool         // of stopped *time.Timer, for round.linger
-}
-
-var _ dlm.Handoff = (*Redlock)(nil)
-
-// NewRedlock returns the Redlock strategy over nodes, which must be distinct
-// independent masters (not replicas of each other): no nil node, no node
-// given twice (the same value, or the same name as reported by
-// nodekit.Name). Two nodes that reach one server under different names (two
-// clients of one server, of one Cluster, of one Sentinel-managed primary)
-// are found at first use, when every node is asked for its server's run_id
-// (nodes that did not answer are asked again, at most once a second, until
-// each has; a server that cannot tell is not asked again): from then on
-// Acquire fails with an error matching dlm.ErrInvalid. Options: WithTimeout
-// (a fixed per-node timeout), WithDriftFactor, WithMaxTTL, WithCoalescing.
-//
-// Without WithTimeout the per-node timeout adapts: twice the typical
-// latency of the quorum-th fastest node (an average of its recent replies;
-// a call that times out raises it by half), at least DefaultNodeTimeout and
-// at most MaxNodeTimeout or, for an acquisition or extension, a quarter of
-// the TTL. So a slow majority is waited for instead of failed on every
-// call, and a silent minority costs no more than the fast majority's pace.
-func NewRedlock(nodes []driver.Node, opts ...Option) (*Redlock, error) {
+func NewRedlock(nodes []driver.Node, opts ...Option) (dlm.Strategy, error) {
 	if len(nodes) == 0 {
 		return nil, fmt.Errorf("%w: NewRedlock: no nodes", dlm.ErrInvalid)
 	}
-	s := &Redlock{
+	s := &redlock{
 		nodes:   append([]driver.Node(nil), nodes...),
 		names:   make([]string, len(nodes)),
 		all:     make([]int, len(nodes)),
@@ -154,21 +156,21 @@ func sameNode(a, b driver.Node) (same bool) {
 }
 
 // Quorum returns the number of nodes that must agree: ⌊N/2⌋+1.
-func (s *Redlock) Quorum() int { return s.quorum }
+func (s *redlock) Quorum() int { return s.quorum }
 
 // Nodes returns the names of the nodes, in order.
-func (s *Redlock) Nodes() []string { return append([]string(nil), s.names...) }
+func (s *redlock) Nodes() []string { return append([]string(nil), s.names...) }
 
 // Timeout returns the per-node timeout a call without a TTL would use now.
-func (s *Redlock) Timeout() time.Duration { return s.nodeTimeout(0) }
+func (s *redlock) Timeout() time.Duration { return s.nodeTimeout(0) }
 
 // results returns one Pending result per node.
-func (s *Redlock) results() []NodeResult {
+func (s *redlock) results() []NodeResult {
 	return s.resultsIn(make([]NodeResult, len(s.nodes)))
 }
 
 // resultsIn is results, in res (of one per node).
-func (s *Redlock) resultsIn(res []NodeResult) []NodeResult {
+func (s *redlock) resultsIn(res []NodeResult) []NodeResult {
 	for i := range res {
 		res[i] = NodeResult{Node: s.names[i], Remaining: -1}
 	}
@@ -176,13 +178,13 @@ func (s *Redlock) resultsIn(res []NodeResult) []NodeResult {
 }
 
 // fail returns the *QuorumError of a call that did not succeed.
-func (s *Redlock) fail(ctx context.Context, op, key string, res []NodeResult, sentinel error, reason string) error {
+func (s *redlock) fail(ctx context.Context, op, key string, res []NodeResult, sentinel error, reason string) error {
 	return newQuorumError(op, key, s.quorum, res, sentinel, contextError(ctx.Err(), context.Cause(ctx)), reason)
 }
 
 // lease returns the lease of a call of the given TTL that began at start,
 // or why its validity is used up.
-func (s *Redlock) lease(fence int64, start time.Time, ttl time.Duration) (dlm.Lease, string) {
+func (s *redlock) lease(fence int64, start time.Time, ttl time.Duration) (dlm.Lease, string) {
 	until := start.Add(ttl - s.cfg.driftMargin(ttl))
 	if now := time.Now(); !now.Before(until) {
 		return dlm.Lease{}, fmt.Sprintf("validity used up: the calls took %v of the %v TTL (drift margin %v)", now.Sub(start).Round(time.Microsecond), ttl, s.cfg.driftMargin(ttl))
@@ -192,7 +194,7 @@ func (s *Redlock) lease(fence int64, start time.Time, ttl time.Duration) (dlm.Le
 
 // Acquire implements dlm.Strategy. The error of a failed acquisition matches
 // dlm.ErrNotAcquired and is a *QuorumError.
-func (s *Redlock) Acquire(ctx context.Context, key, token string, ttl time.Duration) (dlm.Lease, error) {
+func (s *redlock) Acquire(ctx context.Context, key, token string, ttl time.Duration) (dlm.Lease, error) {
 	return s.acquire(ctx, key, token, "", ttl)
 }
 
@@ -201,7 +203,7 @@ func (s *Redlock) Acquire(ctx context.Context, key, token string, ttl time.Durat
 // the key. On success from's lock is released, in the background, on the
 // nodes that did not hand it off. When a majority refused (from does not
 // hold the key there) the error matches dlm.ErrNotHeld too.
-func (s *Redlock) Handoff(ctx context.Context, key, from, to string, ttl time.Duration) (dlm.Lease, error) {
+func (s *redlock) Handoff(ctx context.Context, key, from, to string, ttl time.Duration) (dlm.Lease, error) {
 	if err := checkHandoff(from, to); err != nil {
 		return dlm.Lease{}, err
 	}
@@ -209,7 +211,7 @@ func (s *Redlock) Handoff(ctx context.Context, key, from, to string, ttl time.Du
 }
 
 // acquire is Acquire, or with from set Handoff.
-func (s *Redlock) acquire(ctx context.Context, key, token, from string, ttl time.Duration) (dlm.Lease, error) {
+func (s *redlock) acquire(ctx context.Context, key, token, from string, ttl time.Duration) (dlm.Lease, error) {
 	op := "acquire"
 	if from != "" {
 		op = "handoff"
@@ -288,7 +290,7 @@ func judgeGrant(counters []int64) judge {
 // quorum needs a node whose last call timed out (lost), and reports that
 // it did; once the timeout has passed, collect fails every node still
 // pending with ErrNodeTimeout.
-func (s *Redlock) collectGrants(ctx context.Context, r *round) (gaveUp bool) {
+func (s *redlock) collectGrants(ctx context.Context, r *round) (gaveUp bool) {
 	t := &r.t[0]
 	r.collect(ctx, func() bool {
 		if t.decided(len(s.nodes), s.quorum) {
@@ -306,7 +308,7 @@ func (s *Redlock) collectGrants(ctx context.Context, r *round) (gaveUp bool) {
 // a majority's (writeBackFence) before the lease's validity ends. It
 // returns the lease, or why there is none (reason), or the error of the
 // check for distinct servers.
-func (s *Redlock) confirm(ctx context.Context, r *round, keys []string, token string, counters []int64, start time.Time, ttl time.Duration) (lease dlm.Lease, reason string, err error) {
+func (s *redlock) confirm(ctx context.Context, r *round, keys []string, token string, counters []int64, start time.Time, ttl time.Duration) (lease dlm.Lease, reason string, err error) {
 	t := &r.t[0]
 	if r.left > 0 && !s.anySlow(t.res) {
 		// The other nodes usually answer within moments: give them as
@@ -332,7 +334,7 @@ func (s *Redlock) confirm(ctx context.Context, r *round, keys []string, token st
 // granted an acquisition, the fence of a majority: it writes it back to as
 // many of them as needed. It returns a reason when the majority was not
 // reached; the nodes that failed are then marked Failed in t.res.
-func (s *Redlock) writeBackFence(ctx context.Context, keys []string, token string, t *tally, counters []int64) string {
+func (s *redlock) writeBackFence(ctx context.Context, keys []string, token string, t *tally, counters []int64) string {
 	at := 0
 	var low []int
 	for i, r := range t.res {
@@ -363,7 +365,7 @@ func (s *Redlock) writeBackFence(ctx context.Context, keys []string, token strin
 
 // fenceRound writes fence back to the listed nodes: their slot's counter
 // becomes at least fence, and token's lock there gets fence as its own.
-func (s *Redlock) fenceRound(ctx context.Context, keys []string, token string, fence int64, nodes []int) *round {
+func (s *redlock) fenceRound(ctx context.Context, keys []string, token string, fence int64, nodes []int) *round {
 	arg := strconv.FormatInt(fence, 10)
 	return s.round(ctx, "fence", fenceScript, []driver.Call{{Keys: keys[:2], Args: []string{arg, token}}}, nodes, s.nodeTimeout(0),
 		func(_ *tally, _ int, r []int64) (Outcome, error) {
@@ -376,7 +378,7 @@ func (s *Redlock) fenceRound(ctx context.Context, keys []string, token string, f
 
 // release sends the release of key by token to the listed nodes: a node
 // that released it grants, one where token does not hold it refuses.
-func (s *Redlock) release(ctx context.Context, key, token string, nodes []int) *round {
+func (s *redlock) release(ctx context.Context, key, token string, nodes []int) *round {
 	keys, args := lockCall(key, token, 0, 1)
 	return s.round(ctx, "release", releaseScript(s.publish), []driver.Call{{Keys: keys, Args: args}}, nodes, s.nodeTimeout(0),
 		func(_ *tally, _ int, r []int64) (Outcome, error) {
@@ -394,7 +396,7 @@ func (s *Redlock) release(ctx context.Context, key, token string, nodes []int) *
 // lock within the validity rule; when a majority says the token does not
 // hold it, the error matches dlm.ErrNotHeld and the nodes that did extend it
 // are released. Another failure leaves the lease as it was.
-func (s *Redlock) Extend(ctx context.Context, key, token string, ttl time.Duration) (dlm.Lease, error) {
+func (s *redlock) Extend(ctx context.Context, key, token string, ttl time.Duration) (dlm.Lease, error) {
 	r := s.ExtendMany(ctx, []dlm.HeldKey{{Key: key, Token: token}}, ttl)[0]
 	return r.Lease, r.Err
 }
@@ -414,7 +416,7 @@ const batchKeyTime = 100 * time.Microsecond
 // nodes that did extend it, when a majority says the token does not hold
 // it (then every node's answer is awaited, within the timeout); otherwise a
 // *QuorumError and the previous lease stands.
-func (s *Redlock) ExtendMany(ctx context.Context, locks []dlm.HeldKey, ttl time.Duration) []dlm.ExtendResult {
+func (s *redlock) ExtendMany(ctx context.Context, locks []dlm.HeldKey, ttl time.Duration) []dlm.ExtendResult {
 	out := make([]dlm.ExtendResult, len(locks))
 	var idx []int // the index in locks of each call
 	var calls []driver.Call
@@ -490,7 +492,7 @@ func (s *Redlock) ExtendMany(ctx context.Context, locks []dlm.HeldKey, ttl time.
 // dlm.ErrNotHeld when a majority says token did not hold it, and otherwise a
 // *QuorumError naming the nodes that failed. Calls still running when it
 // returns end within the per-node timeout.
-func (s *Redlock) Release(ctx context.Context, key, token string) error {
+func (s *redlock) Release(ctx context.Context, key, token string) error {
 	if err := s.cfg.checkCall(key, token, 0, false); err != nil {
 		return err
 	}

@@ -40,7 +40,7 @@ type distinct struct {
 // nodes reach one server. The first call asks every node which server it
 // reaches, within the per-node timeout; nodes that did not answer are
 // asked again, in the background, at most once a second, until each has.
-func (s *Redlock) checkDistinct(ctx context.Context) error {
+func (s *redlock) checkDistinct(ctx context.Context) error {
 	d := &s.distinct
 	if p := d.refused.Load(); p != nil {
 		return *p
@@ -74,7 +74,7 @@ func (s *Redlock) checkDistinct(ctx context.Context) error {
 // a loaded machine) are asked now, within the per-node timeout, so that
 // one server reached under two names never makes a quorum. The error
 // matches dlm.ErrInvalid when two nodes reach one server.
-func (s *Redlock) grantedDistinct(ctx context.Context, res []NodeResult) (int, error) {
+func (s *redlock) grantedDistinct(ctx context.Context, res []NodeResult) (int, error) {
 	d := &s.distinct
 	if !d.settled.Load() {
 		var ask []int
@@ -105,7 +105,7 @@ func (s *Redlock) grantedDistinct(ctx context.Context, res []NodeResult) (int, e
 
 // probe asks the nodes whose server is not known yet for its run_id: of
 // only, when not nil, those.
-func (s *Redlock) probe(ctx context.Context, only []int) {
+func (s *redlock) probe(ctx context.Context, only []int) {
 	d := &s.distinct
 	d.mu.Lock()
 	if d.known == nil {

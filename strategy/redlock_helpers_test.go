@@ -94,7 +94,7 @@ func (c *cluster) redlock(t testing.TB, opts ...strategy.Option) *strategy.Redlo
 	t.Helper()
 	r, err := strategy.NewRedlock(c.nodes, opts...)
 	require.NoError(t, err)
-	return r
+	return r.(*strategy.Redlock)
 }
 
 // holder returns the token holding key on server i ("" when none).

@@ -89,8 +89,9 @@ func lateGrant(t *testing.T) (*cluster, *stallNode, *strategy.Redlock) {
 	t.Helper()
 	c := startCluster(t, 3)
 	stall := newStallNode(t, c.nodes[0])
-	r, err := strategy.NewRedlock([]driver.Node{stall, c.nodes[1], c.nodes[2]}, strategy.WithTimeout(100*time.Millisecond))
+	s, err := strategy.NewRedlock([]driver.Node{stall, c.nodes[1], c.nodes[2]}, strategy.WithTimeout(100*time.Millisecond))
 	require.NoError(t, err)
+	r := s.(*strategy.Redlock)
 	ctx := context.Background()
 	warm(t, r) // the late call goes by EVALSHA: the script must be cached
 	stall.arm()

@@ -22,7 +22,7 @@ import (
 // subscribe the error joins the nodes' errors (matching
 // errors.ErrUnsupported when the nodes cannot watch). stop ends every
 // subscription, including those still being made.
-func (s *Redlock) WatchRelease(ctx context.Context, key string, notify func()) (func(), error) {
+func (s *redlock) WatchRelease(ctx context.Context, key string, notify func()) (func(), error) {
 	if err := s.cfg.checkCall(key, "-", 0, false); err != nil {
 		return nil, err
 	}

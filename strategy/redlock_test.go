@@ -33,7 +33,7 @@ func TestRedlockBadInput(t *testing.T) {
 		{"no nodes", nil, nil, "no nodes"},
 		{"empty nodes", []driver.Node{}, nil, "no nodes"},
 		{"nil node", []driver.Node{a, nil}, nil, "nodes[1] is nil"},
-		{"typed nil node", []driver.Node{(*goredis.Node)(nil), a}, nil, "nodes[0] is nil"},
+		{"typed nil node", []driver.Node{(*stallNode)(nil), a}, nil, "nodes[0] is nil"},
 		{"same node twice", []driver.Node{a, b, a}, nil, "nodes[0] and nodes[2] are the same node"},
 		{"same server twice", []driver.Node{a, sameAddr}, nil, "nodes[0] and nodes[1] are both " + c.servers[0].Addr},
 		{"uncomparable node twice", []driver.Node{sliceNode{Node: a, tags: []string{"x"}}, sliceNode{Node: a, tags: []string{"x"}}}, nil, "nodes[0] and nodes[1] are both x"},

@@ -9,35 +9,38 @@ import (
 	"github.com/dlmgo/dlm"
 )
 
-// Single locks on one Redis endpoint: SET NX PX with a fencing counter,
+// single is the strategy NewSingle returns.
+type single struct{ endpoint }
+
+var _ dlm.Handoff = (*single)(nil)
+
+// NewSingle returns the single-instance strategy over node, which also
+// implements dlm.Handoff. Options: WithDriftFactor, WithTimeout, WithMaxTTL,
+// WithCoalescing.
+//
+// It locks on one Redis endpoint: SET NX PX with a fencing counter,
 // compare-and-pexpire to extend, compare-and-delete to release.
 //
 // Its guarantees are those of the endpoint: a failover to a replica that had
 // not yet received the lock, or a restart without persistence, lets a second
 // owner in. See the failover strategy for a primary with replicas.
-type Single struct{ endpoint }
-
-var _ dlm.Handoff = (*Single)(nil)
-
-// NewSingle returns the single-instance strategy over node.
-// Options: WithDriftFactor, WithTimeout, WithMaxTTL, WithCoalescing.
-func NewSingle(node driver.Node, opts ...Option) (*Single, error) {
+func NewSingle(node driver.Node, opts ...Option) (dlm.Strategy, error) {
 	e, err := newEndpoint("NewSingle", node, defaultConfig(), opts)
 	if err != nil {
 		return nil, err
 	}
-	return &Single{e}, nil
+	return &single{e}, nil
 }
 
 // Acquire implements dlm.Strategy.
-func (s *Single) Acquire(ctx context.Context, key, token string, ttl time.Duration) (dlm.Lease, error) {
+func (s *single) Acquire(ctx context.Context, key, token string, ttl time.Duration) (dlm.Lease, error) {
 	return s.acquire(ctx, key, token, "", ttl)
 }
 
 // Handoff implements dlm.Handoff: one run of the acquire script, which
 // replaces from's lock by to's. When from does not hold key the error
 // matches dlm.ErrNotHeld (and dlm.ErrNotAcquired) and nothing changed.
-func (s *Single) Handoff(ctx context.Context, key, from, to string, ttl time.Duration) (dlm.Lease, error) {
+func (s *single) Handoff(ctx context.Context, key, from, to string, ttl time.Duration) (dlm.Lease, error) {
 	if err := checkHandoff(from, to); err != nil {
 		return dlm.Lease{}, err
 	}
@@ -45,12 +48,12 @@ func (s *Single) Handoff(ctx context.Context, key, from, to string, ttl time.Dur
 }
 
 // Extend implements dlm.Strategy.
-func (s *Single) Extend(ctx context.Context, key, token string, ttl time.Duration) (dlm.Lease, error) {
+func (s *single) Extend(ctx context.Context, key, token string, ttl time.Duration) (dlm.Lease, error) {
 	return s.extend(ctx, key, token, ttl)
 }
 
 // Release implements dlm.Strategy.
-func (s *Single) Release(ctx context.Context, key, token string) error {
+func (s *single) Release(ctx context.Context, key, token string) error {
 	return s.release(ctx, key, token)
 }
 
@@ -58,7 +61,7 @@ func (s *Single) Release(ctx context.Context, key, token string) error {
 // round trip for the batch. The whole batch is one call, bounded by WithTimeout plus
 // 100µs per key; the Manager's auto-renewal sends batches of at most a
 // thousand locks.
-func (s *Single) ExtendMany(ctx context.Context, locks []dlm.HeldKey, ttl time.Duration) []dlm.ExtendResult {
+func (s *single) ExtendMany(ctx context.Context, locks []dlm.HeldKey, ttl time.Duration) []dlm.ExtendResult {
 	return s.extendBatch(ctx, locks, ttl)
 }
 
@@ -67,7 +70,7 @@ func (s *Single) ExtendMany(ctx context.Context, locks []dlm.HeldKey, ttl time.D
 // on the lock; when the node cannot watch, the error matches
 // errors.ErrUnsupported. Expiry publishes nothing: a waiter learns the
 // holder's remaining TTL from HeldError and tries again when it runs out.
-func (s *Single) WatchRelease(ctx context.Context, key string, notify func()) (func(), error) {
+func (s *single) WatchRelease(ctx context.Context, key string, notify func()) (func(), error) {
 	return s.watchRelease(ctx, key, notify)
 }
 
@@ -75,7 +78,7 @@ func (s *Single) WatchRelease(ctx context.Context, key string, notify func()) (f
 // unless WithCoalescing(false)): the one deployment that primitives needing
 // one order of events, such as package fairlock's arrival queue, keep their
 // state on.
-func (s *Single) Node() driver.Node { return s.node }
+func (s *single) Node() driver.Node { return s.node }
 
 // The single-instance algorithm follows. It is on endpoint, not Single,
 // because a Failover that waits for nothing after a write runs it too.

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/dlmgo/dlm/driver"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/alicebob/miniredis/v2"
 
@@ -350,9 +351,9 @@ func retryDelays(strategy string) (min, max time.Duration) {
 // that the clock starts with connected clients.
 func warmDial(ctx context.Context, ep config.Endpoint) (driver.Node, io.Closer, error) {
 	n, c, err := goredis.Dial(ctx, ep)
-	if node, ok := n.(*goredis.Node); ok && err == nil {
+	if client, ok := c.(redis.UniversalClient); ok && err == nil {
 		pctx, cancel := context.WithTimeout(ctx, time.Second)
-		_ = node.Client().Ping(pctx).Err()
+		_ = client.Ping(pctx).Err()
 		cancel()
 	}
 	return n, c, err

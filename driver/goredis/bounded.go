@@ -2,7 +2,7 @@ package goredis
 
 // Calls within their context. go-redis puts a context's deadline on the
 // socket only with ContextTimeoutEnabled and never watches cancellation:
-// a call that could outlive its context runs in a goroutine of the Node's
+// a call that could outlive its context runs in a goroutine of the node's
 // (a flight), and the caller returns when the context ends.
 
 import (
@@ -24,7 +24,7 @@ import (
 // (see the package documentation). On the goroutine path the commands work
 // on a private copy of calls, copied back only when they finish in time, so
 // an abandoned goroutine never writes into calls.
-func (n *Node) bounded(ctx context.Context, calls []driver.Call, w *driver.Wait) (_ driver.Acks, err error) {
+func (n *node) bounded(ctx context.Context, calls []driver.Call, w *driver.Wait) (_ driver.Acks, err error) {
 	if cc, ok := n.c.(*redis.ClusterClient); ok {
 		defer func() { followTopology(cc, calls, err) }()
 	}
@@ -77,7 +77,7 @@ func (n *Node) bounded(ctx context.Context, calls []driver.Call, w *driver.Wait)
 // flight whose end was received is reused; an abandoned one, whose
 // commands go-redis may still read, is left to the goroutine.
 type flight struct {
-	n    *Node
+	n    *node
 	ctx  context.Context
 	w    *driver.Wait
 	wcmd []string

@@ -11,13 +11,13 @@ import (
 	"github.com/dlmgo/dlm/nodekit"
 )
 
-// Dial is a config.Dialer: a Node over redis.NewClient for a server, over
+// Dial is a config.Dialer: a node over redis.NewClient for a server, over
 // redis.NewFailoverClient for a primary found through Sentinel, or over
 // redis.NewClusterClient for a Cluster. It does not connect; the client
 // does on first use. The clients make one round trip per call and dial once
 // per attempt (the strategies and the Manager retry), and the context's
 // deadline bounds the socket. A Cluster client follows MOVED replies and,
-// through the Node, reloads the slot map when a master stops answering.
+// through the node, reloads the slot map when a master stops answering.
 func Dial(_ context.Context, ep nodekit.Endpoint) (driver.Node, io.Closer, error) {
 	if ep.Cluster != nil {
 		c := redis.NewClusterClient(&redis.ClusterOptions{
@@ -33,7 +33,7 @@ func Dial(_ context.Context, ep nodekit.Endpoint) (driver.Node, io.Closer, error
 			SentinelUsername: ep.SentinelUsername, SentinelPassword: ep.SentinelPassword,
 			ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1,
 		})
-		n := New(c)
+		n := newNode(c)
 		n.name = "primary of " + ep.Master // go-redis names it "FailoverClient"
 		n.master = ep.Master
 		return n, c, nil

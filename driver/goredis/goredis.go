@@ -13,7 +13,7 @@
 // watches cancellation. So a call goes straight to the client when its
 // context cannot end, or has a deadline and the client has
 // ContextTimeoutEnabled; otherwise it runs in a separate goroutine (one of
-// the Node's, kept between calls) and returns as soon as the context ends,
+// the node's, kept between calls) and returns as soon as the context ends,
 // and the abandoned commands finish in the background within the client's
 // ReadTimeout (they still read the calls' Keys and Args meanwhile); such a
 // batch goes as pipelines of 128 calls one after the other, so that those
@@ -23,7 +23,7 @@
 // below it.
 package goredis
 
-// The Node and its driver.Node methods. Their work is in files by job:
+// The node and its driver.Node methods. Their work is in files by job:
 // bounded.go (calls within their context), pipeline.go (commands and
 // pipelines), replies.go, routing.go (one server or a Cluster's masters),
 // watch.go and shardwatch.go (Watch's connections), dial.go and tls.go
@@ -43,8 +43,8 @@ import (
 	"github.com/dlmgo/dlm/nodekit"
 )
 
-// Node is a driver.Node over a go-redis client. It does not close the client.
-type Node struct {
+// node is a driver.Node over a go-redis client. It does not close the client.
+type node struct {
 	c         redis.UniversalClient
 	ctxOnWire bool // the client applies context deadlines to its sockets
 	name      string
@@ -56,14 +56,23 @@ type Node struct {
 	slots map[int]*nodekit.Hub // on a Cluster: Watch's shard connection per hash slot
 }
 
-var _ driver.Node = (*Node)(nil)
+var _ driver.Node = (*node)(nil)
 
-// New returns a Node over c, or nil when c is nil (which strategies reject).
-func New(c redis.UniversalClient) *Node {
+// New returns a driver.Node over c, or nil when c is nil (which strategies
+// reject). The node does not close c. It names itself (fmt.Stringer) by
+// c's address: "host:port" for a *redis.Client, "cluster(host:port,...)"
+// for a *redis.ClusterClient, "primary of NAME" for Dial's client of a
+// primary behind Sentinel (New can only say "FailoverClient").
+func New(c redis.UniversalClient) driver.Node {
 	if c == nil {
 		return nil
 	}
-	n := &Node{c: c, name: fmt.Sprintf("%T", c)}
+	return newNode(c)
+}
+
+// newNode is New for a client that is not nil.
+func newNode(c redis.UniversalClient) *node {
+	n := &node{c: c, name: fmt.Sprintf("%T", c)}
 	switch c := c.(type) {
 	case *redis.Client:
 		// A failover client's Addr is "FailoverClient"; go-redis does not
@@ -78,18 +87,12 @@ func New(c redis.UniversalClient) *Node {
 	return n
 }
 
-// String names the node by its address: "host:port" for a *redis.Client,
-// "cluster(host:port,...)" for a *redis.ClusterClient, "primary of NAME"
-// for Dial's client of a primary behind Sentinel (New can only say
-// "FailoverClient").
-func (n *Node) String() string { return n.name }
-
-// Client returns the wrapped client.
-func (n *Node) Client() redis.UniversalClient { return n.c }
+// String names the node (see New).
+func (n *node) String() string { return n.name }
 
 // Run implements driver.Node: one call is one EVALSHA or EVAL, several are one
 // go-redis pipeline (on a Cluster, one per master).
-func (n *Node) Run(ctx context.Context, calls []driver.Call) {
+func (n *node) Run(ctx context.Context, calls []driver.Call) {
 	if cc, ok := n.c.(*redis.ClusterClient); ok && len(calls) > 1 && n.byMaster(ctx, cc, calls) {
 		return
 	}
@@ -100,14 +103,14 @@ func (n *Node) Run(ctx context.Context, calls []driver.Call) {
 
 // RunWait implements driver.Node: the calls and the wait are one pipeline on
 // one connection (see the package documentation for the client kinds).
-func (n *Node) RunWait(ctx context.Context, calls []driver.Call, w driver.Wait) (driver.Acks, error) {
+func (n *node) RunWait(ctx context.Context, calls []driver.Call, w driver.Wait) (driver.Acks, error) {
 	return n.bounded(ctx, calls, &w)
 }
 
-// Watch implements driver.Node. All channels of a Node share one dedicated
+// Watch implements driver.Node. All channels of a node share one dedicated
 // pub/sub connection (see nodekit.Hub). go-redis re-establishes a broken
 // connection and its subscriptions; messages published in between are lost.
-func (n *Node) Watch(ctx context.Context, channel string, notify func(payload string)) (func(), error) {
+func (n *node) Watch(ctx context.Context, channel string, notify func(payload string)) (func(), error) {
 	if cc, ok := n.c.(*redis.ClusterClient); ok {
 		return n.slotHub(cc, channel).Watch(ctx, channel, notify)
 	}

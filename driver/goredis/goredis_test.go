@@ -2,6 +2,7 @@ package goredis_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -50,7 +51,7 @@ func run(ctx context.Context, n driver.Node, c driver.Call) ([]int64, error) {
 func TestClient(t *testing.T) {
 	srv := redistest.Start(t)
 	n := goredis.New(srv.Client(t))
-	assert.Equal(t, srv.Addr, n.String(), "named by its address")
+	assert.Equal(t, srv.Addr, fmt.Sprint(n), "named by its address")
 	lockCycle(t, n, "plain")
 }
 
@@ -58,7 +59,7 @@ func TestClusterClient(t *testing.T) {
 	nodes := redistest.StartCluster(t, 3)
 	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{nodes[0].Addr, nodes[1].Addr}})
 	defer c.Close()
-	assert.Equal(t, "cluster("+nodes[0].Addr+","+nodes[1].Addr+")", goredis.New(c).String())
+	assert.Equal(t, "cluster("+nodes[0].Addr+","+nodes[1].Addr+")", fmt.Sprint(goredis.New(c)))
 	// Keys spread over all three masters; each lock and its fence share a slot.
 	for _, k := range []string{"a", "b", "c", "orders:42", "x{y}z"} {
 		lockCycle(t, goredis.New(c), k)
@@ -71,7 +72,7 @@ func TestFailoverClient(t *testing.T) {
 	c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "mymaster", SentinelAddrs: []string{sentinel.Addr}})
 	defer c.Close()
 	n := goredis.New(c)
-	assert.NotContains(t, n.String(), "0x", "named by go-redis's address, not a pointer")
+	assert.NotContains(t, fmt.Sprint(n), "0x", "named by go-redis's address, not a pointer")
 	lockCycle(t, n, "sentinel")
 }
 

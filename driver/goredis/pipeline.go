@@ -20,7 +20,7 @@ import (
 // do sends calls, and w's command wcmd after them unless it is nil, and
 // sets every call's Reply or Err. With wcmd it returns the wait's reply, or
 // the first failed call's error, or the wait's.
-func (n *Node) do(ctx context.Context, calls []driver.Call, w *driver.Wait, wcmd []string, b *argBuf) (driver.Acks, error) {
+func (n *node) do(ctx context.Context, calls []driver.Call, w *driver.Wait, wcmd []string, b *argBuf) (driver.Acks, error) {
 	b.grow(calls)
 	if wcmd == nil && len(calls) == 1 {
 		cmd := b.newCmd(ctx, &calls[0])

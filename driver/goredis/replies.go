@@ -21,7 +21,7 @@ var errNilReply = errors.New("dlm: script replied nil, want an integer or an arr
 // replies it had read included. Its reader sets a command's value only
 // once the command's whole reply was read, and a script replies with an
 // integer or an array, so such a value is the command's own reply.
-func (n *Node) setReply(c *driver.Call, cmd *redis.Cmd) {
+func (n *node) setReply(c *driver.Call, cmd *redis.Cmd) {
 	v, err := cmd.Result()
 	if err == nil {
 		c.Reply, c.Err = nodekit.Ints(v)
@@ -31,7 +31,7 @@ func (n *Node) setReply(c *driver.Call, cmd *redis.Cmd) {
 }
 
 // setFailed is setReply's path for a command with an error.
-func (n *Node) setFailed(c *driver.Call, v any, err error) {
+func (n *node) setFailed(c *driver.Call, v any, err error) {
 	var re redis.Error
 	switch v.(type) {
 	case []any, int64:

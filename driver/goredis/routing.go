@@ -23,7 +23,7 @@ import (
 // Routing implements nodekit.Router: one server for a *redis.Client (a
 // failover client included), by hash slot for a *redis.ClusterClient,
 // unknown for other kinds (a *redis.Ring shards by its own rules).
-func (n *Node) Routing() nodekit.Routing {
+func (n *node) Routing() nodekit.Routing {
 	switch n.c.(type) {
 	case *redis.Client:
 		return nodekit.RoutingOneServer
@@ -38,7 +38,7 @@ func (n *Node) Routing() nodekit.Routing {
 // one master stalls past the context, go-redis sets the error of a whole
 // cluster pipeline on every command, and the replies of the others would
 // be lost.
-func (n *Node) byMaster(ctx context.Context, cc *redis.ClusterClient, calls []driver.Call) bool {
+func (n *node) byMaster(ctx context.Context, cc *redis.ClusterClient, calls []driver.Call) bool {
 	groups := map[string][]int{}
 	for i := range calls {
 		if len(calls[i].Keys) == 0 {
@@ -59,7 +59,7 @@ func (n *Node) byMaster(ctx context.Context, cc *redis.ClusterClient, calls []dr
 
 // pinned returns the client whose pipelines run on one connection to the
 // server that holds the calls' keys.
-func (n *Node) pinned(ctx context.Context, calls []driver.Call) (*redis.Client, error) {
+func (n *node) pinned(ctx context.Context, calls []driver.Call) (*redis.Client, error) {
 	switch c := n.c.(type) {
 	case *redis.Client:
 		return c, nil

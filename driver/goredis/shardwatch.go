@@ -18,7 +18,7 @@ import (
 // connection SSUBSCRIBEs on the master that serves the slot: release
 // scripts publish on shard channels there (strategy's release.lua), so
 // that a message stays in its shard.
-func (n *Node) slotHub(cc *redis.ClusterClient, channel string) *nodekit.Hub {
+func (n *node) slotHub(cc *redis.ClusterClient, channel string) *nodekit.Hub {
 	slot := nodekit.Slot(channel)
 	n.mu.Lock()
 	defer n.mu.Unlock()

@@ -19,7 +19,7 @@ import (
 // dispatcher, which reports confirmations and messages until the PubSub
 // closes. A redis.PubSub re-subscribes by itself after a broken connection,
 // so Events.Broken is never called.
-func (n *Node) openPubSub(ctx context.Context, ev nodekit.Events) (nodekit.PubSub, error) {
+func (n *node) openPubSub(ctx context.Context, ev nodekit.Events) (nodekit.PubSub, error) {
 	ps := n.c.Subscribe(ctx)
 	ch := ps.ChannelWithSubscriptions(redis.WithChannelSize(1024))
 	go func() {

@@ -154,7 +154,7 @@ func (r *contention) newManager(t *testing.T, i int, servers []*dlmtest.Server) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	counted := &counting{Redlock: rl, now: r.now, note: func(s span, err error) { r.noteAttempt(i, s, err) }}
+	counted := &counting{Handoff: rl.(dlm.Handoff), now: r.now, note: func(s span, err error) { r.noteAttempt(i, s, err) }}
 	m, err := dlm.New(counted)
 	if err != nil {
 		t.Fatal(err)
@@ -272,14 +272,14 @@ func (r *contention) tally() Tally {
 
 // counting is a Redlock that reports each acquisition attempt.
 type counting struct {
-	*strategy.Redlock
+	dlm.Handoff
 	note func(span, error)
 	now  func() time.Duration
 }
 
 func (c *counting) Acquire(ctx context.Context, key, token string, ttl time.Duration) (dlm.Lease, error) {
 	start := c.now()
-	l, err := c.Redlock.Acquire(ctx, key, token, ttl)
+	l, err := c.Handoff.Acquire(ctx, key, token, ttl)
 	c.note(span{start: start, end: c.now()}, err)
 	return l, err
 }

@@ -24,7 +24,7 @@ import (
 // Driver is a driver.Node over a go-redis client whose first connections
 // were dialled by New.
 type Driver struct {
-	*goredis.Node
+	driver.Node
 	client *redis.Client
 }
 
