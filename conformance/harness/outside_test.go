@@ -37,7 +37,7 @@ func TestOutsideModule(t *testing.T) {
 		t.Fatal("respnode_test.go changed shape: no package clause or no tests marker")
 	}
 	driver = "package respnode\n" + strings.TrimPrefix(driver, "package conformance_test\n")
-	for _, imp := range []string{"\t\"testing\"\n", "\t\"github.com/dlmgo/dlm/conformance\"\n", "\t\"github.com/dlmgo/dlm/conformance/family\"\n", "\t\"github.com/dlmgo/dlm/conformance/harness\"\n", "\t\"github.com/dlmgo/dlm/strategy\"\n"} {
+	for _, imp := range []string{"\t\"testing\"\n", "\t\"github.com/dlmgo/dlm\"\n", "\t\"github.com/dlmgo/dlm/conformance\"\n", "\t\"github.com/dlmgo/dlm/conformance/family\"\n", "\t\"github.com/dlmgo/dlm/conformance/harness\"\n", "\t\"github.com/dlmgo/dlm/strategy\"\n"} {
 		driver = strings.Replace(driver, imp, "", 1) // used by the tests only
 	}
 	dir := t.TempDir()
@@ -54,8 +54,8 @@ func TestOutsideModule(t *testing.T) {
 import (
 	"testing"
 
-	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/conformance/harness"
+	"github.com/dlmgo/dlm/driver"
 
 	"example.com/respnode"
 )
