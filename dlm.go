@@ -1,7 +1,7 @@
 // Package dlm provides distributed locks over Redis for programs that already
 // use one of the Go Redis clients.
 //
-// A lock user needs [New], which makes a [Manager] over a [Strategy]
+// A lock user needs [New], which makes a [Manager] over a strategy
 // (package strategy: single instance, Redlock, failover replicas; package
 // config builds one from a URL); [Manager.Lock], which waits for a key, and
 // [Manager.TryLock], which tries once; and the [Lock] they return, which
@@ -24,19 +24,17 @@
 // error: errors.Is(err, ErrNotAcquired) and errors.Is(err, context.Canceled)
 // both hold.
 //
-// Under the Manager are two contracts. A [Strategy] is a locking algorithm
-// over nodes; a Node (package driver, whose contract it holds) is one
+// Under the Manager are the two contracts of package driver. A
+// driver.Strategy is a locking algorithm over nodes; a driver.Node is one
 // Redis deployment seen through a client library: the packages under
 // driver/ adapt go-redis, redigo, rueidis and valkey-go, and package
-// conformance checks any other implementation. Around
-// them: package inspect shows and revokes locks for operators, an
-// [Observer] (packages dlmotel, dlmslog) reports what locks do, and
-// packages semaphore, rwlock, multilock, fairlock and election build on a
-// Manager.
+// conformance checks any other implementation. Around them: package
+// inspect shows and revokes locks for operators, an [Observer] (packages
+// dlmotel, dlmslog) reports what locks do, and packages semaphore, rwlock,
+// multilock, fairlock and election build on a Manager.
 package dlm
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -79,87 +77,6 @@ var (
 	// state (inspect.Revoke).
 	ErrStateUnknown = errors.New("dlm: lock state unknown")
 )
-
-// A Strategy is a locking algorithm over one or more nodes. Each method makes
-// one attempt: it neither sleeps nor retries (the Manager does both), and
-// returns within its context's deadline. A failed Acquire undoes its own
-// partial work, in the background when the servers are slow to answer (a
-// grant whose reply was lost is released once they do), so that nothing
-// it did outlives it.
-//
-// Keys and tokens are opaque, non-empty strings. Acquiring again with the
-// token that holds the lock succeeds and refreshes its TTL. After a failed
-// Acquire, try again with a new token: the failed attempt's clean-up may
-// reach a server after the new attempt and would delete a grant made with
-// the same token (the Manager uses a new token for every attempt).
-//
-// As with Node, every method is part of the contract so that a wrapper keeps
-// them all; a strategy that cannot watch releases says so with an error
-// matching errors.ErrUnsupported.
-type Strategy interface {
-	// Acquire takes key for token with the given TTL. When another owner holds
-	// the key the error matches ErrNotAcquired, and RetryAfter may report how
-	// long the holder's lease has left.
-	Acquire(ctx context.Context, key, token string, ttl time.Duration) (Lease, error)
-	// Extend resets the TTL of a lock that token holds. When token does not
-	// hold the key the error matches ErrNotHeld.
-	Extend(ctx context.Context, key, token string, ttl time.Duration) (Lease, error)
-	// ExtendMany extends each lock as Extend would, in as few round trips
-	// as the strategy can, and returns one result per lock in order. Each
-	// lease's validity is counted from before the batch was sent. The
-	// Manager renews locks with it.
-	ExtendMany(ctx context.Context, locks []HeldKey, ttl time.Duration) []ExtendResult
-	// Release deletes the lock if token holds it. When token does not hold the
-	// key the error matches ErrNotHeld.
-	Release(ctx context.Context, key, token string) error
-	// WatchRelease calls notify, which must not block, whenever the lock on
-	// key may have been released after an acquisition of it was refused (a
-	// release nobody waited for need not notify), and returns once
-	// notifications are active. The Manager uses it to wake waiting Lock calls within about
-	// one round trip of a release. When the strategy's nodes cannot notify,
-	// the error matches errors.ErrUnsupported and the Manager polls.
-	// Notifications are hints: they may be lost or spurious.
-	WatchRelease(ctx context.Context, key string, notify func()) (stop func(), err error)
-}
-
-// A Handoff is a Strategy that can pass a lock straight from its holder to
-// a new owner. When a lock is unlocked while Lock calls of the same Manager
-// wait for its key, the Manager hands it to the first of them with one
-// Handoff call instead of a Release followed by the waiter's Acquire, so
-// the waiter holds the lock within the Unlock's round trip.
-type Handoff interface {
-	Strategy
-	// Handoff takes key for token to as Acquire does, but only from token
-	// from: on every node where it succeeds it ends from's lock and starts
-	// to's in one step, with a fence above from's, and a successful
-	// Handoff leaves from holding key nowhere. Its error matches
-	// ErrNotAcquired, and also ErrNotHeld when from does not hold key
-	// (another owner does, or nobody). After a failed Handoff, from may
-	// still hold key on some nodes: the caller releases it.
-	Handoff(ctx context.Context, key, from, to string, ttl time.Duration) (Lease, error)
-}
-
-// A Lease is what a strategy grants.
-type Lease struct {
-	// Fence is the fencing token: strictly greater than the fence of every
-	// acquisition of the same key that completed before this one began.
-	Fence uint64
-	// Until is the local time, carrying a monotonic clock reading, after which
-	// the lease must no longer be trusted. Clock drift is already taken off.
-	Until time.Time
-}
-
-// A HeldKey names a lock a token holds, for ExtendMany.
-type HeldKey struct {
-	Key, Token string
-}
-
-// An ExtendResult is the outcome of extending one lock of a batch: a new
-// lease, or an error as Strategy.Extend would return it.
-type ExtendResult struct {
-	Lease Lease
-	Err   error
-}
 
 // RetryAfter reports how long err says to wait before the next attempt: the
 // remaining TTL of the lock's holder, when a strategy learned it.

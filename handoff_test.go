@@ -10,6 +10,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -25,12 +27,12 @@ import (
 // handoffCounting counts the calls a Manager makes to a Handoff strategy;
 // a Handoff call waits for gate when it is set.
 type handoffCounting struct {
-	dlm.Strategy
+	driver.Strategy
 	acquires, releases, handoffs atomic.Int64
 	gate                         chan struct{}
 }
 
-func (s *handoffCounting) Acquire(ctx context.Context, key, token string, ttl time.Duration) (dlm.Lease, error) {
+func (s *handoffCounting) Acquire(ctx context.Context, key, token string, ttl time.Duration) (driver.Lease, error) {
 	s.acquires.Add(1)
 	return s.Strategy.Acquire(ctx, key, token, ttl)
 }
@@ -40,12 +42,12 @@ func (s *handoffCounting) Release(ctx context.Context, key, token string) error 
 	return s.Strategy.Release(ctx, key, token)
 }
 
-func (s *handoffCounting) Handoff(ctx context.Context, key, from, to string, ttl time.Duration) (dlm.Lease, error) {
+func (s *handoffCounting) Handoff(ctx context.Context, key, from, to string, ttl time.Duration) (driver.Lease, error) {
 	if s.gate != nil {
 		<-s.gate
 	}
 	s.handoffs.Add(1)
-	return s.Strategy.(dlm.Handoff).Handoff(ctx, key, from, to, ttl)
+	return s.Strategy.(driver.Handoff).Handoff(ctx, key, from, to, ttl)
 }
 
 // waitFor runs Lock on key in a goroutine and returns what it returns.

@@ -7,6 +7,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -19,17 +21,17 @@ import (
 // Manager's own cost is then all there is to count.
 type grantAll struct{ fence uint64 }
 
-func (s *grantAll) Acquire(_ context.Context, _, _ string, ttl time.Duration) (dlm.Lease, error) {
+func (s *grantAll) Acquire(_ context.Context, _, _ string, ttl time.Duration) (driver.Lease, error) {
 	s.fence++
-	return dlm.Lease{Fence: s.fence, Until: time.Now().Add(ttl)}, nil
+	return driver.Lease{Fence: s.fence, Until: time.Now().Add(ttl)}, nil
 }
 
-func (s *grantAll) Extend(_ context.Context, _, _ string, ttl time.Duration) (dlm.Lease, error) {
-	return dlm.Lease{Fence: s.fence, Until: time.Now().Add(ttl)}, nil
+func (s *grantAll) Extend(_ context.Context, _, _ string, ttl time.Duration) (driver.Lease, error) {
+	return driver.Lease{Fence: s.fence, Until: time.Now().Add(ttl)}, nil
 }
 
-func (s *grantAll) ExtendMany(ctx context.Context, locks []dlm.HeldKey, ttl time.Duration) []dlm.ExtendResult {
-	out := make([]dlm.ExtendResult, len(locks))
+func (s *grantAll) ExtendMany(ctx context.Context, locks []driver.HeldKey, ttl time.Duration) []driver.ExtendResult {
+	out := make([]driver.ExtendResult, len(locks))
 	for i := range out {
 		out[i].Lease, out[i].Err = s.Extend(ctx, "", "", ttl)
 	}

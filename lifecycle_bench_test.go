@@ -20,7 +20,7 @@ import (
 )
 
 // waitModes runs a benchmark with hand-offs (the strategy is a
-// dlm.Handoff, as every strategy of this module), with release
+// driver.Handoff, as every strategy of this module), with release
 // notifications only (a strategy that is not), and with polling only (nor
 // can its node notify), and reports the acquisition attempts per op, a
 // hand-off counted as one (1 is perfect: no waiter woke for nothing).

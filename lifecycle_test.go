@@ -72,7 +72,7 @@ func (plainNode) Watch(context.Context, string, func(string)) (func(), error) {
 // countingStrategy counts Acquire calls and remembers when the last
 // successful one was sent.
 type countingStrategy struct {
-	dlm.Strategy
+	driver.Strategy
 	acquires atomic.Int64
 	probe    atomic.Pointer[func() error] // called as each request is sent and as its reply arrives
 
@@ -86,7 +86,7 @@ type winner struct {
 	probeSent, probed error     // what probe returned then
 }
 
-func (s *countingStrategy) Acquire(ctx context.Context, key, token string, ttl time.Duration) (dlm.Lease, error) {
+func (s *countingStrategy) Acquire(ctx context.Context, key, token string, ttl time.Duration) (driver.Lease, error) {
 	s.acquires.Add(1)
 	probe := func() error {
 		if p := s.probe.Load(); p != nil {
@@ -107,20 +107,20 @@ func (s *countingStrategy) Acquire(ctx context.Context, key, token string, ttl t
 }
 
 // noWatchStrategy is a Strategy that cannot watch releases.
-type noWatchStrategy struct{ dlm.Strategy }
+type noWatchStrategy struct{ driver.Strategy }
 
 func (noWatchStrategy) WatchRelease(context.Context, string, func()) (func(), error) {
 	return nil, errors.ErrUnsupported
 }
 
-func newSingle(t testing.TB, n driver.Node, opts ...strategy.Option) dlm.Strategy {
+func newSingle(t testing.TB, n driver.Node, opts ...strategy.Option) driver.Strategy {
 	t.Helper()
 	s, err := strategy.NewSingle(n, opts...)
 	require.NoError(t, err)
 	return s
 }
 
-func newM(t testing.TB, s dlm.Strategy, opts ...dlm.Option) *dlm.Manager {
+func newM(t testing.TB, s driver.Strategy, opts ...dlm.Option) *dlm.Manager {
 	t.Helper()
 	m, err := dlm.New(s, opts...)
 	require.NoError(t, err)
@@ -355,11 +355,11 @@ func TestWaiterWokenByRelease(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		notify bool
-		wrap   func(dlm.Strategy) dlm.Strategy
+		wrap   func(driver.Strategy) driver.Strategy
 	}{
 		{"notified", true, nil},
 		{"polling-node-cannot-notify", false, nil},
-		{"polling-strategy-cannot-notify", false, func(s dlm.Strategy) dlm.Strategy { return noWatchStrategy{s} }},
+		{"polling-strategy-cannot-notify", false, func(s driver.Strategy) driver.Strategy { return noWatchStrategy{s} }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			vtest.Run(t, func(t *testing.T, srv *dlmtest.Server) {
@@ -368,7 +368,7 @@ func TestWaiterWokenByRelease(t *testing.T) {
 					n = plainNode{n}
 				}
 				strat := &countingStrategy{Strategy: newSingle(t, n)}
-				var used dlm.Strategy = strat
+				var used driver.Strategy = strat
 				if tc.wrap != nil {
 					used = tc.wrap(strat)
 				}
@@ -542,11 +542,11 @@ func TestRenewTenThousandLocks(t *testing.T) {
 
 // inFlight counts concurrent Acquire calls and remembers the most seen.
 type inFlight struct {
-	dlm.Strategy
+	driver.Strategy
 	now, most atomic.Int64
 }
 
-func (s *inFlight) Acquire(ctx context.Context, key, token string, ttl time.Duration) (dlm.Lease, error) {
+func (s *inFlight) Acquire(ctx context.Context, key, token string, ttl time.Duration) (driver.Lease, error) {
 	n := s.now.Add(1)
 	defer s.now.Add(-1)
 	for m := s.most.Load(); n > m && !s.most.CompareAndSwap(m, n); m = s.most.Load() {

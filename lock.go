@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/dlmgo/dlm/driver"
 )
 
 // A Lock is a held lease on a key. Its methods are safe for concurrent use.
@@ -23,7 +25,7 @@ type Lock struct {
 	untilNs atomic.Int64
 
 	mu     sync.Mutex
-	lease  Lease
+	lease  driver.Lease
 	ended  error     // why the lease ended, once it has
 	ctx    *leaseCtx // created by the first call to Context
 	cancel context.CancelCauseFunc
@@ -41,7 +43,7 @@ type Lock struct {
 	inflight bool  // a renewal of this lock is under way; guarded by the renewer's mutex
 }
 
-func newLock(m *Manager, key, token string, start time.Time, lease Lease) *Lock {
+func newLock(m *Manager, key, token string, start time.Time, lease driver.Lease) *Lock {
 	l := &Lock{m: m, key: key, token: token, base: start, lease: lease}
 	l.untilNs.Store(int64(lease.Until.Sub(start)))
 	return l
@@ -50,7 +52,7 @@ func newLock(m *Manager, key, token string, start time.Time, lease Lease) *Lock 
 // hold wraps a lease granted to token in a held Lock of m, and starts
 // renewing it when m renews its locks: the Manager's part of every
 // acquisition, given to its queues.
-func (m *Manager) hold(key, token string, start time.Time, lease Lease) *Lock {
+func (m *Manager) hold(key, token string, start time.Time, lease driver.Lease) *Lock {
 	l := newLock(m, key, token, start, lease)
 	if m.o.observer != nil {
 		l.Context() // its timer ends the lease, and reports Lost, when the validity runs out
@@ -218,7 +220,7 @@ func (l *Lock) endLocked(cause error) {
 
 // setLeaseLocked adopts a lease from a successful extension, unless the old
 // one has already run out: a lease that ended is never revived.
-func (l *Lock) setLeaseLocked(lease Lease) bool {
+func (l *Lock) setLeaseLocked(lease driver.Lease) bool {
 	if l.expireLocked() {
 		return false
 	}

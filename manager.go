@@ -12,6 +12,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/dlmgo/dlm/driver"
 	"github.com/dlmgo/dlm/internal/mgr"
 )
 
@@ -153,14 +154,14 @@ func FitOwner(s string) string {
 
 // A Manager takes locks through a Strategy. It is safe for concurrent use.
 type Manager struct {
-	s       Strategy
+	s       driver.Strategy
 	o       options
 	renewer *renewer // nil without auto-renewal
 	queues  *queues  // makes the attempts, and queues the Lock calls that wait
 }
 
 // New returns a Manager over s.
-func New(s Strategy, opts ...Option) (*Manager, error) {
+func New(s driver.Strategy, opts ...Option) (*Manager, error) {
 	if s == nil {
 		return nil, invalidf("New: nil Strategy")
 	}

@@ -9,6 +9,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -63,12 +65,12 @@ func (r *recorder) snapshot() []string {
 // markStrategy is a Strategy wrapper that records whether Acquire's context
 // carries the Observer's value.
 type markStrategy struct {
-	dlm.Strategy
+	driver.Strategy
 	mu     sync.Mutex
 	marked []bool
 }
 
-func (s *markStrategy) Acquire(ctx context.Context, key, token string, ttl time.Duration) (dlm.Lease, error) {
+func (s *markStrategy) Acquire(ctx context.Context, key, token string, ttl time.Duration) (driver.Lease, error) {
 	s.mu.Lock()
 	s.marked = append(s.marked, ctx.Value(ctxMark{}) == key)
 	s.mu.Unlock()

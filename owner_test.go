@@ -7,6 +7,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -61,13 +63,13 @@ func TestDefaultOwnerNamesTheProcess(t *testing.T) {
 // fixedStrategy grants every Acquire a one-minute lease with fence 1 and
 // remembers the last token; it is not a inspect.Inspector.
 type fixedStrategy struct {
-	dlm.Strategy // nil: only Acquire is called
-	token        string
+	driver.Strategy // nil: only Acquire is called
+	token           string
 }
 
-func (s *fixedStrategy) Acquire(_ context.Context, _, token string, _ time.Duration) (dlm.Lease, error) {
+func (s *fixedStrategy) Acquire(_ context.Context, _, token string, _ time.Duration) (driver.Lease, error) {
 	s.token = token
-	return dlm.Lease{Fence: 1, Until: time.Now().Add(time.Minute)}, nil
+	return driver.Lease{Fence: 1, Until: time.Now().Add(time.Minute)}, nil
 }
 
 func TestFitOwner(t *testing.T) {

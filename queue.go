@@ -59,15 +59,15 @@ import (
 // runs (acquire). It is given what it needs when it is made (newQueues)
 // and knows nothing else of the Manager.
 type queues struct {
-	s        Strategy
-	handoff  Handoff // s, when it can hand a lock off; nil otherwise
-	owner    string  // carried by every token (WithOwner)
+	s        driver.Strategy
+	handoff  driver.Handoff // s, when it can hand a lock off; nil otherwise
+	owner    string         // carried by every token (WithOwner)
 	ttl      time.Duration
 	retryMin time.Duration
 	retryMax time.Duration
 	// hold wraps a lease granted to token in a held Lock (and starts
 	// renewing it): the Manager's part of every acquisition.
-	hold func(key, token string, start time.Time, lease Lease) *Lock
+	hold func(key, token string, start time.Time, lease driver.Lease) *Lock
 
 	mu sync.Mutex
 	q  map[string]*queue
@@ -137,7 +137,7 @@ type handedLock struct {
 	token string
 	start time.Time // of the Handoff call
 	run   time.Time // when the run of hand-offs that brought it began
-	lease Lease
+	lease driver.Lease
 }
 
 // Cross-process fairness: how long contention is remembered, the least
@@ -153,8 +153,8 @@ const (
 
 // newQueues returns the queues of a Manager that takes locks through s
 // with the options o, and makes each granted lease a Lock with hold.
-func newQueues(s Strategy, o options, hold func(key, token string, start time.Time, lease Lease) *Lock) *queues {
-	h, _ := s.(Handoff)
+func newQueues(s driver.Strategy, o options, hold func(key, token string, start time.Time, lease driver.Lease) *Lock) *queues {
+	h, _ := s.(driver.Handoff)
 	return &queues{
 		s: s, handoff: h, owner: o.owner, ttl: o.ttl, retryMin: o.retryMin, retryMax: o.retryMax, hold: hold,
 		q: map[string]*queue{}, seen: map[string]seenKey{},

@@ -6,6 +6,8 @@ import (
 	"math"
 	"sync"
 	"time"
+
+	"github.com/dlmgo/dlm/driver"
 )
 
 // WithAutoRenew makes the Manager renew every lock it hands out until the
@@ -68,7 +70,7 @@ const attemptBound = 2 * time.Second
 // sooner, and took other locks at a half or a third of the rate, the
 // renewals holding both of the node's coalescing slots; bench -scale.)
 type renewer struct {
-	s        Strategy
+	s        driver.Strategy
 	ttl      time.Duration
 	period   time.Duration // renew this long after validity was confirmed
 	maxHold  time.Duration
@@ -87,7 +89,7 @@ type renewer struct {
 	settled  chan struct{} // made by removeSettled, closed when a batch ends
 }
 
-func newRenewer(s Strategy, o options) *renewer {
+func newRenewer(s driver.Strategy, o options) *renewer {
 	if o.renewFraction == 0 {
 		return nil
 	}
@@ -258,8 +260,8 @@ func (r *renewer) triage(batch []*Lock, start time.Time) (live, drop []*Lock, fi
 // while replies that came from the others are applied in time to keep
 // theirs. It is bounded by a renewal period (at least attemptBound), and
 // given at least a quarter period.
-func (r *renewer) extend(live []*Lock, start, first time.Time) []ExtendResult {
-	results := make([]ExtendResult, len(live))
+func (r *renewer) extend(live []*Lock, start, first time.Time) []driver.ExtendResult {
+	results := make([]driver.ExtendResult, len(live))
 	if len(live) == 0 {
 		return results
 	}
@@ -272,9 +274,9 @@ func (r *renewer) extend(live []*Lock, start, first time.Time) []ExtendResult {
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
-	keys := make([]HeldKey, len(live))
+	keys := make([]driver.HeldKey, len(live))
 	for i, l := range live {
-		keys[i] = HeldKey{Key: l.key, Token: l.token}
+		keys[i] = driver.HeldKey{Key: l.key, Token: l.token}
 	}
 	copy(results, r.s.ExtendMany(ctx, keys, r.ttl))
 	return results
@@ -286,7 +288,7 @@ const leaseEnded = math.MinInt64
 // apply adopts each live lock's result, reports it to the Observer, and
 // returns when each lock is next due: next after a renewal, again after a
 // failure that left its lease running, leaseEnded once its lease ended.
-func (r *renewer) apply(live []*Lock, results []ExtendResult, next, again int64) []int64 {
+func (r *renewer) apply(live []*Lock, results []driver.ExtendResult, next, again int64) []int64 {
 	due := make([]int64, len(live))
 	for i, l := range live {
 		res := results[i]

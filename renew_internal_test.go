@@ -8,6 +8,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/dlmgo/dlm/driver"
 )
 
 // checkHeap fails unless h is a 4-ary min-heap whose locks know their
@@ -70,18 +72,18 @@ func TestDueHeap(t *testing.T) {
 
 // renewOK is a strategy whose extensions all succeed at once; nothing
 // else is called.
-type renewOK struct{ Strategy }
+type renewOK struct{ driver.Strategy }
 
-func (s renewOK) ExtendMany(_ context.Context, locks []HeldKey, ttl time.Duration) []ExtendResult {
-	out := make([]ExtendResult, len(locks))
+func (s renewOK) ExtendMany(_ context.Context, locks []driver.HeldKey, ttl time.Duration) []driver.ExtendResult {
+	out := make([]driver.ExtendResult, len(locks))
 	for i := range out {
-		out[i].Lease = Lease{Until: time.Now().Add(ttl)}
+		out[i].Lease = driver.Lease{Until: time.Now().Add(ttl)}
 	}
 	return out
 }
 
-func (s renewOK) Acquire(_ context.Context, _, _ string, ttl time.Duration) (Lease, error) {
-	return Lease{Until: time.Now().Add(ttl)}, nil
+func (s renewOK) Acquire(_ context.Context, _, _ string, ttl time.Duration) (driver.Lease, error) {
+	return driver.Lease{Until: time.Now().Add(ttl)}, nil
 }
 
 func (s renewOK) Release(context.Context, string, string) error { return nil }
@@ -98,7 +100,7 @@ func TestRenewerWakesOnlyForEarlierLock(t *testing.T) {
 		}
 		r := m.renewer
 		hold := func(start time.Time) *Lock {
-			l := newLock(m, "k", "t", start, Lease{Until: start.Add(ttl)})
+			l := newLock(m, "k", "t", start, driver.Lease{Until: start.Add(ttl)})
 			r.add(l)
 			return l
 		}

@@ -7,6 +7,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -144,12 +146,12 @@ func TestUnlockAtTooShort(t *testing.T) {
 // gatedRenewals holds the renewals (ExtendMany) of a strategy at a gate
 // once closed is set.
 type gatedRenewals struct {
-	dlm.Strategy
+	driver.Strategy
 	hold atomic.Bool
 	gate chan struct{}
 }
 
-func (s *gatedRenewals) ExtendMany(ctx context.Context, locks []dlm.HeldKey, ttl time.Duration) []dlm.ExtendResult {
+func (s *gatedRenewals) ExtendMany(ctx context.Context, locks []driver.HeldKey, ttl time.Duration) []driver.ExtendResult {
 	if s.hold.Load() {
 		<-s.gate
 	}

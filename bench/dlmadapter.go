@@ -23,7 +23,7 @@ import (
 type NodeFactory func(addr string, e Env) (driver.Node, func() error, error)
 
 // A StrategyFactory builds a dlm strategy over the nodes of a topology.
-type StrategyFactory func(nodes []driver.Node, e Env) (dlm.Strategy, error)
+type StrategyFactory func(nodes []driver.Node, e Env) (driver.Strategy, error)
 
 // dlmContender is dlm's Manager over strategy strat on nodes made by node.
 // opts adds Manager options (auto-renewal) beyond the shared TTL and retry
@@ -125,7 +125,7 @@ func valkeyNode(addr string, e Env) (driver.Node, func() error, error) {
 // strategy does not need (its default leaves the bound to the caller's
 // context and the client), derives a context per call: 5 allocations and
 // a timer each (the root's BenchmarkLockUnlockDeadline).
-func singleStrategy(nodes []driver.Node, e Env) (dlm.Strategy, error) {
+func singleStrategy(nodes []driver.Node, e Env) (driver.Strategy, error) {
 	if len(nodes) != 1 {
 		return nil, fmt.Errorf("single strategy over %d nodes", len(nodes))
 	}
@@ -137,7 +137,7 @@ func singleStrategy(nodes []driver.Node, e Env) (dlm.Strategy, error) {
 
 // redlockStrategy is strategy.NewRedlock over all nodes, with the per-node
 // timeout every Redlock contender gets.
-func redlockStrategy(nodes []driver.Node, e Env) (dlm.Strategy, error) {
+func redlockStrategy(nodes []driver.Node, e Env) (driver.Strategy, error) {
 	return strategy.NewRedlock(nodes, strategy.WithTimeout(e.NodeTimeout))
 }
 

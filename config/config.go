@@ -162,16 +162,16 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 
 // builders build each strategy a Config can name from its options and the
 // nodes the caller dialled: adding a strategy is one line here.
-var builders = map[string]func(c Config, nodes []driver.Node) (dlm.Strategy, error){
-	"single": func(c Config, n []driver.Node) (dlm.Strategy, error) { return oneNode(c, n, strategy.NewSingle) },
-	"redlock": func(c Config, n []driver.Node) (dlm.Strategy, error) {
+var builders = map[string]func(c Config, nodes []driver.Node) (driver.Strategy, error){
+	"single": func(c Config, n []driver.Node) (driver.Strategy, error) { return oneNode(c, n, strategy.NewSingle) },
+	"redlock": func(c Config, n []driver.Node) (driver.Strategy, error) {
 		return strategy.NewRedlock(n, c.strategyOptions()...)
 	},
-	"failover": func(c Config, n []driver.Node) (dlm.Strategy, error) { return oneNode(c, n, strategy.NewFailover) },
+	"failover": func(c Config, n []driver.Node) (driver.Strategy, error) { return oneNode(c, n, strategy.NewFailover) },
 }
 
 // oneNode builds a strategy that runs on exactly one node.
-func oneNode[S dlm.Strategy](c Config, nodes []driver.Node, build func(driver.Node, ...strategy.Option) (S, error)) (dlm.Strategy, error) {
+func oneNode[S driver.Strategy](c Config, nodes []driver.Node, build func(driver.Node, ...strategy.Option) (S, error)) (driver.Strategy, error) {
 	if len(nodes) != 1 {
 		return nil, invalid("nodes: %s takes one node, got %d", c.Strategy, len(nodes))
 	}
@@ -751,7 +751,7 @@ func (c Config) ManagerOptions() []dlm.Option {
 // Sentinel when Master is set); with Cluster, one node over a Cluster
 // client. It does not dial. Errors match
 // dlm.ErrInvalid.
-func (c Config) NewStrategy(nodes ...driver.Node) (dlm.Strategy, error) {
+func (c Config) NewStrategy(nodes ...driver.Node) (driver.Strategy, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}

@@ -59,7 +59,7 @@ func (c Config) Open(ctx context.Context, dial Dialer, opts ...dlm.Option) (*dlm
 // listed nodes) and builds the strategy with NewStrategy. The Closer
 // closes the nodes' clients. Operator tools (package inspect) work on the
 // strategy.
-func (c Config) OpenStrategy(ctx context.Context, dial Dialer) (dlm.Strategy, io.Closer, error) {
+func (c Config) OpenStrategy(ctx context.Context, dial Dialer) (driver.Strategy, io.Closer, error) {
 	if err := c.Validate(); err != nil {
 		return nil, nil, err
 	}

@@ -18,14 +18,14 @@ import (
 // own type, and one line in builders. It grants every lock with fence 1.
 type throwaway struct{}
 
-func (throwaway) Acquire(_ context.Context, _, _ string, ttl time.Duration) (dlm.Lease, error) {
-	return dlm.Lease{Fence: 1, Until: time.Now().Add(ttl / 2)}, nil
+func (throwaway) Acquire(_ context.Context, _, _ string, ttl time.Duration) (driver.Lease, error) {
+	return driver.Lease{Fence: 1, Until: time.Now().Add(ttl / 2)}, nil
 }
-func (s throwaway) Extend(ctx context.Context, key, token string, ttl time.Duration) (dlm.Lease, error) {
+func (s throwaway) Extend(ctx context.Context, key, token string, ttl time.Duration) (driver.Lease, error) {
 	return s.Acquire(ctx, key, token, ttl)
 }
-func (s throwaway) ExtendMany(ctx context.Context, locks []dlm.HeldKey, ttl time.Duration) []dlm.ExtendResult {
-	out := make([]dlm.ExtendResult, len(locks))
+func (s throwaway) ExtendMany(ctx context.Context, locks []driver.HeldKey, ttl time.Duration) []driver.ExtendResult {
+	out := make([]driver.ExtendResult, len(locks))
 	for i := range out {
 		out[i].Lease, out[i].Err = s.Acquire(ctx, locks[i].Key, locks[i].Token, ttl)
 	}
@@ -40,7 +40,7 @@ func TestAddingAStrategyIsOneLine(t *testing.T) {
 	_, err := ParseURL("throwaway://127.0.0.1:1")
 	require.ErrorIs(t, err, dlm.ErrInvalid, "unknown before it is registered")
 
-	builders["throwaway"] = func(Config, []driver.Node) (dlm.Strategy, error) { return throwaway{}, nil } // the one line
+	builders["throwaway"] = func(Config, []driver.Node) (driver.Strategy, error) { return throwaway{}, nil } // the one line
 	defer delete(builders, "throwaway")
 
 	cfg, err := ParseURL("throwaway://127.0.0.1:1?ttl=2s")

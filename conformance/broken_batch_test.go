@@ -15,7 +15,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/conformance"
 	"github.com/dlmgo/dlm/conformance/harness"
 	"github.com/dlmgo/dlm/driver/goredis"
@@ -151,7 +150,7 @@ func TestStrategyServersChecked(t *testing.T) {
 		t.Cleanup(node.Close)
 		conformance.RunStrategy(t,
 			conformance.Topology{Nodes: func(*testing.T) []driver.Node { return []driver.Node{node} }, Servers: []string{addr, "127.0.0.1:1"}},
-			func(nodes []driver.Node) (dlm.Strategy, error) { return strategy.NewSingle(nodes[0]) })
+			func(nodes []driver.Node) (driver.Strategy, error) { return strategy.NewSingle(nodes[0]) })
 		return
 	}
 	if os.Getenv(brokenEnv) != "" {

@@ -14,7 +14,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/conformance"
 	"github.com/dlmgo/dlm/driver/goredis"
 	"github.com/dlmgo/dlm/internal/redistest"
@@ -23,19 +22,19 @@ import (
 
 // A brokenStrategy wraps the single-instance strategy and breaks one rule.
 type brokenStrategy struct {
-	dlm.Strategy
+	driver.Strategy
 	breakage string
 
 	mu      sync.Mutex
 	holders map[string]string // key → token of the last successful Acquire
 }
 
-func (b *brokenStrategy) Acquire(ctx context.Context, key, token string, ttl time.Duration) (dlm.Lease, error) {
+func (b *brokenStrategy) Acquire(ctx context.Context, key, token string, ttl time.Duration) (driver.Lease, error) {
 	l, err := b.Strategy.Acquire(ctx, key, token, ttl)
 	switch b.breakage {
 	case "SharesLocks": // grants a held lock anyway
 		if err != nil {
-			return dlm.Lease{Fence: 1, Until: time.Now().Add(ttl / 2)}, nil
+			return driver.Lease{Fence: 1, Until: time.Now().Add(ttl / 2)}, nil
 		}
 	case "LeaseFromReply": // counts the lease from the reply, not the request
 		l.Until = time.Now().Add(ttl)
@@ -50,7 +49,7 @@ func (b *brokenStrategy) Acquire(ctx context.Context, key, token string, ttl tim
 	return l, err
 }
 
-func (b *brokenStrategy) Handoff(ctx context.Context, key, from, to string, ttl time.Duration) (dlm.Lease, error) {
+func (b *brokenStrategy) Handoff(ctx context.Context, key, from, to string, ttl time.Duration) (driver.Lease, error) {
 	if b.breakage == "HandsOffForAnyone" {
 		b.mu.Lock()
 		if h, ok := b.holders[key]; ok {
@@ -58,7 +57,7 @@ func (b *brokenStrategy) Handoff(ctx context.Context, key, from, to string, ttl 
 		}
 		b.mu.Unlock()
 	}
-	l, err := b.Strategy.(dlm.Handoff).Handoff(ctx, key, from, to, ttl)
+	l, err := b.Strategy.(driver.Handoff).Handoff(ctx, key, from, to, ttl)
 	if b.breakage == "ConstantFence" {
 		l.Fence = 1
 	}
@@ -81,14 +80,14 @@ func (b *brokenStrategy) Release(ctx context.Context, key, token string) error {
 	return b.Strategy.Release(ctx, key, token)
 }
 
-func (b *brokenStrategy) Extend(ctx context.Context, key, token string, ttl time.Duration) (dlm.Lease, error) {
+func (b *brokenStrategy) Extend(ctx context.Context, key, token string, ttl time.Duration) (driver.Lease, error) {
 	if b.breakage == "NeverShortens" { // as PEXPIRE GT would: an Extend never shortens a lock's TTL
 		ttl = max(ttl, 10*time.Second)
 	}
 	return b.Strategy.Extend(ctx, key, token, ttl)
 }
 
-func (b *brokenStrategy) ExtendMany(ctx context.Context, locks []dlm.HeldKey, ttl time.Duration) []dlm.ExtendResult {
+func (b *brokenStrategy) ExtendMany(ctx context.Context, locks []driver.HeldKey, ttl time.Duration) []driver.ExtendResult {
 	if b.breakage == "ExtendsForAnyone" {
 		locks = slices.Clone(locks)
 		b.mu.Lock()
@@ -129,7 +128,7 @@ func TestBrokenStrategy(t *testing.T) {
 		node = goredis.New(c)
 	}
 	conformance.RunStrategy(t, conformance.Topology{Nodes: func(*testing.T) []driver.Node { return []driver.Node{node} }, Servers: []string{srv.Addr}},
-		func(nodes []driver.Node) (dlm.Strategy, error) {
+		func(nodes []driver.Node) (driver.Strategy, error) {
 			s, err := strategy.NewSingle(nodes[0])
 			return &brokenStrategy{Strategy: s, breakage: breakage, holders: map[string]string{}}, err
 		})

@@ -1,5 +1,5 @@
 // Package conformance checks that a [driver.Node] (a driver) or a
-// [dlm.Strategy] keeps the rules dlm relies on, against a real Redis server.
+// [driver.Strategy] keeps the rules dlm relies on, against a real Redis server.
 //
 // A driver's tests run the suite through package conformance/harness,
 // which starts a redis-server of its own behind a fault proxy and hands the

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/dlmgo/dlm"
 )
 
@@ -17,7 +19,7 @@ func testBatchExtend(t *testing.T, c *strategyCase) {
 	l := c.acquire(t, mine, "A", short)
 	c.acquire(t, theirs, "B", short)
 	before := time.Now()
-	res := c.ExtendMany(ctx(t), []dlm.HeldKey{
+	res := c.ExtendMany(ctx(t), []driver.HeldKey{
 		{Key: mine, Token: "A"},
 		{Key: theirs, Token: "A"},
 		{Key: c.key("never"), Token: "A"},

@@ -13,7 +13,6 @@ import (
 
 	"github.com/dlmgo/dlm/driver"
 
-	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/conformance"
 	"github.com/dlmgo/dlm/conformance/family"
 	"github.com/dlmgo/dlm/conformance/harness"
@@ -183,7 +182,7 @@ func TestRESPNodeSingle(t *testing.T) {
 	node := NewRESPNode(addr)
 	t.Cleanup(node.Close)
 	topology := conformance.Topology{Nodes: func(*testing.T) []driver.Node { return []driver.Node{node} }, Servers: []string{addr}}
-	newStrategy := func(nodes []driver.Node) (dlm.Strategy, error) { return strategy.NewSingle(nodes[0]) }
+	newStrategy := func(nodes []driver.Node) (driver.Strategy, error) { return strategy.NewSingle(nodes[0]) }
 	conformance.RunStrategy(t, topology, newStrategy)
 	family.Run(t, topology.Nodes, newStrategy)
 }

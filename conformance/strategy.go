@@ -35,7 +35,7 @@ type Topology struct {
 }
 
 // RunStrategy checks that the strategies newStrategy builds keep every rule
-// of the dlm.Strategy contract, each in a subtest named after the rule.
+// of the driver.Strategy contract, each in a subtest named after the rule.
 // Before calling newStrategy it wraps every node in a [FaultyNode], whose
 // faults apply to every Node method, and it injects faults through those
 // wrappers:
@@ -72,7 +72,7 @@ type Topology struct {
 //     lock, refuses the others (dlm.ErrNotHeld) and bad input (dlm.ErrInvalid).
 //   - WatchRelease: a release calls notify within a second; a cancelled
 //     context fails.
-//   - Handoff (a strategy that is a dlm.Handoff): the holder's lock passes
+//   - Handoff (a strategy that is a driver.Handoff): the holder's lock passes
 //     to a new token with a greater fence and a lease counted from before
 //     the call; the old token can neither extend nor release it; a
 //     hand-off from a token that does not hold the key (held by another,
@@ -101,7 +101,7 @@ type Topology struct {
 // Rules that need more nodes than the topology can lose are skipped with the
 // reason (a single endpoint tolerates no failed node), and so are
 // WatchRelease when it reports errors.ErrUnsupported, Handoff for a
-// strategy that is not a dlm.Handoff, and InspectRevoke for a strategy that
+// strategy that is not a driver.Handoff, and InspectRevoke for a strategy that
 // is not an inspect.Inspector.
 //
 // Each rule begins with the servers' script caches flushed, so its first
@@ -110,7 +110,7 @@ type Topology struct {
 // timeout (50ms) does, but SlowLease delays every node by 300ms and wants
 // a lock, so Redlock needs a per-node timeout above that (the repository
 // runs it with strategy.WithTimeout(time.Second)).
-func RunStrategy(t *testing.T, topology Topology, newStrategy func(nodes []driver.Node) (dlm.Strategy, error)) {
+func RunStrategy(t *testing.T, topology Topology, newStrategy func(nodes []driver.Node) (driver.Strategy, error)) {
 	t.Helper()
 	if topology.Nodes == nil || newStrategy == nil {
 		t.Fatal("conformance.RunStrategy: nil Topology.Nodes or newStrategy")
@@ -158,7 +158,7 @@ func RunStrategy(t *testing.T, topology Topology, newStrategy func(nodes []drive
 }
 
 type strategyCase struct {
-	dlm.Strategy
+	driver.Strategy
 	keyspace
 	faulty []*FaultyNode
 	quorum int
@@ -178,7 +178,7 @@ func (c *strategyCase) inject(n int, fault Fault) {
 	}
 }
 
-func (c *strategyCase) acquire(t *testing.T, key, token string, ttl time.Duration) dlm.Lease {
+func (c *strategyCase) acquire(t *testing.T, key, token string, ttl time.Duration) driver.Lease {
 	t.Helper()
 	l, err := c.Acquire(ctx(t), key, token, ttl)
 	if err != nil {
@@ -343,7 +343,7 @@ func testLease(t *testing.T, c *strategyCase) {
 
 // waitExpired acquires key for token, retrying until the lock of a
 // previous owner with the given TTL has expired.
-func waitExpired(t *testing.T, c *strategyCase, key, token string, ttl time.Duration) dlm.Lease {
+func waitExpired(t *testing.T, c *strategyCase, key, token string, ttl time.Duration) driver.Lease {
 	t.Helper()
 	deadline := time.Now().Add(ttl + 5*time.Second)
 	for {
@@ -443,12 +443,12 @@ func testFencesIncrease(t *testing.T, c *strategyCase) {
 	}
 }
 
-// testHandoff checks a dlm.Handoff: the lock passes from its holder to a
+// testHandoff checks a driver.Handoff: the lock passes from its holder to a
 // new token in one step, with a greater fence, and only from its holder.
 func testHandoff(t *testing.T, c *strategyCase) {
-	h, ok := c.Strategy.(dlm.Handoff)
+	h, ok := c.Strategy.(driver.Handoff)
 	if !ok {
-		t.Skip("the strategy is not a dlm.Handoff")
+		t.Skip("the strategy is not a driver.Handoff")
 	}
 	k := c.key("k")
 	a := c.acquire(t, k, "A", ttl)

@@ -171,7 +171,7 @@ func scenario(t *testing.T, newManager func(t *testing.T, i int) (*dlm.Manager, 
 	time.Sleep(time.Minute)
 }
 
-func manager(t *testing.T, s dlm.Strategy, err error) *dlm.Manager {
+func manager(t *testing.T, s driver.Strategy, err error) *dlm.Manager {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
@@ -179,7 +179,7 @@ func manager(t *testing.T, s dlm.Strategy, err error) *dlm.Manager {
 	return newManager(t, s)
 }
 
-func newManager(t *testing.T, s dlm.Strategy) *dlm.Manager {
+func newManager(t *testing.T, s driver.Strategy) *dlm.Manager {
 	t.Helper()
 	m, err := dlm.New(s, dlm.WithTTL(10*time.Second), dlm.WithAutoRenew(1.0/3, time.Hour))
 	if err != nil {
@@ -231,7 +231,7 @@ func TestFailover(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv := dlmtest.NewServer(dlmtest.WithReplicas(2))
 		defer srv.Close()
-		newFailover := func(n driver.Node) (dlm.Strategy, error) {
+		newFailover := func(n driver.Node) (driver.Strategy, error) {
 			return strategy.NewFailover(n, strategy.WithAcks(strategy.AckAll()), strategy.WithReplicas(2))
 		}
 		scenario(t, func(t *testing.T, i int) (*dlm.Manager, func(bool)) {
@@ -308,7 +308,7 @@ func seeded(t *testing.T, servers int, seed uint64) {
 			n.SetFaults(faults)
 			nodes = append(nodes, n)
 		}
-		var s dlm.Strategy
+		var s driver.Strategy
 		var err error
 		if servers == 1 {
 			s, err = strategy.NewSingle(nodes[0], strategy.WithTimeout(time.Second))

@@ -1,10 +1,13 @@
-// Package driver is the contract between dlm and a Redis client library:
-// what a driver implements (Node) and what it returns (Call's Reply and
-// Err, Acks, ReplyError, and the errors below). It imports only the
-// standard library. The packages under driver/ adapt go-redis, redigo,
-// rueidis and valkey-go; package nodekit holds helpers for drivers over
-// pipelining clients; package conformance checks a driver against every
-// rule, which docs/driver-contract.md lists.
+// Package driver holds the two contracts under a dlm.Manager, for those
+// who implement them, in the manner of database/sql/driver: a [Node] is one
+// Redis deployment seen through a client library (what a driver implements,
+// with what it returns: Call's Reply and Err, [Acks], [ReplyError] and the
+// errors below), and a [Strategy] is a locking algorithm over nodes (what
+// it grants: [Lease]). It imports only the standard library. The packages
+// under driver/ adapt go-redis, redigo, rueidis and valkey-go; package
+// strategy holds dlm's three algorithms; package nodekit holds helpers for
+// drivers over pipelining clients; package conformance checks a driver or
+// a strategy against every rule, which docs/driver-contract.md lists.
 package driver
 
 import (
@@ -161,4 +164,85 @@ func (e *ReplyError) Is(target error) bool {
 		return e.Code == "ERR" && strings.HasPrefix(e.Message, "DB index is out of range")
 	}
 	return false
+}
+
+// A Strategy is a locking algorithm over one or more nodes. Each method makes
+// one attempt: it neither sleeps nor retries (the Manager does both), and
+// returns within its context's deadline. A failed Acquire undoes its own
+// partial work, in the background when the servers are slow to answer (a
+// grant whose reply was lost is released once they do), so that nothing
+// it did outlives it.
+//
+// Keys and tokens are opaque, non-empty strings. Acquiring again with the
+// token that holds the lock succeeds and refreshes its TTL. After a failed
+// Acquire, try again with a new token: the failed attempt's clean-up may
+// reach a server after the new attempt and would delete a grant made with
+// the same token (the Manager uses a new token for every attempt).
+//
+// As with Node, every method is part of the contract so that a wrapper keeps
+// them all; a strategy that cannot watch releases says so with an error
+// matching errors.ErrUnsupported.
+type Strategy interface {
+	// Acquire takes key for token with the given TTL. When another owner holds
+	// the key the error matches dlm.ErrNotAcquired, and RetryAfter may report how
+	// long the holder's lease has left.
+	Acquire(ctx context.Context, key, token string, ttl time.Duration) (Lease, error)
+	// Extend resets the TTL of a lock that token holds. When token does not
+	// hold the key the error matches dlm.ErrNotHeld.
+	Extend(ctx context.Context, key, token string, ttl time.Duration) (Lease, error)
+	// ExtendMany extends each lock as Extend would, in as few round trips
+	// as the strategy can, and returns one result per lock in order. Each
+	// lease's validity is counted from before the batch was sent. The
+	// Manager renews locks with it.
+	ExtendMany(ctx context.Context, locks []HeldKey, ttl time.Duration) []ExtendResult
+	// Release deletes the lock if token holds it. When token does not hold the
+	// key the error matches dlm.ErrNotHeld.
+	Release(ctx context.Context, key, token string) error
+	// WatchRelease calls notify, which must not block, whenever the lock on
+	// key may have been released after an acquisition of it was refused (a
+	// release nobody waited for need not notify), and returns once
+	// notifications are active. The Manager uses it to wake waiting Lock calls within about
+	// one round trip of a release. When the strategy's nodes cannot notify,
+	// the error matches errors.ErrUnsupported and the Manager polls.
+	// Notifications are hints: they may be lost or spurious.
+	WatchRelease(ctx context.Context, key string, notify func()) (stop func(), err error)
+}
+
+// A Handoff is a Strategy that can pass a lock straight from its holder to
+// a new owner. When a lock is unlocked while Lock calls of the same Manager
+// wait for its key, the Manager hands it to the first of them with one
+// Handoff call instead of a Release followed by the waiter's Acquire, so
+// the waiter holds the lock within the Unlock's round trip.
+type Handoff interface {
+	Strategy
+	// Handoff takes key for token to as Acquire does, but only from token
+	// from: on every node where it succeeds it ends from's lock and starts
+	// to's in one step, with a fence above from's, and a successful
+	// Handoff leaves from holding key nowhere. Its error matches
+	// dlm.ErrNotAcquired, and also dlm.ErrNotHeld when from does not hold key
+	// (another owner does, or nobody). After a failed Handoff, from may
+	// still hold key on some nodes: the caller releases it.
+	Handoff(ctx context.Context, key, from, to string, ttl time.Duration) (Lease, error)
+}
+
+// A Lease is what a strategy grants.
+type Lease struct {
+	// Fence is the fencing token: strictly greater than the fence of every
+	// acquisition of the same key that completed before this one began.
+	Fence uint64
+	// Until is the local time, carrying a monotonic clock reading, after which
+	// the lease must no longer be trusted. Clock drift is already taken off.
+	Until time.Time
+}
+
+// A HeldKey names a lock a token holds, for ExtendMany.
+type HeldKey struct {
+	Key, Token string
+}
+
+// An ExtendResult is the outcome of extending one lock of a batch: a new
+// lease, or an error as Strategy.Extend would return it.
+type ExtendResult struct {
+	Lease Lease
+	Err   error
 }

@@ -406,7 +406,7 @@ func open(ctx context.Context, c clientConfig) (m *dlm.Manager, handed func(fenc
 	}
 	rec := &handoffs{Strategy: s}
 	handed = func(uint64) bool { return false }
-	if h, ok := s.(dlm.Handoff); ok && c.Primitive == "" {
+	if h, ok := s.(driver.Handoff); ok && c.Primitive == "" {
 		rec.h = h
 		s, handed = rec, rec.took
 	}
@@ -424,12 +424,12 @@ func open(ctx context.Context, c clientConfig) (m *dlm.Manager, handed func(fenc
 // handoffs passes a strategy's hand-offs through, keeping the fence of each
 // lease handed over, so that a client can tell how its Lock was served.
 type handoffs struct {
-	dlm.Strategy
-	h      dlm.Handoff
+	driver.Strategy
+	h      driver.Handoff
 	fences sync.Map // fence → struct{}
 }
 
-func (s *handoffs) Handoff(ctx context.Context, key, from, to string, ttl time.Duration) (dlm.Lease, error) {
+func (s *handoffs) Handoff(ctx context.Context, key, from, to string, ttl time.Duration) (driver.Lease, error) {
 	l, err := s.h.Handoff(ctx, key, from, to, ttl)
 	if err == nil {
 		s.fences.Store(l.Fence, struct{}{})
@@ -447,17 +447,17 @@ func (s *handoffs) took(fence uint64) bool {
 // staleLease is a strategy with a bug planted: it skips the validity
 // check, handing out leases that end later than the servers' keys.
 type staleLease struct {
-	dlm.Strategy
+	driver.Strategy
 	extra time.Duration
 }
 
-func (s staleLease) Acquire(ctx context.Context, key, token string, ttl time.Duration) (dlm.Lease, error) {
+func (s staleLease) Acquire(ctx context.Context, key, token string, ttl time.Duration) (driver.Lease, error) {
 	l, err := s.Strategy.Acquire(ctx, key, token, ttl)
 	l.Until = l.Until.Add(s.extra)
 	return l, err
 }
 
-func (s staleLease) Extend(ctx context.Context, key, token string, ttl time.Duration) (dlm.Lease, error) {
+func (s staleLease) Extend(ctx context.Context, key, token string, ttl time.Duration) (driver.Lease, error) {
 	l, err := s.Strategy.Extend(ctx, key, token, ttl)
 	l.Until = l.Until.Add(s.extra)
 	return l, err

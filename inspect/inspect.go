@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/internal/token"
 )
@@ -117,7 +119,7 @@ func HolderOf(tok string) (h Holder, ok bool) {
 // s must be an Inspector (errors.ErrUnsupported otherwise). A node that
 // does not answer is reported in Info.Nodes; when none answers the error
 // says why.
-func Key(ctx context.Context, s dlm.Strategy, key string) (Info, error) {
+func Key(ctx context.Context, s driver.Strategy, key string) (Info, error) {
 	in, err := inspector(s, key)
 	if err != nil {
 		return Info{}, err
@@ -140,7 +142,7 @@ func Key(ctx context.Context, s dlm.Strategy, key string) (Info, error) {
 // majority the error matches dlm.ErrNotHeld; when fewer answered, whether
 // a lock was held is unknown and the error (dlm.ErrStateUnknown) says so.
 // Either is joined with the errors of the nodes that did not answer.
-func Revoke(ctx context.Context, s dlm.Strategy, key, by, reason string) (Info, error) {
+func Revoke(ctx context.Context, s driver.Strategy, key, by, reason string) (Info, error) {
 	in, err := inspector(s, key)
 	if err != nil {
 		return Info{}, err
@@ -176,7 +178,7 @@ func nodeErrors(nodes []NodeState) []error {
 	return errs
 }
 
-func inspector(s dlm.Strategy, key string) (Inspector, error) {
+func inspector(s driver.Strategy, key string) (Inspector, error) {
 	switch {
 	case key == "":
 		return nil, fmt.Errorf("%w: empty key", dlm.ErrInvalid)

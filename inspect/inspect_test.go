@@ -6,14 +6,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/stretchr/testify/assert"
 
-	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/inspect"
 )
 
 func TestInspectNeedsAnInspector(t *testing.T) {
-	var s dlm.Strategy = struct{ dlm.Strategy }{}
+	var s driver.Strategy = struct{ driver.Strategy }{}
 	_, err := inspect.Key(context.Background(), s, "k")
 	assert.ErrorIs(t, err, errors.ErrUnsupported)
 	_, err = inspect.Revoke(context.Background(), s, "k", "me", "why")

@@ -1,5 +1,5 @@
 // Package multilock takes a set of keys all or none, through any
-// dlm.Strategy.
+// driver.Strategy.
 //
 // A Set is one *dlm.Lock per key, taken through a dlm.Manager in one
 // global order (the keys sorted bytewise), so that two callers locking

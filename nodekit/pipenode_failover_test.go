@@ -31,7 +31,7 @@ func TestPipeNodeFailoverSentinel(t *testing.T) {
 
 		t.Run("conformance", func(t *testing.T) {
 			topology := conformance.Topology{Nodes: func(*testing.T) []driver.Node { return []driver.Node{node} }, Quorum: 1, Servers: []string{topo.Primary.Addr}}
-			newStrategy := func(nodes []driver.Node) (dlm.Strategy, error) {
+			newStrategy := func(nodes []driver.Node) (driver.Strategy, error) {
 				return strategy.NewFailover(nodes[0], strategy.WithWaitTimeout(50*time.Millisecond))
 			}
 			conformance.RunStrategy(t, topology, newStrategy)
@@ -89,7 +89,7 @@ func TestPipeNodeFailoverSentinel(t *testing.T) {
 			promoted := topo.WaitFailover(t, old, 30*time.Second)
 			t.Logf("Sentinel promoted %s", promoted.Addr)
 
-			var lease dlm.Lease
+			var lease driver.Lease
 			deadline := time.Now().Add(30 * time.Second)
 			for try := 0; ; try++ {
 				// A new token each time: a failed attempt's clean-up may land later.

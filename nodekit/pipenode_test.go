@@ -140,7 +140,7 @@ func conform(t *testing.T, node driver.Node, servers ...string) {
 func single(t *testing.T, node driver.Node, servers ...string) {
 	t.Run("Single", func(t *testing.T) {
 		topology := conformance.Topology{Nodes: func(*testing.T) []driver.Node { return []driver.Node{node} }, Servers: servers}
-		newStrategy := func(nodes []driver.Node) (dlm.Strategy, error) { return strategy.NewSingle(nodes[0]) }
+		newStrategy := func(nodes []driver.Node) (driver.Strategy, error) { return strategy.NewSingle(nodes[0]) }
 		conformance.RunStrategy(t, topology, newStrategy)
 		family.Run(t, topology.Nodes, newStrategy)
 	})
@@ -353,7 +353,7 @@ func TestPipeNodeConformanceRedlock(t *testing.T) {
 			servers = append(servers, srv.Addr)
 		}
 		topology := conformance.Topology{Nodes: func(*testing.T) []driver.Node { return nodes }, Quorum: 2, Servers: servers}
-		newStrategy := func(nodes []driver.Node) (dlm.Strategy, error) {
+		newStrategy := func(nodes []driver.Node) (driver.Strategy, error) {
 			return strategy.NewRedlock(nodes, strategy.WithTimeout(time.Second))
 		}
 		conformance.RunStrategy(t, topology, newStrategy)

@@ -1,5 +1,5 @@
 // Package rwlock provides a read-write lock over dlm: many readers or one
-// writer, across processes, through any dlm.Strategy.
+// writer, across processes, through any driver.Strategy.
 //
 // An RWLock named name is built from the strategy's own locks, taken
 // through a dlm.Manager: a gate, the key name+":gate", and a semaphore of

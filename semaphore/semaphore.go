@@ -1,5 +1,5 @@
 // Package semaphore provides a counting semaphore over dlm: at most N
-// holders at a time, across processes, through any dlm.Strategy.
+// holders at a time, across processes, through any driver.Strategy.
 //
 // A Semaphore of N permits is N locks, one per permit, taken through a
 // dlm.Manager: a permit is a *dlm.Lock of its own, with its own lease,
@@ -32,6 +32,8 @@ import (
 	"sync/atomic"
 	"time"
 	"weak"
+
+	"github.com/dlmgo/dlm/driver"
 
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/inspect"
@@ -97,7 +99,7 @@ func (s *Semaphore) CheckPermits(ctx context.Context) error {
 		return nil
 	}
 	token := "permits:" + strconv.Itoa(len(s.keys))
-	st := mgr.Of(s.m).Strategy.(dlm.Strategy)
+	st := mgr.Of(s.m).Strategy.(driver.Strategy)
 	ttl := countTTL
 	_, err := st.Acquire(ctx, CountKey(s.name), token, ttl)
 	if errors.Is(err, dlm.ErrInvalid) {

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -21,7 +23,7 @@ import (
 // acquireWhenFree retries s.Acquire until it grants, for at most limit, and
 // returns the lease, when the grant's call started, and the quarantine the
 // first refusal reported (0 when the first call granted).
-func acquireWhenFree(t *testing.T, s dlm.Strategy, key, token string, ttl, limit time.Duration) (l dlm.Lease, at time.Time, firstQuarantine time.Duration) {
+func acquireWhenFree(t *testing.T, s driver.Strategy, key, token string, ttl, limit time.Duration) (l driver.Lease, at time.Time, firstQuarantine time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(limit)
 	for first := true; ; first = false {

@@ -12,7 +12,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/driver/goredis"
 	"github.com/dlmgo/dlm/internal/redistest"
 	"github.com/dlmgo/dlm/strategy"
@@ -43,7 +42,7 @@ func serverCPU(b *testing.B, c *redis.Client) time.Duration {
 // of addr, with calls coalesced (the default) and each by itself. It
 // reports the server's CPU time per Acquire+Release pair (server-µs/op)
 // beside the client's ns/op.
-func benchCoalescing(b *testing.B, addr string, newStrategy func(driver.Node, ...strategy.Option) (dlm.Strategy, error)) {
+func benchCoalescing(b *testing.B, addr string, newStrategy func(driver.Node, ...strategy.Option) (driver.Strategy, error)) {
 	for _, tc := range []struct {
 		name string
 		opts []strategy.Option
@@ -81,7 +80,7 @@ func benchCoalescing(b *testing.B, addr string, newStrategy func(driver.Node, ..
 
 // BenchmarkCoalescing is benchCoalescing on the single-instance strategy.
 func BenchmarkCoalescing(b *testing.B) {
-	benchCoalescing(b, redistest.Start(b).Addr, func(n driver.Node, opts ...strategy.Option) (dlm.Strategy, error) {
+	benchCoalescing(b, redistest.Start(b).Addr, func(n driver.Node, opts ...strategy.Option) (driver.Strategy, error) {
 		return strategy.NewSingle(n, opts...)
 	})
 }
@@ -91,7 +90,7 @@ func BenchmarkCoalescing(b *testing.B) {
 // WAIT covers the batch it went out with.
 func BenchmarkCoalescingFailover(b *testing.B) {
 	topo := redistest.StartReplicated(b, redistest.ReplicatedOptions{})
-	benchCoalescing(b, topo.Primary.Addr, func(n driver.Node, opts ...strategy.Option) (dlm.Strategy, error) {
+	benchCoalescing(b, topo.Primary.Addr, func(n driver.Node, opts ...strategy.Option) (driver.Strategy, error) {
 		return strategy.NewFailover(n, append(opts, strategy.WithAcks(strategy.AckAll()), strategy.WithReplicas(2))...)
 	})
 }

@@ -65,15 +65,15 @@ func TestCallsEndAtTheirDeadline(t *testing.T) {
 	for _, d := range deadlineDrivers {
 		for _, st := range []struct {
 			name  string
-			start func(t *testing.T) (s dlm.Strategy, all, freeze []*redistest.Server)
+			start func(t *testing.T) (s driver.Strategy, all, freeze []*redistest.Server)
 		}{
-			{"single", func(t *testing.T) (dlm.Strategy, []*redistest.Server, []*redistest.Server) {
+			{"single", func(t *testing.T) (driver.Strategy, []*redistest.Server, []*redistest.Server) {
 				srv := redistest.Start(t)
 				s, err := strategy.NewSingle(d.node(t, srv.Addr))
 				require.NoError(t, err)
 				return s, []*redistest.Server{srv}, []*redistest.Server{srv}
 			}},
-			{"redlock", func(t *testing.T) (dlm.Strategy, []*redistest.Server, []*redistest.Server) {
+			{"redlock", func(t *testing.T) (driver.Strategy, []*redistest.Server, []*redistest.Server) {
 				srvs := redistest.StartN(t, 3)
 				var nodes []driver.Node
 				for _, s := range srvs {
@@ -83,7 +83,7 @@ func TestCallsEndAtTheirDeadline(t *testing.T) {
 				require.NoError(t, err)
 				return s, srvs, srvs[:2] // a majority
 			}},
-			{"failover", func(t *testing.T) (dlm.Strategy, []*redistest.Server, []*redistest.Server) {
+			{"failover", func(t *testing.T) (driver.Strategy, []*redistest.Server, []*redistest.Server) {
 				primary, replica := redistest.Start(t), redistest.Start(t)
 				replica.ReplicaOf(t, primary)
 				s, err := strategy.NewFailover(d.node(t, primary.Addr), strategy.WithWaitTimeout(20*time.Millisecond))

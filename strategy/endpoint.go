@@ -61,11 +61,11 @@ func (e *endpoint) acquired(ctx context.Context, key, token, from string, expire
 // acknowledgements) came after that lease's validity ended, nobody may
 // trust the lock: it is given back and the error matches
 // dlm.ErrNotAcquired.
-func (e *endpoint) timelyLease(ctx context.Context, key, token string, start time.Time, ttl time.Duration, fence int64) (dlm.Lease, error) {
+func (e *endpoint) timelyLease(ctx context.Context, key, token string, start time.Time, ttl time.Duration, fence int64) (driver.Lease, error) {
 	l := e.lease(start, ttl, fence)
 	if took := time.Since(start); !l.Until.After(start.Add(took)) {
 		e.undo(ctx, key, token, start.Add(ttl))
-		return dlm.Lease{}, fmt.Errorf("%w: %q: %s answered after %v, past the lease's validity of %v",
+		return driver.Lease{}, fmt.Errorf("%w: %q: %s answered after %v, past the lease's validity of %v",
 			dlm.ErrNotAcquired, key, e.name, took.Round(time.Millisecond), ttl-e.cfg.driftMargin(ttl))
 	}
 	return l, nil
@@ -91,8 +91,8 @@ func (e *endpoint) extended(key string, r []int64, err error) (int64, error) {
 
 // lease is valid for ttl less the drift margin, counted from before the
 // request was sent (so a Failover's wait for replicas is taken off).
-func (e *endpoint) lease(start time.Time, ttl time.Duration, fence int64) dlm.Lease {
-	return dlm.Lease{Fence: uint64(fence), Until: start.Add(ttl - e.cfg.driftMargin(ttl))}
+func (e *endpoint) lease(start time.Time, ttl time.Duration, fence int64) driver.Lease {
+	return driver.Lease{Fence: uint64(fence), Until: start.Add(ttl - e.cfg.driftMargin(ttl))}
 }
 
 // notRun reports whether the node refused a call before running it because
@@ -185,7 +185,7 @@ func (e *endpoint) watchRelease(ctx context.Context, key string, notify func()) 
 // need one order of events there (packages fairlock and election) require
 // it.
 type OneDeployment interface {
-	dlm.Strategy
+	driver.Strategy
 	Node() driver.Node
 }
 

@@ -23,7 +23,7 @@ func Before60ForTest(t testing.TB) {
 	t.Cleanup(func() { acquireScript = old })
 }
 
-// The strategies' types, for tests that call what dlm.Strategy does not
+// The strategies' types, for tests that call what driver.Strategy does not
 // show (Quorum, Probe, Inspect, ...): a constructor's result asserted to
 // one of them.
 type (

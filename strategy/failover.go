@@ -24,7 +24,7 @@ type failover struct {
 	replicas []atomic.Int32
 }
 
-var _ dlm.Handoff = (*failover)(nil)
+var _ driver.Handoff = (*failover)(nil)
 
 // NewFailover returns the failover-replica strategy over node, whose RunWait
 // must work: every driver in this module's driver/ packages qualifies (for
@@ -56,7 +56,7 @@ var _ dlm.Handoff = (*failover)(nil)
 //
 // A lease is valid for the TTL less the drift margin, counted from before the
 // script was sent, so the time spent waiting for replicas is taken off it.
-func NewFailover(node driver.Node, opts ...Option) (dlm.Strategy, error) {
+func NewFailover(node driver.Node, opts ...Option) (driver.Strategy, error) {
 	cfg := defaultConfig()
 	cfg.failover = &failoverConfig{acks: AckAll(), waitTimeout: DefaultWaitTimeout, replicas: 1}
 	e, err := newEndpoint("NewFailover", node, cfg, opts)
@@ -73,24 +73,24 @@ func NewFailover(node driver.Node, opts ...Option) (dlm.Strategy, error) {
 	return f, nil
 }
 
-// Acquire implements dlm.Strategy. It runs the acquire script and, on the
+// Acquire implements driver.Strategy. It runs the acquire script and, on the
 // same connection, WAIT; when the policy's acknowledgements are missing it
 // releases the lock and returns an *AckError. A server that answers READONLY
 // (a demoted primary) or any other error is "not acquired".
-func (f *failover) Acquire(ctx context.Context, key, token string, ttl time.Duration) (dlm.Lease, error) {
+func (f *failover) Acquire(ctx context.Context, key, token string, ttl time.Duration) (driver.Lease, error) {
 	if !f.fo.waits() {
 		return f.endpoint.acquire(ctx, key, token, "", ttl)
 	}
 	return f.acquire(ctx, key, token, "", ttl)
 }
 
-// Handoff implements dlm.Handoff: the acquire script, which replaces from's
+// Handoff implements driver.Handoff: the acquire script, which replaces from's
 // lock by to's, and WAIT, as Acquire. When from does not hold key the error
 // matches dlm.ErrNotHeld and nothing changed; when the acknowledgements are
 // missing the new lock is released, so from's lock is gone too.
-func (f *failover) Handoff(ctx context.Context, key, from, to string, ttl time.Duration) (dlm.Lease, error) {
+func (f *failover) Handoff(ctx context.Context, key, from, to string, ttl time.Duration) (driver.Lease, error) {
 	if err := checkHandoff(from, to); err != nil {
-		return dlm.Lease{}, err
+		return driver.Lease{}, err
 	}
 	if !f.fo.waits() {
 		return f.endpoint.acquire(ctx, key, to, from, ttl)
@@ -98,22 +98,22 @@ func (f *failover) Handoff(ctx context.Context, key, from, to string, ttl time.D
 	return f.acquire(ctx, key, to, from, ttl)
 }
 
-// Extend implements dlm.Strategy. When the policy's acknowledgements are
+// Extend implements driver.Strategy. When the policy's acknowledgements are
 // missing it returns an *AckError and the previous lease stands.
-func (f *failover) Extend(ctx context.Context, key, token string, ttl time.Duration) (dlm.Lease, error) {
+func (f *failover) Extend(ctx context.Context, key, token string, ttl time.Duration) (driver.Lease, error) {
 	if !f.fo.waits() {
 		return f.endpoint.extend(ctx, key, token, ttl)
 	}
 	return f.extend(ctx, key, token, ttl)
 }
 
-// Release implements dlm.Strategy. It does not wait for replicas: a release
+// Release implements driver.Strategy. It does not wait for replicas: a release
 // that a promoted replica misses only keeps the lock until its TTL.
 func (f *failover) Release(ctx context.Context, key, token string) error {
 	return f.release(ctx, key, token)
 }
 
-// ExtendMany implements dlm.Strategy. Under AckNone (without WithWaitAOF) it
+// ExtendMany implements driver.Strategy. Under AckNone (without WithWaitAOF) it
 // runs the extensions pipelined on the primary (one round trip for the
 // batch), as Single does; a WithTimeout bound then grows by 100µs per key.
 // Otherwise each lock is extended with Extend, 16 at a time, each followed by
@@ -121,14 +121,14 @@ func (f *failover) Release(ctx context.Context, key, token string) error {
 // the last write on its connection, and a pipelined batch may be spread over
 // several connections, so one WAIT after a batch would not cover it. Every
 // lease's validity is counted from before the first extension was sent.
-func (f *failover) ExtendMany(ctx context.Context, locks []dlm.HeldKey, ttl time.Duration) []dlm.ExtendResult {
+func (f *failover) ExtendMany(ctx context.Context, locks []driver.HeldKey, ttl time.Duration) []driver.ExtendResult {
 	if !f.fo.waits() {
 		return f.extendBatch(ctx, locks, ttl)
 	}
 	return f.extendEach(ctx, locks, ttl)
 }
 
-// WatchRelease implements dlm.Strategy on the primary: the release
+// WatchRelease implements driver.Strategy on the primary: the release
 // script publishes on a channel named like the lock's key. The subscription
 // lives on a connection of the node's client; when the client reconnects
 // it subscribes again, on whatever server it dials (go-redis' failover
@@ -161,50 +161,50 @@ func (f *failover) checkCall(key, token string, ttl time.Duration) error {
 }
 
 // acquire is Acquire, or with from set Handoff, when the strategy waits.
-func (f *failover) acquire(ctx context.Context, key, token, from string, ttl time.Duration) (dlm.Lease, error) {
+func (f *failover) acquire(ctx context.Context, key, token, from string, ttl time.Duration) (driver.Lease, error) {
 	if err := f.checkCall(key, token, ttl); err != nil {
-		return dlm.Lease{}, err
+		return driver.Lease{}, err
 	}
 	start := time.Now() // before the first probe, which may take a round trip too
 	keys, args := acquireCall(key, token, from, ttl, f.cfg.maxTTL)
 	w, err := f.prepare(ctx, keys)
 	if err != nil {
-		return dlm.Lease{}, fmt.Errorf("%w: %w", dlm.ErrNotAcquired, err)
+		return driver.Lease{}, fmt.Errorf("%w: %w", dlm.ErrNotAcquired, err)
 	}
 	cctx, cancel := f.cfg.withTimeout(ctx)
 	r, acks, connected, err := f.runWait(cctx, failoverAcquireScript, w, keys, args...)
 	cancel()
 	fence, err := f.acquired(ctx, key, token, from, start.Add(ttl), r, err)
 	if err != nil {
-		return dlm.Lease{}, err
+		return driver.Lease{}, err
 	}
 	if err := f.checkAcks("acquire", key, w, acks, connected); err != nil {
 		f.undo(ctx, key, token, start.Add(ttl))
-		return dlm.Lease{}, err
+		return driver.Lease{}, err
 	}
 	return f.timelyLease(ctx, key, token, start, ttl, fence)
 }
 
 // extend is Extend when the strategy waits.
-func (f *failover) extend(ctx context.Context, key, token string, ttl time.Duration) (dlm.Lease, error) {
+func (f *failover) extend(ctx context.Context, key, token string, ttl time.Duration) (driver.Lease, error) {
 	if err := f.checkCall(key, token, ttl); err != nil {
-		return dlm.Lease{}, err
+		return driver.Lease{}, err
 	}
 	start := time.Now()
 	keys, args := heldCall(key, token, ttl)
 	w, err := f.prepare(ctx, keys)
 	if err != nil {
-		return dlm.Lease{}, err
+		return driver.Lease{}, err
 	}
 	cctx, cancel := f.cfg.withTimeout(ctx)
 	defer cancel()
 	r, acks, connected, err := f.runWait(cctx, failoverExtendScript, w, keys, args...)
 	fence, err := f.extended(key, r, err)
 	if err != nil {
-		return dlm.Lease{}, err
+		return driver.Lease{}, err
 	}
 	if err := f.checkAcks("extend", key, w, acks, connected); err != nil {
-		return dlm.Lease{}, err
+		return driver.Lease{}, err
 	}
 	return f.lease(start, ttl, fence), nil
 }
@@ -216,8 +216,8 @@ const extendParallel = 16
 // extendEach is ExtendMany when the strategy waits: each lock extended
 // with extend, extendParallel at a time, every lease counted from before
 // the first was sent.
-func (f *failover) extendEach(ctx context.Context, locks []dlm.HeldKey, ttl time.Duration) []dlm.ExtendResult {
-	out := make([]dlm.ExtendResult, len(locks))
+func (f *failover) extendEach(ctx context.Context, locks []driver.HeldKey, ttl time.Duration) []driver.ExtendResult {
+	out := make([]driver.ExtendResult, len(locks))
 	start := time.Now()
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, extendParallel)
@@ -230,7 +230,7 @@ func (f *failover) extendEach(ctx context.Context, locks []dlm.HeldKey, ttl time
 			if err == nil {
 				lease = f.lease(start, ttl, int64(lease.Fence))
 			}
-			out[i] = dlm.ExtendResult{Lease: lease, Err: err}
+			out[i] = driver.ExtendResult{Lease: lease, Err: err}
 		}()
 	}
 	wg.Wait()

@@ -64,7 +64,7 @@ func TestFailoverLifecycle(t *testing.T) {
 			require.NoError(t, err)
 			batches.Store(0)
 			start := time.Now()
-			res := f.ExtendMany(ctx, []dlm.HeldKey{
+			res := f.ExtendMany(ctx, []driver.HeldKey{
 				{Key: k("a"), Token: "mine"}, {Key: k("b"), Token: "mine"},
 				{Key: k("c"), Token: "mine"}, {Key: "", Token: "mine"},
 			}, ttl)
@@ -94,7 +94,7 @@ func TestFailoverLifecycle(t *testing.T) {
 		_, err := f.Acquire(ctx, "frozen", "mine", ttl)
 		require.NoError(t, err)
 		freeze(t, topo.Replicas[0])
-		res := f.ExtendMany(ctx, []dlm.HeldKey{{Key: "frozen", Token: "mine"}}, ttl)
+		res := f.ExtendMany(ctx, []driver.HeldKey{{Key: "frozen", Token: "mine"}}, ttl)
 		var ack *strategy.AckError
 		require.ErrorAs(t, res[0].Err, &ack, "an unacknowledged extension is not trusted")
 		assert.NotErrorIs(t, res[0].Err, dlm.ErrNotHeld)

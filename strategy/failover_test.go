@@ -353,7 +353,7 @@ func TestFailoverSentinel(t *testing.T) {
 		promoted := topo.WaitFailover(t, old, 30*time.Second)
 		t.Logf("Sentinel promoted %s", promoted.Addr)
 
-		var leaseB dlm.Lease
+		var leaseB driver.Lease
 		err = retry(func() (err error) {
 			leaseB, err = b.Acquire(ctx, "race", "B", ttl)
 			return err
@@ -387,7 +387,7 @@ func TestFailoverSentinel(t *testing.T) {
 		assert.Eventually(t, func() bool { return pc.Exists(ctx, "dlm:{race}").Val() == 0 }, time.Second, 5*time.Millisecond, "rolled back")
 		thaw(t, topo.Replicas...)
 
-		var leaseA dlm.Lease
+		var leaseA driver.Lease
 		err = retry(func() (err error) {
 			leaseA, err = a.Acquire(ctx, "race", "A", ttl)
 			return err
@@ -411,7 +411,7 @@ func TestFailoverSentinel(t *testing.T) {
 		assert.Equal(t, "A", lockHolder(t, promoted.Client(t), "race"))
 
 		require.NoError(t, a.Release(ctx, "race", "A"), "A still holds it on the new primary")
-		var leaseB dlm.Lease
+		var leaseB driver.Lease
 		err = retry(func() (err error) {
 			leaseB, err = b.Acquire(ctx, "race", "B", ttl)
 			return err

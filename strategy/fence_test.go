@@ -183,7 +183,7 @@ func TestTokenMatchesWhole(t *testing.T) {
 		assert.ErrorIs(t, s.Release(ctx, key, tc.other), dlm.ErrNotHeld, "%q released %q's lock", tc.other, tc.holder)
 		_, err = s.Extend(ctx, key, tc.other, time.Minute)
 		assert.ErrorIs(t, err, dlm.ErrNotHeld, "%q extended %q's lock", tc.other, tc.holder)
-		_, err = s.(dlm.Handoff).Handoff(ctx, key, tc.other, "thief", time.Minute)
+		_, err = s.(driver.Handoff).Handoff(ctx, key, tc.other, "thief", time.Minute)
 		assert.ErrorIs(t, err, dlm.ErrNotHeld, "%q handed off %q's lock", tc.other, tc.holder)
 		again, err := s.Acquire(ctx, key, tc.holder, time.Minute)
 		require.NoError(t, err, "the holder still holds it")

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -88,7 +90,7 @@ func testReleasePublishes(t *testing.T, c *redis.Client, before70 bool) {
 	again, err := s.Acquire(ctx, key, "A", time.Minute)
 	require.NoError(t, err)
 	assert.Equal(t, l.Fence, again.Fence, "reacquired by its holder")
-	h, err := s.(dlm.Handoff).Handoff(ctx, key, "A", "C", time.Minute)
+	h, err := s.(driver.Handoff).Handoff(ctx, key, "A", "C", time.Minute)
 	require.NoError(t, err)
 	assert.Equal(t, l.Fence+1, h.Fence, "consecutive: no fence was used up")
 	assert.Equal(t, "0"+strategy.LockValue(h.Fence, "C"), c.Get(ctx, lock).Val(), "the hand-off kept the mark")

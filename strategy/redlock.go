@@ -42,7 +42,7 @@ type redlock struct {
 	lingers  sync.Pool         // of stopped *time.Timer, for round.linger
 }
 
-var _ dlm.Handoff = (*redlock)(nil)
+var _ driver.Handoff = (*redlock)(nil)
 
 // NewRedlock returns the Redlock strategy over nodes, which must be distinct
 // independent masters (not replicas of each other): no nil node, no node
@@ -91,7 +91,7 @@ var _ dlm.Handoff = (*redlock)(nil)
 //
 // Acquiring again with the token that holds the lock refreshes it on every
 // node and returns the same fence.
-func NewRedlock(nodes []driver.Node, opts ...Option) (dlm.Strategy, error) {
+func NewRedlock(nodes []driver.Node, opts ...Option) (driver.Strategy, error) {
 	if len(nodes) == 0 {
 		return nil, fmt.Errorf("%w: NewRedlock: no nodes", dlm.ErrInvalid)
 	}
@@ -184,49 +184,49 @@ func (s *redlock) fail(ctx context.Context, op, key string, res []NodeResult, se
 
 // lease returns the lease of a call of the given TTL that began at start,
 // or why its validity is used up.
-func (s *redlock) lease(fence int64, start time.Time, ttl time.Duration) (dlm.Lease, string) {
+func (s *redlock) lease(fence int64, start time.Time, ttl time.Duration) (driver.Lease, string) {
 	until := start.Add(ttl - s.cfg.driftMargin(ttl))
 	if now := time.Now(); !now.Before(until) {
-		return dlm.Lease{}, fmt.Sprintf("validity used up: the calls took %v of the %v TTL (drift margin %v)", now.Sub(start).Round(time.Microsecond), ttl, s.cfg.driftMargin(ttl))
+		return driver.Lease{}, fmt.Sprintf("validity used up: the calls took %v of the %v TTL (drift margin %v)", now.Sub(start).Round(time.Microsecond), ttl, s.cfg.driftMargin(ttl))
 	}
-	return dlm.Lease{Fence: uint64(fence), Until: until}, ""
+	return driver.Lease{Fence: uint64(fence), Until: until}, ""
 }
 
-// Acquire implements dlm.Strategy. The error of a failed acquisition matches
+// Acquire implements driver.Strategy. The error of a failed acquisition matches
 // dlm.ErrNotAcquired and is a *QuorumError.
-func (s *redlock) Acquire(ctx context.Context, key, token string, ttl time.Duration) (dlm.Lease, error) {
+func (s *redlock) Acquire(ctx context.Context, key, token string, ttl time.Duration) (driver.Lease, error) {
 	return s.acquire(ctx, key, token, "", ttl)
 }
 
-// Handoff implements dlm.Handoff: an acquisition by to in which each node
+// Handoff implements driver.Handoff: an acquisition by to in which each node
 // replaces from's lock by to's, and grants nothing where from does not hold
 // the key. On success from's lock is released, in the background, on the
 // nodes that did not hand it off. When a majority refused (from does not
 // hold the key there) the error matches dlm.ErrNotHeld too.
-func (s *redlock) Handoff(ctx context.Context, key, from, to string, ttl time.Duration) (dlm.Lease, error) {
+func (s *redlock) Handoff(ctx context.Context, key, from, to string, ttl time.Duration) (driver.Lease, error) {
 	if err := checkHandoff(from, to); err != nil {
-		return dlm.Lease{}, err
+		return driver.Lease{}, err
 	}
 	return s.acquire(ctx, key, to, from, ttl)
 }
 
 // acquire is Acquire, or with from set Handoff.
-func (s *redlock) acquire(ctx context.Context, key, token, from string, ttl time.Duration) (dlm.Lease, error) {
+func (s *redlock) acquire(ctx context.Context, key, token, from string, ttl time.Duration) (driver.Lease, error) {
 	op := "acquire"
 	if from != "" {
 		op = "handoff"
 	}
 	if err := s.cfg.checkCall(key, token, ttl, true); err != nil {
-		return dlm.Lease{}, err
+		return driver.Lease{}, err
 	}
 	// The lease counts from the call's start, before the probe and the wait
 	// for releases: a caller's own clock starts no later.
 	start := time.Now()
 	if err := s.checkDistinct(ctx); err != nil {
-		return dlm.Lease{}, err
+		return driver.Lease{}, err
 	}
 	if s.flights.waitReleases(ctx, key, token); ctx.Err() != nil {
-		return dlm.Lease{}, s.fail(ctx, op, key, s.results(), dlm.ErrNotAcquired, "")
+		return driver.Lease{}, s.fail(ctx, op, key, s.results(), dlm.ErrNotAcquired, "")
 	}
 	keys, args := acquireCall(key, token, from, ttl, s.cfg.maxTTL)
 	counters := make([]int64, len(s.nodes))
@@ -239,7 +239,7 @@ func (s *redlock) acquire(ctx context.Context, key, token, from string, ttl time
 		switch {
 		case err != nil:
 			s.undo(ctx, key, token, t.res, r, start.Add(ttl))
-			return dlm.Lease{}, err
+			return driver.Lease{}, err
 		case why == "":
 			if uncertain := timedOutNodes(t.res); r.left > 0 || len(uncertain) > 0 {
 				// Late grants are ours; a Release that comes before them
@@ -260,9 +260,9 @@ func (s *redlock) acquire(ctx context.Context, key, token, from string, ttl time
 	}
 	err := s.fail(ctx, op, key, t.res, dlm.ErrNotAcquired, reason)
 	if from != "" && t.n(Refused) > len(s.nodes)-s.quorum {
-		return dlm.Lease{}, fmt.Errorf("%w: the token handing %q off does not hold it on a majority: %w", dlm.ErrNotHeld, key, err)
+		return driver.Lease{}, fmt.Errorf("%w: the token handing %q off does not hold it on a majority: %w", dlm.ErrNotHeld, key, err)
 	}
-	return dlm.Lease{}, err
+	return driver.Lease{}, err
 }
 
 // judgeGrant judges the replies of acquire.lua (see verdict): a grant
@@ -308,7 +308,7 @@ func (s *redlock) collectGrants(ctx context.Context, r *round) (gaveUp bool) {
 // a majority's (writeBackFence) before the lease's validity ends. It
 // returns the lease, or why there is none (reason), or the error of the
 // check for distinct servers.
-func (s *redlock) confirm(ctx context.Context, r *round, keys []string, token string, counters []int64, start time.Time, ttl time.Duration) (lease dlm.Lease, reason string, err error) {
+func (s *redlock) confirm(ctx context.Context, r *round, keys []string, token string, counters []int64, start time.Time, ttl time.Duration) (lease driver.Lease, reason string, err error) {
 	t := &r.t[0]
 	if r.left > 0 && !s.anySlow(t.res) {
 		// The other nodes usually answer within moments: give them as
@@ -319,12 +319,12 @@ func (s *redlock) confirm(ctx context.Context, r *round, keys []string, token st
 	n, err := s.grantedDistinct(ctx, t.res)
 	switch {
 	case err != nil:
-		return dlm.Lease{}, "", err
+		return driver.Lease{}, "", err
 	case n < s.quorum:
-		return dlm.Lease{}, fmt.Sprintf("%d of the nodes that granted reach servers not known yet to be distinct", t.n(Granted)-n), nil
+		return driver.Lease{}, fmt.Sprintf("%d of the nodes that granted reach servers not known yet to be distinct", t.n(Granted)-n), nil
 	}
 	if reason := s.writeBackFence(ctx, keys, token, t, counters); reason != "" {
-		return dlm.Lease{}, reason, nil
+		return driver.Lease{}, reason, nil
 	}
 	lease, reason = s.lease(t.fence, start, ttl)
 	return lease, reason, nil
@@ -392,12 +392,12 @@ func (s *redlock) release(ctx context.Context, key, token string, nodes []int) *
 		})
 }
 
-// Extend implements dlm.Strategy. It succeeds when a majority extends the
+// Extend implements driver.Strategy. It succeeds when a majority extends the
 // lock within the validity rule; when a majority says the token does not
 // hold it, the error matches dlm.ErrNotHeld and the nodes that did extend it
 // are released. Another failure leaves the lease as it was.
-func (s *redlock) Extend(ctx context.Context, key, token string, ttl time.Duration) (dlm.Lease, error) {
-	r := s.ExtendMany(ctx, []dlm.HeldKey{{Key: key, Token: token}}, ttl)[0]
+func (s *redlock) Extend(ctx context.Context, key, token string, ttl time.Duration) (driver.Lease, error) {
+	r := s.ExtendMany(ctx, []driver.HeldKey{{Key: key, Token: token}}, ttl)[0]
 	return r.Lease, r.Err
 }
 
@@ -406,7 +406,7 @@ func (s *redlock) Extend(ctx context.Context, key, token string, ttl time.Durati
 // a go-redis client about 0.4s on a loaded 2-core machine.
 const batchKeyTime = 100 * time.Microsecond
 
-// ExtendMany implements dlm.Strategy. It sends all the extensions to every
+// ExtendMany implements driver.Strategy. It sends all the extensions to every
 // node in parallel, one pipelined batch per node, each node bounded by the
 // per-node timeout, plus 100µs per key for a batch of several keys (a
 // server and the client need time for every key; 10,000 keys add 1s). Each
@@ -416,8 +416,8 @@ const batchKeyTime = 100 * time.Microsecond
 // nodes that did extend it, when a majority says the token does not hold
 // it (then every node's answer is awaited, within the timeout); otherwise a
 // *QuorumError and the previous lease stands.
-func (s *redlock) ExtendMany(ctx context.Context, locks []dlm.HeldKey, ttl time.Duration) []dlm.ExtendResult {
-	out := make([]dlm.ExtendResult, len(locks))
+func (s *redlock) ExtendMany(ctx context.Context, locks []driver.HeldKey, ttl time.Duration) []driver.ExtendResult {
+	out := make([]driver.ExtendResult, len(locks))
 	var idx []int // the index in locks of each call
 	var calls []driver.Call
 	for i, l := range locks {
@@ -486,7 +486,7 @@ func (s *redlock) ExtendMany(ctx context.Context, locks []dlm.HeldKey, ttl time.
 	return out
 }
 
-// Release implements dlm.Strategy. It sends the release to every node and
+// Release implements driver.Strategy. It sends the release to every node and
 // returns once the outcome is known: nil when a majority no longer has the
 // lock under token (released, or not held there), an error matching
 // dlm.ErrNotHeld when a majority says token did not hold it, and otherwise a

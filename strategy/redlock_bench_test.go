@@ -29,7 +29,7 @@ func benchClient(b *testing.B, addr string) *redis.Client {
 // strategy) and one over five (Redlock), with the same client settings.
 func benchManager(b *testing.B, n int, opts ...strategy.Option) (*dlm.Manager, *cluster) {
 	c := startClusterWith(b, n, func(t testing.TB, addr string) *redis.Client { return benchClient(b, addr) })
-	var s dlm.Strategy
+	var s driver.Strategy
 	var err error
 	if n == 1 {
 		s, err = strategy.NewSingle(c.nodes[0])
@@ -80,7 +80,7 @@ func BenchmarkRedlockParallel(b *testing.B) {
 				b.Cleanup(c.Close)
 				nodes = append(nodes, rueidisnode.New(c))
 			}
-			var s dlm.Strategy
+			var s driver.Strategy
 			var err error
 			if n == 1 {
 				s, err = strategy.NewSingle(nodes[0])

@@ -6,7 +6,6 @@ import (
 
 	"github.com/dlmgo/dlm/driver"
 
-	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/conformance"
 	"github.com/dlmgo/dlm/conformance/family"
 	"github.com/dlmgo/dlm/strategy"
@@ -25,7 +24,7 @@ func TestRedlockConformance(t *testing.T) {
 		servers = append(servers, s.Addr)
 	}
 	topology := conformance.Topology{Nodes: func(*testing.T) []driver.Node { return c.nodes }, Quorum: 3, Servers: servers}
-	newStrategy := func(nodes []driver.Node) (dlm.Strategy, error) {
+	newStrategy := func(nodes []driver.Node) (driver.Strategy, error) {
 		return strategy.NewRedlock(nodes, strategy.WithTimeout(time.Second))
 	}
 	conformance.RunStrategy(t, topology, newStrategy)

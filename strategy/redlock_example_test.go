@@ -64,7 +64,7 @@ func ExampleRedlock_ExtendMany() {
 	ctx := context.Background()
 
 	// What auto-renewal does for every lock of a Manager at once.
-	for i, r := range rl.ExtendMany(ctx, []dlm.HeldKey{{Key: "orders:42", Token: "my-token"}}, 10*time.Second) {
+	for i, r := range rl.ExtendMany(ctx, []driver.HeldKey{{Key: "orders:42", Token: "my-token"}}, 10*time.Second) {
 		fmt.Println(i, r.Lease.Until, r.Err) // r.Err matches dlm.ErrNotHeld when a majority says the lock is gone
 	}
 

@@ -34,7 +34,7 @@ func TestRedlockHandoffReleasesTheRest(t *testing.T) {
 	require.True(t, c.holdsAll(t, "k", "A"))
 
 	faulty[0].Set(conformance.Fault{Down: true})
-	b, err := r.(dlm.Handoff).Handoff(ctx, "k", "A", "B", time.Minute)
+	b, err := r.(driver.Handoff).Handoff(ctx, "k", "A", "B", time.Minute)
 	require.NoError(t, err)
 	assert.Greater(t, b.Fence, a.Fence)
 	assert.Equal(t, "B", c.holder(t, 1, "k"))

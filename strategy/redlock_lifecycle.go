@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// WatchRelease implements dlm.Strategy. It subscribes to the key's
+// WatchRelease implements driver.Strategy. It subscribes to the key's
 // release channel (the release script publishes on it) on every node, in
 // parallel, and returns once every subscription was
 // confirmed or failed, or the per-node timeout passed, with at least one

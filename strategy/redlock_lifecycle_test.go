@@ -66,7 +66,7 @@ func TestRedlockExtendMany(t *testing.T) {
 	}
 
 	start := time.Now()
-	res := r.ExtendMany(ctx, []dlm.HeldKey{
+	res := r.ExtendMany(ctx, []driver.HeldKey{
 		{Key: "a", Token: "mine"}, {Key: "b", Token: "mine"}, {Key: "c", Token: "mine"},
 		{Key: "", Token: "mine"}, {Key: "lost", Token: "mine"}, {Key: "never", Token: "mine"},
 	}, 10*time.Second)
@@ -107,13 +107,13 @@ func TestRedlockExtendManyTwoFrozen(t *testing.T) {
 	require.NoError(t, err)
 	c.freeze(t, 1)
 	c.freeze(t, 3)
-	res := r.ExtendMany(ctx, []dlm.HeldKey{{Key: "k", Token: "mine"}}, 10*time.Second)
+	res := r.ExtendMany(ctx, []driver.HeldKey{{Key: "k", Token: "mine"}}, 10*time.Second)
 	require.NoError(t, res[0].Err)
 	c.freeze(t, 4)
 	// A batch of 1000 keys gives each node 1s + 1000×100µs.
-	batch := []dlm.HeldKey{{Key: "k", Token: "mine"}}
+	batch := []driver.HeldKey{{Key: "k", Token: "mine"}}
 	for i := range 999 {
-		batch = append(batch, dlm.HeldKey{Key: fmt.Sprint("other", i), Token: "mine"})
+		batch = append(batch, driver.HeldKey{Key: fmt.Sprint("other", i), Token: "mine"})
 	}
 	res = r.ExtendMany(ctx, batch, 10*time.Second)
 	var qe *strategy.QuorumError
@@ -155,7 +155,7 @@ func TestRedlockAutoRenew(t *testing.T) {
 	warm := c.redlock(t, strategy.WithTimeout(time.Second))
 	_, err := warm.Acquire(ctx, "warm", "w", time.Second)
 	require.NoError(t, err)
-	warm.ExtendMany(ctx, []dlm.HeldKey{{Key: "warm", Token: "w"}}, time.Second)
+	warm.ExtendMany(ctx, []driver.HeldKey{{Key: "warm", Token: "w"}}, time.Second)
 	require.NoError(t, warm.Release(ctx, "warm", "w"))
 	var locks []*dlm.Lock
 	for _, k := range []string{"r1", "r2", "r3"} {
@@ -344,7 +344,7 @@ func TestRedlockExtendManyDeafNodes(t *testing.T) {
 	r, err := strategy.NewRedlock(nodes, strategy.WithTimeout(100*time.Millisecond))
 	require.NoError(t, err)
 	start := time.Now()
-	res := r.ExtendMany(ctx, []dlm.HeldKey{{Key: "deaf", Token: "mine"}}, time.Minute)
+	res := r.ExtendMany(ctx, []driver.HeldKey{{Key: "deaf", Token: "mine"}}, time.Minute)
 	took := time.Since(start)
 	var qe *strategy.QuorumError
 	require.ErrorAs(t, res[0].Err, &qe)
@@ -384,7 +384,7 @@ func TestRedlockExtendManySlowNodeKeepsLock(t *testing.T) {
 	nodes[4] = slowPipeliner{Node: c.nodes[4], delay: 300 * time.Millisecond}
 	r, err := strategy.NewRedlock(nodes, strategy.WithTimeout(2*time.Second))
 	require.NoError(t, err)
-	res := r.ExtendMany(ctx, []dlm.HeldKey{{Key: "s", Token: "mine"}}, time.Minute)
+	res := r.ExtendMany(ctx, []driver.HeldKey{{Key: "s", Token: "mine"}}, time.Minute)
 	require.NoError(t, res[0].Err)
 	assert.True(t, eventually(3*time.Second, func() bool {
 		return c.clients[4].PTTL(ctx, "dlm:{s}").Val() > 30*time.Second

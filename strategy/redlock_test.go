@@ -175,7 +175,7 @@ func TestRedlockTwoFrozen(t *testing.T) {
 		assert.Less(t, d, bound, "%s took %v", name, d)
 		t.Logf("%s with two nodes frozen: %v", name, d)
 	}
-	var lease dlm.Lease
+	var lease driver.Lease
 	timed("acquire", func() (err error) { lease, err = r.Acquire(ctx, "k", "A", 5*time.Second); return })
 	assert.Positive(t, lease.Fence)
 	_, err = r.Acquire(ctx, "k", "B", 5*time.Second)

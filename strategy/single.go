@@ -5,17 +5,15 @@ import (
 	"time"
 
 	"github.com/dlmgo/dlm/driver"
-
-	"github.com/dlmgo/dlm"
 )
 
 // single is the strategy NewSingle returns.
 type single struct{ endpoint }
 
-var _ dlm.Handoff = (*single)(nil)
+var _ driver.Handoff = (*single)(nil)
 
 // NewSingle returns the single-instance strategy over node, which also
-// implements dlm.Handoff. Options: WithDriftFactor, WithTimeout, WithMaxTTL,
+// implements driver.Handoff. Options: WithDriftFactor, WithTimeout, WithMaxTTL,
 // WithCoalescing.
 //
 // It locks on one Redis endpoint: SET NX PX with a fencing counter,
@@ -24,7 +22,7 @@ var _ dlm.Handoff = (*single)(nil)
 // Its guarantees are those of the endpoint: a failover to a replica that had
 // not yet received the lock, or a restart without persistence, lets a second
 // owner in. See the failover strategy for a primary with replicas.
-func NewSingle(node driver.Node, opts ...Option) (dlm.Strategy, error) {
+func NewSingle(node driver.Node, opts ...Option) (driver.Strategy, error) {
 	e, err := newEndpoint("NewSingle", node, defaultConfig(), opts)
 	if err != nil {
 		return nil, err
@@ -32,40 +30,40 @@ func NewSingle(node driver.Node, opts ...Option) (dlm.Strategy, error) {
 	return &single{e}, nil
 }
 
-// Acquire implements dlm.Strategy.
-func (s *single) Acquire(ctx context.Context, key, token string, ttl time.Duration) (dlm.Lease, error) {
+// Acquire implements driver.Strategy.
+func (s *single) Acquire(ctx context.Context, key, token string, ttl time.Duration) (driver.Lease, error) {
 	return s.acquire(ctx, key, token, "", ttl)
 }
 
-// Handoff implements dlm.Handoff: one run of the acquire script, which
+// Handoff implements driver.Handoff: one run of the acquire script, which
 // replaces from's lock by to's. When from does not hold key the error
 // matches dlm.ErrNotHeld (and dlm.ErrNotAcquired) and nothing changed.
-func (s *single) Handoff(ctx context.Context, key, from, to string, ttl time.Duration) (dlm.Lease, error) {
+func (s *single) Handoff(ctx context.Context, key, from, to string, ttl time.Duration) (driver.Lease, error) {
 	if err := checkHandoff(from, to); err != nil {
-		return dlm.Lease{}, err
+		return driver.Lease{}, err
 	}
 	return s.acquire(ctx, key, to, from, ttl)
 }
 
-// Extend implements dlm.Strategy.
-func (s *single) Extend(ctx context.Context, key, token string, ttl time.Duration) (dlm.Lease, error) {
+// Extend implements driver.Strategy.
+func (s *single) Extend(ctx context.Context, key, token string, ttl time.Duration) (driver.Lease, error) {
 	return s.extend(ctx, key, token, ttl)
 }
 
-// Release implements dlm.Strategy.
+// Release implements driver.Strategy.
 func (s *single) Release(ctx context.Context, key, token string) error {
 	return s.release(ctx, key, token)
 }
 
-// ExtendMany implements dlm.Strategy: the extensions run pipelined, in one
+// ExtendMany implements driver.Strategy: the extensions run pipelined, in one
 // round trip for the batch. The whole batch is one call, bounded by WithTimeout plus
 // 100µs per key; the Manager's auto-renewal sends batches of at most a
 // thousand locks.
-func (s *single) ExtendMany(ctx context.Context, locks []dlm.HeldKey, ttl time.Duration) []dlm.ExtendResult {
+func (s *single) ExtendMany(ctx context.Context, locks []driver.HeldKey, ttl time.Duration) []driver.ExtendResult {
 	return s.extendBatch(ctx, locks, ttl)
 }
 
-// WatchRelease implements dlm.Strategy. The release script publishes on a
+// WatchRelease implements driver.Strategy. The release script publishes on a
 // channel named like the lock's Redis key when an acquisition was refused
 // on the lock; when the node cannot watch, the error matches
 // errors.ErrUnsupported. Expiry publishes nothing: a waiter learns the
@@ -85,9 +83,9 @@ func (s *single) Node() driver.Node { return s.node }
 
 // acquire is Single's Acquire, or with from set its Handoff: one run of the
 // acquire script.
-func (e *endpoint) acquire(ctx context.Context, key, token, from string, ttl time.Duration) (dlm.Lease, error) {
+func (e *endpoint) acquire(ctx context.Context, key, token, from string, ttl time.Duration) (driver.Lease, error) {
 	if err := e.cfg.checkCall(key, token, ttl, true); err != nil {
-		return dlm.Lease{}, err
+		return driver.Lease{}, err
 	}
 	start := time.Now()
 	keys, args := acquireCall(key, token, from, ttl, e.cfg.maxTTL)
@@ -96,15 +94,15 @@ func (e *endpoint) acquire(ctx context.Context, key, token, from string, ttl tim
 	cancel()
 	fence, err := e.acquired(ctx, key, token, from, start.Add(ttl), r, err)
 	if err != nil {
-		return dlm.Lease{}, err
+		return driver.Lease{}, err
 	}
 	return e.timelyLease(ctx, key, token, start, ttl, fence)
 }
 
 // extend is Single's Extend: one run of the extend script.
-func (e *endpoint) extend(ctx context.Context, key, token string, ttl time.Duration) (dlm.Lease, error) {
+func (e *endpoint) extend(ctx context.Context, key, token string, ttl time.Duration) (driver.Lease, error) {
 	if err := e.cfg.checkCall(key, token, ttl, true); err != nil {
-		return dlm.Lease{}, err
+		return driver.Lease{}, err
 	}
 	start := time.Now()
 	keys, args := heldCall(key, token, ttl)
@@ -113,7 +111,7 @@ func (e *endpoint) extend(ctx context.Context, key, token string, ttl time.Durat
 	r, err := extendScript.Run(cctx, e.node, keys, args...)
 	fence, err := e.extended(key, r, err)
 	if err != nil {
-		return dlm.Lease{}, err
+		return driver.Lease{}, err
 	}
 	return e.lease(start, ttl, fence), nil
 }
@@ -121,8 +119,8 @@ func (e *endpoint) extend(ctx context.Context, key, token string, ttl time.Durat
 // extendBatch is Single's ExtendMany: the extensions of locks in one
 // pipelined batch. A WithTimeout bound grows by batchKeyTime per key.
 // Every lease counts from before the batch was sent.
-func (e *endpoint) extendBatch(ctx context.Context, locks []dlm.HeldKey, ttl time.Duration) []dlm.ExtendResult {
-	out := make([]dlm.ExtendResult, len(locks))
+func (e *endpoint) extendBatch(ctx context.Context, locks []driver.HeldKey, ttl time.Duration) []driver.ExtendResult {
+	out := make([]driver.ExtendResult, len(locks))
 	calls := make([]driver.Call, 0, len(locks))
 	idx := make([]int, 0, len(locks))
 	for i, l := range locks {

@@ -45,7 +45,7 @@ func TestSingleExtendMany(t *testing.T) {
 			_, err = s.Acquire(ctx, k("c"), "theirs", time.Second)
 			require.NoError(t, err)
 			start := time.Now()
-			res := s.ExtendMany(ctx, []dlm.HeldKey{
+			res := s.ExtendMany(ctx, []driver.HeldKey{
 				{Key: k("a"), Token: "mine"}, {Key: k("b"), Token: "mine"},
 				{Key: k("c"), Token: "mine"}, {Key: "", Token: "mine"}, {Key: k("gone"), Token: "mine"},
 			}, 10*time.Second)

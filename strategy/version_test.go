@@ -34,13 +34,13 @@ func TestBefore60Refused(t *testing.T) {
 	defer cancel()
 	for _, tc := range []struct {
 		name string
-		make func() (dlm.Strategy, error)
+		make func() (driver.Strategy, error)
 	}{
-		{"single", func() (dlm.Strategy, error) { return strategy.NewSingle(goredis.New(c)) }},
-		{"single without coalescing", func() (dlm.Strategy, error) {
+		{"single", func() (driver.Strategy, error) { return strategy.NewSingle(goredis.New(c)) }},
+		{"single without coalescing", func() (driver.Strategy, error) {
 			return strategy.NewSingle(goredis.New(c), strategy.WithCoalescing(false))
 		}},
-		{"redlock", func() (dlm.Strategy, error) { return strategy.NewRedlock([]driver.Node{goredis.New(c)}) }},
+		{"redlock", func() (driver.Strategy, error) { return strategy.NewRedlock([]driver.Node{goredis.New(c)}) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, err := tc.make()

@@ -14,10 +14,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/config"
 	"github.com/dlmgo/dlm/driver/goredis"
 	"github.com/dlmgo/dlm/inspect"
@@ -28,7 +29,7 @@ import (
 // help and version.
 
 // openStrategy returns the strategy over url, for looking at what the CLI did.
-func openStrategy(t *testing.T, url string) dlm.Strategy {
+func openStrategy(t *testing.T, url string) driver.Strategy {
 	t.Helper()
 	cfg, err := config.ParseURL(url)
 	require.NoError(t, err)

@@ -72,7 +72,7 @@ tell (the state is unknown: the lock may still be held).
 // deployment and the go-redis clients that scan it.
 type operator struct {
 	cfg     config.Config
-	s       dlm.Strategy
+	s       driver.Strategy
 	clients []any // *redis.Client or *redis.ClusterClient, one per endpoint
 	close   io.Closer
 }

@@ -1,12 +1,12 @@
 // Package family checks the rules of the lock family (packages semaphore,
-// multilock and rwlock) over a dlm.Strategy: the family is built on
+// multilock and rwlock) over a driver.Strategy: the family is built on
 // dlm.Manager over any strategy, so every strategy must keep its rules too.
 // It is a package of its own so that package conformance, which a
 // third-party driver's tests import, does not compile the family.
 //
 //	func TestFamily(t *testing.T) {
 //		family.Run(t, func(t *testing.T) []driver.Node { return []driver.Node{node} },
-//			func(nodes []driver.Node) (dlm.Strategy, error) { return strategy.NewSingle(nodes[0]) })
+//			func(nodes []driver.Node) (driver.Strategy, error) { return strategy.NewSingle(nodes[0]) })
 //	}
 package family
 
@@ -44,7 +44,7 @@ import (
 //   - FamilyLapsedHolder: a multi-key holder and a writer that stop keep
 //     their keys until their leases end; waiters get in after the stopped
 //     holders' Contexts ended, not before.
-func Run(t *testing.T, nodes func(t *testing.T) []driver.Node, newStrategy func(nodes []driver.Node) (dlm.Strategy, error)) {
+func Run(t *testing.T, nodes func(t *testing.T) []driver.Node, newStrategy func(nodes []driver.Node) (driver.Strategy, error)) {
 	t.Helper()
 	if nodes == nil || newStrategy == nil {
 		t.Fatal("family.Run: nil nodes or newStrategy")
@@ -74,7 +74,7 @@ var rules = []struct {
 
 // familyCase is one rule's strategy and keys.
 type familyCase struct {
-	dlm.Strategy
+	driver.Strategy
 	prefix string
 }
 

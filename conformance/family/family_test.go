@@ -12,7 +12,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/conformance/family"
 	"github.com/dlmgo/dlm/driver/goredis"
 	"github.com/dlmgo/dlm/internal/redistest"
@@ -23,12 +22,12 @@ import (
 const brokenEnv = "DLM_FAMILY_BROKEN"
 
 // sharing grants a key another token holds, as if it were free.
-type sharing struct{ dlm.Strategy }
+type sharing struct{ driver.Strategy }
 
-func (s sharing) Acquire(ctx context.Context, key, token string, ttl time.Duration) (dlm.Lease, error) {
+func (s sharing) Acquire(ctx context.Context, key, token string, ttl time.Duration) (driver.Lease, error) {
 	l, err := s.Strategy.Acquire(ctx, key, token, ttl)
 	if err != nil {
-		return dlm.Lease{Fence: 1, Until: time.Now().Add(ttl / 2)}, nil
+		return driver.Lease{Fence: 1, Until: time.Now().Add(ttl / 2)}, nil
 	}
 	return l, nil
 }
@@ -40,7 +39,7 @@ func TestFamily(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = c.Close() })
 	node := goredis.New(c)
-	family.Run(t, func(*testing.T) []driver.Node { return []driver.Node{node} }, func(nodes []driver.Node) (dlm.Strategy, error) {
+	family.Run(t, func(*testing.T) []driver.Node { return []driver.Node{node} }, func(nodes []driver.Node) (driver.Strategy, error) {
 		s, err := strategy.NewSingle(nodes[0])
 		if os.Getenv(brokenEnv) != "" {
 			return sharing{s}, err

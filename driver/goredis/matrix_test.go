@@ -45,15 +45,15 @@ func TestServerMatrix(t *testing.T) {
 					return goredis.New(matrixClient(t, addr))
 				}, harness.Server(b.Bin, b.Env...), harness.WithSentinel(dialSentinel))
 			})
-			single := func(nodes []driver.Node) (dlm.Strategy, error) { return strategy.NewSingle(nodes[0]) }
-			redlock := func(nodes []driver.Node) (dlm.Strategy, error) {
+			single := func(nodes []driver.Node) (driver.Strategy, error) { return strategy.NewSingle(nodes[0]) }
+			redlock := func(nodes []driver.Node) (driver.Strategy, error) {
 				// A per-node timeout of 1s, as TestRedlockConformance says why.
 				return strategy.NewRedlock(nodes, strategy.WithTimeout(time.Second))
 			}
 			for _, tc := range []struct {
 				name        string
 				servers     int
-				newStrategy func([]driver.Node) (dlm.Strategy, error)
+				newStrategy func([]driver.Node) (driver.Strategy, error)
 			}{{"Single", 1, single}, {"Redlock", 3, redlock}} {
 				t.Run(tc.name, func(t *testing.T) {
 					var nodes []driver.Node

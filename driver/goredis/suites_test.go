@@ -8,7 +8,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/conformance"
 	"github.com/dlmgo/dlm/conformance/family"
 	"github.com/dlmgo/dlm/conformance/harness"
@@ -59,7 +58,7 @@ func TestConformanceSingle(t *testing.T) {
 			t.Cleanup(func() { _ = c.Close() })
 			node := goredis.New(c)
 			topology := conformance.Topology{Nodes: func(*testing.T) []driver.Node { return []driver.Node{node} }, Servers: []string{addr}}
-			newStrategy := func(nodes []driver.Node) (dlm.Strategy, error) { return strategy.NewSingle(nodes[0]) }
+			newStrategy := func(nodes []driver.Node) (driver.Strategy, error) { return strategy.NewSingle(nodes[0]) }
 			conformance.RunStrategy(t, topology, newStrategy)
 			family.Run(t, topology.Nodes, newStrategy)
 		})
@@ -87,7 +86,7 @@ func TestConformanceFailover(t *testing.T) {
 	t.Cleanup(func() { _ = c.Close() })
 	node := goredis.New(c)
 	topology := conformance.Topology{Nodes: func(*testing.T) []driver.Node { return []driver.Node{node} }, Servers: []string{topo.Primary.Addr}}
-	newStrategy := func(nodes []driver.Node) (dlm.Strategy, error) {
+	newStrategy := func(nodes []driver.Node) (driver.Strategy, error) {
 		return strategy.NewFailover(nodes[0], strategy.WithAcks(strategy.AckAll()), strategy.WithReplicas(2))
 	}
 	conformance.RunStrategy(t, topology, newStrategy)

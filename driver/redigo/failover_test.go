@@ -23,7 +23,7 @@ func TestFailoverConformance(t *testing.T) {
 	topo := redistest.StartReplicated(t, redistest.ReplicatedOptions{Replicas: 2})
 	node := newNode(t, topo.Primary.Addr)
 	topology := conformance.Topology{Nodes: func(*testing.T) []driver.Node { return []driver.Node{node} }, Quorum: 1, Servers: []string{topo.Primary.Addr}}
-	newStrategy := func(nodes []driver.Node) (dlm.Strategy, error) {
+	newStrategy := func(nodes []driver.Node) (driver.Strategy, error) {
 		return strategy.NewFailover(nodes[0], strategy.WithAcks(strategy.AckAll()), strategy.WithReplicas(2))
 	}
 	conformance.RunStrategy(t, topology, newStrategy)

@@ -35,7 +35,7 @@ func TestConformanceSingle(t *testing.T) {
 	addr := harness.StartServer(t)
 	node := newNode(t, addr)
 	topology := conformance.Topology{Nodes: func(*testing.T) []driver.Node { return []driver.Node{node} }, Servers: []string{addr}}
-	newStrategy := func(nodes []driver.Node) (dlm.Strategy, error) { return strategy.NewSingle(nodes[0]) }
+	newStrategy := func(nodes []driver.Node) (driver.Strategy, error) { return strategy.NewSingle(nodes[0]) }
 	conformance.RunStrategy(t, topology, newStrategy)
 	family.Run(t, topology.Nodes, newStrategy)
 }

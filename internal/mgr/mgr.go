@@ -11,7 +11,7 @@ import (
 
 // Manager is what the family needs of one *dlm.Manager.
 type Manager struct {
-	// Strategy is the dlm.Strategy the Manager takes locks through.
+	// Strategy is the driver.Strategy the Manager takes locks through.
 	Strategy Strategy
 	// NewToken returns a token for an acquisition beginning now, carrying
 	// the Manager's owner as its own locks' tokens do.
@@ -29,8 +29,8 @@ var (
 	CheckKey func(key string) error
 )
 
-// Strategy is the method of dlm.Strategy the family calls; assert
-// dlm.Strategy (or another interface) for more.
+// Strategy is the method of driver.Strategy the family calls; assert
+// driver.Strategy (or another interface) for more.
 type Strategy interface {
 	WatchRelease(ctx context.Context, key string, notify func()) (stop func(), err error)
 }

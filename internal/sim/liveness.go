@@ -154,7 +154,7 @@ func (r *contention) newManager(t *testing.T, i int, servers []*dlmtest.Server) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	counted := &counting{Handoff: rl.(dlm.Handoff), now: r.now, note: func(s span, err error) { r.noteAttempt(i, s, err) }}
+	counted := &counting{Handoff: rl.(driver.Handoff), now: r.now, note: func(s span, err error) { r.noteAttempt(i, s, err) }}
 	m, err := dlm.New(counted)
 	if err != nil {
 		t.Fatal(err)
@@ -272,12 +272,12 @@ func (r *contention) tally() Tally {
 
 // counting is a Redlock that reports each acquisition attempt.
 type counting struct {
-	dlm.Handoff
+	driver.Handoff
 	note func(span, error)
 	now  func() time.Duration
 }
 
-func (c *counting) Acquire(ctx context.Context, key, token string, ttl time.Duration) (dlm.Lease, error) {
+func (c *counting) Acquire(ctx context.Context, key, token string, ttl time.Duration) (driver.Lease, error) {
 	start := c.now()
 	l, err := c.Handoff.Acquire(ctx, key, token, ttl)
 	c.note(span{start: start, end: c.now()}, err)

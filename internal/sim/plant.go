@@ -9,7 +9,6 @@ import (
 
 	"github.com/dlmgo/dlm/driver"
 
-	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/dlmtest"
 	"github.com/dlmgo/dlm/internal/sha1"
 	"github.com/dlmgo/dlm/semaphore"
@@ -244,16 +243,16 @@ func (n *bugNode) RunWait(ctx context.Context, calls []driver.Call, w driver.Wai
 }
 
 // plantStrategy wraps s for the bugs planted at the strategy.
-func plantStrategy(b Bug, s dlm.Strategy, ttl time.Duration, p *plantState) dlm.Strategy {
+func plantStrategy(b Bug, s driver.Strategy, ttl time.Duration, p *plantState) driver.Strategy {
 	switch b {
 	case NoDrift:
 		margin := time.Duration(float64(ttl)*strategy.DefaultDriftFactor) + 2*time.Millisecond
-		return &bugStrategy{h: s.(dlm.Handoff), fix: func(_ string, l dlm.Lease) dlm.Lease {
+		return &bugStrategy{h: s.(driver.Handoff), fix: func(_ string, l driver.Lease) driver.Lease {
 			l.Until = l.Until.Add(margin)
 			return l
 		}}
 	case OneNodeFence:
-		return &bugStrategy{h: s.(dlm.Handoff), fix: func(token string, l dlm.Lease) dlm.Lease {
+		return &bugStrategy{h: s.(driver.Handoff), fix: func(token string, l driver.Lease) driver.Lease {
 			if f, ok := p.get(token); ok {
 				l.Fence = f
 			}
@@ -265,11 +264,11 @@ func plantStrategy(b Bug, s dlm.Strategy, ttl time.Duration, p *plantState) dlm.
 
 // bugStrategy rewrites the leases of acquisitions (fix gets the token).
 type bugStrategy struct {
-	h   dlm.Handoff
-	fix func(token string, l dlm.Lease) dlm.Lease
+	h   driver.Handoff
+	fix func(token string, l driver.Lease) driver.Lease
 }
 
-func (s *bugStrategy) Acquire(ctx context.Context, key, token string, ttl time.Duration) (dlm.Lease, error) {
+func (s *bugStrategy) Acquire(ctx context.Context, key, token string, ttl time.Duration) (driver.Lease, error) {
 	l, err := s.h.Acquire(ctx, key, token, ttl)
 	if err == nil {
 		l = s.fix(token, l)
@@ -277,7 +276,7 @@ func (s *bugStrategy) Acquire(ctx context.Context, key, token string, ttl time.D
 	return l, err
 }
 
-func (s *bugStrategy) Handoff(ctx context.Context, key, from, to string, ttl time.Duration) (dlm.Lease, error) {
+func (s *bugStrategy) Handoff(ctx context.Context, key, from, to string, ttl time.Duration) (driver.Lease, error) {
 	l, err := s.h.Handoff(ctx, key, from, to, ttl)
 	if err == nil {
 		l = s.fix(to, l)
@@ -285,7 +284,7 @@ func (s *bugStrategy) Handoff(ctx context.Context, key, from, to string, ttl tim
 	return l, err
 }
 
-func (s *bugStrategy) Extend(ctx context.Context, key, token string, ttl time.Duration) (dlm.Lease, error) {
+func (s *bugStrategy) Extend(ctx context.Context, key, token string, ttl time.Duration) (driver.Lease, error) {
 	l, err := s.h.Extend(ctx, key, token, ttl)
 	if err == nil {
 		l = s.fix(token, l)
@@ -293,7 +292,7 @@ func (s *bugStrategy) Extend(ctx context.Context, key, token string, ttl time.Du
 	return l, err
 }
 
-func (s *bugStrategy) ExtendMany(ctx context.Context, locks []dlm.HeldKey, ttl time.Duration) []dlm.ExtendResult {
+func (s *bugStrategy) ExtendMany(ctx context.Context, locks []driver.HeldKey, ttl time.Duration) []driver.ExtendResult {
 	rs := s.h.ExtendMany(ctx, locks, ttl)
 	for i := range rs {
 		if rs[i].Err == nil {

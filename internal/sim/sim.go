@@ -489,10 +489,10 @@ func (w *world) addClient(t *testing.T, i int, shared *plantState) {
 // recording wraps client i's strategy st (over inner, before any planted
 // bug) to record its acquisitions, its handoffs if it hands off, and a fair
 // lock's queue calls.
-func (w *world) recording(i int, inner, st dlm.Strategy) dlm.Strategy {
+func (w *world) recording(i int, inner, st driver.Strategy) driver.Strategy {
 	rec := &recorder{Strategy: st, w: w, client: i}
-	var ds dlm.Strategy = rec
-	if h, ok := st.(dlm.Handoff); ok {
+	var ds driver.Strategy = rec
+	if h, ok := st.(driver.Handoff); ok {
 		ds = &handoffRecorder{recorder: rec, h: h}
 		if one, ok := inner.(strategy.OneDeployment); ok && w.c.Prim == Fair {
 			ds = &fairRecorder{handoffRecorder: ds.(*handoffRecorder), node: &queueSpy{Node: one.Node(), w: w}}
@@ -573,7 +573,7 @@ func linkDelay(seed uint64, client, server int) time.Duration {
 	return 100*time.Microsecond + time.Duration(r.Int64N(int64(1900*time.Microsecond)))
 }
 
-func newStrategy(c Config, nodes []driver.Node) (dlm.Strategy, error) {
+func newStrategy(c Config, nodes []driver.Node) (driver.Strategy, error) {
 	var opts []strategy.Option
 	if c.Guard {
 		opts = append(opts, strategy.WithMaxTTL(c.TTL))
@@ -791,12 +791,12 @@ func (w *world) check(res *Result) {
 
 // recorder records a client's successful acquisitions.
 type recorder struct {
-	dlm.Strategy
+	driver.Strategy
 	w      *world
 	client int
 }
 
-func (r *recorder) note(start time.Duration, key string, l dlm.Lease) {
+func (r *recorder) note(start time.Duration, key string, l driver.Lease) {
 	if key == semaphore.CountKey(semName) || key == semaphore.CountKey(rwName+":read") {
 		return // every user holds the permits' record with one token (CheckPermits): one fence
 	}
@@ -805,7 +805,7 @@ func (r *recorder) note(start time.Duration, key string, l dlm.Lease) {
 	r.w.mu.Unlock()
 }
 
-func (r *recorder) Acquire(ctx context.Context, key, token string, ttl time.Duration) (dlm.Lease, error) {
+func (r *recorder) Acquire(ctx context.Context, key, token string, ttl time.Duration) (driver.Lease, error) {
 	start := r.w.now()
 	l, err := r.Strategy.Acquire(ctx, key, token, ttl)
 	r.w.mu.Lock()
@@ -819,10 +819,10 @@ func (r *recorder) Acquire(ctx context.Context, key, token string, ttl time.Dura
 
 type handoffRecorder struct {
 	*recorder
-	h dlm.Handoff
+	h driver.Handoff
 }
 
-func (r *handoffRecorder) Handoff(ctx context.Context, key, from, to string, ttl time.Duration) (dlm.Lease, error) {
+func (r *handoffRecorder) Handoff(ctx context.Context, key, from, to string, ttl time.Duration) (driver.Lease, error) {
 	start := r.w.now()
 	l, err := r.h.Handoff(ctx, key, from, to, ttl)
 	if err == nil {

@@ -9,6 +9,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/dlmgo/dlm/driver"
+
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/dlmtest"
 	"github.com/dlmgo/dlm/strategy"
@@ -50,7 +52,7 @@ func Manager(t testing.TB, n *dlmtest.Node, opts ...dlm.Option) *dlm.Manager {
 }
 
 // Over returns a Manager (TTL, Poll, then opts) over s.
-func Over(t testing.TB, s dlm.Strategy, opts ...dlm.Option) *dlm.Manager {
+func Over(t testing.TB, s driver.Strategy, opts ...dlm.Option) *dlm.Manager {
 	t.Helper()
 	m, err := dlm.New(s, append([]dlm.Option{dlm.WithTTL(TTL), dlm.WithRetryDelay(time.Millisecond, Poll)}, opts...)...)
 	if err != nil {
