@@ -49,6 +49,12 @@ var (
 	// ErrNotAcquired reports that a lock was not acquired: another owner holds
 	// it, too few nodes agreed, or the context ended first.
 	ErrNotAcquired = errors.New("dlm: lock not acquired")
+	// ErrHeld reports that a lock was not acquired because another owner
+	// holds it; such an error matches ErrNotAcquired too, and RetryAfter
+	// reports the holder's remaining TTL when the strategy learned it. A
+	// server that lost its data and refuses the key for a while (see
+	// strategy.WithMaxTTL) does not report ErrHeld: nobody may hold it.
+	ErrHeld = errors.New("dlm: lock held by another owner")
 	// ErrNotHeld reports that an extension or release found the lock held by
 	// another owner or not held at all (for example because it expired).
 	ErrNotHeld = errors.New("dlm: lock not held")

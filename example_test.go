@@ -61,8 +61,7 @@ func ExampleManager_TryLock() {
 
 	first, _ := m.TryLock(ctx, "report")
 	_, err := m.TryLock(ctx, "report")
-	var held *strategy.HeldError
-	fmt.Println(errors.Is(err, dlm.ErrNotAcquired), errors.As(err, &held))
+	fmt.Println(errors.Is(err, dlm.ErrNotAcquired), errors.Is(err, dlm.ErrHeld))
 
 	_ = first.Unlock(ctx)
 	second, err := m.TryLock(ctx, "report")

@@ -19,9 +19,9 @@ import (
 	"github.com/dlmgo/dlm/conformance"
 	"github.com/dlmgo/dlm/dlmtest"
 	"github.com/dlmgo/dlm/driver/goredis"
+	"github.com/dlmgo/dlm/internal/mgr"
 	"github.com/dlmgo/dlm/internal/redistest"
 	"github.com/dlmgo/dlm/internal/vtest"
-	"github.com/dlmgo/dlm/strategy"
 )
 
 // handoffCounting counts the calls a Manager makes to a Handoff strategy;
@@ -133,7 +133,7 @@ func TestUnlockHandsOffToWaiter(t *testing.T) {
 		lock := lockKey("h")
 		// The waiter's refusal marked the lock (a leading 0: its release
 		// publishes), and the hand-off kept the mark.
-		assert.Equal(t, "0"+strategy.LockValue(r.l.Fence(), r.l.Token()), do(t, srv, "GET", lock))
+		assert.Equal(t, "0"+mgr.LockValue(r.l.Fence(), r.l.Token()), do(t, srv, "GET", lock))
 		assert.ErrorIs(t, held.Unlock(ctx), dlm.ErrNotHeld, "second Unlock of the handed-off lock")
 		require.NoError(t, r.l.Extend(ctx, time.Minute))
 		require.NoError(t, r.l.Unlock(ctx))

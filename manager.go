@@ -19,8 +19,8 @@ import (
 // Defaults of the Manager's options.
 const (
 	DefaultTTL           = 10 * time.Second
-	DefaultRetryMinDelay = 5 * time.Millisecond
-	DefaultRetryMaxDelay = 250 * time.Millisecond
+	defaultRetryMinDelay = 5 * time.Millisecond
+	defaultRetryMaxDelay = 250 * time.Millisecond
 )
 
 // Bounds on what a lock may be: a longer key or TTL is an error matching
@@ -76,7 +76,7 @@ func WithTTL(ttl time.Duration) Option {
 // is longer than max, or than the holder's remaining TTL, except on a key
 // other processes contend for, where each failed attempt is followed by a
 // random back-off of up to 4×max.
-// The defaults are DefaultRetryMinDelay (5ms) and DefaultRetryMaxDelay (250ms).
+// The defaults are 5ms and 250ms.
 func WithRetryDelay(min, max time.Duration) Option {
 	return Option{func(o *options) error {
 		if min <= 0 || max < min {
@@ -165,7 +165,7 @@ func New(s driver.Strategy, opts ...Option) (*Manager, error) {
 	if s == nil {
 		return nil, invalidf("New: nil Strategy")
 	}
-	m := &Manager{s: s, o: options{ttl: DefaultTTL, retryMin: DefaultRetryMinDelay, retryMax: DefaultRetryMaxDelay}}
+	m := &Manager{s: s, o: options{ttl: DefaultTTL, retryMin: defaultRetryMinDelay, retryMax: defaultRetryMaxDelay}}
 	m.o.owner = processOwner()
 	var errs []error
 	for _, opt := range opts {

@@ -19,7 +19,6 @@ import (
 	"github.com/dlmgo/dlm/driver/goredis"
 	"github.com/dlmgo/dlm/internal/redistest"
 	"github.com/dlmgo/dlm/nodekit"
-	"github.com/dlmgo/dlm/strategy"
 )
 
 // lockOn waits up to wait for key on a single-instance Manager over c, and
@@ -157,13 +156,4 @@ func TestPermanentByMeaning(t *testing.T) {
 		assert.Equal(t, strings.Contains(tc.text, "DB index"), errors.Is(r, dlm.ErrInvalid), "%q matches ErrInvalid", tc.text)
 	}
 	assert.True(t, dlm.Permanent(fmt.Errorf("%w %q", driver.ErrUnknownMaster, "m")))
-}
-
-// A TRYAGAIN reply asks for a quick retry, whatever the driver.
-func TestRetryAfterTryAgain(t *testing.T) {
-	e := &strategy.NodeError{Node: "n", Op: "acquire", Err: nodekit.Reply("TRYAGAIN Multiple keys request during rehashing of slot", nil)}
-	_, ok := e.RetryAfter()
-	assert.True(t, ok)
-	_, ok = (&strategy.NodeError{Node: "n", Op: "acquire", Err: nodekit.Reply("BUSY", nil)}).RetryAfter()
-	assert.False(t, ok)
 }

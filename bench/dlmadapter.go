@@ -152,8 +152,7 @@ type dlmLocker struct {
 
 func (l *dlmLocker) TryLock(ctx context.Context, key string) (Held, error) {
 	lk, err := l.m.TryLock(ctx, key)
-	var held *strategy.HeldError
-	if errors.As(err, &held) {
+	if errors.Is(err, dlm.ErrHeld) {
 		err = fmt.Errorf("%w: %w", errBusy, err)
 	}
 	if err != nil {

@@ -52,7 +52,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/dlmgo/dlm"
-	"github.com/dlmgo/dlm/strategy"
 )
 
 // ScopeName is the instrumentation scope of the Meter and Tracer.
@@ -229,13 +228,12 @@ func (o outcome) String() string {
 
 // outcomeOf classifies the error of a Lock or TryLock call made with ctx.
 func outcomeOf(ctx context.Context, err error) outcome {
-	var held *strategy.HeldError
 	switch {
 	case err == nil:
 		return acquired
 	case ctx.Err() != nil:
 		return canceled
-	case errors.As(err, &held):
+	case errors.Is(err, dlm.ErrHeld):
 		return busy
 	default:
 		return failed

@@ -27,7 +27,6 @@ import (
 	"time"
 
 	"github.com/dlmgo/dlm"
-	"github.com/dlmgo/dlm/strategy"
 )
 
 // Observer is a dlm.Observer that logs to a slog.Logger.
@@ -50,11 +49,10 @@ func (o *Observer) LockStart(ctx context.Context, key string, try bool) (context
 	start := time.Now()
 	return ctx, func(d dlm.LockDone) {
 		took := time.Since(start)
-		var held *strategy.HeldError
 		level, msg := slog.LevelDebug, "dlm: lock acquired"
 		switch {
 		case d.Err == nil:
-		case ctx.Err() != nil || errors.As(d.Err, &held):
+		case ctx.Err() != nil || errors.Is(d.Err, dlm.ErrHeld):
 			msg = "dlm: lock not acquired"
 		default:
 			level, msg = slog.LevelWarn, "dlm: lock failed"

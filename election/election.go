@@ -66,13 +66,13 @@ type Election struct {
 }
 
 // New returns the election name, run through m. m's strategy must keep its
-// locks on one deployment (strategy.OneDeployment); for any other the error matches
+// locks on one deployment (mgr.OneDeployment); for any other the error matches
 // dlm.ErrInvalid and errors.ErrUnsupported.
 func New(m *dlm.Manager, name string) (*Election, error) {
 	if m == nil {
 		return nil, fmt.Errorf("%w: election.New: nil Manager", dlm.ErrInvalid)
 	}
-	one, ok := mgr.Of(m).Strategy.(strategy.OneDeployment)
+	one, ok := mgr.Of(m).Strategy.(mgr.OneDeployment)
 	if !ok {
 		return nil, fmt.Errorf("%w: election.New: %T keeps its locks on more than one deployment: %w", dlm.ErrInvalid, mgr.Of(m).Strategy, errors.ErrUnsupported)
 	}
@@ -163,7 +163,7 @@ func (e *Election) campaign(ctx context.Context, value string, once bool) (*Lead
 // announce runs announce.lua in mode ("a" announce, "r" resign) and
 // reports whether it took effect.
 func (l *Leadership) announce(ctx context.Context, mode string) (bool, error) {
-	held := strategy.LockValue(l.lock.Fence(), l.lock.Token())
+	held := mgr.LockValue(l.lock.Fence(), l.lock.Token())
 	r, err := announceScript.Run(ctx, l.e.node, l.e.keys, held, mode, l.value, l.e.publish)
 	if err != nil {
 		return false, err

@@ -63,13 +63,13 @@ type FairLock struct {
 }
 
 // New returns the fair lock on key, taken through m. m's strategy must keep
-// its locks on one deployment (strategy.OneDeployment); for any other the error
+// its locks on one deployment (mgr.OneDeployment); for any other the error
 // matches dlm.ErrInvalid and errors.ErrUnsupported.
 func New(m *dlm.Manager, key string) (*FairLock, error) {
 	if m == nil {
 		return nil, fmt.Errorf("%w: fairlock.New: nil Manager", dlm.ErrInvalid)
 	}
-	one, ok := mgr.Of(m).Strategy.(strategy.OneDeployment)
+	one, ok := mgr.Of(m).Strategy.(mgr.OneDeployment)
 	if !ok {
 		return nil, fmt.Errorf("%w: fairlock.New: %T keeps its locks on more than one deployment, which cannot agree on one arrival order: %w",
 			dlm.ErrInvalid, mgr.Of(m).Strategy, errors.ErrUnsupported)

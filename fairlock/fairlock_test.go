@@ -21,6 +21,7 @@ import (
 
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/driver/goredis"
+	"github.com/dlmgo/dlm/internal/mgr"
 	"github.com/dlmgo/dlm/internal/redistest"
 	"github.com/dlmgo/dlm/strategy"
 )
@@ -165,14 +166,14 @@ func TestLeaveMarks(t *testing.T) {
 	l, err := f.TryLock(ctx) // joins, takes the lock, leaves an empty queue
 	require.NoError(t, err)
 	lock := f.keys[3]
-	require.Equal(t, strategy.LockValue(l.Fence(), l.Token()), c.Get(ctx, lock).Val(), "marked, though nobody waits")
+	require.Equal(t, mgr.LockValue(l.Fence(), l.Token()), c.Get(ctx, lock).Val(), "marked, though nobody waits")
 	for _, w := range []string{"w1", "w2"} {
 		_, err := f.queue(ctx, w, false)
 		require.NoError(t, err)
 	}
 	_, err = f.queue(ctx, "w1", true)
 	require.NoError(t, err)
-	require.Equal(t, "0"+strategy.LockValue(l.Fence(), l.Token()), c.Get(ctx, lock).Val(), "w2 waits: the lock is not marked")
+	require.Equal(t, "0"+mgr.LockValue(l.Fence(), l.Token()), c.Get(ctx, lock).Val(), "w2 waits: the lock is not marked")
 	require.Greater(t, c.PTTL(ctx, lock).Val(), 9*time.Second, "marking lost the lock's TTL")
 	_, err = f.queue(ctx, "w2", true)
 	require.NoError(t, err)

@@ -39,7 +39,6 @@ import (
 	"github.com/dlmgo/dlm/inspect"
 	"github.com/dlmgo/dlm/internal/giveback"
 	"github.com/dlmgo/dlm/internal/mgr"
-	"github.com/dlmgo/dlm/strategy"
 )
 
 // MaxPermits bounds the permits of a Semaphore.
@@ -108,7 +107,6 @@ func (s *Semaphore) CheckPermits(ctx context.Context) error {
 		ttl = s.m.TTL()
 		_, err = st.Acquire(ctx, CountKey(s.name), token, ttl)
 	}
-	var held *strategy.HeldError
 	switch {
 	case err == nil:
 		if checkedN.Add(1) > maxChecked { // bound the memory of many names
@@ -117,7 +115,7 @@ func (s *Semaphore) CheckPermits(ctx context.Context) error {
 		}
 		checked.Store(ck, time.Now().Add(ttl/2))
 		return nil
-	case errors.As(err, &held) && !held.Quarantined:
+	case errors.Is(err, dlm.ErrHeld):
 		e := &mismatchError{name: s.name, permits: len(s.keys), cause: err}
 		// Name the recorded number where the strategy can tell.
 		if info, ierr := inspect.Key(ctx, st, CountKey(s.name)); ierr == nil && info.Held {

@@ -16,10 +16,10 @@ import (
 // releaseRest releases from's lock, in the background, on the nodes that
 // did not hand it off (res: the hand-off's results), where it may still be
 // held, until each has answered or until expires.
-func (s *redlock) releaseRest(ctx context.Context, key, from string, res []NodeResult, expires time.Time) {
+func (s *redlock) releaseRest(ctx context.Context, key, from string, res []nodeResult, expires time.Time) {
 	var rest []int
 	for i, r := range res {
-		if r.Outcome != Granted {
+		if r.Outcome != outcomeGranted {
 			rest = append(rest, i)
 		}
 	}
@@ -39,7 +39,7 @@ func (s *redlock) releaseRest(ctx context.Context, key, from string, res []NodeR
 // whose reply to the single call of late is still to come, as each
 // arrives. An acquisition by the same token waits for the background
 // releases.
-func (s *redlock) undo(ctx context.Context, key, token string, res []NodeResult, late *round, expires time.Time) {
+func (s *redlock) undo(ctx context.Context, key, token string, res []nodeResult, late *round, expires time.Time) {
 	cctx := context.WithoutCancel(ctx)
 	if late.left > 0 && len(late.calls) == 1 {
 		s.drain(late, key, token, true, expires, 0)
@@ -47,9 +47,9 @@ func (s *redlock) undo(ctx context.Context, key, token string, res []NodeResult,
 	var now, later []int
 	for i, r := range res {
 		switch {
-		case r.Outcome == Failed && timedOut(r.Err):
+		case r.Outcome == outcomeFailed && timedOut(r.Err):
 			later = append(later, i)
-		case r.Outcome == Granted || r.Outcome == Failed:
+		case r.Outcome == outcomeGranted || r.Outcome == outcomeFailed:
 			now = append(now, i)
 		}
 	}
@@ -87,8 +87,8 @@ func (s *redlock) settleUntil(ctx context.Context, key, token string, nodes []in
 		again := nodes[:0:0]
 		for _, i := range nodes {
 			switch r.t[0].res[i].Outcome {
-			case Granted:
-			case Refused:
+			case outcomeGranted:
+			case outcomeRefused:
 				if persist || !refused[i] {
 					refused[i] = true
 					again = append(again, i)
@@ -160,10 +160,10 @@ func (s *redlock) drain(late *round, key, token string, releasing bool, expires 
 
 // timedOutNodes lists the nodes of res that failed by a timeout: they may
 // still run the call.
-func timedOutNodes(res []NodeResult) []int {
+func timedOutNodes(res []nodeResult) []int {
 	var out []int
 	for i, r := range res {
-		if r.Outcome == Failed && timedOut(r.Err) {
+		if r.Outcome == outcomeFailed && timedOut(r.Err) {
 			out = append(out, i)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dlmgo/dlm/driver"
+	"github.com/dlmgo/dlm/internal/mgr"
 
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/nodekit"
@@ -44,7 +45,7 @@ func (e *endpoint) acquired(ctx context.Context, key, token, from string, expire
 		err = errReply(r)
 	}
 	if err != nil {
-		err := &NodeError{Node: e.name, Op: "acquire", Err: err}
+		err := &nodeError{Node: e.name, Op: "acquire", Err: err}
 		if !notRun(err) {
 			e.undo(ctx, key, token, expires)
 		}
@@ -80,7 +81,7 @@ func (e *endpoint) extended(key string, r []int64, err error) (int64, error) {
 	}
 	switch {
 	case err != nil:
-		return 0, &NodeError{Node: e.name, Op: "extend", Err: err}
+		return 0, &nodeError{Node: e.name, Op: "extend", Err: err}
 	case code == replyGranted:
 		return fence, nil
 	case code == replyRevoked:
@@ -97,7 +98,7 @@ func (e *endpoint) lease(start time.Time, ttl time.Duration, fence int64) driver
 
 // notRun reports whether the node refused a call before running it because
 // its hash slot is moving (TRYAGAIN): there is nothing to undo.
-func notRun(err *NodeError) bool {
+func notRun(err *nodeError) bool {
 	_, moving := err.RetryAfter()
 	return moving
 }
@@ -109,7 +110,7 @@ func refusal(key, from, node string, code, v int64) error {
 	if from != "" && code == replyRefused {
 		return fmt.Errorf("%w: %w: hand-off of %q: the token handing it off does not hold it on %s", dlm.ErrNotAcquired, dlm.ErrNotHeld, key, node)
 	}
-	return &HeldError{Key: key, Remaining: time.Duration(v) * time.Millisecond, Quarantined: code == replyQuarantined}
+	return &heldError{Key: key, Remaining: time.Duration(v) * time.Millisecond, Quarantined: code == replyQuarantined}
 }
 
 // release is Release. It does not wait for replicas: a release that a
@@ -126,7 +127,7 @@ func (e *endpoint) release(ctx context.Context, key, token string) error {
 		err = errReply(r)
 	}
 	if err != nil {
-		return &NodeError{Node: e.name, Op: "release", Err: err}
+		return &nodeError{Node: e.name, Op: "release", Err: err}
 	}
 	if r[0] != releaseDeleted {
 		return errNotHeld(key, e.name)
@@ -175,21 +176,12 @@ func (e *endpoint) watchRelease(ctx context.Context, key string, notify func()) 
 	}
 	stop, err := e.node.Watch(ctx, lockName(key), func(string) { notify() })
 	if err != nil {
-		return nil, &NodeError{Node: e.name, Op: "watch", Err: err}
+		return nil, &nodeError{Node: e.name, Op: "watch", Err: err}
 	}
 	return stop, nil
 }
 
-// A OneDeployment is a strategy whose locks all live on one Redis
-// deployment, reached through Node: Single and Failover. Primitives that
-// need one order of events there (packages fairlock and election) require
-// it.
-type OneDeployment interface {
-	driver.Strategy
-	Node() driver.Node
-}
-
 var (
-	_ OneDeployment = (*single)(nil)
-	_ OneDeployment = (*failover)(nil)
+	_ mgr.OneDeployment = (*single)(nil)
+	_ mgr.OneDeployment = (*failover)(nil)
 )

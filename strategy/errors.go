@@ -10,68 +10,68 @@ import (
 	"github.com/dlmgo/dlm"
 )
 
-// ErrNodeTimeout is wrapped by the *NodeError of a node that did not
+// ErrNodeTimeout is wrapped by the *nodeError of a node that did not
 // reply within the per-node timeout. It does not match
 // context.DeadlineExceeded, which is kept for the caller's own deadline.
 var ErrNodeTimeout = errors.New("no reply within the per-node timeout")
 
-// Outcome is how one node answered one call of a quorum strategy.
-type Outcome int
+// outcome is how one node answered one call of a quorum strategy.
+type outcome int
 
 const (
 	// Pending: the node had not answered when the call's outcome was decided.
-	Pending Outcome = iota
+	outcomePending outcome = iota
 	// Granted: the node acquired, extended or released the lock.
-	Granted
+	outcomeGranted
 	// Refused: another token holds the lock there (acquire), or the token
 	// does not hold it there (extend, release).
-	Refused
+	outcomeRefused
 	// Failed: the call failed (an error, or no reply within the per-node
-	// timeout); NodeResult.Err says why.
-	Failed
+	// timeout); nodeResult.Err says why.
+	outcomeFailed
 )
 
-func (o Outcome) String() string {
+func (o outcome) String() string {
 	switch o {
-	case Pending:
+	case outcomePending:
 		return "pending"
-	case Granted:
+	case outcomeGranted:
 		return "granted"
-	case Refused:
+	case outcomeRefused:
 		return "refused"
-	case Failed:
+	case outcomeFailed:
 		return "failed"
 	}
-	return fmt.Sprintf("Outcome(%d)", int(o))
+	return fmt.Sprintf("outcome(%d)", int(o))
 }
 
-// NodeResult is one node's answer to one call.
-type NodeResult struct {
+// nodeResult is one node's answer to one call.
+type nodeResult struct {
 	Node    string // the node's name, see nodekit.Name
-	Outcome Outcome
-	// Remaining is, for an acquisition Refused because another token holds
+	Outcome outcome
+	// Remaining is, for an acquisition outcomeRefused because another token holds
 	// the lock, the holder's remaining TTL on that node; negative when unknown.
 	Remaining time.Duration
 	// Quarantined reports a refusal by a node that lost the key's state and
 	// grants nothing for Remaining more (see WithMaxTTL).
 	Quarantined bool
-	// Err is the *NodeError of a Failed call.
+	// Err is the *nodeError of a outcomeFailed call.
 	Err error
 }
 
-// QuorumError reports a Redlock call that did not reach its quorum, with
+// quorumError reports a Redlock call that did not reach its quorum, with
 // every node's answer. Use errors.As to get it.
 //
 // An acquisition's error matches dlm.ErrNotAcquired; when refusals kept it
-// from the quorum it also holds a *HeldError, and RetryAfter reports when
+// from the quorum it also holds a *heldError, and RetryAfter reports when
 // enough holders' leases run out. An extension or release matches
 // dlm.ErrNotHeld when a majority of nodes said the token does not hold the
 // lock. A call cut short by its context matches the context's error and cause.
-type QuorumError struct {
+type quorumError struct {
 	Op     string // "acquire", "extend" or "release"
 	Key    string
 	Quorum int          // the number of nodes that must agree
-	Nodes  []NodeResult // one per node, in the strategy's order
+	Nodes  []nodeResult // one per node, in the strategy's order
 	// Reason says why, when the node counts alone do not: the validity was
 	// used up, the fence could not be written back to a majority, granting
 	// nodes were not known yet to reach distinct servers, or the round
@@ -81,7 +81,7 @@ type QuorumError struct {
 
 	sentinel   error // dlm.ErrNotAcquired, dlm.ErrNotHeld or nil
 	cause      error // the context's error and cause, when it ended
-	held       *HeldError
+	held       *heldError
 	retryAfter time.Duration // < 0 when unknown
 }
 
@@ -89,10 +89,10 @@ type QuorumError struct {
 // failed with errors that waiting cannot cure (see dlm.Permanent) that the
 // others can never form a quorum. One node with a wrong password among five
 // is not permanent; three are. dlm.Permanent asks this method.
-func (e *QuorumError) Permanent() bool {
+func (e *quorumError) Permanent() bool {
 	bad := 0
 	for _, r := range e.Nodes {
-		if r.Outcome == Failed && dlm.Permanent(r.Err) {
+		if r.Outcome == outcomeFailed && dlm.Permanent(r.Err) {
 			bad++
 		}
 	}
@@ -100,7 +100,7 @@ func (e *QuorumError) Permanent() bool {
 }
 
 // Count returns how many nodes answered with o.
-func (e *QuorumError) Count(o Outcome) int {
+func (e *quorumError) Count(o outcome) int {
 	n := 0
 	for _, r := range e.Nodes {
 		if r.Outcome == o {
@@ -110,8 +110,14 @@ func (e *QuorumError) Count(o Outcome) int {
 	return n
 }
 
+// GrantedNodes returns how many nodes granted the call: a failed
+// acquisition that some nodes granted is a split vote, which the
+// simulations of internal/sim count (through an interface, as this type is
+// not exported).
+func (e *quorumError) GrantedNodes() int { return e.Count(outcomeGranted) }
+
 // NodesWith returns the names of the nodes that answered with o.
-func (e *QuorumError) NodesWith(o Outcome) []string {
+func (e *quorumError) NodesWith(o outcome) []string {
 	var s []string
 	for _, r := range e.Nodes {
 		if r.Outcome == o {
@@ -121,7 +127,7 @@ func (e *QuorumError) NodesWith(o Outcome) []string {
 	return s
 }
 
-func (e *QuorumError) Error() string {
+func (e *quorumError) Error() string {
 	var b strings.Builder
 	if e.sentinel != nil {
 		b.WriteString(e.sentinel.Error())
@@ -130,28 +136,28 @@ func (e *QuorumError) Error() string {
 		b.WriteString("dlm: ")
 	}
 	verb := map[string]string{"acquire": "granted", "extend": "extended", "release": "released"}[e.Op]
-	fmt.Fprintf(&b, "redlock %s %q: %d of %d nodes %s, quorum %d", e.Op, e.Key, e.Count(Granted), len(e.Nodes), verb, e.Quorum)
+	fmt.Fprintf(&b, "redlock %s %q: %d of %d nodes %s, quorum %d", e.Op, e.Key, e.Count(outcomeGranted), len(e.Nodes), verb, e.Quorum)
 	if e.Reason != "" {
 		b.WriteString(", ")
 		b.WriteString(e.Reason)
 	}
-	for _, o := range []Outcome{Granted, Refused, Failed, Pending} {
+	for _, o := range []outcome{outcomeGranted, outcomeRefused, outcomeFailed, outcomePending} {
 		var parts []string
 		for _, r := range e.Nodes {
 			if r.Outcome != o {
 				continue
 			}
 			switch {
-			case o == Failed && r.Err != nil:
-				var ne *NodeError
+			case o == outcomeFailed && r.Err != nil:
+				var ne *nodeError
 				if errors.As(r.Err, &ne) {
 					parts = append(parts, ne.Node+" ("+ne.Err.Error()+")")
 				} else {
 					parts = append(parts, r.Node+" ("+r.Err.Error()+")")
 				}
-			case o == Refused && e.Op == "acquire" && r.Quarantined:
+			case o == outcomeRefused && e.Op == "acquire" && r.Quarantined:
 				parts = append(parts, fmt.Sprintf("%s (lost its data: quarantined for %v more)", r.Node, r.Remaining))
-			case o == Refused && e.Op == "acquire" && r.Remaining >= 0:
+			case o == outcomeRefused && e.Op == "acquire" && r.Remaining >= 0:
 				parts = append(parts, fmt.Sprintf("%s (held for %v more)", r.Node, r.Remaining))
 			default:
 				parts = append(parts, r.Node)
@@ -169,11 +175,11 @@ func (e *QuorumError) Error() string {
 }
 
 // Is reports whether target is the sentinel this error matches.
-func (e *QuorumError) Is(target error) bool { return e.sentinel != nil && target == e.sentinel }
+func (e *quorumError) Is(target error) bool { return e.sentinel != nil && target == e.sentinel }
 
-// Unwrap returns the context's error and cause, the *HeldError when
+// Unwrap returns the context's error and cause, the *heldError when
 // refusals decided the outcome, and every node's error.
-func (e *QuorumError) Unwrap() []error {
+func (e *quorumError) Unwrap() []error {
 	var errs []error
 	if e.cause != nil {
 		errs = append(errs, e.cause)
@@ -191,36 +197,36 @@ func (e *QuorumError) Unwrap() []error {
 
 // RetryAfter reports how long until enough holders' leases run out for an
 // acquisition to reach the quorum, when the refusing nodes reported them.
-func (e *QuorumError) RetryAfter() (time.Duration, bool) {
+func (e *quorumError) RetryAfter() (time.Duration, bool) {
 	return e.retryAfter, e.retryAfter >= 0
 }
 
 // newQuorumError builds the error of a call that did not succeed.
 // ctxErr is the context's error and cause when it ended (else nil).
-func newQuorumError(op, key string, quorum int, nodes []NodeResult, sentinel, ctxErr error, reason string) *QuorumError {
-	e := &QuorumError{Op: op, Key: key, Quorum: quorum, Nodes: nodes, Reason: reason, sentinel: sentinel, cause: ctxErr, retryAfter: -1}
+func newQuorumError(op, key string, quorum int, nodes []nodeResult, sentinel, ctxErr error, reason string) *quorumError {
+	e := &quorumError{Op: op, Key: key, Quorum: quorum, Nodes: nodes, Reason: reason, sentinel: sentinel, cause: ctxErr, retryAfter: -1}
 	if op != "acquire" {
 		return e
 	}
 	// Refusals kept the acquisition from the quorum when the nodes that did
 	// not refuse are too few. Then report when enough leases end: the
 	// need-th shortest remaining TTL among the refusing nodes.
-	refused := e.Count(Refused)
+	refused := e.Count(outcomeRefused)
 	if refused == 0 || len(nodes)-refused >= quorum {
 		return e
 	}
-	need := quorum - e.Count(Granted)
+	need := quorum - e.Count(outcomeGranted)
 	var rem []time.Duration
 	known := true
 	for _, r := range nodes {
-		if r.Outcome == Refused {
+		if r.Outcome == outcomeRefused {
 			if r.Remaining < 0 {
 				known = false
 			}
 			rem = append(rem, r.Remaining)
 		}
 	}
-	e.held = &HeldError{Key: key, Remaining: -1}
+	e.held = &heldError{Key: key, Remaining: -1}
 	if known && need >= 1 && need <= len(rem) {
 		slices.Sort(rem)
 		e.retryAfter = rem[need-1]
@@ -242,12 +248,12 @@ func contextError(err, cause error) error {
 	return errors.Join(err, cause)
 }
 
-// AckError reports that fewer replicas acknowledged a write than the policy
+// ackError reports that fewer replicas acknowledged a write than the policy
 // requires, within the wait timeout. For an acquisition it matches
 // dlm.ErrNotAcquired and the lock was rolled back. For an extension it matches
 // no sentinel: the primary keeps the new TTL, but only the lease from before
 // the extension may be trusted.
-type AckError struct {
+type ackError struct {
 	Op        string        // "acquire" or "extend"
 	Key       string        // the lock's key
 	Acked     int           // replicas that acknowledged
@@ -261,7 +267,7 @@ type AckError struct {
 	LocalMissing bool
 }
 
-func (e *AckError) Error() string {
+func (e *ackError) Error() string {
 	what := "acknowledged"
 	if e.AOF {
 		what = "fsynced"
@@ -277,8 +283,8 @@ func (e *AckError) Error() string {
 	return "dlm: extension not trusted: " + msg + "; the previous lease stands"
 }
 
-// Is makes an acquisition's AckError match dlm.ErrNotAcquired.
-func (e *AckError) Is(target error) bool { return target == dlm.ErrNotAcquired && e.Op == "acquire" }
+// Is makes an acquisition's ackError match dlm.ErrNotAcquired.
+func (e *ackError) Is(target error) bool { return target == dlm.ErrNotAcquired && e.Op == "acquire" }
 
 // errReply reports a script reply of an unexpected shape.
 func errReply(r []int64) error { return fmt.Errorf("dlm: unexpected script reply %v", r) }

@@ -31,3 +31,25 @@ type (
 	Failover = failover
 	Redlock  = redlock
 )
+
+// The errors' types and a node's outcomes, for tests that read them.
+type (
+	QuorumError = quorumError
+	NodeError   = nodeError
+	AckError    = ackError
+	HeldError   = heldError
+	NodeResult  = nodeResult
+	Outcome     = outcome
+	ServerInfo  = serverInfo
+)
+
+const (
+	Pending = outcomePending
+	Granted = outcomeGranted
+	Refused = outcomeRefused
+	Failed  = outcomeFailed
+)
+
+// DefaultNodeTimeoutForTest is a Redlock's per-node timeout before it
+// learns its nodes' latency.
+const DefaultNodeTimeoutForTest = defaultNodeTimeout

@@ -44,7 +44,7 @@ var _ driver.Handoff = (*failover)(nil)
 // followed, on the same connection, by WAIT numreplicas timeout. A lock is
 // granted only when the replicas its AckPolicy requires acknowledged the write
 // (the lock and its fence) within the wait timeout; otherwise the write is
-// rolled back and the error is an *AckError.
+// rolled back and the error is an *ackError.
 //
 // Redis replication is asynchronous: a primary can grant a lock and die before
 // the write reaches a replica, and Sentinel then promotes that replica, which
@@ -75,7 +75,7 @@ func NewFailover(node driver.Node, opts ...Option) (driver.Strategy, error) {
 
 // Acquire implements driver.Strategy. It runs the acquire script and, on the
 // same connection, WAIT; when the policy's acknowledgements are missing it
-// releases the lock and returns an *AckError. A server that answers READONLY
+// releases the lock and returns an *ackError. A server that answers READONLY
 // (a demoted primary) or any other error is "not acquired".
 func (f *failover) Acquire(ctx context.Context, key, token string, ttl time.Duration) (driver.Lease, error) {
 	if !f.fo.waits() {
@@ -99,7 +99,7 @@ func (f *failover) Handoff(ctx context.Context, key, from, to string, ttl time.D
 }
 
 // Extend implements driver.Strategy. When the policy's acknowledgements are
-// missing it returns an *AckError and the previous lease stands.
+// missing it returns an *ackError and the previous lease stands.
 func (f *failover) Extend(ctx context.Context, key, token string, ttl time.Duration) (driver.Lease, error) {
 	if !f.fo.waits() {
 		return f.endpoint.extend(ctx, key, token, ttl)
@@ -237,8 +237,8 @@ func (f *failover) extendEach(ctx context.Context, locks []driver.HeldKey, ttl t
 	return out
 }
 
-// ServerInfo is what Probe learns about the node's server.
-type ServerInfo struct {
+// serverInfo is what Probe learns about the node's server.
+type serverInfo struct {
 	Version  string // redis_version, such as "7.0.15"
 	Primary  bool   // the server is a primary (role:master)
 	Replicas int    // replicas connected to it
@@ -249,14 +249,13 @@ type ServerInfo struct {
 // Probe asks the node's server for its version, role, connected replicas and
 // persistence, with one script run (INFO from Lua); on a Cluster, any one
 // master answers. The strategy probes before its first write to each hash
-// slot, on the master that serves it; Probe lets a program check a
-// deployment up front.
-func (f *failover) Probe(ctx context.Context) (ServerInfo, error) {
+// slot, on the master that serves it; Probe is for tests.
+func (f *failover) Probe(ctx context.Context) (serverInfo, error) {
 	return f.probe(ctx, nil)
 }
 
 // probe is Probe on the server that serves keys.
-func (f *failover) probe(ctx context.Context, keys []string) (ServerInfo, error) {
+func (f *failover) probe(ctx context.Context, keys []string) (serverInfo, error) {
 	cctx, cancel := f.cfg.withTimeout(ctx)
 	defer cancel()
 	r, err := probeScript.Run(cctx, f.node, keys)
@@ -264,9 +263,9 @@ func (f *failover) probe(ctx context.Context, keys []string) (ServerInfo, error)
 		err = errReply(r)
 	}
 	if err != nil {
-		return ServerInfo{}, &NodeError{Node: f.name, Op: "probe", Err: err}
+		return serverInfo{}, &nodeError{Node: f.name, Op: "probe", Err: err}
 	}
-	info := ServerInfo{
+	info := serverInfo{
 		Version:  fmt.Sprintf("%d.%d.%d", r[0], r[1], r[2]),
 		Primary:  r[3] == 1,
 		Replicas: int(r[4]),
@@ -289,7 +288,7 @@ func (f *failover) prepare(ctx context.Context, keys []string) (driver.Wait, err
 			return driver.Wait{}, err
 		}
 		if !info.Primary {
-			return driver.Wait{}, &NodeError{Node: f.name, Op: "probe", Err: errors.New("the server is a replica, not a primary")}
+			return driver.Wait{}, &nodeError{Node: f.name, Op: "probe", Err: errors.New("the server is a replica, not a primary")}
 		}
 		if f.fo.aof {
 			switch {
@@ -341,13 +340,13 @@ func (f *failover) runWait(ctx context.Context, wrapped *nodekit.Script, w drive
 	}
 }
 
-// checkAcks returns an *AckError when acks fall short of the policy.
+// checkAcks returns an *ackError when acks fall short of the policy.
 func (f *failover) checkAcks(op, key string, w driver.Wait, acks driver.Acks, connected int) error {
 	wanted := f.fo.acks.need(max(connected, f.fo.replicas))
 	if acks.Replicas >= wanted && (!w.Local || acks.Local) {
 		return nil
 	}
-	return &AckError{
+	return &ackError{
 		Op: op, Key: key, Acked: acks.Replicas, Wanted: wanted, Connected: connected,
 		Policy: f.fo.acks, Timeout: f.fo.waitTimeout, AOF: w.AOF, LocalMissing: w.Local && !acks.Local,
 	}

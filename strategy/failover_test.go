@@ -49,13 +49,13 @@ func TestNewFailoverRejects(t *testing.T) {
 	assert.ErrorIs(t, err, dlm.ErrInvalid, "a TTL within the wait timeout")
 
 	for _, s := range []string{"all", "majority", "none", "3"} {
-		p, err := strategy.ParseAckPolicy(s)
-		require.NoError(t, err)
+		var p strategy.AckPolicy
+		require.NoError(t, p.UnmarshalText([]byte(s)))
 		assert.Equal(t, s, p.String())
 	}
 	for _, s := range []string{"", "0", "-1", "most"} {
-		_, err := strategy.ParseAckPolicy(s)
-		assert.ErrorIs(t, err, dlm.ErrInvalid, s)
+		var p strategy.AckPolicy
+		assert.ErrorIs(t, p.UnmarshalText([]byte(s)), dlm.ErrInvalid, s)
 	}
 }
 

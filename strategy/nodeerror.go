@@ -10,20 +10,20 @@ import (
 	"github.com/dlmgo/dlm"
 )
 
-// NodeError reports the failure of one operation on one node.
-type NodeError struct {
+// nodeError reports the failure of one operation on one node.
+type nodeError struct {
 	Node string // the node's name: its String method, or its position
 	Op   string // "acquire", "extend", "release", ...
 	Err  error
 }
 
-func (e *NodeError) Error() string { return "dlm: " + e.Op + " on " + e.Node + ": " + e.Err.Error() }
-func (e *NodeError) Unwrap() error { return e.Err }
+func (e *nodeError) Error() string { return "dlm: " + e.Op + " on " + e.Node + ": " + e.Err.Error() }
+func (e *nodeError) Unwrap() error { return e.Err }
 
 // RetryAfter reports a short wait when the node refused the call before
 // running it because its keys' Cluster hash slot is being moved between
 // masters (a TRYAGAIN reply): 10ms, for the move may end at any moment.
-func (e *NodeError) RetryAfter() (time.Duration, bool) {
+func (e *nodeError) RetryAfter() (time.Duration, bool) {
 	var r *driver.ReplyError
 	if errors.As(e.Err, &r) && r.Code == "TRYAGAIN" {
 		return slotMovingRetry, true
@@ -31,13 +31,13 @@ func (e *NodeError) RetryAfter() (time.Duration, bool) {
 	return 0, false
 }
 
-// slotMovingRetry is how long NodeError.RetryAfter says to wait after a
+// slotMovingRetry is how long nodeError.RetryAfter says to wait after a
 // TRYAGAIN reply.
 const slotMovingRetry = 10 * time.Millisecond
 
-// HeldError reports that another owner holds a key. It matches
-// dlm.ErrNotAcquired.
-type HeldError struct {
+// heldError reports that another owner holds a key, or that its server
+// quarantines it.
+type heldError struct {
 	Key string
 	// Remaining is the holder's remaining TTL as the server reported it, or a
 	// negative value when unknown.
@@ -48,7 +48,7 @@ type HeldError struct {
 	Quarantined bool
 }
 
-func (e *HeldError) Error() string {
+func (e *heldError) Error() string {
 	if e.Quarantined {
 		return fmt.Sprintf("dlm: lock not acquired: %q may be held by an owner its server forgot after losing its data: quarantined for %v more", e.Key, e.Remaining)
 	}
@@ -58,10 +58,14 @@ func (e *HeldError) Error() string {
 	return fmt.Sprintf("dlm: lock not acquired: %q is held by another owner for %v more", e.Key, e.Remaining)
 }
 
-func (e *HeldError) Is(target error) bool { return target == dlm.ErrNotAcquired }
+// Is makes a heldError match dlm.ErrNotAcquired, and dlm.ErrHeld unless
+// the server refused for a quarantine.
+func (e *heldError) Is(target error) bool {
+	return target == dlm.ErrNotAcquired || target == dlm.ErrHeld && !e.Quarantined
+}
 
 // RetryAfter reports the holder's remaining TTL when known.
-func (e *HeldError) RetryAfter() (time.Duration, bool) { return e.Remaining, e.Remaining >= 0 }
+func (e *heldError) RetryAfter() (time.Duration, bool) { return e.Remaining, e.Remaining >= 0 }
 
 // checkKey returns an error matching dlm.ErrInvalid when key cannot name a
 // lock: empty, or longer than dlm.MaxKeyLen.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/driver/goredis"
+	"github.com/dlmgo/dlm/internal/mgr"
 	"github.com/dlmgo/dlm/internal/redistest"
 	"github.com/dlmgo/dlm/strategy"
 )
@@ -71,7 +72,7 @@ func testReleasePublishes(t *testing.T, c *redis.Client, before70 bool) {
 	} else {
 		assert.Zero(t, calls(t, c, "get"), "a grant read nothing: INCR, then SET NX GET")
 	}
-	assert.Equal(t, strategy.LockValue(l.Fence, "A"), c.Get(ctx, lock).Val(), "not marked: nobody waits")
+	assert.Equal(t, mgr.LockValue(l.Fence, "A"), c.Get(ctx, lock).Val(), "not marked: nobody waits")
 	require.NoError(t, s.Release(ctx, key, "A"))
 	assert.Zero(t, publishes(t, c), "a release nobody waited for publishes nothing")
 
@@ -81,7 +82,7 @@ func testReleasePublishes(t *testing.T, c *redis.Client, before70 bool) {
 	var held *strategy.HeldError
 	require.ErrorAs(t, err, &held)
 	assert.Greater(t, held.Remaining, 50*time.Second)
-	assert.Equal(t, "0"+strategy.LockValue(l.Fence, "A"), c.Get(ctx, lock).Val(), "the refusal marked the lock")
+	assert.Equal(t, "0"+mgr.LockValue(l.Fence, "A"), c.Get(ctx, lock).Val(), "the refusal marked the lock")
 	assert.Equal(t, strconv.FormatUint(l.Fence, 10), c.Get(ctx, counter).Val(), "the refusal gave its fence back")
 	assert.Greater(t, c.PTTL(ctx, lock).Val(), 50*time.Second, "marking kept the TTL")
 	e, err := s.Extend(ctx, key, "A", time.Minute)
@@ -93,7 +94,7 @@ func testReleasePublishes(t *testing.T, c *redis.Client, before70 bool) {
 	h, err := s.(driver.Handoff).Handoff(ctx, key, "A", "C", time.Minute)
 	require.NoError(t, err)
 	assert.Equal(t, l.Fence+1, h.Fence, "consecutive: no fence was used up")
-	assert.Equal(t, "0"+strategy.LockValue(h.Fence, "C"), c.Get(ctx, lock).Val(), "the hand-off kept the mark")
+	assert.Equal(t, "0"+mgr.LockValue(h.Fence, "C"), c.Get(ctx, lock).Val(), "the hand-off kept the mark")
 	drainHints(woken)
 	require.NoError(t, s.Release(ctx, key, "C"))
 	assert.Equal(t, 1, publishes(t, c), "the release of a lock someone waited for publishes")

@@ -250,9 +250,9 @@ func (p AckPolicy) String() string {
 	return strconv.Itoa(p.n)
 }
 
-// ParseAckPolicy parses the form String returns. The error matches
+// parseAckPolicy parses the form String returns. The error matches
 // dlm.ErrInvalid.
-func ParseAckPolicy(s string) (AckPolicy, error) {
+func parseAckPolicy(s string) (AckPolicy, error) {
 	switch s {
 	case "all":
 		return AckAll(), nil
@@ -271,9 +271,10 @@ func ParseAckPolicy(s string) (AckPolicy, error) {
 // MarshalText implements encoding.TextMarshaler with String's form.
 func (p AckPolicy) MarshalText() ([]byte, error) { return []byte(p.String()), nil }
 
-// UnmarshalText implements encoding.TextUnmarshaler with ParseAckPolicy.
+// UnmarshalText implements encoding.TextUnmarshaler: it reads the form
+// String returns. The error matches dlm.ErrInvalid.
 func (p *AckPolicy) UnmarshalText(b []byte) error {
-	q, err := ParseAckPolicy(string(b))
+	q, err := parseAckPolicy(string(b))
 	if err != nil {
 		return err
 	}

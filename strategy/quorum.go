@@ -20,34 +20,34 @@ import (
 
 // A tally is what the nodes answered to one call of a round.
 type tally struct {
-	res   []NodeResult // one per node of the strategy; Pending until answered
-	count [Failed + 1]int
+	res   []nodeResult // one per node of the strategy; outcomePending until answered
+	count [outcomeFailed + 1]int
 	fence int64 // the largest value a judge recorded (the fence of a grant)
 }
 
-func (t *tally) set(i int, o Outcome, err error) {
+func (t *tally) set(i int, o outcome, err error) {
 	t.res[i].Outcome, t.res[i].Err = o, err
 	t.count[o]++
 }
 
-// n returns how many nodes answered with o (o is not Pending).
-func (t *tally) n(o Outcome) int { return t.count[o] }
+// n returns how many nodes answered with o (o is not outcomePending).
+func (t *tally) n(o outcome) int { return t.count[o] }
 
 // pending returns how many of the n nodes called have not answered.
 func (t *tally) pending(n int) int {
-	return n - t.count[Granted] - t.count[Refused] - t.count[Failed]
+	return n - t.count[outcomeGranted] - t.count[outcomeRefused] - t.count[outcomeFailed]
 }
 
 // decided reports whether it is known if q of the n nodes called grant: q
 // did, or too few are left to.
 func (t *tally) decided(n, q int) bool {
-	g := t.count[Granted]
+	g := t.count[outcomeGranted]
 	return g >= q || g+t.pending(n) < q
 }
 
 // A judge returns the outcome of node i's successful reply r to the call
-// tallied in t; a Failed outcome comes with the reason.
-type judge func(t *tally, i int, r []int64) (Outcome, error)
+// tallied in t; a outcomeFailed outcome comes with the reason.
+type judge func(t *tally, i int, r []int64) (outcome, error)
 
 // A round is one batch of script calls sent to several nodes at once.
 type round struct {
@@ -73,7 +73,7 @@ type round struct {
 	// at most inlineNodes nodes (nearly every round): one allocation, not
 	// four.
 	t1      [1]tally
-	res1    [inlineNodes]NodeResult
+	res1    [inlineNodes]nodeResult
 	copies1 [inlineNodes]driver.Call
 }
 
@@ -188,14 +188,14 @@ func (r *round) reply(i int, calls []driver.Call, start time.Time) {
 // take tallies a reply, unless its node was already given up on.
 func (r *round) take(rp reply) {
 	r.left--
-	if r.t[0].res[rp.i].Outcome != Pending {
+	if r.t[0].res[rp.i].Outcome != outcomePending {
 		return // failed at the timeout: a late reply does not count
 	}
 	for k := range r.t {
-		o, err := Failed, rp.calls[k].Err
+		o, err := outcomeFailed, rp.calls[k].Err
 		if err == nil {
 			if o, err = r.judge(&r.t[k], rp.i, rp.calls[k].Reply); err != nil {
-				err = &NodeError{Node: r.s.names[rp.i], Op: r.op, Err: err}
+				err = &nodeError{Node: r.s.names[rp.i], Op: r.op, Err: err}
 			}
 		}
 		r.t[k].set(rp.i, o, err)
@@ -239,10 +239,10 @@ func (r *round) collect(ctx context.Context, done func() bool) {
 		if done() {
 			return
 		}
-		if r.t[0].res[i].Outcome == Pending {
-			err := &NodeError{Node: r.s.names[i], Op: r.op, Err: fmt.Errorf("%w %v", ErrNodeTimeout, r.timeout)}
+		if r.t[0].res[i].Outcome == outcomePending {
+			err := &nodeError{Node: r.s.names[i], Op: r.op, Err: fmt.Errorf("%w %v", ErrNodeTimeout, r.timeout)}
 			for k := range r.t {
-				r.t[k].set(i, Failed, err)
+				r.t[k].set(i, outcomeFailed, err)
 			}
 		}
 	}
@@ -266,7 +266,7 @@ func (r *round) linger(grace time.Duration) {
 // never is a done function for rounds whose every reply is awaited.
 func never() bool { return false }
 
-// nodeErr wraps err, node i's failure in op, in a *NodeError, saying
+// nodeErr wraps err, node i's failure in op, in a *nodeError, saying
 // ErrNodeTimeout (not the caller's context.DeadlineExceeded) when the
 // per-node timeout ended it, and records whether the node was slow.
 func (s *redlock) nodeErr(ctx context.Context, i int, op string, timeout time.Duration, err error) error {
@@ -284,7 +284,7 @@ func (s *redlock) nodeErr(ctx context.Context, i int, op string, timeout time.Du
 	case slow && ctx.Err() == nil:
 		err = fmt.Errorf("%w %v: %w", ErrNodeTimeout, timeout, err) // a socket deadline
 	}
-	return &NodeError{Node: s.names[i], Op: op, Err: err}
+	return &nodeError{Node: s.names[i], Op: op, Err: err}
 }
 
 // anySlow reports whether a node still pending in res timed out last time.
@@ -307,16 +307,16 @@ func (s *redlock) lost(t *tally) bool {
 	for i, r := range t.res {
 		if s.slow[i].Load() {
 			slow++
-		} else if r.Outcome == Pending {
+		} else if r.Outcome == outcomePending {
 			live++
 		}
 	}
-	return slow <= len(s.nodes)-s.quorum && t.n(Granted)+live < s.quorum
+	return slow <= len(s.nodes)-s.quorum && t.n(outcomeGranted)+live < s.quorum
 }
 
-func (s *redlock) anySlow(res []NodeResult) bool {
+func (s *redlock) anySlow(res []nodeResult) bool {
 	for i, r := range res {
-		if r.Outcome == Pending && s.slow[i].Load() {
+		if r.Outcome == outcomePending && s.slow[i].Load() {
 			return true
 		}
 	}
@@ -349,7 +349,7 @@ func (l *latency) observe(i int, d time.Duration, timedOut bool) {
 		var next int64
 		switch {
 		case timedOut:
-			next = min(max(old, int64(d))*3/2, int64(MaxNodeTimeout))
+			next = min(max(old, int64(d))*3/2, int64(maxNodeTimeout))
 		case old == 0:
 			next = int64(d)
 		default:
@@ -363,7 +363,7 @@ func (l *latency) observe(i int, d time.Duration, timedOut bool) {
 
 // nodeTimeout returns the per-node timeout of a call: the fixed one of
 // WithTimeout, or twice the typical latency of the quorum-th fastest node,
-// within [DefaultNodeTimeout, MaxNodeTimeout] and, when ttl > 0, at most
+// within [defaultNodeTimeout, maxNodeTimeout] and, when ttl > 0, at most
 // ttl/4 (the lease's validity counts from before the call).
 func (s *redlock) nodeTimeout(ttl time.Duration) time.Duration {
 	if s.cfg.timeoutSet {
@@ -375,9 +375,9 @@ func (s *redlock) nodeTimeout(ttl time.Duration) time.Duration {
 		est = append(est, s.latency.est[i].Load())
 	}
 	slices.Sort(est)
-	d := min(max(2*time.Duration(est[s.quorum-1]), DefaultNodeTimeout), MaxNodeTimeout)
+	d := min(max(2*time.Duration(est[s.quorum-1]), defaultNodeTimeout), maxNodeTimeout)
 	if ttl > 0 {
-		d = max(min(d, ttl/4), min(DefaultNodeTimeout, ttl/4))
+		d = max(min(d, ttl/4), min(defaultNodeTimeout, ttl/4))
 	}
 	return d
 }

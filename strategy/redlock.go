@@ -19,10 +19,10 @@ import (
 )
 
 // Redlock's per-node timeout without WithTimeout: it adapts to the nodes'
-// latency between DefaultNodeTimeout and MaxNodeTimeout (see NewRedlock).
+// latency between defaultNodeTimeout and maxNodeTimeout (see NewRedlock).
 const (
-	DefaultNodeTimeout = 50 * time.Millisecond
-	MaxNodeTimeout     = 500 * time.Millisecond
+	defaultNodeTimeout = 50 * time.Millisecond
+	maxNodeTimeout     = 500 * time.Millisecond
 )
 
 // redlock is the strategy NewRedlock returns.
@@ -57,8 +57,8 @@ var _ driver.Handoff = (*redlock)(nil)
 //
 // Without WithTimeout the per-node timeout adapts: twice the typical
 // latency of the quorum-th fastest node (an average of its recent replies;
-// a call that times out raises it by half), at least DefaultNodeTimeout and
-// at most MaxNodeTimeout or, for an acquisition or extension, a quarter of
+// a call that times out raises it by half), at least defaultNodeTimeout and
+// at most maxNodeTimeout or, for an acquisition or extension, a quarter of
 // the TTL. So a slow majority is waited for instead of failed on every
 // call, and a silent minority costs no more than the fast majority's pace.
 //
@@ -105,7 +105,7 @@ func NewRedlock(nodes []driver.Node, opts ...Option) (driver.Strategy, error) {
 		workers: runner.New(runJob),
 	}
 	s.latency.est = make([]atomic.Int64, len(nodes))
-	s.cfg.timeout = DefaultNodeTimeout
+	s.cfg.timeout = defaultNodeTimeout
 	seen := make(map[string]int, len(nodes))
 	for i, n := range nodes {
 		if isNil(n) {
@@ -164,21 +164,21 @@ func (s *redlock) Nodes() []string { return append([]string(nil), s.names...) }
 // Timeout returns the per-node timeout a call without a TTL would use now.
 func (s *redlock) Timeout() time.Duration { return s.nodeTimeout(0) }
 
-// results returns one Pending result per node.
-func (s *redlock) results() []NodeResult {
-	return s.resultsIn(make([]NodeResult, len(s.nodes)))
+// results returns one outcomePending result per node.
+func (s *redlock) results() []nodeResult {
+	return s.resultsIn(make([]nodeResult, len(s.nodes)))
 }
 
 // resultsIn is results, in res (of one per node).
-func (s *redlock) resultsIn(res []NodeResult) []NodeResult {
+func (s *redlock) resultsIn(res []nodeResult) []nodeResult {
 	for i := range res {
-		res[i] = NodeResult{Node: s.names[i], Remaining: -1}
+		res[i] = nodeResult{Node: s.names[i], Remaining: -1}
 	}
 	return res
 }
 
-// fail returns the *QuorumError of a call that did not succeed.
-func (s *redlock) fail(ctx context.Context, op, key string, res []NodeResult, sentinel error, reason string) error {
+// fail returns the *quorumError of a call that did not succeed.
+func (s *redlock) fail(ctx context.Context, op, key string, res []nodeResult, sentinel error, reason string) error {
 	return newQuorumError(op, key, s.quorum, res, sentinel, contextError(ctx.Err(), context.Cause(ctx)), reason)
 }
 
@@ -193,7 +193,7 @@ func (s *redlock) lease(fence int64, start time.Time, ttl time.Duration) (driver
 }
 
 // Acquire implements driver.Strategy. The error of a failed acquisition matches
-// dlm.ErrNotAcquired and is a *QuorumError.
+// dlm.ErrNotAcquired and is a *quorumError.
 func (s *redlock) Acquire(ctx context.Context, key, token string, ttl time.Duration) (driver.Lease, error) {
 	return s.acquire(ctx, key, token, "", ttl)
 }
@@ -234,7 +234,7 @@ func (s *redlock) acquire(ctx context.Context, key, token, from string, ttl time
 	t := &r.t[0]
 	gaveUp := s.collectGrants(ctx, r)
 	reason := ""
-	if t.n(Granted) >= s.quorum {
+	if t.n(outcomeGranted) >= s.quorum {
 		lease, why, err := s.confirm(ctx, r, keys, token, counters, start, ttl)
 		switch {
 		case err != nil:
@@ -259,7 +259,7 @@ func (s *redlock) acquire(ctx context.Context, key, token, from string, ttl time
 		reason = "gave up without waiting for the pending nodes: the quorum needed one whose last call timed out"
 	}
 	err := s.fail(ctx, op, key, t.res, dlm.ErrNotAcquired, reason)
-	if from != "" && t.n(Refused) > len(s.nodes)-s.quorum {
+	if from != "" && t.n(outcomeRefused) > len(s.nodes)-s.quorum {
 		return driver.Lease{}, fmt.Errorf("%w: the token handing %q off does not hold it on a majority: %w", dlm.ErrNotHeld, key, err)
 	}
 	return driver.Lease{}, err
@@ -269,19 +269,19 @@ func (s *redlock) acquire(ctx context.Context, key, token, from string, ttl time
 // records the node's counter, the fence it gave, in counters; a refusal
 // records the holder's remaining TTL, or the quarantine's.
 func judgeGrant(counters []int64) judge {
-	return func(t *tally, i int, r []int64) (Outcome, error) {
+	return func(t *tally, i int, r []int64) (outcome, error) {
 		code, v, ok := verdict(r)
 		switch {
 		case !ok || len(r) > 2 || code < replyRefused || code > replyQuarantined:
-			return Failed, errReply(r)
+			return outcomeFailed, errReply(r)
 		case code == replyGranted:
 			counters[i], t.fence = v, max(t.fence, v)
-			return Granted, nil
+			return outcomeGranted, nil
 		case v >= 0:
 			t.res[i].Remaining = time.Duration(v) * time.Millisecond
 			t.res[i].Quarantined = code == replyQuarantined
 		}
-		return Refused, nil
+		return outcomeRefused, nil
 	}
 }
 
@@ -321,7 +321,7 @@ func (s *redlock) confirm(ctx context.Context, r *round, keys []string, token st
 	case err != nil:
 		return driver.Lease{}, "", err
 	case n < s.quorum:
-		return driver.Lease{}, fmt.Sprintf("%d of the nodes that granted reach servers not known yet to be distinct", t.n(Granted)-n), nil
+		return driver.Lease{}, fmt.Sprintf("%d of the nodes that granted reach servers not known yet to be distinct", t.n(outcomeGranted)-n), nil
 	}
 	if reason := s.writeBackFence(ctx, keys, token, t, counters); reason != "" {
 		return driver.Lease{}, reason, nil
@@ -333,12 +333,12 @@ func (s *redlock) confirm(ctx context.Context, r *round, keys []string, token st
 // writeBackFence makes t.fence, the largest counter of the nodes that
 // granted an acquisition, the fence of a majority: it writes it back to as
 // many of them as needed. It returns a reason when the majority was not
-// reached; the nodes that failed are then marked Failed in t.res.
+// reached; the nodes that failed are then marked outcomeFailed in t.res.
 func (s *redlock) writeBackFence(ctx context.Context, keys []string, token string, t *tally, counters []int64) string {
 	at := 0
 	var low []int
 	for i, r := range t.res {
-		if r.Outcome == Granted {
+		if r.Outcome == outcomeGranted {
 			if counters[i] >= t.fence {
 				at++
 			} else {
@@ -353,11 +353,11 @@ func (s *redlock) writeBackFence(ctx context.Context, keys []string, token strin
 	w := &r.t[0]
 	r.collect(ctx, func() bool { return w.decided(len(low), s.quorum-at) })
 	for _, i := range low {
-		if w.res[i].Outcome == Failed {
+		if w.res[i].Outcome == outcomeFailed {
 			t.res[i] = w.res[i]
 		}
 	}
-	if at += w.n(Granted); at < s.quorum {
+	if at += w.n(outcomeGranted); at < s.quorum {
 		return fmt.Sprintf("fence %d written back to only %d of the %d nodes needed", t.fence, at, s.quorum)
 	}
 	return ""
@@ -368,11 +368,11 @@ func (s *redlock) writeBackFence(ctx context.Context, keys []string, token strin
 func (s *redlock) fenceRound(ctx context.Context, keys []string, token string, fence int64, nodes []int) *round {
 	arg := strconv.FormatInt(fence, 10)
 	return s.round(ctx, "fence", fenceScript, []driver.Call{{Keys: keys[:2], Args: []string{arg, token}}}, nodes, s.nodeTimeout(0),
-		func(_ *tally, _ int, r []int64) (Outcome, error) {
+		func(_ *tally, _ int, r []int64) (outcome, error) {
 			if len(r) == 1 && r[0] >= fence {
-				return Granted, nil
+				return outcomeGranted, nil
 			}
-			return Failed, errReply(r)
+			return outcomeFailed, errReply(r)
 		})
 }
 
@@ -381,14 +381,14 @@ func (s *redlock) fenceRound(ctx context.Context, keys []string, token string, f
 func (s *redlock) release(ctx context.Context, key, token string, nodes []int) *round {
 	keys, args := lockCall(key, token, 0, 1)
 	return s.round(ctx, "release", releaseScript(s.publish), []driver.Call{{Keys: keys, Args: args}}, nodes, s.nodeTimeout(0),
-		func(_ *tally, _ int, r []int64) (Outcome, error) {
+		func(_ *tally, _ int, r []int64) (outcome, error) {
 			switch {
 			case len(r) != 1:
-				return Failed, errReply(r)
+				return outcomeFailed, errReply(r)
 			case r[0] == releaseDeleted:
-				return Granted, nil
+				return outcomeGranted, nil
 			}
-			return Refused, nil
+			return outcomeRefused, nil
 		})
 }
 
@@ -415,7 +415,7 @@ const batchKeyTime = 100 * time.Microsecond
 // positive; an error matching dlm.ErrNotHeld, with the lock released on the
 // nodes that did extend it, when a majority says the token does not hold
 // it (then every node's answer is awaited, within the timeout); otherwise a
-// *QuorumError and the previous lease stands.
+// *quorumError and the previous lease stands.
 func (s *redlock) ExtendMany(ctx context.Context, locks []driver.HeldKey, ttl time.Duration) []driver.ExtendResult {
 	out := make([]driver.ExtendResult, len(locks))
 	var idx []int // the index in locks of each call
@@ -441,22 +441,22 @@ func (s *redlock) ExtendMany(ctx context.Context, locks []driver.HeldKey, ttl ti
 		timeout += time.Duration(len(calls)) * batchKeyTime
 	}
 	start := time.Now()
-	r := s.round(ctx, "extend", extendScript, calls, s.all, timeout, func(t *tally, _ int, r []int64) (Outcome, error) {
+	r := s.round(ctx, "extend", extendScript, calls, s.all, timeout, func(t *tally, _ int, r []int64) (outcome, error) {
 		code, fence, ok := verdict(r)
 		switch {
 		case !ok || len(r) > 2:
-			return Failed, errReply(r)
+			return outcomeFailed, errReply(r)
 		case code == replyGranted:
 			t.fence = max(t.fence, fence)
-			return Granted, nil
+			return outcomeGranted, nil
 		case code == replyRevoked:
-			return Refused, dlm.ErrRevoked
+			return outcomeRefused, dlm.ErrRevoked
 		}
-		return Refused, nil
+		return outcomeRefused, nil
 	})
 	r.collect(ctx, func() bool {
 		for k := range r.t {
-			if t := &r.t[k]; !t.decided(len(s.nodes), s.quorum) || t.n(Refused) >= s.quorum {
+			if t := &r.t[k]; !t.decided(len(s.nodes), s.quorum) || t.n(outcomeRefused) >= s.quorum {
 				return false // a lost lock hears every node out, to release it
 			}
 		}
@@ -465,18 +465,18 @@ func (s *redlock) ExtendMany(ctx context.Context, locks []driver.HeldKey, ttl ti
 	for k, i := range idx {
 		t, l := &r.t[k], locks[i]
 		reason := ""
-		if t.n(Granted) >= s.quorum {
+		if t.n(outcomeGranted) >= s.quorum {
 			if out[i].Lease, reason = s.lease(t.fence, start, ttl); reason == "" {
 				continue
 			}
 		}
 		var sentinel error
-		if t.n(Refused) >= s.quorum {
+		if t.n(outcomeRefused) >= s.quorum {
 			// The lock is lost: do not leave it on the nodes that did extend it.
 			sentinel = dlm.ErrNotHeld
 			s.undo(ctx, l.Key, l.Token, t.res, r, start.Add(ttl))
 			for _, n := range t.res {
-				if n.Outcome == Refused && errors.Is(n.Err, dlm.ErrRevoked) {
+				if n.Outcome == outcomeRefused && errors.Is(n.Err, dlm.ErrRevoked) {
 					reason = "revoked by an operator"
 				}
 			}
@@ -490,7 +490,7 @@ func (s *redlock) ExtendMany(ctx context.Context, locks []driver.HeldKey, ttl ti
 // returns once the outcome is known: nil when a majority no longer has the
 // lock under token (released, or not held there), an error matching
 // dlm.ErrNotHeld when a majority says token did not hold it, and otherwise a
-// *QuorumError naming the nodes that failed. Calls still running when it
+// *quorumError naming the nodes that failed. Calls still running when it
 // returns end within the per-node timeout.
 func (s *redlock) Release(ctx context.Context, key, token string) error {
 	if err := s.cfg.checkCall(key, token, 0, false); err != nil {
@@ -505,10 +505,10 @@ func (s *redlock) Release(ctx context.Context, key, token string) error {
 	start := time.Now()
 	r := s.release(ctx, key, token, s.all)
 	t := &r.t[0]
-	notHeld := func() bool { return t.n(Refused) >= q }
-	released := func() bool { return t.n(Granted)+t.n(Refused) >= q && t.n(Refused)+t.pending(n) < q }
+	notHeld := func() bool { return t.n(outcomeRefused) >= q }
+	released := func() bool { return t.n(outcomeGranted)+t.n(outcomeRefused) >= q && t.n(outcomeRefused)+t.pending(n) < q }
 	r.collect(ctx, func() bool {
-		return notHeld() || released() || t.n(Granted)+t.n(Refused)+t.pending(n) < q
+		return notHeld() || released() || t.n(outcomeGranted)+t.n(outcomeRefused)+t.pending(n) < q
 	})
 	if r.left > 0 && ctx.Err() == nil && !s.anySlow(t.res) {
 		// As in Acquire: the others usually answer within moments.

@@ -126,7 +126,7 @@ func BenchmarkRedlockOneSilent(b *testing.B) {
 	pct := func(p float64) float64 { return float64(lat[int(p*float64(len(lat)-1))].Microseconds()) }
 	b.ReportMetric(pct(0.5), "p50-µs")
 	b.ReportMetric(pct(0.99), "p99-µs")
-	b.ReportMetric(float64(strategy.DefaultNodeTimeout.Microseconds()), "node-timeout-µs")
+	b.ReportMetric(float64(strategy.DefaultNodeTimeoutForTest.Microseconds()), "node-timeout-µs")
 }
 
 // instantNode answers every script at once, in process, without Redis: it

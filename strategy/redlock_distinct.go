@@ -74,13 +74,13 @@ func (s *redlock) checkDistinct(ctx context.Context) error {
 // a loaded machine) are asked now, within the per-node timeout, so that
 // one server reached under two names never makes a quorum. The error
 // matches dlm.ErrInvalid when two nodes reach one server.
-func (s *redlock) grantedDistinct(ctx context.Context, res []NodeResult) (int, error) {
+func (s *redlock) grantedDistinct(ctx context.Context, res []nodeResult) (int, error) {
 	d := &s.distinct
 	if !d.settled.Load() {
 		var ask []int
 		d.mu.Lock()
 		for i, r := range res {
-			if r.Outcome == Granted && (d.known == nil || !d.known[i]) {
+			if r.Outcome == outcomeGranted && (d.known == nil || !d.known[i]) {
 				ask = append(ask, i)
 			}
 		}
@@ -96,7 +96,7 @@ func (s *redlock) grantedDistinct(ctx context.Context, res []NodeResult) (int, e
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for i, r := range res {
-		if r.Outcome == Granted && d.known != nil && d.known[i] {
+		if r.Outcome == outcomeGranted && d.known != nil && d.known[i] {
 			n++
 		}
 	}
@@ -121,15 +121,15 @@ func (s *redlock) probe(ctx context.Context, only []int) {
 	ids := make([][4]int64, len(s.nodes))
 	told := make([]bool, len(s.nodes))
 	r := s.round(ctx, "probe", serverIDScript, []driver.Call{{Keys: []string{probeKey}}}, ask, s.nodeTimeout(0),
-		func(_ *tally, i int, r []int64) (Outcome, error) {
+		func(_ *tally, i int, r []int64) (outcome, error) {
 			switch len(r) {
 			case 0: // the server cannot tell
 			case 4:
 				ids[i], told[i] = [4]int64(r), true
 			default:
-				return Failed, errReply(r)
+				return outcomeFailed, errReply(r)
 			}
-			return Granted, nil
+			return outcomeGranted, nil
 		})
 	r.collect(ctx, never)
 	d.mu.Lock()
@@ -139,10 +139,10 @@ func (s *redlock) probe(ctx context.Context, only []int) {
 			continue // a probe running beside this one told
 		}
 		switch res := r.t[0].res[i]; {
-		case res.Outcome == Failed && dlm.Permanent(res.Err):
+		case res.Outcome == outcomeFailed && dlm.Permanent(res.Err):
 			d.known[i] = true // it never will (no EVALSHA for this user): do not ask again
 			continue
-		case res.Outcome != Granted:
+		case res.Outcome != outcomeGranted:
 			continue
 		}
 		d.known[i] = true

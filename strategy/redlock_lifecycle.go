@@ -36,7 +36,7 @@ func (s *redlock) WatchRelease(ctx context.Context, key string, notify func()) (
 		go func() {
 			stop, err := n.Watch(wctx, channel, func(string) { co.message(i) })
 			if err != nil {
-				err = &NodeError{Node: s.names[i], Op: "watch", Err: err}
+				err = &nodeError{Node: s.names[i], Op: "watch", Err: err}
 			} else {
 				w.add(stop)
 			}

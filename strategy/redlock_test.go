@@ -80,7 +80,7 @@ func TestRedlockBadInput(t *testing.T) {
 
 func TestRedlockLockExtendUnlock(t *testing.T) {
 	c := startCluster(t, 5)
-	assert.Equal(t, strategy.DefaultNodeTimeout, c.redlock(t).Timeout())
+	assert.Equal(t, strategy.DefaultNodeTimeoutForTest, c.redlock(t).Timeout())
 	// A first call dials, and falls back from EVALSHA to EVAL: on a loaded
 	// machine under the race detector that can take longer than 50ms.
 	r := c.redlock(t, strategy.WithTimeout(time.Second))

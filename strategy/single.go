@@ -67,7 +67,7 @@ func (s *single) ExtendMany(ctx context.Context, locks []driver.HeldKey, ttl tim
 // channel named like the lock's Redis key when an acquisition was refused
 // on the lock; when the node cannot watch, the error matches
 // errors.ErrUnsupported. Expiry publishes nothing: a waiter learns the
-// holder's remaining TTL from HeldError and tries again when it runs out.
+// holder's remaining TTL from heldError and tries again when it runs out.
 func (s *single) WatchRelease(ctx context.Context, key string, notify func()) (func(), error) {
 	return s.watchRelease(ctx, key, notify)
 }

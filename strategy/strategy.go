@@ -400,15 +400,6 @@ type msText struct {
 
 var lastMS atomic.Pointer[msText]
 
-// LockValue returns what the key of a lock held by token with the given
-// fence holds on the servers of Single and Failover, "<fence>:<token>",
-// for scripts of primitives built beside the lock (package election) that
-// check a lock is still held. Once an acquisition was refused on the lock,
-// the key holds "0" followed by LockValue: such scripts compare without it.
-func LockValue(fence uint64, token string) string {
-	return strconv.FormatUint(fence, 10) + ":" + token
-}
-
 const slots = 16384 // Redis Cluster hash slots
 
 // fenceName returns the Redis key of the fencing counter of hash slot

@@ -1,12 +1,15 @@
 // Package mgr gives the primitives built on a dlm.Manager (packages
 // semaphore, multilock, rwlock, fairlock, election) what the Manager keeps
 // to itself. Package dlm fills it when it is initialized; this package
-// imports nothing of the module, so that dlm can.
+// imports nothing of the module but package driver, so that dlm can.
 package mgr
 
 import (
 	"context"
+	"strconv"
 	"time"
+
+	"github.com/dlmgo/dlm/driver"
 )
 
 // Manager is what the family needs of one *dlm.Manager.
@@ -33,4 +36,22 @@ var (
 // driver.Strategy (or another interface) for more.
 type Strategy interface {
 	WatchRelease(ctx context.Context, key string, notify func()) (stop func(), err error)
+}
+
+// OneDeployment is a strategy whose locks all live on one Redis
+// deployment, reached through Node: package strategy's Single and
+// Failover. Primitives that need one order of events there (packages
+// fairlock and election) require it.
+type OneDeployment interface {
+	driver.Strategy
+	Node() driver.Node
+}
+
+// LockValue returns what the key of a lock held by token with the given
+// fence holds on the servers of package strategy's Single and Failover, "<fence>:<token>",
+// for scripts of primitives built beside the lock (package election) that
+// check a lock is still held. Once an acquisition was refused on the lock,
+// the key holds "0" followed by LockValue: such scripts compare without it.
+func LockValue(fence uint64, token string) string {
+	return strconv.FormatUint(fence, 10) + ":" + token
 }

@@ -151,7 +151,7 @@ func isQueue(c *driver.Call) bool {
 	return len(c.Keys) >= 3 && strings.HasSuffix(c.Keys[0], ":fair:queue") && len(c.Args) == 3 && c.Args[2] == "w"
 }
 
-// queueSpy is the node a fair run's strategy exposes (strategy.OneDeployment),
+// queueSpy is the node a fair run's strategy exposes (mgr.OneDeployment),
 // through which fairlock runs its queue script: it records each waiter's
 // arrival numbers, from the waiter's context.
 type queueSpy struct {

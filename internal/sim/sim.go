@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/dlmgo/dlm/driver"
+	"github.com/dlmgo/dlm/internal/mgr"
 
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/dlmtest"
@@ -494,7 +495,7 @@ func (w *world) recording(i int, inner, st driver.Strategy) driver.Strategy {
 	var ds driver.Strategy = rec
 	if h, ok := st.(driver.Handoff); ok {
 		ds = &handoffRecorder{recorder: rec, h: h}
-		if one, ok := inner.(strategy.OneDeployment); ok && w.c.Prim == Fair {
+		if one, ok := inner.(mgr.OneDeployment); ok && w.c.Prim == Fair {
 			ds = &fairRecorder{handoffRecorder: ds.(*handoffRecorder), node: &queueSpy{Node: one.Node(), w: w}}
 		}
 	}
