@@ -44,3 +44,8 @@ func ParkedForTest(m *Manager, key string) bool {
 	q := qs.q[key]
 	return q != nil && len(q.waiters) > 0 && !q.waiters[0].trying
 }
+
+// NewTokenForTest returns a token as a Manager with owner and ttl makes it.
+func NewTokenForTest(owner string, ttl time.Duration) string {
+	return (&queues{owner: owner, ttl: ttl}).newToken()
+}

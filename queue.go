@@ -2,15 +2,17 @@ package dlm
 
 import (
 	"context"
+	crand "crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/dlmgo/dlm/driver"
-	"github.com/dlmgo/dlm/internal/token"
 )
 
 // The per-key wait queue. Lock calls of one Manager that wait for the same
@@ -161,10 +163,26 @@ func newQueues(s driver.Strategy, o options, hold func(key, token string, start 
 	}
 }
 
-// newToken returns a new token for an acquisition beginning now: random,
-// and carrying the owner, the time and the TTL (see package
-// internal/token; inspect.HolderOf reads them back).
-func (qs *queues) newToken() string { return token.New(qs.owner, qs.ttl) }
+// newToken returns a new token for an acquisition beginning now: 20
+// random bytes, hex-encoded, then ".<unix milliseconds>.<TTL in
+// milliseconds>.<owner>". Strategies treat tokens as opaque; inspect.HolderOf
+// reads who holds a lock from them (internal/token.Parse). Built on the
+// stack when the owner fits (MaxOwnerLen does), so that the string is the
+// one allocation.
+func (qs *queues) newToken() string {
+	var b [20]byte
+	_, _ = crand.Read(b[:]) // never fails; see crypto/rand.Read
+	var stack [40 + 3 + 2*20 + MaxOwnerLen]byte
+	hex.Encode(stack[:40], b[:])
+	buf := stack[:40]
+	buf = append(buf, '.')
+	buf = strconv.AppendInt(buf, time.Now().UnixMilli(), 10)
+	buf = append(buf, '.')
+	buf = strconv.AppendInt(buf, qs.ttl.Milliseconds(), 10)
+	buf = append(buf, '.')
+	buf = append(buf, qs.owner...)
+	return string(buf)
+}
 
 // acquire is Lock after the key was checked: it takes key at once when no
 // call of this Manager waits for it, and otherwise, or when that attempt

@@ -1,5 +1,0 @@
-//go:build !race
-
-package token
-
-const raceOn = false
