@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/dlmgo/dlm/driver"
+	"github.com/dlmgo/dlm/internal/errs"
 
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/nodekit"
@@ -76,7 +77,7 @@ func (c Config) OpenStrategy(ctx context.Context, dial Dialer) (driver.Strategy,
 		n, closer, err := dial(ctx, ep)
 		if err != nil {
 			_ = cl.Close()
-			return nil, nil, fmt.Errorf("config: dial %v: %w", ep, err)
+			return nil, nil, errs.Within(fmt.Sprintf("config: dial %v", ep), err)
 		}
 		nodes, cl = append(nodes, n), append(cl, closer)
 	}

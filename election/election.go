@@ -34,6 +34,7 @@ import (
 	"github.com/dlmgo/dlm/driver"
 
 	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/internal/errs"
 	"github.com/dlmgo/dlm/internal/mgr"
 	"github.com/dlmgo/dlm/nodekit"
 	"github.com/dlmgo/dlm/strategy"
@@ -77,7 +78,7 @@ func New(m *dlm.Manager, name string) (*Election, error) {
 		return nil, fmt.Errorf("%w: election.New: %T keeps its locks on more than one deployment: %w", dlm.ErrInvalid, mgr.Of(m).Strategy, errors.ErrUnsupported)
 	}
 	if err := mgr.CheckKey(name); err != nil {
-		return nil, fmt.Errorf("election.New: %w", err)
+		return nil, errs.Within("election.New", err)
 	}
 	lock, _ := strategy.Keys(name)
 	e := &Election{m: m, node: one.Node(), name: name, keys: []string{lock, lock + ":leader"}, publish: "p"}
@@ -141,7 +142,7 @@ func (e *Election) campaign(ctx context.Context, value string, once bool) (*Lead
 	for {
 		lock, err := lockFn(ctx, e.name)
 		if err != nil {
-			return nil, fmt.Errorf("election %q: %w", e.name, err)
+			return nil, errs.Within(fmt.Sprintf("election %q", e.name), err)
 		}
 		l := &Leadership{e: e, lock: lock, value: value}
 		ok, err := l.announce(ctx, "a")
@@ -150,7 +151,7 @@ func (e *Election) campaign(ctx context.Context, value string, once bool) (*Lead
 		}
 		_ = lock.Unlock(context.WithoutCancel(ctx))
 		if err != nil && (dlm.Permanent(err) || ctx.Err() != nil) {
-			return nil, fmt.Errorf("election %q: announce: %w", e.name, err)
+			return nil, errs.Within(fmt.Sprintf("election %q: announce", e.name), err)
 		}
 		if once {
 			return nil, fmt.Errorf("%w: election %q: the lease ended before the announcement: %w", dlm.ErrNotAcquired, e.name, cmp.Or(err, errors.New("not announced")))
@@ -183,7 +184,7 @@ func (l *Leadership) Resign(ctx context.Context) error {
 	_, err := l.announce(ctx, "r")
 	uerr := l.lock.Unlock(ctx)
 	if err != nil || uerr != nil {
-		return fmt.Errorf("election %q: resign: %w", l.e.name, errors.Join(err, uerr))
+		return errs.Within(fmt.Sprintf("election %q: resign", l.e.name), errors.Join(err, uerr))
 	}
 	return nil
 }
@@ -193,7 +194,7 @@ func (l *Leadership) Resign(ctx context.Context) error {
 func (e *Election) Leader(ctx context.Context) (Leader, error) {
 	ld, _, err := e.read(ctx)
 	if err == nil && ld.Term == 0 {
-		err = fmt.Errorf("election %q: %w", e.name, ErrNoLeader)
+		err = errs.Within(fmt.Sprintf("election %q", e.name), ErrNoLeader)
 	}
 	return ld, err
 }
@@ -203,7 +204,7 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 func (e *Election) read(ctx context.Context) (Leader, time.Duration, error) {
 	r, err := leaderScript.Run(ctx, e.node, e.keys)
 	if err != nil {
-		return Leader{}, 0, fmt.Errorf("election %q: %w", e.name, err)
+		return Leader{}, 0, errs.Within(fmt.Sprintf("election %q", e.name), err)
 	}
 	if len(r) == 0 || r[0] == 0 {
 		return Leader{}, 0, nil
@@ -212,7 +213,7 @@ func (e *Election) read(ctx context.Context) (Leader, time.Duration, error) {
 		return Leader{}, time.Duration(r[1]) * time.Millisecond, nil
 	}
 	if r[0] != 1 || len(r) < 3 {
-		return Leader{}, 0, fmt.Errorf("election %q: unexpected reply %v", e.name, r)
+		return Leader{}, 0, fmt.Errorf("dlm: election %q: unexpected reply %v", e.name, r)
 	}
 	value := make([]byte, len(r)-3)
 	for i, b := range r[3:] {

@@ -36,5 +36,5 @@ func Example() {
 	fmt.Println(err)
 	// Output:
 	// host-a:8080 true
-	// election "scheduler": dlm: election has no leader
+	// dlm: election "scheduler": election has no leader
 }

@@ -42,6 +42,7 @@ import (
 	"github.com/dlmgo/dlm/driver"
 
 	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/internal/errs"
 	"github.com/dlmgo/dlm/internal/mgr"
 	"github.com/dlmgo/dlm/nodekit"
 	"github.com/dlmgo/dlm/strategy"
@@ -75,7 +76,7 @@ func New(m *dlm.Manager, key string) (*FairLock, error) {
 			dlm.ErrInvalid, mgr.Of(m).Strategy, errors.ErrUnsupported)
 	}
 	if err := mgr.CheckKey(key); err != nil {
-		return nil, fmt.Errorf("fairlock.New: %w", err)
+		return nil, errs.Within("fairlock.New", err)
 	}
 	lock, _ := strategy.Keys(key)
 	return &FairLock{m: m, node: one.Node(), key: key,
@@ -99,10 +100,10 @@ func (f *FairLock) queue(ctx context.Context, token string, leave bool) (positio
 	}
 	r, err := queueScript.Run(ctx, f.node, f.keys, token, msArg(f.m.TTL()), op)
 	if err != nil {
-		return position{}, fmt.Errorf("fairlock %q: queue: %w", f.key, err)
+		return position{}, errs.Within(fmt.Sprintf("fairlock %q: queue", f.key), err)
 	}
 	if len(r) != 3 {
-		return position{}, fmt.Errorf("fairlock %q: queue: unexpected reply %v", f.key, r)
+		return position{}, fmt.Errorf("dlm: fairlock %q: queue: unexpected reply %v", f.key, r)
 	}
 	return position{place: r[0], arrival: uint64(r[1]), headLeft: time.Duration(r[2]) * time.Millisecond}, nil
 }

@@ -36,7 +36,7 @@ import (
 
 // ErrStale reports a write refused because a larger fence was recorded
 // first for its resource: its lock was lost and taken by another holder.
-var ErrStale = errors.New("fencing: stale fence: a larger fence was recorded first")
+var ErrStale = errors.New("dlm: fencing: stale fence: a larger fence was recorded first")
 
 // MaxResource is the longest resource name accepted, in bytes.
 const MaxResource = 1024

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dlmgo/dlm/driver"
+	"github.com/dlmgo/dlm/internal/errs"
 
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/nodekit"
@@ -100,13 +101,13 @@ func (r Redis) run(ctx context.Context, resource string, fence uint64, key, op s
 	f := strconv.FormatUint(fence, 10)
 	reply, err := fencedScript.Run(ctx, r.Node, keys, append([]string{f, op}, args...)...)
 	if err != nil {
-		return 0, fmt.Errorf("fencing: %s %.64q under fence %d: %w", op, key, fence, err)
+		return 0, errs.Within(fmt.Sprintf("fencing: %s %.64q under fence %d", op, key, fence), err)
 	}
 	if len(reply) == 0 || reply[0] == 0 {
 		return 0, fmt.Errorf("%w (resource %.64q, fence %d)", ErrStale, resource, fence)
 	}
 	if len(reply) != 2 {
-		return 0, fmt.Errorf("fencing: unexpected script reply %v", reply)
+		return 0, fmt.Errorf("dlm: fencing: unexpected script reply %v", reply)
 	}
 	return reply[1], nil
 }

@@ -9,6 +9,7 @@ import (
 	"regexp"
 
 	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/internal/errs"
 )
 
 // DefaultTable is the table SQL uses when its Table is empty.
@@ -74,7 +75,7 @@ func (s SQL) CreateTable(ctx context.Context, db *sql.DB) error {
     fence    BIGINT NOT NULL CHECK (fence > 0)
 )`)
 	if err != nil {
-		return fmt.Errorf("fencing: create table %s: %w", t, err)
+		return errs.Within(fmt.Sprintf("fencing: create table %s", t), err)
 	}
 	return nil
 }
@@ -116,11 +117,11 @@ func (s SQL) check(ctx context.Context, tx *sql.Tx, resource string, fence uint6
 ON CONFLICT (resource) DO UPDATE SET fence = EXCLUDED.fence WHERE `+t+`.fence <= EXCLUDED.fence`,
 		resource, int64(fence))
 	if err != nil {
-		return fmt.Errorf("fencing: record fence %d for %.64q: %w", fence, resource, err)
+		return errs.Within(fmt.Sprintf("fencing: record fence %d for %.64q", fence, resource), err)
 	}
 	n, err := res.RowsAffected()
 	if err != nil {
-		return fmt.Errorf("fencing: record fence %d for %.64q: %w", fence, resource, err)
+		return errs.Within(fmt.Sprintf("fencing: record fence %d for %.64q", fence, resource), err)
 	}
 	if n == 0 {
 		return fmt.Errorf("%w (resource %.64q, fence %d)", ErrStale, resource, fence)
@@ -143,7 +144,7 @@ func (s SQL) Update(ctx context.Context, db *sql.DB, resource string, fence uint
 	}
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("fencing: begin: %w", err)
+		return errs.Within("fencing: begin", err)
 	}
 	if err := s.Check(ctx, tx, resource, fence); err != nil {
 		return err
@@ -154,7 +155,7 @@ func (s SQL) Update(ctx context.Context, db *sql.DB, resource string, fence uint
 		}
 	}
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("fencing: commit: %w", err)
+		return errs.Within("fencing: commit", err)
 	}
 	return nil
 }

@@ -26,6 +26,7 @@ import (
 
 	"github.com/dlmgo/dlm"
 
+	"github.com/dlmgo/dlm/internal/errs"
 	"github.com/dlmgo/dlm/internal/giveback"
 	"github.com/dlmgo/dlm/internal/mgr"
 )
@@ -49,7 +50,7 @@ func keysOf(keys []string) ([]string, error) {
 	}
 	for _, k := range keys {
 		if err := mgr.CheckKey(k); err != nil {
-			return nil, fmt.Errorf("multilock: %w", err)
+			return nil, errs.Within("multilock", err)
 		}
 	}
 	return slices.Compact(slices.Sorted(slices.Values(keys))), nil
@@ -94,7 +95,7 @@ func lock(ctx context.Context, m *dlm.Manager, keys []string, take func(*dlm.Man
 
 // errHeldLost reports that a key already taken lost its lease while a later
 // one was awaited.
-var errHeldLost = errors.New("multilock: a held key's lease ended during the wait")
+var errHeldLost = errors.New("dlm: multilock: a held key's lease ended during the wait")
 
 // takeInOrder takes keys in order. While it waits for a key, it watches the
 // keys it holds: when one of their leases ends it stops waiting, gives
@@ -113,7 +114,7 @@ func takeInOrder(ctx context.Context, m *dlm.Manager, keys []string, take func(*
 			if lost {
 				return nil, errHeldLost
 			}
-			return nil, giveback.Wrap(fmt.Errorf("multilock: %q: %w", key, err), back)
+			return nil, giveback.Wrap(errs.Within(fmt.Sprintf("multilock: %q", key), err), back)
 		}
 		held = append(held, l)
 		context.AfterFunc(l.Context(), func() { cancel(errHeldLost) })

@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/dlmgo/dlm/internal/errs"
 )
 
 // A TLSError is a connection that failed for a reason of TLS: a server
@@ -26,7 +28,7 @@ type TLSError struct {
 }
 
 func (e *TLSError) Error() string {
-	return fmt.Sprintf("TLS with %s: %v", e.Addr, e.Err)
+	return "dlm: TLS with " + e.Addr + ": " + errs.Cause(e.Err)
 }
 
 func (e *TLSError) Unwrap() error { return e.Err }
@@ -35,7 +37,7 @@ func (e *TLSError) Unwrap() error { return e.Err }
 func (e *TLSError) Permanent() bool { return true }
 
 // errPlainToTLS is what a plain client is told when the server speaks TLS.
-var errPlainToTLS = errors.New("the server speaks TLS and this client does not: set tls=true (and tls_ca)")
+var errPlainToTLS = errors.New("dlm: the server speaks TLS and this client does not: set tls=true (and tls_ca)")
 
 // Dialer returns a dial function for a client library that calls Dial
 // with a net.Dialer whose Timeout is timeout (0: ctx alone).
@@ -103,7 +105,7 @@ func Dial(ctx context.Context, d *net.Dialer, cfg *tls.Config, network, addr str
 
 // errTLSToPlain is what a TLS client is told when the server answers in
 // plain text.
-var errTLSToPlain = errors.New("the server does not speak TLS (it answers plain-text commands) and this client does: drop tls=true, or give the server's TLS port")
+var errTLSToPlain = errors.New("dlm: the server does not speak TLS (it answers plain-text commands) and this client does: drop tls=true, or give the server's TLS port")
 
 // probeAfter is how long a TLS handshake may go without a byte from the
 // server before Dial asks the port, over a second connection and in plain
@@ -295,7 +297,7 @@ func (c *plainConn) SyscallConn() (syscall.RawConn, error) {
 	if sc, ok := c.Conn.(syscall.Conn); ok {
 		return sc.SyscallConn()
 	}
-	return nil, errors.New("nodekit: not a syscall.Conn")
+	return nil, errors.New("dlm: nodekit: not a syscall.Conn")
 }
 
 // speaksTLS reports whether the server at addr answers a TLS handshake

@@ -33,6 +33,7 @@ import (
 	"time"
 
 	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/internal/errs"
 	"github.com/dlmgo/dlm/internal/giveback"
 	"github.com/dlmgo/dlm/multilock"
 	"github.com/dlmgo/dlm/semaphore"
@@ -57,7 +58,7 @@ var ErrMismatch = semaphore.ErrMismatch
 // permit does the same); other failures are left to the permits' own calls.
 func (rw *RWLock) checkReaders(ctx context.Context) error {
 	if err := rw.readers.CheckPermits(ctx); errors.Is(err, ErrMismatch) {
-		return fmt.Errorf("rwlock: write: %w", err)
+		return errs.Within("rwlock: write", err)
 	}
 	return nil
 }
@@ -72,7 +73,7 @@ func New(m *dlm.Manager, name string, maxReaders int) (*RWLock, error) {
 	}
 	readers, err := semaphore.New(m, name+":read", maxReaders)
 	if err != nil {
-		return nil, fmt.Errorf("rwlock.New: %w", err)
+		return nil, errs.Within("rwlock.New", err)
 	}
 	rw := &RWLock{m: m, gate: name + ":gate", readers: readers}
 	for i := range maxReaders {
@@ -143,11 +144,11 @@ func (h *Hold) UnlockAt(ctx context.Context, at time.Time) error {
 func (rw *RWLock) RLock(ctx context.Context) (*Hold, error) {
 	gate, err := rw.m.Lock(ctx, rw.gate)
 	if err != nil {
-		return nil, fmt.Errorf("rwlock: read: %w", err)
+		return nil, errs.Within("rwlock: read", err)
 	}
 	permit, err := rw.readers.Acquire(ctx)
 	if err != nil {
-		return nil, giveback.Wrap(fmt.Errorf("rwlock: read: %w", err), giveback.Locks(ctx, rw.m.TTL(), gate))
+		return nil, giveback.Wrap(errs.Within("rwlock: read", err), giveback.Locks(ctx, rw.m.TTL(), gate))
 	}
 	// The gate's release is not waited for here; Unlock waits for it.
 	passed := make(chan struct{})
@@ -171,12 +172,12 @@ func (rw *RWLock) Lock(ctx context.Context) (*Hold, error) {
 	}
 }
 
-var errGateLost = errors.New("rwlock: the gate's lease ended while readers drained")
+var errGateLost = errors.New("dlm: rwlock: the gate's lease ended while readers drained")
 
 func (rw *RWLock) lock(ctx context.Context) (*Hold, error) {
 	gate, err := rw.m.Lock(ctx, rw.gate)
 	if err != nil {
-		return nil, fmt.Errorf("rwlock: write: %w", err)
+		return nil, errs.Within("rwlock: write", err)
 	}
 	wctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -212,5 +213,5 @@ func (rw *RWLock) lock(ctx context.Context) (*Hold, error) {
 	if first == nil {
 		first = fmt.Errorf("%w: %w", dlm.ErrNotAcquired, context.Cause(ctx))
 	}
-	return nil, giveback.Wrap(fmt.Errorf("rwlock: write: %w", first), back)
+	return nil, giveback.Wrap(errs.Within("rwlock: write", first), back)
 }

@@ -37,6 +37,7 @@ import (
 
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/inspect"
+	"github.com/dlmgo/dlm/internal/errs"
 	"github.com/dlmgo/dlm/internal/giveback"
 	"github.com/dlmgo/dlm/internal/mgr"
 )
@@ -56,7 +57,7 @@ type Semaphore struct {
 // ErrMismatch is matched by the error of a Semaphore whose number of permits
 // differs from that of the other users of its name (see CheckPermits). It
 // is permanent (dlm.Permanent): Acquire returns it at once.
-var ErrMismatch = errors.New("number of permits differs between users of the name")
+var ErrMismatch = errors.New("dlm: semaphore: number of permits differs between users of the name")
 
 // A mismatchError is ErrMismatch for one Semaphore.
 type mismatchError struct {
@@ -170,7 +171,7 @@ func New(m *dlm.Manager, name string, permits int) (*Semaphore, error) {
 		s.keys[i] = PermitKey(name, i)
 	}
 	if err := mgr.CheckKey(s.keys[permits-1]); err != nil {
-		return nil, fmt.Errorf("semaphore.New: %w", err)
+		return nil, errs.Within("semaphore.New", err)
 	}
 	return s, nil
 }
@@ -260,7 +261,7 @@ func (s *Semaphore) wrap(err error) error {
 	if err == nil {
 		return nil
 	}
-	return fmt.Errorf("semaphore %q: %w", s.name, err)
+	return errs.Within(fmt.Sprintf("semaphore %q", s.name), err)
 }
 
 // Acquire takes a permit, waiting while all are held, until it succeeds or

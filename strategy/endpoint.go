@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dlmgo/dlm/driver"
+	"github.com/dlmgo/dlm/internal/errs"
 	"github.com/dlmgo/dlm/internal/mgr"
 
 	"github.com/dlmgo/dlm"
@@ -25,11 +26,11 @@ type endpoint struct {
 // ctor, the constructor's name, begins its errors.
 func newEndpoint(ctor string, node driver.Node, cfg config, opts []Option) (endpoint, error) {
 	if isNil(node) {
-		return endpoint{}, fmt.Errorf("%w: %s: nil Node", dlm.ErrInvalid, ctor)
+		return endpoint{}, errs.Within("strategy."+ctor, fmt.Errorf("%w: nil Node", dlm.ErrInvalid))
 	}
 	e := endpoint{name: nodekit.Name(node, 0), cfg: cfg}
 	if err := applyOptions(&e.cfg, opts); err != nil {
-		return endpoint{}, fmt.Errorf("%s: %w", ctor, err)
+		return endpoint{}, errs.Within("strategy."+ctor, err)
 	}
 	e.node = e.cfg.coalesced(node)
 	return e, nil

@@ -8,12 +8,13 @@ import (
 	"time"
 
 	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/internal/errs"
 )
 
 // ErrNodeTimeout is wrapped by the *nodeError of a node that did not
 // reply within the per-node timeout. It does not match
 // context.DeadlineExceeded, which is kept for the caller's own deadline.
-var ErrNodeTimeout = errors.New("no reply within the per-node timeout")
+var ErrNodeTimeout = errors.New("dlm: no reply within the per-node timeout")
 
 // outcome is how one node answered one call of a quorum strategy.
 type outcome int
@@ -151,9 +152,9 @@ func (e *quorumError) Error() string {
 			case o == outcomeFailed && r.Err != nil:
 				var ne *nodeError
 				if errors.As(r.Err, &ne) {
-					parts = append(parts, ne.Node+" ("+ne.Err.Error()+")")
+					parts = append(parts, ne.Node+" ("+errs.Cause(ne.Err)+")")
 				} else {
-					parts = append(parts, r.Node+" ("+r.Err.Error()+")")
+					parts = append(parts, r.Node+" ("+errs.Cause(r.Err)+")")
 				}
 			case o == outcomeRefused && e.Op == "acquire" && r.Quarantined:
 				parts = append(parts, fmt.Sprintf("%s (lost its data: quarantined for %v more)", r.Node, r.Remaining))

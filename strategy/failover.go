@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dlmgo/dlm/driver"
+	"github.com/dlmgo/dlm/internal/errs"
 
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/nodekit"
@@ -66,9 +67,9 @@ func NewFailover(node driver.Node, opts ...Option) (driver.Strategy, error) {
 	f := &failover{endpoint: e, fo: e.cfg.failover, replicas: make([]atomic.Int32, slots)}
 	switch {
 	case f.cfg.timeout > 0 && f.fo.waits() && f.cfg.timeout <= f.fo.waitTimeout:
-		return nil, fmt.Errorf("%w: NewFailover: WithTimeout(%v) must exceed the wait timeout %v", dlm.ErrInvalid, f.cfg.timeout, f.fo.waitTimeout)
+		return nil, errs.Within("strategy.NewFailover", fmt.Errorf("%w: WithTimeout(%v) must exceed the wait timeout %v", dlm.ErrInvalid, f.cfg.timeout, f.fo.waitTimeout))
 	case f.fo.aof && f.fo.acks.kind == ackNone && !f.fo.local:
-		return nil, fmt.Errorf("%w: NewFailover: WithWaitAOF(false) with AckNone waits for nothing", dlm.ErrInvalid)
+		return nil, errs.Within("strategy.NewFailover", fmt.Errorf("%w: WithWaitAOF(false) with AckNone waits for nothing", dlm.ErrInvalid))
 	}
 	return f, nil
 }

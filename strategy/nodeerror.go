@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dlmgo/dlm/driver"
+	"github.com/dlmgo/dlm/internal/errs"
 
 	"github.com/dlmgo/dlm"
 )
@@ -17,7 +18,9 @@ type nodeError struct {
 	Err  error
 }
 
-func (e *nodeError) Error() string { return "dlm: " + e.Op + " on " + e.Node + ": " + e.Err.Error() }
+func (e *nodeError) Error() string {
+	return "dlm: " + e.Op + " on " + e.Node + ": " + errs.Cause(e.Err)
+}
 func (e *nodeError) Unwrap() error { return e.Err }
 
 // RetryAfter reports a short wait when the node refused the call before

@@ -14,6 +14,7 @@ import (
 
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/internal/coalesce"
+	"github.com/dlmgo/dlm/internal/errs"
 	"github.com/dlmgo/dlm/internal/runner"
 	"github.com/dlmgo/dlm/nodekit"
 )
@@ -93,7 +94,7 @@ var _ driver.Handoff = (*redlock)(nil)
 // node and returns the same fence.
 func NewRedlock(nodes []driver.Node, opts ...Option) (driver.Strategy, error) {
 	if len(nodes) == 0 {
-		return nil, fmt.Errorf("%w: NewRedlock: no nodes", dlm.ErrInvalid)
+		return nil, errs.Within("strategy.NewRedlock", fmt.Errorf("%w: no nodes", dlm.ErrInvalid))
 	}
 	s := &redlock{
 		nodes:   append([]driver.Node(nil), nodes...),
@@ -109,24 +110,24 @@ func NewRedlock(nodes []driver.Node, opts ...Option) (driver.Strategy, error) {
 	seen := make(map[string]int, len(nodes))
 	for i, n := range nodes {
 		if isNil(n) {
-			return nil, fmt.Errorf("%w: NewRedlock: nodes[%d] is nil", dlm.ErrInvalid, i)
+			return nil, errs.Within("strategy.NewRedlock", fmt.Errorf("%w: nodes[%d] is nil", dlm.ErrInvalid, i))
 		}
 		for j := range i {
 			if sameNode(nodes[j], n) {
-				return nil, fmt.Errorf("%w: NewRedlock: nodes[%d] and nodes[%d] are the same node", dlm.ErrInvalid, j, i)
+				return nil, errs.Within("strategy.NewRedlock", fmt.Errorf("%w: nodes[%d] and nodes[%d] are the same node", dlm.ErrInvalid, j, i))
 			}
 		}
 		s.all[i], s.names[i] = i, nodekit.Name(n, i)
 		if j, ok := seen[s.names[i]]; ok {
-			return nil, fmt.Errorf("%w: NewRedlock: nodes[%d] and nodes[%d] are both %s", dlm.ErrInvalid, j, i, s.names[i])
+			return nil, errs.Within("strategy.NewRedlock", fmt.Errorf("%w: nodes[%d] and nodes[%d] are both %s", dlm.ErrInvalid, j, i, s.names[i]))
 		}
 		seen[s.names[i]] = i
 	}
 	if err := applyOptions(&s.cfg, opts); err != nil {
-		return nil, fmt.Errorf("NewRedlock: %w", err)
+		return nil, errs.Within("strategy.NewRedlock", err)
 	}
 	if s.cfg.timeout <= 0 {
-		return nil, fmt.Errorf("%w: NewRedlock: the per-node timeout (WithTimeout) must be positive", dlm.ErrInvalid)
+		return nil, errs.Within("strategy.NewRedlock", fmt.Errorf("%w: the per-node timeout (WithTimeout) must be positive", dlm.ErrInvalid))
 	}
 	s.publish = publishArg(nodekit.RoutingOf(s.nodes[0]))
 	for i, n := range s.nodes {
@@ -506,7 +507,9 @@ func (s *redlock) Release(ctx context.Context, key, token string) error {
 	r := s.release(ctx, key, token, s.all)
 	t := &r.t[0]
 	notHeld := func() bool { return t.n(outcomeRefused) >= q }
-	released := func() bool { return t.n(outcomeGranted)+t.n(outcomeRefused) >= q && t.n(outcomeRefused)+t.pending(n) < q }
+	released := func() bool {
+		return t.n(outcomeGranted)+t.n(outcomeRefused) >= q && t.n(outcomeRefused)+t.pending(n) < q
+	}
 	r.collect(ctx, func() bool {
 		return notHeld() || released() || t.n(outcomeGranted)+t.n(outcomeRefused)+t.pending(n) < q
 	})

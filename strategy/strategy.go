@@ -18,6 +18,9 @@
 // the slot: a server holds at most 16384 counters however many keys were
 // ever locked. A fence is larger than every fence issued on its slot before
 // it, and the fences of a slot are consecutive.
+//
+// What the server runs for each operation, and how each script is
+// assembled from the files of scripts/, is in scripts/README.md.
 package strategy
 
 import (

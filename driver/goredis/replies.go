@@ -72,7 +72,7 @@ func replyErr(err error, master string) error {
 		if allNil(err) {
 			return fmt.Errorf("%w %s (every Sentinel asked said so): %w", driver.ErrUnknownMaster, name, err)
 		}
-		return fmt.Errorf("goredis: no Sentinel reached knows the master name %s: %w", name, err)
+		return fmt.Errorf("dlm: goredis: no Sentinel reached knows the master name %s: %w", name, err)
 	case errors.As(err, &re):
 		return nodekit.Reply(re.Error(), err)
 	}

@@ -69,7 +69,7 @@ func (n *node) pinned(ctx context.Context, calls []driver.Call) (*redis.Client, 
 		}
 		return c.MasterForKey(ctx, calls[0].Keys[0])
 	}
-	return nil, fmt.Errorf("goredis: %T cannot send scripts and WAIT on one connection (use *redis.Client, a failover client or *redis.ClusterClient): %w", n.c, errors.ErrUnsupported)
+	return nil, fmt.Errorf("dlm: goredis: %T cannot send scripts and WAIT on one connection (use *redis.Client, a failover client or *redis.ClusterClient): %w", n.c, errors.ErrUnsupported)
 }
 
 // followTopology has a Cluster client reload its slot map, in the

@@ -66,7 +66,7 @@ type pubSub struct {
 func openPubSub(p *redis.Pool) func(context.Context, nodekit.Events) (nodekit.PubSub, error) {
 	return func(ctx context.Context, ev nodekit.Events) (nodekit.PubSub, error) {
 		var c redis.Conn
-		err := errors.New("redigo: the pool has neither DialContext nor Dial")
+		err := errors.New("dlm: redigo: the pool has neither DialContext nor Dial")
 		if p.DialContext != nil {
 			c, err = p.DialContext(ctx)
 		} else if p.Dial != nil {

@@ -39,7 +39,7 @@ func (s Sentinels) Dial(opts ...redis.DialOption) func(ctx context.Context) (red
 	var first atomic.Int64 // the Sentinel that answered last
 	return func(ctx context.Context) (redis.Conn, error) {
 		if len(addrs) == 0 {
-			return nil, errors.New("redigo: Sentinels.Dial: no Sentinel addresses")
+			return nil, errors.New("dlm: redigo: Sentinels.Dial: no Sentinel addresses")
 		}
 		var errs []error
 		unknown := 0 // Sentinels that do not know master
@@ -58,7 +58,7 @@ func (s Sentinels) Dial(opts ...redis.DialOption) func(ctx context.Context) (red
 		if unknown == len(addrs) {
 			return nil, fmt.Errorf("%w %q (Sentinels %s)", driver.ErrUnknownMaster, master, strings.Join(addrs, ","))
 		}
-		return nil, fmt.Errorf("redigo: no Sentinel led to a primary of %q: %w", master, errors.Join(errs...))
+		return nil, fmt.Errorf("dlm: redigo: no Sentinel led to a primary of %q: %w", master, errors.Join(errs...))
 	}
 }
 

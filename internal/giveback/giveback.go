@@ -6,10 +6,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/dlmgo/dlm"
+	"github.com/dlmgo/dlm/internal/errs"
 )
 
 // Locks releases locks (nil ones skipped) all at once and returns when every
@@ -21,7 +23,7 @@ import (
 func Locks(ctx context.Context, ttl time.Duration, locks ...*dlm.Lock) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ttl)
 	defer cancel()
-	errs := make([]error, len(locks))
+	failed := make([]error, len(locks))
 	var wg sync.WaitGroup
 	for i, l := range locks {
 		if l == nil {
@@ -29,13 +31,13 @@ func Locks(ctx context.Context, ttl time.Duration, locks ...*dlm.Lock) error {
 		}
 		wg.Go(func() {
 			if err := l.Unlock(ctx); err != nil && !errors.Is(err, dlm.ErrNotHeld) {
-				errs[i] = fmt.Errorf("%q: %w", l.Key(), err)
+				failed[i] = errs.Within(strconv.Quote(l.Key()), err)
 			}
 		})
 	}
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("giving back what it took failed (the leases run out within their TTL): %w", err)
+	if err := errors.Join(failed...); err != nil {
+		return errs.Within("giving back what it took failed (the leases run out within their TTL)", err)
 	}
 	return nil
 }
