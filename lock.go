@@ -57,7 +57,9 @@ func (m *Manager) hold(key, token string, start time.Time, lease driver.Lease) *
 	if m.o.observer != nil {
 		l.Context() // its timer ends the lease, and reports Lost, when the validity runs out
 	}
-	m.renewer.add(l)
+	if m.renewer != nil { // nil unless WithAutoRenew
+		m.renewer.add(l)
+	}
 	return l
 }
 

@@ -69,15 +69,3 @@ func (e *heldError) Is(target error) bool {
 
 // RetryAfter reports the holder's remaining TTL when known.
 func (e *heldError) RetryAfter() (time.Duration, bool) { return e.Remaining, e.Remaining >= 0 }
-
-// checkKey returns an error matching dlm.ErrInvalid when key cannot name a
-// lock: empty, or longer than dlm.MaxKeyLen.
-func checkKey(key string) error {
-	switch {
-	case key == "":
-		return fmt.Errorf("%w: empty key", dlm.ErrInvalid)
-	case len(key) > dlm.MaxKeyLen:
-		return fmt.Errorf("%w: key of %d bytes is longer than MaxKeyLen (%d)", dlm.ErrInvalid, len(key), dlm.MaxKeyLen)
-	}
-	return nil
-}

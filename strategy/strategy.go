@@ -202,6 +202,18 @@ func (c *config) driftMargin(ttl time.Duration) time.Duration {
 	return time.Duration(float64(ttl)*c.driftFactor) + minDrift
 }
 
+// checkKey returns an error matching dlm.ErrInvalid when key cannot name a
+// lock: empty, or longer than dlm.MaxKeyLen.
+func checkKey(key string) error {
+	switch {
+	case key == "":
+		return fmt.Errorf("%w: empty key", dlm.ErrInvalid)
+	case len(key) > dlm.MaxKeyLen:
+		return fmt.Errorf("%w: key of %d bytes is longer than MaxKeyLen (%d)", dlm.ErrInvalid, len(key), dlm.MaxKeyLen)
+	}
+	return nil
+}
+
 // checkCall validates the arguments every strategy method shares.
 func (c *config) checkCall(key, token string, ttl time.Duration, needTTL bool) error {
 	switch {
