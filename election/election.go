@@ -67,7 +67,7 @@ type Election struct {
 }
 
 // New returns the election name, run through m. m's strategy must keep its
-// locks on one deployment (mgr.OneDeployment); for any other the error matches
+// locks on one deployment (strategy.NewSingle, NewFailover); for any other the error matches
 // dlm.ErrInvalid and errors.ErrUnsupported.
 func New(m *dlm.Manager, name string) (*Election, error) {
 	if m == nil {

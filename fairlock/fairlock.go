@@ -64,7 +64,7 @@ type FairLock struct {
 }
 
 // New returns the fair lock on key, taken through m. m's strategy must keep
-// its locks on one deployment (mgr.OneDeployment); for any other the error
+// its locks on one deployment (strategy.NewSingle, NewFailover); for any other the error
 // matches dlm.ErrInvalid and errors.ErrUnsupported.
 func New(m *dlm.Manager, key string) (*FairLock, error) {
 	if m == nil {
