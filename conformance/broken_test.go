@@ -392,13 +392,20 @@ func checkBroken(t *testing.T, test string, cases []breakage) {
 		t.Skip("in the subprocess")
 	}
 	redistest.Binary(t, "redis-server")
-	t.Parallel()
 	type result struct {
 		out  []byte
 		err  error
 		took time.Duration
 	}
 	results := make([]result, len(cases))
+	cmds := make([]*exec.Cmd, len(cases))
+	for i, tc := range cases {
+		cmds[i] = exec.Command(os.Args[0], "-test.run="+runPattern(test, tc.selected()), "-test.v", "-test.count=1", "-test.timeout=2m")
+		cmds[i].Env = redistest.SubprocessEnv(t, brokenEnv+"="+tc.name)
+		if tc.watchdog != "" {
+			cmds[i].Env = append(cmds[i].Env, conformance.WatchdogEnv+"="+tc.watchdog)
+		}
+	}
 	// The whole suite takes longest: those runs start first.
 	order := make([]int, len(cases))
 	for i := range order {
@@ -411,23 +418,27 @@ func checkBroken(t *testing.T, test string, cases []breakage) {
 		return 1
 	}
 	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(whole(a), whole(b)) })
-	var wg sync.WaitGroup
-	for _, i := range order {
-		tc := cases[i]
-		subprocesses <- struct{}{} // here, so that they start in order
-		wg.Go(func() {
-			defer func() { <-subprocesses }()
-			cmd := exec.Command(os.Args[0], "-test.run="+runPattern(test, tc.selected()), "-test.v", "-test.count=1", "-test.timeout=2m")
-			cmd.Env = redistest.SubprocessEnv(t, brokenEnv+"="+tc.name)
-			if tc.watchdog != "" {
-				cmd.Env = append(cmd.Env, conformance.WatchdogEnv+"="+tc.watchdog)
-			}
-			start := time.Now()
-			out, err := cmd.CombinedOutput()
-			results[i] = result{out, err, time.Since(start)}
-		})
-	}
-	wg.Wait()
+	// The subprocesses start now, before this test waits for its turn
+	// among the parallel tests: they run in one pool with those of the
+	// other tests that run them, whichever tests hold go test's -parallel
+	// slots meanwhile.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var wg sync.WaitGroup
+		for _, i := range order {
+			subprocesses <- struct{}{} // here, so that they start in order
+			wg.Go(func() {
+				defer func() { <-subprocesses }()
+				start := time.Now()
+				out, err := cmds[i].CombinedOutput()
+				results[i] = result{out, err, time.Since(start)}
+			})
+		}
+		wg.Wait()
+	}()
+	t.Parallel()
+	<-done
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			out, err := results[i].out, results[i].err
