@@ -183,31 +183,53 @@ func testPartReadBatch(t *testing.T, c *nodeCase) {
 	held := []string{c.key("held")}
 	expect(t, "the holder's Acquire of a free key", holder.eval(t, acquire, held, "holder", "2"), []int64{1, 2})
 
-	calls, start, kept := p.runCut(t)
-	// The caller owns the calls again: what it writes stays.
-	for i := range calls {
-		calls[i].Reply, calls[i].Err = nil, errPoison
-	}
+	// The replies kept are checked only when the server began the slow
+	// call well before the deadline; on a loaded machine, whose calls
+	// before it took most of the deadline to arrive, the batch is cut
+	// again with a longer deadline, so that the check is made rather than
+	// skipped (a driver that drops the replies passed it under load).
+	for attempt := 1; ; attempt++ {
+		calls, start, kept := p.runCut(t)
+		// The caller owns the calls again: what it writes stays.
+		for i := range calls {
+			calls[i].Reply, calls[i].Err = nil, errPoison
+		}
 
-	// Once the server answers again, the node's next call is its own.
-	waitAnswering(t, holder)
-	keptArrived(t, holder, p.what, p.busyAt, start.Add(p.deadline), p.before, kept)
-	r, err := c.evalCtx(t, ctx(t), acquire, held, "intruder", "3")
-	switch {
-	case err == nil && len(r) == 2 && r[0] == 1:
-		t.Errorf("on the %s node, after the batch cut by its deadline, an Acquire of a key another client holds was granted (reply %s): two holders. The reply is a stale one of the cut batch: a connection with replies still on the way must be closed, not reused", c.which, ints(r))
-	case err == nil && !slices.Equal(r, []int64{0, 0}):
-		t.Errorf("on the %s node, after the batch cut by its deadline, an Acquire of a key another client holds replied %s, want [0 0]%s", c.which, ints(r), lateHint(nil))
-	}
-	ownReplies(t, c)
-	for i, cl := range calls {
-		if cl.Reply != nil || cl.Err != errPoison {
-			t.Errorf("%s: call %d was written after Run returned (reply %s, error %v): a Node keeps no reference to the calls once Run returns", p.what, i+1, ints(cl.Reply), cl.Err)
+		// Once the server answers again, the node's next call is its own.
+		waitAnswering(t, holder)
+		checked := keptArrived(t, holder, p.what, p.busyAt, start.Add(p.deadline), p.before, kept)
+		r, err := c.evalCtx(t, ctx(t), acquire, held, "intruder", "3")
+		switch {
+		case err == nil && len(r) == 2 && r[0] == 1:
+			t.Errorf("on the %s node, after the batch cut by its deadline, an Acquire of a key another client holds was granted (reply %s): two holders. The reply is a stale one of the cut batch: a connection with replies still on the way must be closed, not reused", c.which, ints(r))
+		case err == nil && !slices.Equal(r, []int64{0, 0}):
+			t.Errorf("on the %s node, after the batch cut by its deadline, an Acquire of a key another client holds replied %s, want [0 0]%s", c.which, ints(r), lateHint(nil))
+		}
+		ownReplies(t, c)
+		for i, cl := range calls {
+			if cl.Reply != nil || cl.Err != errPoison {
+				t.Errorf("%s: call %d was written after Run returned (reply %s, error %v): a Node keeps no reference to the calls once Run returns", p.what, i+1, ints(cl.Reply), cl.Err)
+				break
+			}
+		}
+		if checked || attempt == cutAttempts || t.Failed() {
 			break
 		}
+		p.deadline = min(2*p.deadline, cutMaxDeadline)
+		p.slow = p.deadline + p.margin
+		p.busyAt = c.key("busyat" + strconv.Itoa(attempt+1))
+		t.Logf("%s the replies kept were not checked: the batch is cut again with a %v deadline", p.what, p.deadline.Round(time.Millisecond))
 	}
 	cutWait(t, c)
 }
+
+// How often PartReadBatch cuts its batch, at most, until the server began
+// the slow call keepLead before the deadline, and the longest deadline it
+// gives the batch then.
+const (
+	cutAttempts    = 4
+	cutMaxDeadline = 6 * time.Second
+)
 
 // A partRead is testPartReadBatch's batch: before fast grant calls, the
 // slow call, after more; and, once timed, its deadline and how long the
@@ -320,23 +342,29 @@ func (p *partRead) runCut(t *testing.T) (calls []driver.Call, start time.Time, k
 // slow call (as the script recorded in busyAt) at least keepLead before the
 // deadline: their replies had arrived. The lead is measured on each clock
 // apart, the server's from then to now and the suite's from the deadline to
-// now, so the clocks need not agree.
-func keptArrived(t *testing.T, holder *nodeCase, what, busyAt string, deadline time.Time, before, kept int) {
+// now, so the clocks need not agree. It reports whether it checked the
+// replies kept (not when the slow call did not run, or began later).
+func keptArrived(t *testing.T, holder *nodeCase, what, busyAt string, deadline time.Time, before, kept int) bool {
 	t.Helper()
 	r := holder.eval(t, `local t = redis.call('TIME')
 return {tonumber(redis.call('GET', KEYS[1]) or '-1'), tonumber(t[1]) * 1000000 + tonumber(t[2])}`, []string{busyAt})
 	sinceDeadline := time.Since(deadline)
 	if len(r) != 2 || r[0] < 0 {
 		t.Logf("%s: the slow call did not run (reply %s): the replies kept are not checked", what, ints(r))
-		return
+		return false
 	}
 	lead := time.Duration(r[1]-r[0])*time.Microsecond - sinceDeadline
-	if want := min(int(keepShare*float64(before)), before-keepPart); lead >= keepLead && kept < want {
+	if lead < keepLead {
+		t.Logf("%s the server began the slow call %v before the deadline, less than %v: the replies kept are not checked", what, lead.Round(time.Millisecond), keepLead)
+		return false
+	}
+	if want := min(int(keepShare*float64(before)), before-keepPart); kept < want {
 		t.Errorf("%s kept %d replies of the %d calls before the slow one, want at least %d: the server began the slow call %v before the deadline, so their replies had arrived, and a Node keeps the replies that arrived when the context ends (a client that sets the error that cut a pipeline on every command loses them)",
 			what, kept, before, want, lead.Round(time.Millisecond))
 	} else {
 		t.Logf("%s the server began the slow call %v before the deadline", what, lead.Round(time.Millisecond))
 	}
+	return true
 }
 
 // cutWait is PartReadBatch through RunWait: a grant, then WAIT for one

@@ -1,6 +1,7 @@
 package conformance_test
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -297,7 +298,7 @@ func TestBrokenDriversFail(t *testing.T) {
 		{name: "WaitIgnoresDeadline", rules: []string{"RunWaitDeadline"}},
 		{name: "WatchNeverStops", rules: []string{"WatchDelivers"}},
 		// The watchdog ends the binary, naming the first rule, which hangs.
-		{name: "Hangs", watchdog: "2s", output: "conformance: TestBrokenDriver/NoScript did not finish within 2s"},
+		{name: "Hangs", watchdog: "2s", output: "conformance: TestBrokenDriver/NoScript did not finish within 2s", run: []string{"NoScript"}},
 		// Issue 15: each caught by its rule, on fresh nodes too.
 		// The connection its cut broke is reused too: NoRetry cannot read its counter.
 		{name: "ReusesConnection", rules: []string{"LateReply"}, within: append(slices.Clone(stallRules), "NoRetry"),
@@ -343,42 +344,125 @@ type breakage struct {
 	skipped  []string // rules that must skip
 	watchdog string   // DLM_CONFORMANCE_WATCHDOG for the subprocess
 	output   string   // text the subprocess must print
+	// run lists the rules the subprocess runs, when set. Otherwise it runs
+	// the rules that must fail it, or, when none must (a correct wrapper,
+	// one without abilities), every rule: a breakage is checked by the
+	// rules meant to catch it, not by the whole suite each time. Then
+	// within bounds nothing more than rules does; it says which other
+	// rules may fail, and is checked where the whole suite runs (full).
+	run  []string
+	full bool // the subprocess runs every rule, whatever rules says
 }
+
+// selected returns the rules the subprocess runs for b, nil for every rule.
+func (b breakage) selected() []string {
+	switch {
+	case b.full:
+		return nil
+	case b.run != nil:
+		return b.run
+	}
+	return b.rules // nil: every rule
+}
+
+// runPattern returns the -test.run pattern of test's subprocess running
+// only the rules sel (every rule when sel is nil).
+func runPattern(test string, sel []string) string {
+	p := "^" + test + "$"
+	if sel == nil {
+		return p
+	}
+	quoted := make([]string, len(sel))
+	for i, r := range sel {
+		quoted[i] = regexp.QuoteMeta(r)
+	}
+	return p + "/^(" + strings.Join(quoted, "|") + ")$"
+}
+
+// subprocesses bounds the suites run at once in subprocesses, across the
+// tests that run them (which run in parallel): they mostly wait on their
+// servers, but the machine may have only two cores, and the rules that
+// stall a server time its calls.
+var subprocesses = make(chan struct{}, 4)
 
 // checkBroken runs test in a subprocess once per breakage and checks the verdict.
 func checkBroken(t *testing.T, test string, cases []breakage) {
+	t.Helper()
 	if os.Getenv(brokenEnv) != "" {
 		t.Skip("in the subprocess")
 	}
 	redistest.Binary(t, "redis-server")
-	// The subprocesses mostly wait on their servers: run four at a time.
 	type result struct {
-		out []byte
-		err error
+		out  []byte
+		err  error
+		took time.Duration
 	}
 	results := make([]result, len(cases))
-	sem := make(chan struct{}, 4)
-	var wg sync.WaitGroup
+	cmds := make([]*exec.Cmd, len(cases))
 	for i, tc := range cases {
-		wg.Go(func() {
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$", "-test.v", "-test.count=1", "-test.timeout=2m")
-			cmd.Env = redistest.SubprocessEnv(t, brokenEnv+"="+tc.name)
-			if tc.watchdog != "" {
-				cmd.Env = append(cmd.Env, conformance.WatchdogEnv+"="+tc.watchdog)
-			}
-			out, err := cmd.CombinedOutput()
-			results[i] = result{out, err}
-		})
+		cmds[i] = exec.Command(os.Args[0], "-test.run="+runPattern(test, tc.selected()), "-test.v", "-test.count=1", "-test.timeout=2m")
+		cmds[i].Env = redistest.SubprocessEnv(t, brokenEnv+"="+tc.name)
+		if tc.watchdog != "" {
+			cmds[i].Env = append(cmds[i].Env, conformance.WatchdogEnv+"="+tc.watchdog)
+		}
 	}
-	wg.Wait()
+	// The whole suite takes longest: those runs start first.
+	order := make([]int, len(cases))
+	for i := range order {
+		order[i] = i
+	}
+	whole := func(i int) int {
+		if cases[i].selected() == nil {
+			return 0
+		}
+		return 1
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(whole(a), whole(b)) })
+	// The subprocesses start now, before this test waits for its turn
+	// among the parallel tests: they run in one pool with those of the
+	// other tests that run them, whichever tests hold go test's -parallel
+	// slots meanwhile.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var wg sync.WaitGroup
+		for _, i := range order {
+			subprocesses <- struct{}{} // here, so that they start in order
+			wg.Go(func() {
+				defer func() { <-subprocesses }()
+				start := time.Now()
+				out, err := cmds[i].CombinedOutput()
+				results[i] = result{out, err, time.Since(start)}
+			})
+		}
+		wg.Wait()
+	}()
+	t.Parallel()
+	<-done
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			out, err := results[i].out, results[i].err
 			failed := rules(test, "FAIL", string(out))
-			t.Logf("%s: the suite failed rules %v", tc.name, failed)
+			sel := tc.selected()
+			if sel == nil {
+				t.Logf("%s: every rule run in %v; the suite failed rules %v", tc.name, results[i].took.Round(time.Millisecond), failed)
+			} else {
+				t.Logf("%s: rules %v run in %v; the suite failed rules %v", tc.name, sel, results[i].took.Round(time.Millisecond), failed)
+			}
 			skipped := rules(test, "SKIP", string(out))
+			// The subprocess ran the rules selected, each of them (a rule
+			// misnamed here would otherwise be vacuously absent), and no other.
+			ran := slices.Concat(failed, skipped, rules(test, "PASS", string(out)))
+			for _, r := range sel {
+				if !slices.Contains(ran, r) && tc.watchdog == "" {
+					t.Errorf("rule %s was selected for an implementation that %s but did not run: no such rule?\n%s", r, tc.name, out)
+				}
+			}
+			for _, r := range ran {
+				if sel != nil && !slices.Contains(sel, r) {
+					t.Errorf("rule %s ran for an implementation that %s, outside the rules selected (%v)\n%s", r, tc.name, sel, out)
+				}
+			}
 			for _, r := range tc.skipped {
 				if !slices.Contains(skipped, r) {
 					t.Errorf("rule %s is not reported SKIP for an implementation that %s\n%s", r, tc.name, out)

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/dlmgo/dlm/driver"
@@ -48,6 +51,7 @@ func run1(ctx context.Context, n driver.Node, call driver.Call) ([]int64, error)
 }
 
 func TestFaultyNode(t *testing.T) {
+	t.Parallel() // its server is its own
 	fx := newFaultFixture(t)
 	ctx := context.Background()
 	eval := func(n driver.Node, key string) ([]int64, error) {
@@ -107,23 +111,35 @@ func TestFaultyNode(t *testing.T) {
 		}
 	})
 
+	// Slow's delay is the subject: it runs in virtual time (synctest) over
+	// a node in memory, so a loaded machine stretches nothing it checks.
 	t.Run("Slow", func(t *testing.T) {
-		f := conformance.Slow(fx.inner, 300*time.Millisecond)
-		cx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
-		defer cancel()
-		if _, err := run1(cx, f, driver.Call{Source: incr, Keys: []string{"slow"}}); !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("slow node, short deadline: %v, want DeadlineExceeded", err)
-		}
-		if n := fx.count("slow"); n != 0 {
-			t.Fatalf("a call whose context ended during the delay reached the node (counter %d)", n)
-		}
-		start := time.Now()
-		if _, err := eval(f, "slow"); err != nil {
-			t.Fatal(err)
-		}
-		if took := time.Since(start); took < 300*time.Millisecond {
-			t.Fatalf("slow node answered after %v, want at least its 300ms delay", took)
-		}
+		synctest.Test(t, func(t *testing.T) {
+			inner := &memNode{}
+			f := conformance.Slow(inner, 300*time.Millisecond)
+			cx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+			defer cancel()
+			start := time.Now()
+			if _, err := run1(cx, f, driver.Call{Source: incr, Keys: []string{"slow"}}); !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("slow node, short deadline: %v, want DeadlineExceeded", err)
+			}
+			if took := time.Since(start); took != 50*time.Millisecond {
+				t.Fatalf("slow node, 50ms deadline: returned after %v, want at its deadline", took)
+			}
+			if n := inner.runs.Load(); n != 0 {
+				t.Fatalf("a call whose context ended during the delay reached the node (%d calls)", n)
+			}
+			start = time.Now()
+			if r, err := run1(t.Context(), f, driver.Call{Source: incr, Keys: []string{"slow"}}); err != nil || !slices.Equal(r, []int64{1}) {
+				t.Fatalf("slow node: %v, %v; want [1]", r, err)
+			}
+			if took := time.Since(start); took != 300*time.Millisecond {
+				t.Fatalf("slow node answered after %v, want after its 300ms delay", took)
+			}
+			if n := inner.runs.Load(); n != 1 {
+				t.Fatalf("the node ran %d calls, want 1", n)
+			}
+		})
 	})
 
 	t.Run("String", func(t *testing.T) {
@@ -139,6 +155,7 @@ func TestFaultyNode(t *testing.T) {
 
 // The fault applies to RunWait and Watch as to Run.
 func TestFaultyNodeWaitWatch(t *testing.T) {
+	t.Parallel() // its server is its own
 	fx := newFaultFixture(t)
 	ctx := context.Background()
 	f := conformance.Wrap(fx.inner)
@@ -180,28 +197,72 @@ func TestFaultyNodeWaitWatch(t *testing.T) {
 		t.Errorf("Calls() = %d, %d; want 5 made, 3 reached", made, reached)
 	}
 
-	f.Heal()
+	// The fault applies when a message is delivered: the node beneath
+	// reports each message once the wrapper has passed it on or dropped
+	// it, so that the fault changes only between messages, without waiting
+	// for one (a wait that a loaded machine outlasts).
+	sn := &seenNode{Node: fx.inner, seen: make(chan string, 4)}
+	g := conformance.Wrap(sn)
+	seen := sn.seen
 	got := make(chan string, 4)
-	stop, err := f.Watch(ctx, "ch", func(p string) { got <- p })
+	stop, err := g.Watch(ctx, "ch", func(p string) { got <- p })
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer stop()
-	f.Set(conformance.Fault{Down: true})
-	fx.c.Publish(ctx, "ch", "dropped")
-	select {
-	case p := <-got:
-		t.Fatalf("a down node delivered %q", p)
-	case <-time.After(500 * time.Millisecond):
-	}
-	f.Heal()
-	fx.c.Publish(ctx, "ch", "delivered")
-	select {
-	case p := <-got:
-		if p != "delivered" {
-			t.Fatalf("got %q, want only the message published while healthy", p)
+	next := func(ch chan string, what string) string {
+		t.Helper()
+		select {
+		case p := <-ch:
+			return p
+		case <-time.After(time.Minute): // a bound only against hanging
+			t.Fatalf("no message %s within a minute", what)
+			return ""
 		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("no message after Heal")
+	}
+	g.Set(conformance.Fault{Down: true})
+	fx.c.Publish(ctx, "ch", "dropped")
+	if p := next(seen, "reached the node"); p != "dropped" {
+		t.Fatalf("the node got %q, want %q", p, "dropped")
+	}
+	g.Heal()
+	fx.c.Publish(ctx, "ch", "delivered")
+	if p := next(seen, "reached the node"); p != "delivered" {
+		t.Fatalf("the node got %q, want %q", p, "delivered")
+	}
+	if p := next(got, "after Heal"); p != "delivered" {
+		t.Fatalf("got %q, want only the message published while healthy (a down node delivered it)", p)
+	}
+}
+
+// A seenNode reports on seen every message its Watch delivered, once the
+// watcher's notify returned.
+type seenNode struct {
+	driver.Node
+	seen chan string
+}
+
+func (s *seenNode) Watch(ctx context.Context, channel string, notify func(string)) (func(), error) {
+	return s.Node.Watch(ctx, channel, func(p string) {
+		notify(p)
+		s.seen <- p
+	})
+}
+
+// A memNode is a Node in memory whose every call of Run replies [1]; it
+// does not wait, so it runs inside a synctest bubble.
+type memNode struct {
+	driver.Node // RunWait and Watch are not used
+	runs        atomic.Int64
+}
+
+func (m *memNode) Run(ctx context.Context, calls []driver.Call) {
+	for i := range calls {
+		m.runs.Add(1)
+		if err := ctx.Err(); err != nil {
+			calls[i].Reply, calls[i].Err = nil, err
+			continue
+		}
+		calls[i].Reply, calls[i].Err = []int64{1}, nil
 	}
 }

@@ -169,6 +169,7 @@ func (n *RESPNode) roundTrip(ctx context.Context, cmds [][]string) ([]any, error
 // The lines that run the suite on a driver, against a server the suite
 // starts.
 func TestRESPNode(t *testing.T) {
+	t.Parallel() // its servers are its own
 	harness.Run(t, func(t *testing.T, addr string) driver.Node {
 		n := NewRESPNode(addr)
 		t.Cleanup(n.Close)
@@ -178,6 +179,7 @@ func TestRESPNode(t *testing.T) {
 
 // The single-instance strategy runs correctly over it.
 func TestRESPNodeSingle(t *testing.T) {
+	t.Parallel() // its server is its own
 	addr := harness.StartServer(t)
 	node := NewRESPNode(addr)
 	t.Cleanup(node.Close)

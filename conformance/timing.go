@@ -362,6 +362,19 @@ func whileBlocked(t *testing.T, c *nodeCase, f func(probe string, keys []string)
 		for _, nc := range c.both() {
 			waitAnswering(t, nc)
 		}
+		if !viaTr && busyErr == nil {
+			// Each node's server ran the busy script that blocked it. A
+			// node of another server may have its probes answered late on
+			// a loaded machine, failing them by their deadline as if its
+			// server had been blocked: the stamp of the busy script tells,
+			// whatever the timing.
+			stamp := c.script(`return {tonumber(redis.call('GET', KEYS[1]) or '-1')}`)
+			for _, nc := range c.both() {
+				if r := nc.eval(t, stamp, []string{busyKey}); len(r) == 1 && r[0] < 0 {
+					t.Fatalf("the %s node's server never ran the script that blocked the server (through a node newNode returned), so the rule's probes of that node were not made while its server was blocked: the nodes newNode returns must talk to one server for a given key, or the rule cannot block the server they use", nc.which)
+				}
+			}
+		}
 		if !early || t.Failed() {
 			return
 		}
@@ -382,7 +395,7 @@ func whileBlocked(t *testing.T, c *nodeCase, f func(probe string, keys []string)
 				case r[0] < 0 && busyErr != nil:
 					t.Fatalf("the script that blocks the server failed (%v), so the probes were answered: the rule cannot stall the server through a node newNode returns", busyErr)
 				case r[0] < 0 && r[1] >= 0:
-					t.Fatalf("the %s node's server ran the probes but never the script that blocked the server (through a node newNode returned): the nodes newNode returns must talk to one server for a given key, or the rule cannot block the server they use", nc.which)
+					t.Fatalf("the %s node's server ran the probes but never ran the script that blocked the server (through a node newNode returned): the nodes newNode returns must talk to one server for a given key, or the rule cannot block the server they use", nc.which)
 				case r[0] >= 0 && r[1] >= 0 && probeAt < 0:
 					busyAt, probeAt = r[0], r[1]
 				}

@@ -48,6 +48,7 @@ func (a *abilities) Watch(ctx context.Context, channel string, notify func(strin
 // overrides only Run passes the RunWait and Watch rules, its RunWait and
 // Watch reaching the Node beneath.
 func TestWrapperKeepsAbilities(t *testing.T) {
+	t.Parallel() // its server is its own
 	srv := redistest.Start(t)
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = client.Close() })

@@ -39,6 +39,7 @@ func TestEagerDriver(t *testing.T) {
 		t.Skip("runs the whole suite twice (about a minute)")
 	}
 	redistest.Binary(t, "redis-server")
+	t.Parallel() // its servers are its own
 	_, here, _, _ := runtime.Caller(0)
 	dir := filepath.Join(filepath.Dir(here), "testdata", "eagerdriver")
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)

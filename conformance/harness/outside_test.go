@@ -25,6 +25,7 @@ func TestOutsideModule(t *testing.T) {
 	if _, err := exec.LookPath("redis-server"); err != nil && os.Getenv("DLM_REQUIRE_REDIS") != "1" {
 		t.Skipf("redis-server not found on PATH: %v", err)
 	}
+	t.Parallel() // its server is its own
 	_, here, _, _ := runtime.Caller(0)
 	repo := filepath.Join(filepath.Dir(here), "..", "..")
 	src, err := os.ReadFile(filepath.Join(repo, "conformance", "respnode_test.go"))

@@ -49,6 +49,7 @@ func dial(t *testing.T, addr string) driver.Node {
 // TestRun is the first layout of docs/driver-contract.md: every rule on
 // the harness's server.
 func TestRun(t *testing.T) {
+	t.Parallel() // the harness's servers are its own
 	harness.Run(t, dial, harness.WithDial(dialErr), harness.WithTLS(dialTLS))
 }
 
@@ -56,6 +57,7 @@ func TestRun(t *testing.T) {
 // on the harness's, every other rule on a server of the author's (here
 // one more the harness starts, with no fault point in front of it).
 func TestOwn(t *testing.T) {
+	t.Parallel() // the harness's servers are its own
 	harness.Own(t, dial, harness.WithDial(dialErr), harness.WithTLS(dialTLS))
 	mine := harness.StartServer(t)
 	conformance.RunNode(t, func(t *testing.T) driver.Node { return dial(t, mine) })
