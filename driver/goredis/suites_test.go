@@ -19,19 +19,13 @@ import (
 )
 
 // The suites over more of go-redis than TestConformance's default client:
-// ContextTimeoutEnabled, Dial through Sentinel, the strategies' and the
-// lock family's suites, a Cluster and a failover client.
+// the strategies' and the lock family's suites, a Cluster and a failover
+// client (ContextTimeoutEnabled and Dial through Sentinel: TestServerMatrix).
 
-// TestConformanceContextTimeout is TestConformance over clients with
-// ContextTimeoutEnabled, and with Dial's way to a primary through Sentinel.
-func TestConformanceContextTimeout(t *testing.T) {
-	t.Parallel() // the suites mostly wait: on stalled servers, deadlines, expiry
-	harness.Run(t, func(t *testing.T, addr string) driver.Node {
-		c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
-		t.Cleanup(func() { _ = c.Close() })
-		return goredis.New(c)
-	}, harness.WithSentinel(dialSentinel))
-}
+// TestConformance over clients with ContextTimeoutEnabled, and with Dial's
+// way to a primary through Sentinel, is TestServerMatrix/redis-7.0/Node:
+// the same harness.Run on the same redis-server (the matrix's Redis 7.0 is
+// the one on PATH), so it is not run twice.
 
 // dialSentinel is Dial's way to a primary through Sentinel, for the
 // harness.
@@ -45,25 +39,18 @@ func dialSentinel(t *testing.T, addrs []string, master string) (driver.Node, err
 
 // The single-instance strategy keeps the Strategy contract, and the lock
 // family theirs, over a client with go-redis's defaults (MaxRetries 3
-// among them), with and without ContextTimeoutEnabled.
+// among them). Over a client with ContextTimeoutEnabled the same suites
+// run in TestServerMatrix/redis-7.0/Single (the redis-server on PATH).
 func TestConformanceSingle(t *testing.T) {
 	t.Parallel() // the suites mostly wait: on stalled servers, deadlines, expiry
-	for _, tc := range []struct {
-		name      string
-		ctxOnWire bool
-	}{{"ContextTimeoutEnabled", true}, {"Default", false}} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			addr := harness.StartServer(t)
-			c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: tc.ctxOnWire})
-			t.Cleanup(func() { _ = c.Close() })
-			node := goredis.New(c)
-			topology := conformance.Topology{Nodes: func(*testing.T) []driver.Node { return []driver.Node{node} }, Servers: []string{addr}}
-			newStrategy := func(nodes []driver.Node) (dlm.Strategy, error) { return strategy.NewSingle(nodes[0]) }
-			conformance.RunStrategy(t, topology, newStrategy)
-			family.Run(t, topology.Nodes, newStrategy)
-		})
-	}
+	addr := harness.StartServer(t)
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { _ = c.Close() })
+	node := goredis.New(c)
+	topology := conformance.Topology{Nodes: func(*testing.T) []driver.Node { return []driver.Node{node} }, Servers: []string{addr}}
+	newStrategy := func(nodes []driver.Node) (dlm.Strategy, error) { return strategy.NewSingle(nodes[0]) }
+	conformance.RunStrategy(t, topology, newStrategy)
+	family.Run(t, topology.Nodes, newStrategy)
 }
 
 func TestConformanceCluster(t *testing.T) {
