@@ -22,6 +22,7 @@ import (
 // TestPipeNodeFailoverSentinel runs the failover strategy over a Sentinel
 // client: a primary with two replicas behind one Sentinel.
 func TestPipeNodeFailoverSentinel(t *testing.T) {
+	t.Parallel() // each driver owns its servers
 	forEachDriver(t, func(t *testing.T, d pipeDriver) {
 		topo := redistest.StartReplicated(t, redistest.ReplicatedOptions{Replicas: 2, Sentinels: 1, DownAfter: time.Second})
 		client := d.open(t, pipeOptions{addrs: topo.SentinelAddrs(), master: topo.Master})
