@@ -32,8 +32,12 @@ func TestPipeNodeFailoverSentinel(t *testing.T) {
 
 		t.Run("conformance", func(t *testing.T) {
 			topology := conformance.Topology{Nodes: func(*testing.T) []driver.Node { return []driver.Node{node} }, Quorum: 1, Servers: []string{topo.Primary.Addr}}
+			// WAIT's timeout is the longest the suite's 200ms TTLs allow
+			// (it must stay below the TTL less its drift margin): with
+			// 50ms, both replicas' acknowledgements came too late on a
+			// loaded machine under -race, and SlowLease was refused.
 			newStrategy := func(nodes []driver.Node) (dlm.Strategy, error) {
-				return strategy.NewFailover(nodes[0], strategy.WithWaitTimeout(50*time.Millisecond))
+				return strategy.NewFailover(nodes[0], strategy.WithWaitTimeout(150*time.Millisecond))
 			}
 			conformance.RunStrategy(t, topology, newStrategy)
 			family.Run(t, topology.Nodes, newStrategy)

@@ -59,9 +59,10 @@ func TestClient(t *testing.T) {
 	lockCycle(t, n, "plain")
 }
 
-func TestClusterClient(t *testing.T) {
-	t.Parallel() // owns its servers
-	nodes := redistest.StartCluster(t, 3)
+// clusterClient: a node over a Cluster client is named after the
+// addresses it was given, and locks keys on every master. Run by
+// TestCluster.
+func clusterClient(t *testing.T, nodes []*redistest.Server) {
 	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{nodes[0].Addr, nodes[1].Addr}})
 	defer c.Close()
 	assert.Equal(t, "cluster("+nodes[0].Addr+","+nodes[1].Addr+")", fmt.Sprint(goredis.New(c)))

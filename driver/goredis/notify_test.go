@@ -89,9 +89,9 @@ func TestWatchCancelled(t *testing.T) {
 	assert.ErrorIs(t, err, context.Canceled)
 }
 
-func TestWatchCluster(t *testing.T) {
-	t.Parallel() // owns its servers
-	nodes := redistest.StartCluster(t, 3)
+// watchCluster: on a Cluster, Watch subscribes channels of keys on every
+// master, and shard messages published there arrive. Run by TestCluster.
+func watchCluster(t *testing.T, nodes []*redistest.Server) {
 	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{nodes[0].Addr}})
 	defer c.Close()
 	n := goredis.New(c)
@@ -113,55 +113,56 @@ func TestWatchCluster(t *testing.T) {
 	assert.Equal(t, int64(6), count.Load())
 }
 
+// TestRunMany: runMany on a client of a server of its own, with and
+// without a deadline on the context (go-redis's client has no
+// ContextTimeoutEnabled: the driver makes the deadline real). On a
+// Cluster it runs in TestCluster.
 func TestRunMany(t *testing.T) {
 	t.Parallel() // owns its servers
 	for _, tc := range []struct {
-		name   string
-		client func(t *testing.T) redis.UniversalClient
-	}{
-		{"client", func(t *testing.T) redis.UniversalClient { return redistest.Start(t).Client(t) }},
-		{"client-noctxtimeout-deadline", func(t *testing.T) redis.UniversalClient { return redistest.Start(t).Client(t) }},
-		{"cluster", func(t *testing.T) redis.UniversalClient {
-			nodes := redistest.StartCluster(t, 3)
-			c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{nodes[0].Addr}})
-			t.Cleanup(func() { c.Close() })
-			return c
-		}},
-	} {
+		name     string
+		deadline bool
+	}{{"client", false}, {"client-noctxtimeout-deadline", true}} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := tc.client(t)
-			n := goredis.New(c)
-			s := nodekit.NewScript("return {tonumber(ARGV[1]), redis.call('INCR', KEYS[1])}")
-			ctx := context.Background()
-			if tc.name == "client-noctxtimeout-deadline" {
-				var cancel context.CancelFunc
-				ctx, cancel = context.WithTimeout(ctx, time.Minute) // a deadline to honour, not a bound
-				defer cancel()
-			}
-			calls := make([]driver.Call, 50)
-			for i := range calls {
-				calls[i] = driver.Call{Keys: []string{"k" + strconv.Itoa(i%7)}, Args: []string{strconv.Itoa(i)}}
-			}
-			// The script is not cached: the first pipeline meets NOSCRIPT,
-			// RunMany loads it and runs the rest again.
-			s.RunMany(ctx, n, calls)
-			perKey := map[string]int64{}
-			for i, r := range calls {
-				require.NoError(t, r.Err, "call %d", i)
-				require.Len(t, r.Reply, 2)
-				assert.Equal(t, int64(i), r.Reply[0])
-				perKey[calls[i].Keys[0]]++
-				assert.Equal(t, perKey[calls[i].Keys[0]], r.Reply[1], "call %d ran once, in order", i)
-			}
-			// A call that fails does not fail the others.
-			bad := nodekit.NewScript("if ARGV[1] == 'x' then return redis.error_reply('boom') end return {1}")
-			res := []driver.Call{{Keys: []string{"a"}, Args: []string{"1"}}, {Keys: []string{"a"}, Args: []string{"x"}}, {Keys: []string{"a"}, Args: []string{"2"}}}
-			bad.RunMany(ctx, n, res)
-			assert.NoError(t, res[0].Err)
-			assert.ErrorContains(t, res[1].Err, "boom")
-			assert.NoError(t, res[2].Err)
+			runMany(t, redistest.Start(t).Client(t), tc.deadline)
 		})
 	}
+}
+
+// runMany runs a script not yet cached, through c, as many calls: RunMany
+// loads it, and every call runs once and in order; a call that fails
+// does not fail the others. With deadline the context has one.
+func runMany(t *testing.T, c redis.UniversalClient, deadline bool) {
+	n := goredis.New(c)
+	s := nodekit.NewScript("return {tonumber(ARGV[1]), redis.call('INCR', KEYS[1])}")
+	ctx := context.Background()
+	if deadline {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Minute) // a deadline to honour, not a bound
+		defer cancel()
+	}
+	calls := make([]driver.Call, 50)
+	for i := range calls {
+		calls[i] = driver.Call{Keys: []string{"k" + strconv.Itoa(i%7)}, Args: []string{strconv.Itoa(i)}}
+	}
+	// The script is not cached: the first pipeline meets NOSCRIPT,
+	// RunMany loads it and runs the rest again.
+	s.RunMany(ctx, n, calls)
+	perKey := map[string]int64{}
+	for i, r := range calls {
+		require.NoError(t, r.Err, "call %d", i)
+		require.Len(t, r.Reply, 2)
+		assert.Equal(t, int64(i), r.Reply[0])
+		perKey[calls[i].Keys[0]]++
+		assert.Equal(t, perKey[calls[i].Keys[0]], r.Reply[1], "call %d ran once, in order", i)
+	}
+	// A call that fails does not fail the others.
+	bad := nodekit.NewScript("if ARGV[1] == 'x' then return redis.error_reply('boom') end return {1}")
+	res := []driver.Call{{Keys: []string{"a"}, Args: []string{"1"}}, {Keys: []string{"a"}, Args: []string{"x"}}, {Keys: []string{"a"}, Args: []string{"2"}}}
+	bad.RunMany(ctx, n, res)
+	assert.NoError(t, res[0].Err)
+	assert.ErrorContains(t, res[1].Err, "boom")
+	assert.NoError(t, res[2].Err)
 }
 
 // TestRunManyDeadline: calls on a frozen server end at the context's

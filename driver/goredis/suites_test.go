@@ -7,6 +7,7 @@ import (
 	"github.com/dlmgo/dlm/driver"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
 
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/conformance"
@@ -53,13 +54,52 @@ func TestConformanceSingle(t *testing.T) {
 	family.Run(t, topology.Nodes, newStrategy)
 }
 
-func TestConformanceCluster(t *testing.T) {
+// TestCluster runs on one Cluster of three masters (a Cluster takes
+// seconds to form, and these used to start one each): the node rules over
+// a Cluster client with ContextTimeoutEnabled (it was
+// TestConformanceCluster), then, each on masters emptied of keys and
+// scripts, clusterClient, watchCluster, runMany and runWaitCluster (they
+// were TestClusterClient, TestWatchCluster, TestRunMany/cluster and
+// TestRunWait/cluster).
+func TestCluster(t *testing.T) {
 	t.Parallel() // the suites mostly wait: on stalled servers, deadlines, expiry
 	nodes := redistest.StartCluster(t, 3)
-	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{nodes[0].Addr}, ContextTimeoutEnabled: true})
-	t.Cleanup(func() { _ = c.Close() })
-	node := goredis.New(c)
-	conformance.RunNode(t, func(*testing.T) driver.Node { return node })
+	t.Run("Conformance", func(t *testing.T) {
+		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{nodes[0].Addr}, ContextTimeoutEnabled: true})
+		t.Cleanup(func() { _ = c.Close() })
+		node := goredis.New(c)
+		conformance.RunNode(t, func(*testing.T) driver.Node { return node })
+	})
+	for _, tc := range []struct {
+		name string
+		run  func(t *testing.T, nodes []*redistest.Server)
+	}{
+		{"Client", clusterClient},
+		{"Watch", watchCluster},
+		{"RunMany", func(t *testing.T, nodes []*redistest.Server) {
+			c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{nodes[0].Addr}})
+			t.Cleanup(func() { _ = c.Close() })
+			runMany(t, c, false)
+		}},
+		{"RunWait", runWaitCluster},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			emptyMasters(t, nodes)
+			tc.run(t, nodes)
+		})
+	}
+}
+
+// emptyMasters deletes every key and script of the Cluster's masters, so
+// that a test on a shared Cluster begins as on a new one.
+func emptyMasters(t *testing.T, masters []*redistest.Server) {
+	t.Helper()
+	ctx := context.Background()
+	for _, m := range masters {
+		c := m.Client(t)
+		require.NoError(t, c.FlushAll(ctx).Err(), "FLUSHALL on %s", m.Addr)
+		require.NoError(t, c.ScriptFlush(ctx).Err(), "SCRIPT FLUSH on %s", m.Addr)
+	}
 }
 
 // The failover strategy keeps the Strategy contract over a go-redis

@@ -28,6 +28,8 @@ func evalWait(ctx context.Context, n driver.Node, w driver.Wait, src string, key
 	return calls[0].Reply, acks, err
 }
 
+// TestRunWait, on a primary with a replica; on a Cluster, runWaitCluster
+// (TestCluster).
 func TestRunWait(t *testing.T) {
 	t.Parallel() // owns its servers
 	topo := redistest.StartReplicated(t, redistest.ReplicatedOptions{Replicas: 1})
@@ -98,16 +100,6 @@ func TestRunWait(t *testing.T) {
 		}
 	})
 
-	t.Run("cluster: the pipeline goes to the key's master", func(t *testing.T) {
-		nodes := redistest.StartCluster(t, 1)
-		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{nodes[0].Addr}})
-		defer c.Close()
-		r, acks, err := evalWait(ctx, goredis.New(c), driver.Wait{Replicas: 1, Timeout: 50 * time.Millisecond}, incr, []string{"cw"})
-		require.NoError(t, err)
-		assert.Equal(t, []int64{1}, r)
-		assert.Zero(t, acks.Replicas, "the cluster master has no replica")
-	})
-
 	t.Run("a client that cannot pin a connection says so", func(t *testing.T) {
 		ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": topo.Primary.Addr}})
 		defer ring.Close()
@@ -118,4 +110,16 @@ func TestRunWait(t *testing.T) {
 		assert.ErrorIs(t, calls[0].Err, errors.ErrUnsupported, "the call did not run")
 		assert.Zero(t, topo.Primary.Client(t).Exists(ctx, "ring").Val())
 	})
+}
+
+// runWaitCluster: on a Cluster (of masters without replicas), the
+// pipeline of a call and its WAIT goes to the key's master. Run by
+// TestCluster.
+func runWaitCluster(t *testing.T, nodes []*redistest.Server) {
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{nodes[0].Addr}})
+	defer c.Close()
+	r, acks, err := evalWait(context.Background(), goredis.New(c), driver.Wait{Replicas: 1, Timeout: 50 * time.Millisecond}, incr, []string{"cw"})
+	require.NoError(t, err)
+	assert.Equal(t, []int64{1}, r)
+	assert.Zero(t, acks.Replicas, "the cluster master has no replica")
 }
