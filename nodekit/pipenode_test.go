@@ -45,7 +45,21 @@ type pipeOptions struct {
 	maxFlushDelay     time.Duration
 	username          string
 	password          string
+	// ConnWriteTimeout: the tests of deadlines set it far beyond their
+	// bounds, so that a call the Node did not end at its context's end
+	// would outlast the bound by a wide margin (the clients' default, 10s,
+	// is close to what a loaded machine can stretch a bound of seconds to).
+	connWriteTimeout time.Duration
 }
+
+// slowClient is the ConnWriteTimeout of the tests of deadlines, and
+// atOnce their bound: a call the Node ended at its context's end (100ms or
+// 200ms) returns well within atOnce, one it did not would take
+// slowClient.
+const (
+	slowClient = 2 * time.Minute
+	atOnce     = 30 * time.Second
+)
 
 // A pipeClient is a driver's Node over a new client.
 type pipeClient struct {
@@ -73,7 +87,7 @@ var pipeDrivers = []pipeDriver{
 		open: func(t testing.TB, o pipeOptions) pipeClient {
 			opt := rueidis.ClientOption{InitAddress: o.addrs, DisableAutoPipelining: o.noAutoPipelining, DisableRetry: o.noRetry,
 				DisableCache: o.disableCache, BlockingPoolSize: o.blockingPoolSize, PipelineMultiplex: o.pipelineMultiplex,
-				MaxFlushDelay: o.maxFlushDelay, Username: o.username, Password: o.password}
+				MaxFlushDelay: o.maxFlushDelay, Username: o.username, Password: o.password, ConnWriteTimeout: o.connWriteTimeout}
 			if o.master != "" {
 				opt.Sentinel = rueidis.SentinelOption{MasterSet: o.master}
 			}
@@ -93,7 +107,7 @@ var pipeDrivers = []pipeDriver{
 		open: func(t testing.TB, o pipeOptions) pipeClient {
 			opt := valkey.ClientOption{InitAddress: o.addrs, DisableAutoPipelining: o.noAutoPipelining, DisableRetry: o.noRetry,
 				DisableCache: o.disableCache, BlockingPoolSize: o.blockingPoolSize, PipelineMultiplex: o.pipelineMultiplex,
-				MaxFlushDelay: o.maxFlushDelay, Username: o.username, Password: o.password}
+				MaxFlushDelay: o.maxFlushDelay, Username: o.username, Password: o.password, ConnWriteTimeout: o.connWriteTimeout}
 			if o.master != "" {
 				opt.Sentinel = valkey.SentinelOption{MasterSet: o.master}
 			}
@@ -113,10 +127,15 @@ var pipeDrivers = []pipeDriver{
 // node is d.open's Node.
 func (d pipeDriver) node(t testing.TB, o pipeOptions) driver.Node { return d.open(t, o).node }
 
-// forEachDriver runs f once per driver, in a subtest named after it.
+// forEachDriver runs f once per driver, in a parallel subtest named after
+// it: each owns its servers and clients (bounded by -parallel, GOMAXPROCS
+// by default).
 func forEachDriver(t *testing.T, f func(t *testing.T, d pipeDriver)) {
 	for _, d := range pipeDrivers {
-		t.Run(d.name, func(t *testing.T) { f(t, d) })
+		t.Run(d.name, func(t *testing.T) {
+			t.Parallel()
+			f(t, d)
+		})
 	}
 }
 
@@ -152,7 +171,6 @@ func single(t *testing.T, node driver.Node, servers ...string) {
 func TestPipeNodeConformanceStandalone(t *testing.T) {
 	t.Parallel() // the suites mostly wait: on stalled servers, deadlines, expiry
 	forEachDriver(t, func(t *testing.T, d pipeDriver) {
-		t.Parallel()
 		addr := harness.StartServer(t)
 		single(t, d.node(t, pipeOptions{addrs: []string{addr}}), addr)
 	})
@@ -183,7 +201,6 @@ func (d pipeDriver) dialed(t *testing.T, ep nodekit.Endpoint) (driver.Node, erro
 func TestPipeNodeConformanceNoAutoPipelining(t *testing.T) {
 	t.Parallel() // the suites mostly wait: on stalled servers, deadlines, expiry
 	forEachDriver(t, func(t *testing.T, d pipeDriver) {
-		t.Parallel()
 		harness.Run(t, func(t *testing.T, addr string) driver.Node {
 			return d.node(t, pipeOptions{addrs: []string{addr}, noAutoPipelining: true})
 		}, d.dialOptions()...)
@@ -193,7 +210,6 @@ func TestPipeNodeConformanceNoAutoPipelining(t *testing.T) {
 func TestPipeNodeConformanceSentinel(t *testing.T) {
 	t.Parallel() // the suites mostly wait: on stalled servers, deadlines, expiry
 	forEachDriver(t, func(t *testing.T, d pipeDriver) {
-		t.Parallel()
 		primary := redistest.Start(t)
 		sentinel := redistest.StartSentinel(t, "mymaster", primary, 1, time.Second)
 		node := d.node(t, pipeOptions{addrs: []string{sentinel.Addr}, master: "mymaster"})
@@ -204,31 +220,63 @@ func TestPipeNodeConformanceSentinel(t *testing.T) {
 	})
 }
 
-func TestPipeNodeConformanceCluster(t *testing.T) {
+// TestPipeNodeCluster runs, per driver, on one Cluster of three masters
+// (a Cluster takes seconds to form, and these used to start one each): the
+// node and strategy suites, then, each on masters emptied of keys and
+// scripts, a call whose keys span slots (ErrInvalid, not a panic),
+// runMany, clusterRunWait and clusterWatch.
+func TestPipeNodeCluster(t *testing.T) {
 	t.Parallel() // the suites mostly wait: on stalled servers, deadlines, expiry
 	forEachDriver(t, func(t *testing.T, d pipeDriver) {
-		t.Parallel()
 		nodes := redistest.StartCluster(t, 3)
 		addrs := make([]string, len(nodes))
 		for i, n := range nodes {
 			addrs[i] = n.Addr
 		}
 		conform(t, d.node(t, pipeOptions{addrs: []string{nodes[0].Addr}}), addrs...)
-	})
-}
-
-func TestPipeNodeClusterKeysInDifferentSlots(t *testing.T) {
-	forEachDriver(t, func(t *testing.T, d pipeDriver) {
-		nodes := redistest.StartCluster(t, 3)
-		n := d.node(t, pipeOptions{addrs: []string{nodes[0].Addr}})
-		_, err := eval(context.Background(), n, "return {1}", "a", "b")
-		if !errors.Is(err, driver.ErrInvalid) {
-			t.Fatalf("keys in different slots: %v, want an error matching dlm.ErrInvalid, not a panic", err)
+		for _, tc := range []struct {
+			name string
+			run  func(t *testing.T, d pipeDriver, nodes []*redistest.Server)
+		}{
+			{"KeysInDifferentSlots", func(t *testing.T, d pipeDriver, nodes []*redistest.Server) {
+				n := d.node(t, pipeOptions{addrs: []string{nodes[0].Addr}})
+				_, err := eval(context.Background(), n, "return {1}", "a", "b")
+				if !errors.Is(err, driver.ErrInvalid) {
+					t.Fatalf("keys in different slots: %v, want an error matching dlm.ErrInvalid, not a panic", err)
+				}
+			}},
+			{"RunMany", func(t *testing.T, d pipeDriver, nodes []*redistest.Server) {
+				runMany(t, d.node(t, pipeOptions{addrs: []string{nodes[0].Addr}}), true)
+			}},
+			{"RunWait", clusterRunWait},
+			{"Watch", clusterWatch},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				emptyMasters(t, nodes)
+				tc.run(t, d, nodes)
+			})
 		}
 	})
 }
 
+// emptyMasters deletes every key and script of the Cluster's masters, so
+// that a test on a shared Cluster begins as on a new one.
+func emptyMasters(t *testing.T, masters []*redistest.Server) {
+	t.Helper()
+	ctx := context.Background()
+	for _, m := range masters {
+		c := m.Client(t)
+		if err := c.FlushAll(ctx).Err(); err != nil {
+			t.Fatalf("FLUSHALL on %s: %v", m.Addr, err)
+		}
+		if err := c.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatalf("SCRIPT FLUSH on %s: %v", m.Addr, err)
+		}
+	}
+}
+
 func TestPipeNodeNilClient(t *testing.T) {
+	t.Parallel() // each driver owns its servers
 	forEachDriver(t, func(t *testing.T, d pipeDriver) {
 		if !d.newNil() {
 			t.Fatal("New(nil) is not nil")
@@ -236,12 +284,14 @@ func TestPipeNodeNilClient(t *testing.T) {
 	})
 }
 
-// A frozen server (SIGSTOP) never answers; the call returns at its deadline.
+// A frozen server (SIGSTOP) never answers; the call returns at its
+// deadline (well within atOnce; the client's own timeout is slowClient).
 func TestPipeNodeDeadlineOnFrozenServer(t *testing.T) {
+	t.Parallel() // each driver owns its servers
 	forEachDriver(t, func(t *testing.T, d pipeDriver) {
 		for _, auto := range []bool{true, false} {
 			srv := redistest.Start(t)
-			n := d.node(t, pipeOptions{addrs: []string{srv.Addr}, noAutoPipelining: !auto})
+			n := d.node(t, pipeOptions{addrs: []string{srv.Addr}, noAutoPipelining: !auto, connWriteTimeout: slowClient})
 			if _, err := eval(context.Background(), n, "return {1}"); err != nil {
 				t.Fatal(err)
 			}
@@ -252,7 +302,7 @@ func TestPipeNodeDeadlineOnFrozenServer(t *testing.T) {
 			took := time.Since(start)
 			cancel()
 			srv.Thaw(t)
-			if !errors.Is(err, context.DeadlineExceeded) || took > 2*time.Second {
+			if !errors.Is(err, context.DeadlineExceeded) || took > atOnce {
 				t.Errorf("auto-pipelining %v: Eval on a frozen server: %v after %v, want context.DeadlineExceeded near 100ms", auto, err, took)
 			}
 		}
@@ -264,6 +314,7 @@ func TestPipeNodeDeadlineOnFrozenServer(t *testing.T) {
 // would wait for it under the dialing caller's deadline: such a caller
 // still returns at its own deadline, while the first is still waiting.
 func TestPipeNodeDeadlineWhileAnotherRedials(t *testing.T) {
+	t.Parallel() // each driver owns its servers
 	forEachDriver(t, func(t *testing.T, d pipeDriver) {
 		srv := redistest.Start(t)
 		proxy := redistest.StartProxy(t, srv.Addr) // counts the client's dials
@@ -315,6 +366,7 @@ func TestPipeNodeDeadlineWhileAnotherRedials(t *testing.T) {
 // without "ERR "; Lock still ends at once with a permanent error instead
 // of waiting out its context.
 func TestPipeNodeLockEndsAtOnceOnASentinelsPort(t *testing.T) {
+	t.Parallel() // each driver owns its servers
 	forEachDriver(t, func(t *testing.T, d pipeDriver) {
 		sentinel := redistest.StartSentinel(t, "mymaster", redistest.Start(t), 1, 5*time.Second)
 		n, c, err := d.dial(context.Background(), nodekit.Endpoint{Addr: sentinel.Addr})
@@ -330,7 +382,7 @@ func TestPipeNodeLockEndsAtOnceOnASentinelsPort(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*atOnce) // only a Lock that waits out its context takes it
 		defer cancel()
 		_, err = m.Lock(ctx, "k")
 		if !dlm.Permanent(err) || ctx.Err() != nil || !strings.Contains(err.Error(), "unknown command") {
@@ -344,7 +396,6 @@ func TestPipeNodeLockEndsAtOnceOnASentinelsPort(t *testing.T) {
 func TestPipeNodeConformanceRedlock(t *testing.T) {
 	t.Parallel() // the suites mostly wait: on stalled servers, deadlines, expiry
 	forEachDriver(t, func(t *testing.T, d pipeDriver) {
-		t.Parallel()
 		var nodes []driver.Node
 		var servers []string
 		for range 3 {

@@ -27,6 +27,7 @@ func evalWait(ctx context.Context, n driver.Node, w driver.Wait, src string, key
 }
 
 func TestPipeNodeRunWait(t *testing.T) {
+	t.Parallel() // each driver owns its servers
 	forEachDriver(t, func(t *testing.T, d pipeDriver) {
 		topo := redistest.StartReplicated(t, redistest.ReplicatedOptions{Replicas: 2})
 		ctx := context.Background()
@@ -161,7 +162,12 @@ func TestPipeNodeRunWait(t *testing.T) {
 	})
 }
 
+// A WAIT blocked on a frozen replica returns when its context ends (WAIT's
+// own timeout, a minute, and the client's, slowClient, are far beyond the
+// bound atOnce), and the abandoned connection does not hold up the next
+// call.
 func TestPipeNodeRunWaitContext(t *testing.T) {
+	t.Parallel() // each driver owns its servers
 	forEachDriver(t, func(t *testing.T, d pipeDriver) {
 		topo := redistest.StartReplicated(t, redistest.ReplicatedOptions{Replicas: 1})
 		ctx := context.Background()
@@ -177,6 +183,7 @@ func TestPipeNodeRunWaitContext(t *testing.T) {
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				tc.opt.addrs = []string{topo.Primary.Addr}
+				tc.opt.connWriteTimeout = slowClient
 				n := d.node(t, tc.opt)
 				topo.Replicas[0].Freeze(t)
 				var cctx context.Context
@@ -188,53 +195,53 @@ func TestPipeNodeRunWaitContext(t *testing.T) {
 					time.AfterFunc(200*time.Millisecond, cancel)
 				}
 				start := time.Now()
-				_, _, err := evalWait(cctx, n, driver.Wait{Replicas: 1, Timeout: 5 * time.Second}, incr, "blocked")
+				_, _, err := evalWait(cctx, n, driver.Wait{Replicas: 1, Timeout: time.Minute}, incr, "blocked")
 				elapsed := time.Since(start)
 				cancel()
 				topo.Replicas[0].Thaw(t)
 				assert.Error(t, err)
-				assert.Less(t, elapsed, 4*time.Second, "returned when the context ended, not after WAIT's 5s")
+				assert.Less(t, elapsed, atOnce, "returned when the context ended, not after WAIT's minute")
 				// The abandoned connection does not hold up the next call.
 				start = time.Now()
-				_, acks, err := evalWait(ctx, n, driver.Wait{Replicas: 1, Timeout: 5 * time.Second}, incr, "after")
+				_, acks, err := evalWait(ctx, n, driver.Wait{Replicas: 1, Timeout: time.Minute}, incr, "after")
 				require.NoError(t, err)
 				assert.Equal(t, 1, acks.Replicas)
-				assert.Less(t, time.Since(start), 4*time.Second)
+				assert.Less(t, time.Since(start), atOnce, "not held up behind the abandoned WAIT's minute")
 			})
 		}
 	})
 }
 
-func TestPipeNodeRunWaitCluster(t *testing.T) {
-	forEachDriver(t, func(t *testing.T, d pipeDriver) {
-		nodes := redistest.StartCluster(t, 3)
-		n := d.node(t, pipeOptions{addrs: []string{nodes[0].Addr}})
-		ctx := context.Background()
-		// Keys on every master: the dedicated connection does not follow
-		// redirections, so a reply (not MOVED) shows it went to the slot's owner.
-		for i := range 12 {
-			key := "cw" + strconv.Itoa(i)
-			r, acks, err := evalWait(ctx, n, driver.Wait{Replicas: 1, Timeout: 20 * time.Millisecond}, incr, key)
-			require.NoError(t, err, key)
-			assert.Equal(t, []int64{1}, r, key)
-			assert.Zero(t, acks.Replicas, "the cluster's masters have no replica")
-		}
-		w := driver.Wait{Replicas: 1, Timeout: 20 * time.Millisecond}
-		_, _, err := evalWait(ctx, n, w, incr, "a", "b")
-		assert.ErrorIs(t, err, driver.ErrInvalid, "keys in different slots")
+// clusterRunWait: on a Cluster of three masters without replicas (emptied),
+// RunWait sends each call and its WAIT to the key's master, and refuses,
+// sending nothing, calls whose keys span slots. Run by TestPipeNodeCluster.
+func clusterRunWait(t *testing.T, d pipeDriver, nodes []*redistest.Server) {
+	n := d.node(t, pipeOptions{addrs: []string{nodes[0].Addr}})
+	ctx := context.Background()
+	// Keys on every master: the dedicated connection does not follow
+	// redirections, so a reply (not MOVED) shows it went to the slot's owner.
+	for i := range 12 {
+		key := "cw" + strconv.Itoa(i)
+		r, acks, err := evalWait(ctx, n, driver.Wait{Replicas: 1, Timeout: 20 * time.Millisecond}, incr, key)
+		require.NoError(t, err, key)
+		assert.Equal(t, []int64{1}, r, key)
+		assert.Zero(t, acks.Replicas, "the cluster's masters have no replica")
+	}
+	w := driver.Wait{Replicas: 1, Timeout: 20 * time.Millisecond}
+	_, _, err := evalWait(ctx, n, w, incr, "a", "b")
+	assert.ErrorIs(t, err, driver.ErrInvalid, "keys in different slots")
 
-		// Several calls share one dedicated connection, so one slot.
-		calls := []driver.Call{{Source: incr, Keys: []string{"{s}1"}}, {Source: incr, Keys: []string{"{s}2"}}}
-		_, err = n.RunWait(ctx, calls, w)
-		require.NoError(t, err)
-		assert.Equal(t, []int64{1}, calls[0].Reply)
-		assert.Equal(t, []int64{1}, calls[1].Reply)
-		calls = []driver.Call{{Source: incr, Keys: []string{"a"}}, {Source: incr, Keys: []string{"b"}}}
-		_, err = n.RunWait(ctx, calls, w)
-		assert.ErrorIs(t, err, driver.ErrInvalid, "calls in different slots")
-		for _, c := range calls {
-			assert.ErrorIs(t, c.Err, driver.ErrInvalid)
-		}
-		assert.Zero(t, nodes[0].Client(t).Exists(ctx, "a").Val()+nodes[1].Client(t).Exists(ctx, "a").Val()+nodes[2].Client(t).Exists(ctx, "a").Val(), "nothing was sent")
-	})
+	// Several calls share one dedicated connection, so one slot.
+	calls := []driver.Call{{Source: incr, Keys: []string{"{s}1"}}, {Source: incr, Keys: []string{"{s}2"}}}
+	_, err = n.RunWait(ctx, calls, w)
+	require.NoError(t, err)
+	assert.Equal(t, []int64{1}, calls[0].Reply)
+	assert.Equal(t, []int64{1}, calls[1].Reply)
+	calls = []driver.Call{{Source: incr, Keys: []string{"a"}}, {Source: incr, Keys: []string{"b"}}}
+	_, err = n.RunWait(ctx, calls, w)
+	assert.ErrorIs(t, err, driver.ErrInvalid, "calls in different slots")
+	for _, c := range calls {
+		assert.ErrorIs(t, c.Err, driver.ErrInvalid)
+	}
+	assert.Zero(t, nodes[0].Client(t).Exists(ctx, "a").Val()+nodes[1].Client(t).Exists(ctx, "a").Val()+nodes[2].Client(t).Exists(ctx, "a").Val(), "nothing was sent")
 }

@@ -11,6 +11,7 @@ import (
 // Slot agrees with the CRC16 check value and with a real Cluster's
 // CLUSTER KEYSLOT, hash tags and odd keys included.
 func TestSlot(t *testing.T) {
+	t.Parallel() // owns its Cluster
 	if got, want := Slot("123456789"), 0x31C3; got != want {
 		t.Fatalf("Slot(123456789) = %#x, want %#x", got, want)
 	}

@@ -120,6 +120,7 @@ func TestDialerClassifies(t *testing.T) {
 // client's hello for the start of an inline command and waits for the
 // rest, never answers the handshake by itself.
 func TestDialTLSToPlainRedis(t *testing.T) {
+	t.Parallel() // owns its servers
 	srv := redistest.Start(t)
 	pw := redistest.Start(t, "--requirepass", "secret") // answers PING with -NOAUTH
 	for _, addr := range []string{srv.Addr, pw.Addr} {

@@ -20,12 +20,15 @@ import (
 )
 
 // lockCycle takes, extends and releases a lock through n, twice, and checks
-// the fence advanced.
+// the fence advanced. Its TTL is a minute: the subject is the client's
+// path to the server, not expiry, and with a TTL of 1s a loaded machine
+// (-race, other tests) let the lease end between TryLock and Extend, which
+// then failed with ErrNotHeld (TestClient's flake).
 func lockCycle(t *testing.T, n driver.Node, key string) {
 	t.Helper()
 	s, err := strategy.NewSingle(n)
 	require.NoError(t, err)
-	m, err := dlm.New(s, dlm.WithTTL(time.Second))
+	m, err := dlm.New(s, dlm.WithTTL(time.Minute))
 	require.NoError(t, err)
 	ctx := context.Background()
 	var last uint64
@@ -36,7 +39,7 @@ func lockCycle(t *testing.T, n driver.Node, key string) {
 		last = l.Fence()
 		_, err = m.TryLock(ctx, key)
 		assert.ErrorIs(t, err, dlm.ErrNotAcquired)
-		require.NoError(t, l.Extend(ctx, time.Second))
+		require.NoError(t, l.Extend(ctx, time.Minute))
 		require.NoError(t, l.Unlock(ctx))
 	}
 }
@@ -49,14 +52,17 @@ func run(ctx context.Context, n driver.Node, c driver.Call) ([]int64, error) {
 }
 
 func TestClient(t *testing.T) {
+	t.Parallel() // owns its servers
 	srv := redistest.Start(t)
 	n := goredis.New(srv.Client(t))
 	assert.Equal(t, srv.Addr, fmt.Sprint(n), "named by its address")
 	lockCycle(t, n, "plain")
 }
 
-func TestClusterClient(t *testing.T) {
-	nodes := redistest.StartCluster(t, 3)
+// clusterClient: a node over a Cluster client is named after the
+// addresses it was given, and locks keys on every master. Run by
+// TestCluster.
+func clusterClient(t *testing.T, nodes []*redistest.Server) {
 	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{nodes[0].Addr, nodes[1].Addr}})
 	defer c.Close()
 	assert.Equal(t, "cluster("+nodes[0].Addr+","+nodes[1].Addr+")", fmt.Sprint(goredis.New(c)))
@@ -67,6 +73,7 @@ func TestClusterClient(t *testing.T) {
 }
 
 func TestFailoverClient(t *testing.T) {
+	t.Parallel() // owns its servers
 	primary := redistest.Start(t)
 	sentinel := redistest.StartSentinel(t, "mymaster", primary, 1, time.Second)
 	c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "mymaster", SentinelAddrs: []string{sentinel.Addr}})
@@ -77,6 +84,7 @@ func TestFailoverClient(t *testing.T) {
 }
 
 func TestNoScriptIsMapped(t *testing.T) {
+	t.Parallel() // owns its servers
 	c := redistest.Start(t).Client(t)
 	n := goredis.New(c)
 	ctx := context.Background()
@@ -92,6 +100,7 @@ func TestNoScriptIsMapped(t *testing.T) {
 }
 
 func TestRepliesOtherThanIntegersAreErrors(t *testing.T) {
+	t.Parallel() // owns its servers
 	c := redistest.Start(t).Client(t)
 	n := goredis.New(c)
 	for _, src := range []string{"return 'x'", "return nil", "return {1, 'x'}", "return redis.error_reply('boom')"} {
@@ -104,11 +113,14 @@ func TestRepliesOtherThanIntegersAreErrors(t *testing.T) {
 }
 
 // A frozen server never answers; without ContextTimeoutEnabled go-redis
-// would wait for its 3s ReadTimeout, but the Node returns at the deadline.
+// would wait for its ReadTimeout (a minute here), but the Node returns at
+// the deadline. The bound is half the ReadTimeout, not a measure of the
+// deadline's precision, which a loaded machine stretches.
 func TestDeadlineIsEnforcedWithoutContextTimeoutEnabled(t *testing.T) {
+	t.Parallel() // owns its servers
 	for _, ctxOnWire := range []bool{false, true} {
 		srv := redistest.Start(t)
-		c := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: 30 * time.Second, ContextTimeoutEnabled: ctxOnWire})
+		c := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: time.Minute, ContextTimeoutEnabled: ctxOnWire})
 		defer c.Close()
 		n := goredis.New(c)
 		require.NoError(t, c.Ping(context.Background()).Err())
@@ -119,7 +131,7 @@ func TestDeadlineIsEnforcedWithoutContextTimeoutEnabled(t *testing.T) {
 		elapsed := time.Since(start)
 		cancel()
 		assert.ErrorIs(t, err, context.DeadlineExceeded, "ContextTimeoutEnabled=%v", ctxOnWire)
-		assert.Less(t, elapsed, 2*time.Second, "ContextTimeoutEnabled=%v", ctxOnWire)
+		assert.Less(t, elapsed, 30*time.Second, "ContextTimeoutEnabled=%v: returned at the deadline, not at the ReadTimeout", ctxOnWire)
 		srv.Thaw(t)
 	}
 }
@@ -128,6 +140,7 @@ func TestDeadlineIsEnforcedWithoutContextTimeoutEnabled(t *testing.T) {
 // server answers, and never writes into the caller's calls (-race checks
 // that the caller may use them at once).
 func TestAbandonedCallsAreNotWritten(t *testing.T) {
+	t.Parallel() // owns its servers
 	srv := redistest.Start(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: 30 * time.Second})
 	defer c.Close()
@@ -150,7 +163,7 @@ func TestAbandonedCallsAreNotWritten(t *testing.T) {
 		require.Eventually(t, func() bool {
 			v, _ := c.Get(context.Background(), "abandoned").Int()
 			return v == size
-		}, 5*time.Second, 10*time.Millisecond, "the abandoned commands ran once the server answered")
+		}, time.Minute, 10*time.Millisecond, "the abandoned commands ran once the server answered")
 		require.NoError(t, c.Del(context.Background(), "abandoned").Err())
 		for i := range calls {
 			assert.Equal(t, []int64{-1}, calls[i].Reply, "%d calls: call %d untouched", size, i)

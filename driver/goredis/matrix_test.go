@@ -27,11 +27,21 @@ import (
 // build), the strategy rules and the lock family's over the single
 // strategy and over Redlock on three servers of that build, and the plain
 // lock's guarantees through Managers. It logs how long each server's run
-// took. A build that is not installed is skipped, or fails under
-// DLM_REQUIRE_REDIS=1 (./test.sh installs them: .ci/servers.sh).
+// took (wall time, the waits for a parallel slot among it). A build that
+// is not installed is skipped, or fails under DLM_REQUIRE_REDIS=1
+// (./test.sh installs them: .ci/servers.sh).
+//
+// Its redis-7.0 run is also TestConformance's over clients with
+// ContextTimeoutEnabled and Dial through Sentinel, and TestConformanceSingle's
+// over such a client. Every run owns its servers, so the builds, and each
+// build's three suites, run in parallel (bounded by -parallel, GOMAXPROCS
+// by default): the suites mostly wait, on stalled servers, deadlines and
+// expiry.
 func TestServerMatrix(t *testing.T) {
+	t.Parallel()
 	for _, name := range redistest.Builds() {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			b := redistest.Find(t, name)
 			begin := time.Now()
 			t.Cleanup(func() { t.Logf("%s: the run took %v", name, time.Since(begin).Round(time.Second)) })
@@ -41,6 +51,7 @@ func TestServerMatrix(t *testing.T) {
 				return s
 			}
 			t.Run("Node", func(t *testing.T) {
+				t.Parallel()
 				harness.Run(t, func(t *testing.T, addr string) driver.Node {
 					return goredis.New(matrixClient(t, addr))
 				}, harness.Server(b.Bin, b.Env...), harness.WithSentinel(dialSentinel))
@@ -56,6 +67,7 @@ func TestServerMatrix(t *testing.T) {
 				newStrategy func([]driver.Node) (driver.Strategy, error)
 			}{{"Single", 1, single}, {"Redlock", 3, redlock}} {
 				t.Run(tc.name, func(t *testing.T) {
+					t.Parallel()
 					var nodes []driver.Node
 					var addrs []string
 					for range tc.servers {
