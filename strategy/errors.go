@@ -50,13 +50,13 @@ func (o outcome) String() string {
 type nodeResult struct {
 	Node    string // the node's name, see nodekit.Name
 	Outcome outcome
-	// Remaining is, for an acquisition outcomeRefused because another token holds
+	// Remaining is, for an acquisition refused because another token holds
 	// the lock, the holder's remaining TTL on that node; negative when unknown.
 	Remaining time.Duration
 	// Quarantined reports a refusal by a node that lost the key's state and
 	// grants nothing for Remaining more (see WithMaxTTL).
 	Quarantined bool
-	// Err is the *nodeError of a outcomeFailed call.
+	// Err is the *nodeError of a failed call.
 	Err error
 }
 

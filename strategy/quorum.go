@@ -46,7 +46,7 @@ func (t *tally) decided(n, q int) bool {
 }
 
 // A judge returns the outcome of node i's successful reply r to the call
-// tallied in t; a outcomeFailed outcome comes with the reason.
+// tallied in t; an outcomeFailed outcome comes with the reason.
 type judge func(t *tally, i int, r []int64) (outcome, error)
 
 // A round is one batch of script calls sent to several nodes at once.
