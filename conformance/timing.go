@@ -433,14 +433,14 @@ end
 return {%d}`
 )
 
-// waitAnswering waits until c's node answers a trivial script again, and
-// fails t when the reply is not the call's own.
 // stallEndTimeout bounds waitAnswering's wait for a stalled server to
 // answer again. On Valkey a stall is measured in the server's CPU time
 // (transport.BusyClock), which a loaded machine stretches: a 3.4s stall
 // outlasted a 10s wait at a load of 7 on 2 cores.
 const stallEndTimeout = time.Minute
 
+// waitAnswering waits until c's node answers a trivial script again, and
+// fails t when the reply is not the call's own.
 func waitAnswering(t *testing.T, c *nodeCase) {
 	t.Helper()
 	if c == nil {
