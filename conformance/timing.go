@@ -334,19 +334,7 @@ func whileBlocked(t *testing.T, c *nodeCase, f func(probe string, keys []string)
 	}
 	for attempt := 1; ; attempt++ {
 		busyKey, probeKey := c.key(fmt.Sprintf("busy-%d", attempt)), c.key(fmt.Sprintf("probe-%d", attempt))
-		done := make(chan error, 1)
-		c.stalled = time.Now()
-		go func() {
-			if viaTr {
-				done <- c.tr.Stall(busyFor)
-				return
-			}
-			cx, cancel := context.WithTimeout(context.Background(), callTimeout)
-			defer cancel()
-			calls := []driver.Call{{Source: c.script(stampedBusyScript), Keys: []string{busyKey}, Args: []string{strconv.FormatInt(busyFor.Microseconds(), 10)}}}
-			blocker.Run(cx, calls)
-			done <- calls[0].Err
-		}()
+		done := c.stall(blocker, busyKey)
 		time.Sleep(stallLead) // let the busy script reach the server
 		early := f(c.script(fmt.Sprintf(stampedProbe, -attempt)), []string{probeKey})
 		var busyErr error
@@ -363,55 +351,86 @@ func whileBlocked(t *testing.T, c *nodeCase, f func(probe string, keys []string)
 			waitAnswering(t, nc)
 		}
 		if !viaTr && busyErr == nil {
-			// Each node's server ran the busy script that blocked it. A
-			// node of another server may have its probes answered late on
-			// a loaded machine, failing them by their deadline as if its
-			// server had been blocked: the stamp of the busy script tells,
-			// whatever the timing.
-			stamp := c.script(`return {tonumber(redis.call('GET', KEYS[1]) or '-1')}`)
-			for _, nc := range c.both() {
-				if r := nc.eval(t, stamp, []string{busyKey}); len(r) == 1 && r[0] < 0 {
-					t.Fatalf("the %s node's server never ran the script that blocked the server (through a node newNode returned), so the rule's probes of that node were not made while its server was blocked: the nodes newNode returns must talk to one server for a given key, or the rule cannot block the server they use", nc.which)
-				}
-			}
+			c.checkBlockedBoth(t, busyKey)
 		}
 		if !early || t.Failed() {
 			return
 		}
 		if !viaTr {
-			// A loaded machine may delay the busy script past the probes,
-			// or the probes past the stall; say so only when that is what
-			// happened: the probes' server ran the busy script and the
-			// probes (both stamp the server's time on keys of one hash
-			// slot), not one without the other (nodes of two servers).
-			stamps := c.script(`return {tonumber(redis.call('GET', KEYS[1]) or '-1'), tonumber(redis.call('GET', KEYS[2]) or '-1')}`)
-			var busyAt, probeAt int64 = -1, -1
-			for _, nc := range c.both() {
-				r := nc.eval(t, stamps, []string{busyKey, probeKey})
-				if len(r) != 2 {
-					t.Fatalf("reading the busy script's and the probes' time stamps: reply %s", ints(r))
-				}
-				switch {
-				case r[0] < 0 && busyErr != nil:
-					t.Fatalf("the script that blocks the server failed (%v), so the probes were answered: the rule cannot stall the server through a node newNode returns", busyErr)
-				case r[0] < 0 && r[1] >= 0:
-					t.Fatalf("the %s node's server ran the probes but never ran the script that blocked the server (through a node newNode returned): the nodes newNode returns must talk to one server for a given key, or the rule cannot block the server they use", nc.which)
-				case r[0] >= 0 && r[1] >= 0 && probeAt < 0:
-					busyAt, probeAt = r[0], r[1]
-				}
-			}
-			switch {
-			case probeAt < 0:
-				t.Logf("attempt %d: no server ran the probes that were answered: trying again", attempt)
-			case probeAt >= busyAt:
-				t.Logf("attempt %d: the server first ran a probe %v after the busy script began, once it had ended: the rule's probes outlasted the stall (the machine is loaded); trying again", attempt, time.Duration(probeAt-busyAt)*time.Microsecond)
-			default:
-				t.Logf("attempt %d: the server ran the probes %v before the busy script (the machine is loaded); trying again", attempt, time.Duration(busyAt-probeAt)*time.Microsecond)
-			}
+			c.explainEarly(t, attempt, busyKey, probeKey, busyErr)
 		}
 		if attempt == 3 {
 			t.Fatal("the server answered every probe before the busy script blocked it, or after the stall ended; the machine is too slow for this rule")
 		}
+	}
+}
+
+// stall blocks the server for busyFor, through the transport when blocker
+// is nil or else by running the busy script (stamping busyKey) through
+// blocker, and returns where the stall's error arrives once it ended.
+func (c *nodeCase) stall(blocker driver.Node, busyKey string) <-chan error {
+	done := make(chan error, 1)
+	c.stalled = time.Now()
+	go func() {
+		if blocker == nil {
+			done <- c.tr.Stall(busyFor)
+			return
+		}
+		cx, cancel := context.WithTimeout(context.Background(), callTimeout)
+		defer cancel()
+		calls := []driver.Call{{Source: c.script(stampedBusyScript), Keys: []string{busyKey}, Args: []string{strconv.FormatInt(busyFor.Microseconds(), 10)}}}
+		blocker.Run(cx, calls)
+		done <- calls[0].Err
+	}()
+	return done
+}
+
+// checkBlockedBoth fails t unless each node's server ran the busy script
+// that blocked it. A node of another server may have its probes answered
+// late on a loaded machine, failing them by their deadline as if its
+// server had been blocked: the stamp of the busy script tells, whatever
+// the timing.
+func (c *nodeCase) checkBlockedBoth(t *testing.T, busyKey string) {
+	t.Helper()
+	stamp := c.script(`return {tonumber(redis.call('GET', KEYS[1]) or '-1')}`)
+	for _, nc := range c.both() {
+		if r := nc.eval(t, stamp, []string{busyKey}); len(r) == 1 && r[0] < 0 {
+			t.Fatalf("the %s node's server never ran the script that blocked the server (through a node newNode returned), so the rule's probes of that node were not made while its server was blocked: the nodes newNode returns must talk to one server for a given key, or the rule cannot block the server they use", nc.which)
+		}
+	}
+}
+
+// explainEarly logs why a probe was answered outside the stall. A loaded
+// machine may delay the busy script past the probes, or the probes past
+// the stall; it says so only when that is what happened: the probes'
+// server ran the busy script and the probes (both stamp the server's time
+// on keys of one hash slot), not one without the other (nodes of two
+// servers), which fails t.
+func (c *nodeCase) explainEarly(t *testing.T, attempt int, busyKey, probeKey string, busyErr error) {
+	t.Helper()
+	stamps := c.script(`return {tonumber(redis.call('GET', KEYS[1]) or '-1'), tonumber(redis.call('GET', KEYS[2]) or '-1')}`)
+	var busyAt, probeAt int64 = -1, -1
+	for _, nc := range c.both() {
+		r := nc.eval(t, stamps, []string{busyKey, probeKey})
+		if len(r) != 2 {
+			t.Fatalf("reading the busy script's and the probes' time stamps: reply %s", ints(r))
+		}
+		switch {
+		case r[0] < 0 && busyErr != nil:
+			t.Fatalf("the script that blocks the server failed (%v), so the probes were answered: the rule cannot stall the server through a node newNode returns", busyErr)
+		case r[0] < 0 && r[1] >= 0:
+			t.Fatalf("the %s node's server ran the probes but never ran the script that blocked the server (through a node newNode returned): the nodes newNode returns must talk to one server for a given key, or the rule cannot block the server they use", nc.which)
+		case r[0] >= 0 && r[1] >= 0 && probeAt < 0:
+			busyAt, probeAt = r[0], r[1]
+		}
+	}
+	switch {
+	case probeAt < 0:
+		t.Logf("attempt %d: no server ran the probes that were answered: trying again", attempt)
+	case probeAt >= busyAt:
+		t.Logf("attempt %d: the server first ran a probe %v after the busy script began, once it had ended: the rule's probes outlasted the stall (the machine is loaded); trying again", attempt, time.Duration(probeAt-busyAt)*time.Microsecond)
+	default:
+		t.Logf("attempt %d: the server ran the probes %v before the busy script (the machine is loaded); trying again", attempt, time.Duration(busyAt-probeAt)*time.Microsecond)
 	}
 }
 
