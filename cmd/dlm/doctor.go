@@ -68,6 +68,11 @@ func (r *report) add(fs ...finding) {
 }
 
 func (r *report) addf(level, format string, args ...any) {
+	for i, a := range args {
+		if err, ok := a.(error); ok { // the report is dlm's: no "dlm: " on each line
+			args[i] = strings.TrimPrefix(err.Error(), "dlm: ")
+		}
+	}
 	r.add(finding{level, fmt.Sprintf(format, args...)})
 }
 
