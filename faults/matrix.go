@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -170,46 +171,68 @@ func Nemeses() []string {
 	return out
 }
 
-// Matrix runs every cell (files under dir), reporting each on progress as
-// it ends, with the nemesis's notes. When histories is not empty, the event
-// history of every cell that broke a promise is written there, one JSON
-// event per line, to broken-STRATEGY-NEMESIS.jsonl, and its servers' logs
-// to broken-STRATEGY-NEMESIS-logs/HOST.log, for finding out why.
-func Matrix(cells []Cell, dir, histories string, progress io.Writer) []Result {
-	var out []Result
+// Matrix runs every cell (files under dir), at most parallel at a time,
+// reporting each on progress as it ends, with the nemesis's notes. When
+// histories is not empty, the event history of every cell that broke a
+// promise is written there, one JSON event per line, to
+// broken-STRATEGY-NEMESIS.jsonl, and its servers' logs to
+// broken-STRATEGY-NEMESIS-logs/HOST.log, for finding out why. Each cell
+// has a network of its own (NewNet), so cells run side by side share only
+// the machine's CPUs.
+func Matrix(cells []Cell, dir, histories string, progress io.Writer, parallel int) []Result {
+	out := make([]Result, len(cells))
+	var mu sync.Mutex // progress
+	sem := make(chan struct{}, max(parallel, 1))
+	var wg sync.WaitGroup
 	for i, c := range cells {
-		start := time.Now()
-		r := Result{Cell: c, Promise: c.promise()}
-		events, err := RunCell(c, filepath.Join(dir, fmt.Sprintf("cell%d", i)))
-		if err != nil {
-			r.Err = err.Error()
-		} else {
-			r.Counts = Check(events)
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			start := time.Now()
+			r, events := runResult(c, filepath.Join(dir, fmt.Sprintf("cell%d", i)), histories, progress, &mu)
+			out[i] = r
+			mu.Lock()
+			defer mu.Unlock()
+			fmt.Fprintf(progress, "%-18s %-18s %s (%v)\n", c.Taken(), c.Nemesis, r.summary(), time.Since(start).Round(time.Second))
 			for _, e := range events {
-				if e.Kind == Fault {
-					r.Faults++
+				if e.Kind == Note {
+					fmt.Fprintf(progress, "    %s\n", e.Info)
 				}
 			}
-			r.Kept = keeps(r.Promise, r.Counts)
-			if !r.Kept && histories != "" {
-				name := filepath.Join(histories, fmt.Sprintf("broken-%s-%s", strings.ReplaceAll(c.Taken(), "/", "-"), c.Nemesis))
-				if err := writeHistory(name+".jsonl", events); err != nil {
-					fmt.Fprintf(progress, "faults: the broken cell's history: %v\n", err)
-				}
-				if err := keepLogs(filepath.Join(dir, fmt.Sprintf("cell%d", i)), name+"-logs"); err != nil {
-					fmt.Fprintf(progress, "faults: the broken cell's server logs: %v\n", err)
-				}
-			}
-		}
-		out = append(out, r)
-		fmt.Fprintf(progress, "%-18s %-18s %s (%v)\n", c.Taken(), c.Nemesis, r.summary(), time.Since(start).Round(time.Second))
-		for _, e := range events {
-			if e.Kind == Note {
-				fmt.Fprintf(progress, "    %s\n", e.Info)
-			}
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+// runResult runs cell c in dir and checks its history, which it keeps
+// under histories (with the servers' logs) when c broke its promise.
+func runResult(c Cell, dir, histories string, progress io.Writer, mu *sync.Mutex) (Result, []Event) {
+	r := Result{Cell: c, Promise: c.promise()}
+	events, err := RunCell(c, dir)
+	if err != nil {
+		r.Err = err.Error()
+		return r, events
+	}
+	r.Counts = Check(events)
+	for _, e := range events {
+		if e.Kind == Fault {
+			r.Faults++
 		}
 	}
-	return out
+	r.Kept = keeps(r.Promise, r.Counts)
+	if !r.Kept && histories != "" {
+		name := filepath.Join(histories, fmt.Sprintf("broken-%s-%s", strings.ReplaceAll(c.Taken(), "/", "-"), c.Nemesis))
+		mu.Lock()
+		defer mu.Unlock()
+		if err := writeHistory(name+".jsonl", events); err != nil {
+			fmt.Fprintf(progress, "faults: the broken cell's history: %v\n", err)
+		}
+		if err := keepLogs(dir, name+"-logs"); err != nil {
+			fmt.Fprintf(progress, "faults: the broken cell's server logs: %v\n", err)
+		}
+	}
+	return r, events
 }
 
 func writeHistory(file string, events []Event) error {

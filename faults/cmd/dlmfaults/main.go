@@ -78,7 +78,7 @@ func main() {
 	}
 	defer os.RemoveAll(tmp)
 	start, loadBefore := time.Now(), loadAverage()
-	results := faults.Matrix(cells, tmp, *out, os.Stdout)
+	results := faults.Matrix(cells, tmp, *out, os.Stdout, 1) // one at a time: the figures are the cells' own
 	var args []string
 	flag.Visit(func(f *flag.Flag) {
 		if f.Name != "out" && f.Name != "note" {
