@@ -15,6 +15,7 @@ import (
 
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/config"
+	"github.com/dlmgo/dlm/internal/errs"
 	"github.com/dlmgo/dlm/nodekit"
 	"github.com/dlmgo/dlm/strategy"
 )
@@ -70,7 +71,7 @@ func (r *report) add(fs ...finding) {
 func (r *report) addf(level, format string, args ...any) {
 	for i, a := range args {
 		if err, ok := a.(error); ok { // the report is dlm's: no "dlm: " on each line
-			args[i] = strings.TrimPrefix(err.Error(), "dlm: ")
+			args[i] = errs.Cause(err)
 		}
 	}
 	r.add(finding{level, fmt.Sprintf(format, args...)})
