@@ -43,26 +43,6 @@ type Lock struct {
 	inflight bool  // a renewal of this lock is under way; guarded by the renewer's mutex
 }
 
-func newLock(m *Manager, key, token string, start time.Time, lease driver.Lease) *Lock {
-	l := &Lock{m: m, key: key, token: token, base: start, lease: lease}
-	l.untilNs.Store(int64(lease.Until.Sub(start)))
-	return l
-}
-
-// hold wraps a lease granted to token in a held Lock of m, and starts
-// renewing it when m renews its locks: the Manager's part of every
-// acquisition, given to its queues.
-func (m *Manager) hold(key, token string, start time.Time, lease driver.Lease) *Lock {
-	l := newLock(m, key, token, start, lease)
-	if m.o.observer != nil {
-		l.Context() // its timer ends the lease, and reports Lost, when the validity runs out
-	}
-	if m.renewer != nil { // nil unless WithAutoRenew
-		m.renewer.add(l)
-	}
-	return l
-}
-
 // Key returns the locked key.
 func (l *Lock) Key() string { return l.key }
 

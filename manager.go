@@ -231,6 +231,27 @@ func (m *Manager) TryLock(ctx context.Context, key string) (*Lock, error) {
 	return m.queues.try(ctx, key, nil)
 }
 
+// hold wraps a lease granted to token in a held Lock of m, and starts
+// renewing it when m renews its locks: the Manager's part of every
+// acquisition, given to its queues.
+func (m *Manager) hold(key, token string, start time.Time, lease driver.Lease) *Lock {
+	l := newLock(m, key, token, start, lease)
+	if m.o.observer != nil {
+		l.Context() // its timer ends the lease, and reports Lost, when the validity runs out
+	}
+	if m.renewer != nil { // nil unless WithAutoRenew
+		m.renewer.add(l)
+	}
+	return l
+}
+
+// newLock returns the Lock of a lease granted to token at start.
+func newLock(m *Manager, key, token string, start time.Time, lease driver.Lease) *Lock {
+	l := &Lock{m: m, key: key, token: token, base: start, lease: lease}
+	l.untilNs.Store(int64(lease.Until.Sub(start)))
+	return l
+}
+
 // lockStats counts what an observed Lock or TryLock does.
 type lockStats struct {
 	attempts int

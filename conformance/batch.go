@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/dlmgo/dlm/driver"
+	"github.com/dlmgo/dlm/internal/eval"
 
 	"github.com/dlmgo/dlm/conformance/internal/transport"
-	"github.com/dlmgo/dlm/nodekit"
 )
 
 // Rules on batches: Run of several calls.
@@ -21,7 +21,7 @@ import (
 const largeBatch = 1000
 
 func testBatchOrder(t *testing.T, c *nodeCase) {
-	sc := nodekit.NewScript(c.script(`local n = redis.call('INCR', KEYS[1])
+	sc := eval.NewScript(c.script(`local n = redis.call('INCR', KEYS[1])
 redis.call('PEXPIRE', KEYS[1], 60000)
 return {tonumber(ARGV[1]), -tonumber(ARGV[1]), n, 9007199254740992}`))
 	// Load the script, so every call of the batch runs.
@@ -54,7 +54,7 @@ return {tonumber(ARGV[1]), -tonumber(ARGV[1]), n, 9007199254740992}`))
 }
 
 func testBatchNoScript(t *testing.T, c *nodeCase) {
-	unknown := nodekit.NewScript(c.script("return {tonumber(ARGV[1]) + 1}"))
+	unknown := eval.NewScript(c.script("return {tonumber(ARGV[1]) + 1}"))
 	batch := func(sha1 string) []driver.Call {
 		calls := make([]driver.Call, 5)
 		for i := range calls {
@@ -71,7 +71,7 @@ func testBatchNoScript(t *testing.T, c *nodeCase) {
 		}
 	}
 	// An erroring script fails its own call only, and not as NOSCRIPT.
-	failing := nodekit.NewScript(c.script("if ARGV[1] == '2' then return redis.error_reply('CONFORMANCE error') end return {tonumber(ARGV[1])}"))
+	failing := eval.NewScript(c.script("if ARGV[1] == '2' then return redis.error_reply('CONFORMANCE error') end return {tonumber(ARGV[1])}"))
 	c.eval(t, failing.Source(), []string{c.key("k")}, "0")
 	calls = batch(failing.SHA1())
 	c.Run(ctx(t), calls)
@@ -236,7 +236,7 @@ const (
 // slow call holds the server.
 type partRead struct {
 	c              *nodeCase
-	grant, busy    *nodekit.Script
+	grant, busy    *eval.Script
 	busyAt         string // the key where the slow call records when it began
 	before, after  int
 	margin         time.Duration
@@ -247,7 +247,7 @@ type partRead struct {
 
 // newPartRead loads the scripts and sizes the batch (smaller on a Cluster).
 func newPartRead(t *testing.T, c *nodeCase) *partRead {
-	p := &partRead{c: c, grant: nodekit.NewScript(c.script(grantScript)), busy: nodekit.NewScript(c.script(markedBusyScript)), busyAt: c.key("busyat")}
+	p := &partRead{c: c, grant: eval.NewScript(c.script(grantScript)), busy: eval.NewScript(c.script(markedBusyScript)), busyAt: c.key("busyat")}
 	c.eval(t, p.grant.Source(), []string{c.key("load")}, "0")
 	c.eval(t, p.busy.Source(), []string{c.key("load"), c.key("loadat")}, "0") // busyAt unset until the cut batch's slow call runs
 	// A Cluster's other nodes fail a master over once it has been silent
@@ -401,8 +401,8 @@ func cutWait(t *testing.T, c *nodeCase) {
 // scripts runs exactly once, the others fail with driver.ErrNoScript and do
 // not run (a driver's own NOSCRIPT fallback must not run the batch again).
 func testBatchRunsOnce(t *testing.T, c *nodeCase) {
-	known := nodekit.NewScript(c.script("return {redis.call('INCR', KEYS[1]), redis.call('PEXPIRE', KEYS[1], 60000)}"))
-	lacking := nodekit.NewScript(c.script("return {redis.call('INCR', KEYS[1]) + 1000, redis.call('PEXPIRE', KEYS[1], 60000)}"))
+	known := eval.NewScript(c.script("return {redis.call('INCR', KEYS[1]), redis.call('PEXPIRE', KEYS[1], 60000)}"))
+	lacking := eval.NewScript(c.script("return {redis.call('INCR', KEYS[1]) + 1000, redis.call('PEXPIRE', KEYS[1], 60000)}"))
 	calls := make([]driver.Call, 30)
 	for i := range calls {
 		keys := []string{c.key("n" + strconv.Itoa(i))}

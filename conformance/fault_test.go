@@ -17,8 +17,8 @@ import (
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/conformance"
 	"github.com/dlmgo/dlm/driver/goredis"
+	"github.com/dlmgo/dlm/internal/eval"
 	"github.com/dlmgo/dlm/internal/redistest"
-	"github.com/dlmgo/dlm/nodekit"
 )
 
 const incr = "return {redis.call('INCR', KEYS[1])}"
@@ -54,13 +54,13 @@ func TestFaultyNode(t *testing.T) {
 	t.Parallel() // its server is its own
 	fx := newFaultFixture(t)
 	ctx := context.Background()
-	eval := func(n driver.Node, key string) ([]int64, error) {
+	evalOn := func(n driver.Node, key string) ([]int64, error) {
 		return run1(ctx, n, driver.Call{Source: incr, Keys: []string{key}})
 	}
 
 	t.Run("Down", func(t *testing.T) {
 		f := conformance.Down(fx.inner)
-		if _, err := eval(f, "down"); !errors.Is(err, conformance.ErrDown) {
+		if _, err := evalOn(f, "down"); !errors.Is(err, conformance.ErrDown) {
 			t.Fatalf("Run on a down node: %v, want ErrDown", err)
 		}
 		calls := []driver.Call{{Source: incr, Keys: []string{"down"}}, {Source: incr, Keys: []string{"down"}}}
@@ -77,20 +77,20 @@ func TestFaultyNode(t *testing.T) {
 			t.Fatalf("Calls() = %d, %d; want 2, 0", made, reached)
 		}
 		f.Heal()
-		if r, err := eval(f, "down"); err != nil || len(r) != 1 || r[0] != 1 {
+		if r, err := evalOn(f, "down"); err != nil || len(r) != 1 || r[0] != 1 {
 			t.Fatalf("healed node: %v, %v", r, err)
 		}
 	})
 
 	t.Run("ReplyLost", func(t *testing.T) {
 		f := conformance.ReplyLost(fx.inner)
-		if _, err := eval(f, "lost"); !errors.Is(err, conformance.ErrReplyLost) {
+		if _, err := evalOn(f, "lost"); !errors.Is(err, conformance.ErrReplyLost) {
 			t.Fatalf("Run on a node losing replies: %v, want ErrReplyLost", err)
 		}
 		if n := fx.count("lost"); n != 1 {
 			t.Fatalf("the script should have run once, counter %d", n)
 		}
-		sc := nodekit.NewScript("-- fault test\n" + incr)
+		sc := eval.NewScript("-- fault test\n" + incr)
 		if _, err := run1(ctx, f, driver.Call{SHA1: sc.SHA1(), Keys: []string{"lost"}}); !errors.Is(err, driver.ErrNoScript) {
 			t.Fatalf("EVALSHA of an unknown script: %v, want the NOSCRIPT error to come through", err)
 		}
@@ -101,7 +101,7 @@ func TestFaultyNode(t *testing.T) {
 			t.Fatalf("Script.Run's EVAL should have run, counter %d", n)
 		}
 		// In a batch, NOSCRIPT comes through next to lost replies.
-		calls := []driver.Call{{Source: incr, Keys: []string{"lost"}}, {SHA1: nodekit.NewScript("return {0} -- unknown").SHA1()}}
+		calls := []driver.Call{{Source: incr, Keys: []string{"lost"}}, {SHA1: eval.NewScript("return {0} -- unknown").SHA1()}}
 		f.Run(ctx, calls)
 		if !errors.Is(calls[0].Err, conformance.ErrReplyLost) || !errors.Is(calls[1].Err, driver.ErrNoScript) {
 			t.Fatalf("batch losing replies: errors %v and %v, want ErrReplyLost and NOSCRIPT", calls[0].Err, calls[1].Err)
@@ -184,7 +184,7 @@ func TestFaultyNodeWaitWatch(t *testing.T) {
 	if r, err := wait(driver.Call{Source: incr, Keys: []string{"wa"}}); !errors.Is(err, conformance.ErrReplyLost) || r != nil {
 		t.Errorf("RunWait losing its reply: %v %v, want ErrReplyLost", r, err)
 	}
-	if _, err := wait(driver.Call{SHA1: nodekit.NewScript("return {1} -- unknown").SHA1()}); !errors.Is(err, driver.ErrNoScript) {
+	if _, err := wait(driver.Call{SHA1: eval.NewScript("return {1} -- unknown").SHA1()}); !errors.Is(err, driver.ErrNoScript) {
 		t.Errorf("RunWait of an unknown script losing replies: %v, want NOSCRIPT to come through", err)
 	}
 	if _, err := f.RunWait(ctx, nil, driver.Wait{}); !errors.Is(err, dlm.ErrInvalid) {

@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/dlmgo/dlm/driver"
+	"github.com/dlmgo/dlm/internal/eval"
 
 	"github.com/dlmgo/dlm/conformance/internal/transport"
-	"github.com/dlmgo/dlm/nodekit"
 )
 
 // RunNode checks that the Nodes newNode returns keep every rule of the
@@ -279,7 +279,7 @@ func expect(t *testing.T, what string, got, want []int64) {
 }
 
 func testNoScript(t *testing.T, c *nodeCase) {
-	sc := nodekit.NewScript(c.script("return {7}"))
+	sc := eval.NewScript(c.script("return {7}"))
 	r, err := c.evalSHA(t, ctx(t), sc.SHA1(), []string{c.key("k")})
 	if !errors.Is(err, driver.ErrNoScript) {
 		t.Fatalf("EvalSHA of a script the server never saw: reply %v, error %v; want an error matching driver.ErrNoScript", r, err)
@@ -287,7 +287,7 @@ func testNoScript(t *testing.T, c *nodeCase) {
 }
 
 func testEvalCachesScript(t *testing.T, c *nodeCase) {
-	sc := nodekit.NewScript(c.script("return {7, -7}"))
+	sc := eval.NewScript(c.script("return {7, -7}"))
 	keys := []string{c.key("k")}
 	expect(t, "Eval", c.eval(t, sc.Source(), keys), []int64{7, -7})
 	r, err := c.evalSHA(t, ctx(t), sc.SHA1(), keys)
@@ -298,7 +298,7 @@ func testEvalCachesScript(t *testing.T, c *nodeCase) {
 }
 
 func testScriptRunFallsBack(t *testing.T, c *nodeCase) {
-	sc := nodekit.NewScript(c.script("return {tonumber(ARGV[1]) + 1}"))
+	sc := eval.NewScript(c.script("return {tonumber(ARGV[1]) + 1}"))
 	keys := []string{c.key("k")}
 	for i := range 2 { // first through EVAL, then through EVALSHA
 		r, err := sc.Run(ctx(t), c, keys, "41")
@@ -312,7 +312,7 @@ func testScriptRunFallsBack(t *testing.T, c *nodeCase) {
 func testFallbackSource(t *testing.T, c *nodeCase) {
 	keys := []string{c.key("k")}
 	expect(t, "Eval", c.eval(t, c.script("return {1}"), keys), []int64{1})
-	lacking := nodekit.NewScript(c.script("return {2}"))
+	lacking := eval.NewScript(c.script("return {2}"))
 	r, err := c.evalSHA(t, ctx(t), lacking.SHA1(), keys)
 	if !errors.Is(err, driver.ErrNoScript) {
 		t.Errorf("EvalSHA of a script the server lacks, right after Eval of another: reply %s, error %v; want an error matching driver.ErrNoScript%s",
@@ -321,8 +321,8 @@ func testFallbackSource(t *testing.T, c *nodeCase) {
 	// A batch of two unknown scripts after Eval of a third.
 	expect(t, "Eval", c.eval(t, c.script("return {3}"), keys), []int64{3})
 	calls := []driver.Call{
-		{SHA1: nodekit.NewScript(c.script("return {4}")).SHA1(), Keys: keys},
-		{SHA1: nodekit.NewScript(c.script("return {5}")).SHA1(), Keys: keys},
+		{SHA1: eval.NewScript(c.script("return {4}")).SHA1(), Keys: keys},
+		{SHA1: eval.NewScript(c.script("return {5}")).SHA1(), Keys: keys},
 	}
 	c.Run(ctx(t), calls)
 	settled(t, "Run", calls)
@@ -334,9 +334,9 @@ func testFallbackSource(t *testing.T, c *nodeCase) {
 	}
 	// New scripts in turn, each through its own EVALSHA-then-EVAL, then
 	// again from the cache.
-	scripts := make([]*nodekit.Script, 3)
+	scripts := make([]*eval.Script, 3)
 	for i := range scripts {
-		scripts[i] = nodekit.NewScript(c.script(fmt.Sprintf("return {%d}", 10+i)))
+		scripts[i] = eval.NewScript(c.script(fmt.Sprintf("return {%d}", 10+i)))
 	}
 	for round := range 2 {
 		for i, sc := range scripts {
@@ -374,7 +374,7 @@ func testScriptErrors(t *testing.T, c *nodeCase) {
 		}
 	}
 	// The same through EVALSHA: once cached, an erroring script is not NOSCRIPT.
-	sc := nodekit.NewScript(c.script("return redis.error_reply('CONFORMANCE error reply')"))
+	sc := eval.NewScript(c.script("return redis.error_reply('CONFORMANCE error reply')"))
 	_, _ = c.evalCtx(t, ctx(t), sc.Source(), keys)
 	_, err := c.evalSHA(t, ctx(t), sc.SHA1(), keys)
 	switch {
@@ -470,7 +470,7 @@ func testOneWinner(t *testing.T, c *nodeCase) {
 
 func testConcurrentUse(t *testing.T, c *nodeCase) {
 	const goroutines, calls = 32, 25
-	sc := nodekit.NewScript(c.script(`redis.call('SET', KEYS[1], ARGV[1], 'PX', 60000)
+	sc := eval.NewScript(c.script(`redis.call('SET', KEYS[1], ARGV[1], 'PX', 60000)
 return {tonumber(ARGV[1]), -tonumber(ARGV[1]), tonumber(redis.call('GET', KEYS[1]))}`))
 	var (
 		wg   sync.WaitGroup

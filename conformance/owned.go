@@ -9,8 +9,7 @@ import (
 	"time"
 
 	"github.com/dlmgo/dlm/driver"
-
-	"github.com/dlmgo/dlm/nodekit"
+	"github.com/dlmgo/dlm/internal/eval"
 )
 
 // Rules that need the suite to own the path to the server (package
@@ -40,7 +39,7 @@ func testNoRetry(t *testing.T, c *nodeCase) {
 	// Each fault meets calls that send the source (EVAL) and calls of the
 	// cached script (EVALSHA): a driver that re-sends only the digest of a
 	// script the server has runs it twice as surely.
-	sha := nodekit.NewScript(incr).SHA1()
+	sha := eval.NewScript(incr).SHA1()
 	for fi, f := range faults {
 		for _, nc := range c.both() {
 			for _, n := range f.sizes {

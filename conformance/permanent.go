@@ -9,10 +9,10 @@ import (
 	"time"
 
 	"github.com/dlmgo/dlm/driver"
+	"github.com/dlmgo/dlm/internal/eval"
 
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/conformance/internal/transport"
-	"github.com/dlmgo/dlm/nodekit"
 )
 
 // testPermanentErrors drives the driver into error replies on real servers
@@ -55,7 +55,7 @@ func testPermanentErrors(t *testing.T, c *nodeCase) {
 // scriptRuns makes the calls of one script on n: EVAL and EVALSHA alone,
 // and both in one batch; it returns each call's error with its name.
 func scriptRuns(t *testing.T, n driver.Node, src string, keys []string) map[string]error {
-	sha := nodekit.NewScript(src).SHA1()
+	sha := eval.NewScript(src).SHA1()
 	out := map[string]error{}
 	if n == nil {
 		t.Fatal("the dial returned neither a Node nor an error")

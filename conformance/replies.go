@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/dlmgo/dlm/nodekit"
+	"github.com/dlmgo/dlm/internal/eval"
 )
 
 // Rules on what reaches the server and what comes back.
@@ -116,7 +116,7 @@ func testArgumentOrder(t *testing.T, c *nodeCase) {
 	expect(t, "no keys, no args", c.eval(t, src, nil), nil)
 	expect(t, "no keys, args", c.eval(t, src, []string{}, "p", "q"), bytesOf("p", "q"))
 	// Through EVALSHA too.
-	sc := nodekit.NewScript(src)
+	sc := eval.NewScript(src)
 	r, err := sc.Run(ctx(t), c, keys, "1", "", "3")
 	if err != nil {
 		t.Fatalf("Script.Run: %v", err)

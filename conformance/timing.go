@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/dlmgo/dlm/driver"
+	"github.com/dlmgo/dlm/internal/eval"
 
 	"github.com/dlmgo/dlm/conformance/internal/transport"
-	"github.com/dlmgo/dlm/nodekit"
 )
 
 // Rules on contexts: an ended context, a deadline or a cancellation while
@@ -30,7 +30,7 @@ func testCanceledContext(t *testing.T, c *nodeCase) {
 	}
 	cx, cancel = context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
 	defer cancel()
-	r, err = c.evalSHA(t, cx, nodekit.NewScript(c.script("return {1}")).SHA1(), []string{c.key("k")})
+	r, err = c.evalSHA(t, cx, eval.NewScript(c.script("return {1}")).SHA1(), []string{c.key("k")})
 	if !isDeadline(err) {
 		t.Errorf("EvalSHA with an expired deadline: reply %v, error %v; want an error matching context.DeadlineExceeded", r, err)
 	}

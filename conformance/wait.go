@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/dlmgo/dlm/driver"
+	"github.com/dlmgo/dlm/internal/eval"
 
 	"github.com/dlmgo/dlm"
-	"github.com/dlmgo/dlm/nodekit"
 )
 
 // Rules of Node.RunWait, skipped when the first RunWait of a rule reports
@@ -38,7 +38,7 @@ func (c *nodeCase) runWait(t *testing.T, cx context.Context, w driver.Wait, call
 }
 
 func testRunWaitReplies(t *testing.T, c *nodeCase) {
-	sc := nodekit.NewScript(c.script(incrScript))
+	sc := eval.NewScript(c.script(incrScript))
 	keys := []string{c.key("k")}
 	w := driver.Wait{Replicas: 0, Timeout: callTimeout}
 	one := func(call driver.Call) func() ([]int64, driver.Acks, error) {
@@ -94,7 +94,7 @@ func testRunWaitReplies(t *testing.T, c *nodeCase) {
 }
 
 func testRunWaitNoScript(t *testing.T, c *nodeCase) {
-	sc := nodekit.NewScript(c.script(incrScript))
+	sc := eval.NewScript(c.script(incrScript))
 	calls, acks, err := c.runWait(t, ctx(t), driver.Wait{Timeout: time.Second}, driver.Call{SHA1: sc.SHA1(), Keys: []string{c.key("k")}})
 	skipUnsupported(t, "RunWait", err)
 	if !errors.Is(err, driver.ErrNoScript) || !errors.Is(calls[0].Err, driver.ErrNoScript) || acks != (driver.Acks{}) {

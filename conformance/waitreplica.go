@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/dlmgo/dlm/driver"
+	"github.com/dlmgo/dlm/internal/eval"
 
 	"github.com/dlmgo/dlm/conformance/internal/transport"
-	"github.com/dlmgo/dlm/nodekit"
 )
 
 // Rules of Node.RunWait against a replica: the suite's own (conformance/
@@ -59,7 +59,7 @@ func testRunWaitFrozenReplica(t *testing.T, c *nodeCase) {
 	if c.tr.FreezeReplica == nil {
 		t.Skip("the suite's server has no replica of its own")
 	}
-	sc := nodekit.NewScript(c.script(incrScript))
+	sc := eval.NewScript(c.script(incrScript))
 	keys := []string{c.key("k")}
 	calls, acks, err := c.runWait(t, ctx(t), driver.Wait{Replicas: 1, Timeout: callTimeout}, driver.Call{Source: sc.Source(), Keys: keys})
 	skipUnsupported(t, "RunWait", err)
@@ -119,7 +119,7 @@ func testRunWaitFrozenReplica(t *testing.T, c *nodeCase) {
 }
 
 func testRunWaitKeepsReplies(t *testing.T, c *nodeCase) {
-	sc := nodekit.NewScript(c.script(incrScript))
+	sc := eval.NewScript(c.script(incrScript))
 	keys := []string{c.key("k")}
 	// WAITAOF with a local fsync fails on its own where the server has no
 	// WAITAOF (before 7.2) or no append-only file.

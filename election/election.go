@@ -35,6 +35,7 @@ import (
 
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/internal/errs"
+	"github.com/dlmgo/dlm/internal/eval"
 	"github.com/dlmgo/dlm/internal/mgr"
 	"github.com/dlmgo/dlm/nodekit"
 	"github.com/dlmgo/dlm/strategy"
@@ -46,8 +47,8 @@ var (
 	//go:embed leader.lua
 	leaderSource string
 
-	announceScript = nodekit.NewScript(announceSource)
-	leaderScript   = nodekit.NewScript(leaderSource)
+	announceScript = eval.NewScript(announceSource)
+	leaderScript   = eval.NewScript(leaderSource)
 )
 
 // MaxValueLen bounds a leader's value.

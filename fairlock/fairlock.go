@@ -43,15 +43,15 @@ import (
 
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/internal/errs"
+	"github.com/dlmgo/dlm/internal/eval"
 	"github.com/dlmgo/dlm/internal/mgr"
-	"github.com/dlmgo/dlm/nodekit"
 	"github.com/dlmgo/dlm/strategy"
 )
 
 //go:embed queue.lua
 var queueSource string
 
-var queueScript = nodekit.NewScript(queueSource)
+var queueScript = eval.NewScript(queueSource)
 
 // A FairLock is a lock on one key that serves waiters in arrival order. It
 // is safe for concurrent use; FairLocks of the same key, in any process,

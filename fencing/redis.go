@@ -11,15 +11,15 @@ import (
 
 	"github.com/dlmgo/dlm/driver"
 	"github.com/dlmgo/dlm/internal/errs"
+	"github.com/dlmgo/dlm/internal/eval"
 
 	"github.com/dlmgo/dlm"
-	"github.com/dlmgo/dlm/nodekit"
 )
 
 //go:embed fenced.lua
 var fencedSource string
 
-var fencedScript = nodekit.NewScript(fencedSource)
+var fencedScript = eval.NewScript(fencedSource)
 
 // Redis writes data kept in Redis under a fence, over any driver.Node: each
 // write is one script that compares the fence with the resource's record,
@@ -81,7 +81,7 @@ func RecordKey(resource, key string) string {
 	if key == "" {
 		key = resource
 	}
-	return "dlm:fenced:{" + slotTag(nodekit.Slot(key)) + "}:" + resource
+	return "dlm:fenced:{" + slotTag(eval.Slot(key)) + "}:" + resource
 }
 
 func (r Redis) run(ctx context.Context, resource string, fence uint64, key, op string, args ...string) (int64, error) {
@@ -126,7 +126,7 @@ var slotTags = sync.OnceValue(func() string {
 		for _, b := range []byte(alphabet) {
 			for _, c := range []byte(alphabet) {
 				t := [3]byte{a, b, c}
-				if s := nodekit.Slot(string(t[:])); tags[s][0] == 0 {
+				if s := eval.Slot(string(t[:])); tags[s][0] == 0 {
 					tags[s] = t
 					found++
 				}

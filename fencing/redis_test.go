@@ -16,8 +16,8 @@ import (
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/driver/goredis"
 	"github.com/dlmgo/dlm/fencing"
+	"github.com/dlmgo/dlm/internal/eval"
 	"github.com/dlmgo/dlm/internal/redistest"
-	"github.com/dlmgo/dlm/nodekit"
 )
 
 // TestRedisFencedWrites: on a real redis-server, a smaller fence is
@@ -159,7 +159,7 @@ func TestRecordKeySlot(t *testing.T) {
 	}
 	for _, k := range keys {
 		for _, res := range []string{"r", "{other}", "x}y"} {
-			if got, want := nodekit.Slot(fencing.RecordKey(res, k)), nodekit.Slot(k); got != want && k != "" {
+			if got, want := eval.Slot(fencing.RecordKey(res, k)), eval.Slot(k); got != want && k != "" {
 				t.Fatalf("RecordKey(%q, %q) = %q in slot %d, the key is in %d", res, k, fencing.RecordKey(res, k), got, want)
 			}
 		}

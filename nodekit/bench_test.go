@@ -6,8 +6,7 @@ import (
 	"testing"
 
 	"github.com/dlmgo/dlm/driver"
-
-	"github.com/dlmgo/dlm/nodekit"
+	"github.com/dlmgo/dlm/internal/eval"
 )
 
 // instantNode answers every script at once, in process: it measures what
@@ -31,7 +30,7 @@ func (instantNode) Watch(context.Context, string, func(string)) (func(), error) 
 // BenchmarkScriptRun is one script call through Script.Run, as every lock
 // operation makes: its allocations are the reply's and nothing of its own.
 func BenchmarkScriptRun(b *testing.B) {
-	s := nodekit.NewScript("return {1}")
+	s := eval.NewScript("return {1}")
 	keys, args := []string{"k"}, []string{"a"}
 	var n driver.Node = instantNode{}
 	ctx := context.Background()

@@ -1,6 +1,7 @@
-// Package nodekit holds what drivers and strategies share and users of dlm
-// do not call: Lua scripts run on a driver.Node (with the NOSCRIPT fallback),
-// the text of WAIT commands, the Hub that gives a driver Node.Watch over a
+// Package nodekit is a kit for driver authors: what drivers (and wrappers
+// of a driver.Node, such as dlmotel's) share and users of dlm do not call:
+// how a node routes its calls (Router), the text of WAIT commands and of
+// error replies, the Hub that gives a driver Node.Watch over a
 // minimal pub/sub connection, the Endpoint a driver's Dial takes, Dial,
 // which connects a client over TLS or plain text and reports TLS problems
 // as permanent errors, and the whole of a driver.Node for a client that
@@ -10,7 +11,6 @@ package nodekit
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -18,8 +18,6 @@ import (
 	"time"
 
 	"github.com/dlmgo/dlm/driver"
-
-	"github.com/dlmgo/dlm/internal/sha1"
 )
 
 // Name names n for errors and logs: its String method when it has one,
@@ -29,97 +27,6 @@ func Name(n driver.Node, index int) string {
 		return s.String()
 	}
 	return fmt.Sprintf("node[%d]", index)
-}
-
-// A Script is a Lua script that replies with an integer or an array of
-// integers. Its SHA1 digest is computed once, on first use, without
-// crypto/sha1 (which a program run with GODEBUG=fips140=only may not use:
-// the digest is only the server's name for the cached script).
-type Script struct {
-	src  string
-	once sync.Once
-	sha  string
-}
-
-// NewScript returns a Script with the given Lua source.
-func NewScript(src string) *Script { return &Script{src: src} }
-
-// Source returns the script's Lua source.
-func (s *Script) Source() string { return s.src }
-
-// SHA1 returns the hex SHA1 digest by which Redis caches the script.
-func (s *Script) SHA1() string {
-	s.once.Do(func() {
-		s.sha = sha1.Hex(s.src)
-	})
-	return s.sha
-}
-
-// Run runs the script once on n with EVALSHA and, when the server does not
-// have it cached, once more with EVAL.
-func (s *Script) Run(ctx context.Context, n driver.Node, keys []string, args ...string) ([]int64, error) {
-	// A Node keeps no reference to calls once Run returns, so the one-call
-	// slice, which escapes through the interface, is reused: every lock
-	// operation passes here (BenchmarkScriptRun).
-	c := oneCall.Get().(*[1]driver.Call)
-	c[0] = driver.Call{Keys: keys, Args: args}
-	s.RunMany(ctx, n, c[:])
-	r, err := c[0].Reply, c[0].Err
-	c[0] = driver.Call{}
-	oneCall.Put(c)
-	return r, err
-}
-
-var oneCall = sync.Pool{New: func() any { return new([1]driver.Call) }}
-
-// RunMany runs the script once per call on n, pipelined, and sets every
-// call's Reply or Err (the calls' SHA1 and Source are set here). Calls that
-// met NOSCRIPT run once more, all by EVAL in one more batch: on a Cluster
-// every master caches scripts on its own, and loading the script with one
-// call first would wait on one master for all (a stalled one included).
-func (s *Script) RunMany(ctx context.Context, n driver.Node, calls []driver.Call) {
-	for i := range calls {
-		calls[i].SHA1, calls[i].Source, calls[i].Reply, calls[i].Err = s.SHA1(), "", nil, nil
-	}
-	n.Run(ctx, calls)
-	retry := noScript(calls)
-	if len(retry) == 0 {
-		return
-	}
-	again := make([]driver.Call, len(retry))
-	for j, i := range retry {
-		again[j] = driver.Call{Source: s.src, Keys: calls[i].Keys, Args: calls[i].Args}
-	}
-	n.Run(ctx, again)
-	for j, i := range retry {
-		calls[i].Reply, calls[i].Err = again[j].Reply, again[j].Err
-	}
-}
-
-// RunWait runs the script on n and then w's command on the same connection
-// (see driver.Node.RunWait), with EVALSHA and, when the server does not have
-// the script cached, once more with EVAL (the wait is then sent again).
-func (s *Script) RunWait(ctx context.Context, n driver.Node, w driver.Wait, keys []string, args ...string) ([]int64, driver.Acks, error) {
-	c := []driver.Call{{SHA1: s.SHA1(), Keys: keys, Args: args}}
-	acks, err := n.RunWait(ctx, c, w)
-	if c[0].Err != nil && errors.Is(c[0].Err, driver.ErrNoScript) {
-		c[0] = driver.Call{Source: s.src, Keys: keys, Args: args}
-		acks, err = n.RunWait(ctx, c, w)
-	}
-	if c[0].Err != nil {
-		return nil, driver.Acks{}, c[0].Err
-	}
-	return c[0].Reply, acks, err
-}
-
-func noScript(calls []driver.Call) []int {
-	var idx []int
-	for i := range calls {
-		if calls[i].Err != nil && errors.Is(calls[i].Err, driver.ErrNoScript) {
-			idx = append(idx, i)
-		}
-	}
-	return idx
 }
 
 // Fail sets err on every call that has neither a Reply nor an Err: a driver

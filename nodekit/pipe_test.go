@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dlmgo/dlm/driver"
+	"github.com/dlmgo/dlm/internal/eval"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -79,7 +80,7 @@ func (p fakePipe) Slot(c fakeCmd) uint16 {
 	if c.key == "" {
 		return 16384
 	}
-	return uint16(nodekit.Slot(c.key))
+	return uint16(eval.Slot(c.key))
 }
 
 func calls(keys ...string) []driver.Call {

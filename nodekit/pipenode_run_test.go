@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/dlmgo/dlm/internal/eval"
 	"github.com/dlmgo/dlm/internal/redistest"
-	"github.com/dlmgo/dlm/nodekit"
 )
 
 // TestPipeNodeRunMany: runMany with auto-pipelining and with a pool of
@@ -43,7 +43,7 @@ func TestPipeNodeRunMany(t *testing.T) {
 // arrays of integers are replies.
 func runMany(t *testing.T, n driver.Node, cluster bool) {
 	ctx := context.Background()
-	s := nodekit.NewScript("return {tonumber(ARGV[1]), redis.call('INCR', KEYS[1])}")
+	s := eval.NewScript("return {tonumber(ARGV[1]), redis.call('INCR', KEYS[1])}")
 	calls := make([]driver.Call, 50)
 	for i := range calls {
 		calls[i] = driver.Call{Keys: []string{"k" + strconv.Itoa(i%7)}, Args: []string{strconv.Itoa(i)}}
@@ -65,7 +65,7 @@ func runMany(t *testing.T, n driver.Node, cluster bool) {
 	}
 	// A failing call does not fail the others; neither does one
 	// whose keys span slots (an error on a Cluster, fine elsewhere).
-	bad := nodekit.NewScript("if ARGV[1] == 'x' then return redis.error_reply('boom') end return {1}")
+	bad := eval.NewScript("if ARGV[1] == 'x' then return redis.error_reply('boom') end return {1}")
 	res := []driver.Call{
 		{Keys: []string{"a"}, Args: []string{"1"}},
 		{Keys: []string{"a"}, Args: []string{"x"}},
@@ -83,7 +83,7 @@ func runMany(t *testing.T, n driver.Node, cluster bool) {
 	assert.Equal(t, []int64{1}, res[3].Reply)
 	// Replies other than integers and arrays of integers are
 	// refused; an integer n is []int64{n}, alone or in a batch.
-	r, err := eval(ctx, n, "return 7", "a")
+	r, err := runSource(ctx, n, "return 7", "a")
 	assert.NoError(t, err)
 	assert.Equal(t, []int64{7}, r, "an integer")
 	ints := []driver.Call{{Source: "return -7", Keys: []string{"a"}}, {Source: "return {2}", Keys: []string{"a"}}}
@@ -91,7 +91,7 @@ func runMany(t *testing.T, n driver.Node, cluster bool) {
 	assert.Equal(t, []int64{-7}, ints[0].Reply, "an integer, in a batch")
 	assert.Equal(t, []int64{2}, ints[1].Reply)
 	for _, src := range []string{"return 'str'", "return {1, 'a'}", "return nil"} {
-		_, err := eval(ctx, n, src, "a")
+		_, err := runSource(ctx, n, src, "a")
 		assert.Error(t, err, src)
 		c := []driver.Call{{Source: src, Keys: []string{"a"}}, {Source: "return {2}", Keys: []string{"a"}}}
 		n.Run(ctx, c)
@@ -132,7 +132,7 @@ func TestPipeNodeRunContext(t *testing.T) {
 				tc.opt.addrs = []string{srv.Addr}
 				tc.opt.connWriteTimeout = slowClient
 				n := d.node(t, tc.opt)
-				_, err := eval(context.Background(), n, "return {1}")
+				_, err := runSource(context.Background(), n, "return {1}")
 				require.NoError(t, err)
 				for _, calls := range [][]driver.Call{
 					{{Source: "return {1}", Keys: []string{"a"}}},

@@ -139,8 +139,8 @@ func forEachDriver(t *testing.T, f func(t *testing.T, d pipeDriver)) {
 	}
 }
 
-// eval runs src with EVAL on n, as one Run call.
-func eval(ctx context.Context, n driver.Node, src string, keys ...string) ([]int64, error) {
+// runSource runs src with EVAL on n, as one Run call.
+func runSource(ctx context.Context, n driver.Node, src string, keys ...string) ([]int64, error) {
 	c := []driver.Call{{Source: src, Keys: keys}}
 	n.Run(ctx, c)
 	return c[0].Reply, c[0].Err
@@ -240,7 +240,7 @@ func TestPipeNodeCluster(t *testing.T) {
 		}{
 			{"KeysInDifferentSlots", func(t *testing.T, d pipeDriver, nodes []*redistest.Server) {
 				n := d.node(t, pipeOptions{addrs: []string{nodes[0].Addr}})
-				_, err := eval(context.Background(), n, "return {1}", "a", "b")
+				_, err := runSource(context.Background(), n, "return {1}", "a", "b")
 				if !errors.Is(err, driver.ErrInvalid) {
 					t.Fatalf("keys in different slots: %v, want an error matching dlm.ErrInvalid, not a panic", err)
 				}
@@ -292,13 +292,13 @@ func TestPipeNodeDeadlineOnFrozenServer(t *testing.T) {
 		for _, auto := range []bool{true, false} {
 			srv := redistest.Start(t)
 			n := d.node(t, pipeOptions{addrs: []string{srv.Addr}, noAutoPipelining: !auto, connWriteTimeout: slowClient})
-			if _, err := eval(context.Background(), n, "return {1}"); err != nil {
+			if _, err := runSource(context.Background(), n, "return {1}"); err != nil {
 				t.Fatal(err)
 			}
 			srv.Freeze(t)
 			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 			start := time.Now()
-			_, err := eval(ctx, n, "return {1}")
+			_, err := runSource(ctx, n, "return {1}")
 			took := time.Since(start)
 			cancel()
 			srv.Thaw(t)
@@ -319,13 +319,13 @@ func TestPipeNodeDeadlineWhileAnotherRedials(t *testing.T) {
 		srv := redistest.Start(t)
 		proxy := redistest.StartProxy(t, srv.Addr) // counts the client's dials
 		n := d.node(t, pipeOptions{addrs: []string{proxy.Addr}})
-		if _, err := eval(context.Background(), n, "return 1"); err != nil {
+		if _, err := runSource(context.Background(), n, "return 1"); err != nil {
 			t.Fatal(err)
 		}
 		srv.Freeze(t)
 		defer srv.Thaw(t)
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-		_, err := eval(ctx, n, "return 1")
+		_, err := runSource(ctx, n, "return 1")
 		cancel()
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("a call to the frozen server: %v, want context.DeadlineExceeded", err)
@@ -336,7 +336,7 @@ func TestPipeNodeDeadlineWhileAnotherRedials(t *testing.T) {
 		dials := proxy.Accepted()
 		longDone := make(chan error, 1)
 		go func() {
-			_, err := eval(long, n, "return 1")
+			_, err := runSource(long, n, "return 1")
 			longDone <- err
 		}()
 		for proxy.Accepted() == dials { // until the long call reopens the connection
@@ -348,7 +348,7 @@ func TestPipeNodeDeadlineWhileAnotherRedials(t *testing.T) {
 		}
 		ctx, cancel = context.WithTimeout(context.Background(), 100*time.Millisecond)
 		defer cancel()
-		_, err = eval(ctx, n, "return 1")
+		_, err = runSource(ctx, n, "return 1")
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("the short call: %v, want context.DeadlineExceeded", err)
 		}

@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/dlmgo/dlm/internal/eval"
 	"github.com/dlmgo/dlm/internal/redistest"
-	"github.com/dlmgo/dlm/nodekit"
 )
 
 // incr writes, so WAIT after it has something to count.
@@ -43,14 +43,14 @@ func TestPipeNodeRunWait(t *testing.T) {
 				assert.Equal(t, "1", rep.Client(t).Get(ctx, "ew").Val(), "acknowledged means replica %s has it", rep.Addr)
 			}
 
-			_, err = n.RunWait(ctx, []driver.Call{{SHA1: nodekit.NewScript("return {7}").SHA1()}}, all)
+			_, err = n.RunWait(ctx, []driver.Call{{SHA1: eval.NewScript("return {7}").SHA1()}}, all)
 			assert.ErrorIs(t, err, driver.ErrNoScript)
-			r, acks, err = nodekit.NewScript("return {7}").RunWait(ctx, n, all, nil)
+			r, acks, err = eval.NewScript("return {7}").RunWait(ctx, n, all, nil)
 			require.NoError(t, err, "RunWait falls back to EVAL")
 			assert.Equal(t, []int64{7}, r)
 			assert.Equal(t, 2, acks.Replicas)
 			// EVAL cached incr: EVALSHA finds it.
-			r, acks, err = nodekit.NewScript(incr).RunWait(ctx, n, all, []string{"ew"})
+			r, acks, err = eval.NewScript(incr).RunWait(ctx, n, all, []string{"ew"})
 			require.NoError(t, err)
 			assert.Equal(t, []int64{2}, r)
 			assert.Equal(t, 2, acks.Replicas)

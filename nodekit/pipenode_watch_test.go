@@ -110,7 +110,7 @@ func TestPipeNodeWatchCancelled(t *testing.T) {
 		assert.ErrorIs(t, err, context.Canceled)
 
 		// A server that never confirms: Watch returns at the deadline.
-		_, err = eval(context.Background(), n, "return {1}")
+		_, err = runSource(context.Background(), n, "return {1}")
 		require.NoError(t, err)
 		srv.Freeze(t)
 		dctx, dcancel := context.WithTimeout(context.Background(), 100*time.Millisecond)

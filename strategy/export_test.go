@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlmgo/dlm/nodekit"
+	"github.com/dlmgo/dlm/internal/eval"
 )
 
 // DriftMarginForTest is the default drift margin of a lease of ttl.
@@ -19,7 +19,7 @@ func DriftMarginForTest(ttl time.Duration) time.Duration {
 // change the redis table): there is no such server to test on here.
 func Before60ForTest(t testing.TB) {
 	old := acquireScript
-	acquireScript = nodekit.NewScript("redis.setresp = nil\n" + old.Source())
+	acquireScript = eval.NewScript("redis.setresp = nil\n" + old.Source())
 	t.Cleanup(func() { acquireScript = old })
 }
 

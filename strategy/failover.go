@@ -10,9 +10,9 @@ import (
 
 	"github.com/dlmgo/dlm/driver"
 	"github.com/dlmgo/dlm/internal/errs"
+	"github.com/dlmgo/dlm/internal/eval"
 
 	"github.com/dlmgo/dlm"
-	"github.com/dlmgo/dlm/nodekit"
 )
 
 // failover is the strategy NewFailover returns.
@@ -281,7 +281,7 @@ func (f *failover) probe(ctx context.Context, keys []string) (serverInfo, error)
 // yet. Replica counts are kept per hash slot: on a Cluster each shard has
 // its own.
 func (f *failover) prepare(ctx context.Context, keys []string) (driver.Wait, error) {
-	slot := nodekit.Slot(keys[0])
+	slot := eval.Slot(keys[0])
 	n := int(f.replicas[slot].Load()) - 1
 	if n < 0 {
 		info, err := f.probe(ctx, keys[:1])
@@ -322,7 +322,7 @@ func (f *failover) wait(n int) driver.Wait {
 // replyGranted) but the wait asked for fewer replicas than the primary
 // turned out to have (a replica joined), the write, which is idempotent,
 // and a wait for the right count are sent once more.
-func (f *failover) runWait(ctx context.Context, wrapped *nodekit.Script, w driver.Wait, keys []string, args ...string) ([]int64, driver.Acks, int, error) {
+func (f *failover) runWait(ctx context.Context, wrapped *eval.Script, w driver.Wait, keys []string, args ...string) ([]int64, driver.Acks, int, error) {
 	for again := true; ; again = false {
 		r, acks, err := wrapped.RunWait(ctx, f.node, w, keys, args...)
 		if err == nil && len(r) != 3 {
@@ -332,7 +332,7 @@ func (f *failover) runWait(ctx context.Context, wrapped *nodekit.Script, w drive
 			return r, acks, -1, err
 		}
 		connected := int(r[2])
-		f.replicas[nodekit.Slot(keys[0])].Store(int32(connected) + 1)
+		f.replicas[eval.Slot(keys[0])].Store(int32(connected) + 1)
 		if right := f.wait(connected); again && r[0] == replyGranted && acks.Replicas < right.Replicas && w.Replicas < right.Replicas {
 			w = right
 			continue

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dlmgo/dlm/driver"
+	"github.com/dlmgo/dlm/internal/eval"
 
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/inspect"
@@ -38,7 +39,7 @@ func noteName(lock string) string { return lock + ":revoked" }
 // fencing counter, its revocation note.
 func stateKeys(key string) []string {
 	lock := lockName(key)
-	return []string{lock, fenceName(nodekit.Slot(lock)), noteName(lock)}
+	return []string{lock, fenceName(eval.Slot(lock)), noteName(lock)}
 }
 
 // Inspect implements inspect.Inspector.
@@ -76,7 +77,7 @@ func (s *redlock) Revoke(ctx context.Context, key, by, reason string) ([]inspect
 
 // operate runs script (inspect or revoke) for key on every node at once,
 // each within the per-node timeout, and decodes each node's state.
-func operate(ctx context.Context, c *config, nodes []driver.Node, names []string, key string, script *nodekit.Script, args []string) ([]inspect.NodeState, error) {
+func operate(ctx context.Context, c *config, nodes []driver.Node, names []string, key string, script *eval.Script, args []string) ([]inspect.NodeState, error) {
 	if err := checkKey(key); err != nil {
 		return nil, err
 	}

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlmgo/dlm/nodekit"
+	"github.com/dlmgo/dlm/internal/eval"
 )
 
 // Lock keys: distinct keys never share one; a key's own hash tag decides its
@@ -26,16 +26,16 @@ func TestLockNames(t *testing.T) {
 		}
 		seen[lock] = k
 		keys := lockKeys(k)
-		if len(keys) != 2 || keys[0] != lock || nodekit.Slot(lock) != nodekit.Slot(keys[1]) {
+		if len(keys) != 2 || keys[0] != lock || eval.Slot(lock) != eval.Slot(keys[1]) {
 			t.Errorf("key %q: keys %q not in one slot", k, keys)
 		}
 	}
 	for _, k := range []string{"{a}", "x{a}y", "{a}{b}", "{a}:profile"} {
-		if nodekit.Slot(lockName(k)) != nodekit.Slot("a") {
+		if eval.Slot(lockName(k)) != eval.Slot("a") {
 			t.Errorf("key %q: its lock is not in the slot of its tag {a}", k)
 		}
 	}
-	if nodekit.Slot(lockName("tenant7}1")) == nodekit.Slot(lockName("tenant7}2")) {
+	if eval.Slot(lockName("tenant7}1")) == eval.Slot(lockName("tenant7}2")) {
 		t.Errorf("keys with a '}' share the slot of the text before it")
 	}
 }

@@ -9,8 +9,7 @@ import (
 	"time"
 
 	"github.com/dlmgo/dlm/driver"
-
-	"github.com/dlmgo/dlm/nodekit"
+	"github.com/dlmgo/dlm/internal/eval"
 )
 
 // This file is Redlock's quorum engine: a round sends one batch of script
@@ -53,7 +52,7 @@ type judge func(t *tally, i int, r []int64) (outcome, error)
 type round struct {
 	s       *redlock
 	op      string
-	script  *nodekit.Script
+	script  *eval.Script
 	calls   []driver.Call // the batch; each node gets its own copy
 	copies  []driver.Call // the copies, node after node, in one allocation
 	nodes   []int         // the nodes called
@@ -90,7 +89,7 @@ type reply struct {
 // timeout. Every reply arrives on the round's channel, so no goroutine
 // outlives its call; the calls still running once the caller has its
 // outcome go on until they end or time out.
-func (s *redlock) round(ctx context.Context, op string, script *nodekit.Script, calls []driver.Call, nodes []int, timeout time.Duration, j judge) *round {
+func (s *redlock) round(ctx context.Context, op string, script *eval.Script, calls []driver.Call, nodes []int, timeout time.Duration, j judge) *round {
 	r := &round{s: s, op: op, script: script, calls: calls, nodes: nodes, timeout: timeout, judge: j,
 		parent: ctx, ch: make(chan reply, len(nodes)), left: len(nodes)}
 	if len(calls) == 1 && len(s.nodes) <= inlineNodes {
@@ -153,7 +152,7 @@ func (r *round) enqueue(k, i int) bool {
 	return q.Enqueue(r.ctx, calls, r, k)
 }
 
-// Notify implements coalesce.Notifier: the calls to the round's k-th node
+// Notify implements eval.Notifier: the calls to the round's k-th node
 // that enqueue queued hold their replies.
 func (r *round) Notify(k int) {
 	i, calls := r.nodes[k], r.callsOf(k)

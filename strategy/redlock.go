@@ -13,8 +13,8 @@ import (
 	"github.com/dlmgo/dlm/driver"
 
 	"github.com/dlmgo/dlm"
-	"github.com/dlmgo/dlm/internal/coalesce"
 	"github.com/dlmgo/dlm/internal/errs"
+	"github.com/dlmgo/dlm/internal/eval"
 	"github.com/dlmgo/dlm/internal/runner"
 	"github.com/dlmgo/dlm/nodekit"
 )
@@ -29,7 +29,7 @@ const (
 // redlock is the strategy NewRedlock returns.
 type redlock struct {
 	nodes    []driver.Node
-	queues   []*coalesce.Node // queues[i] is nodes[i], its coalescing layer; nil without coalescing
+	queues   []*eval.Node // queues[i] is nodes[i], its coalescing layer; nil without coalescing
 	names    []string
 	quorum   int
 	all      []int // 0, 1, …, N−1: every node

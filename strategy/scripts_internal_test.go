@@ -7,7 +7,7 @@ import (
 	"regexp"
 	"testing"
 
-	"github.com/dlmgo/dlm/nodekit"
+	"github.com/dlmgo/dlm/internal/eval"
 )
 
 var scriptsDir = flag.String("scripts", "", "TestWhatTheServerRuns writes every script, as the server gets it, to this directory")
@@ -16,7 +16,7 @@ var scriptsDir = flag.String("scripts", "", "TestWhatTheServerRuns writes every 
 // it must name every one of them, and each must carry what the table says
 // it is assembled from.
 func TestWhatTheServerRuns(t *testing.T) {
-	scripts := map[string]*nodekit.Script{
+	scripts := map[string]*eval.Script{
 		"acquireScript": acquireScript, "failoverAcquireScript": failoverAcquireScript,
 		"extendScript": extendScript, "failoverExtendScript": failoverExtendScript,
 		"releaseScripts": releaseScripts[0], "fenceScript": fenceScript,

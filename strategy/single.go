@@ -2,8 +2,10 @@ package strategy
 
 import (
 	"context"
+	"fmt"
 	"time"
 
+	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/driver"
 )
 
@@ -78,8 +80,10 @@ func (s *single) WatchRelease(ctx context.Context, key string, notify func()) (f
 // state on.
 func (s *single) Node() driver.Node { return s.node }
 
-// The single-instance algorithm follows. It is on endpoint, not Single,
-// because a Failover that waits for nothing after a write runs it too.
+// The single-instance algorithm follows, with the readers of its scripts'
+// replies. It is on endpoint, not Single, because a Failover runs it too:
+// all of it when it waits for nothing after a write, and the readers
+// always.
 
 // acquire is Single's Acquire, or with from set its Handoff: one run of the
 // acquire script.
@@ -114,6 +118,84 @@ func (e *endpoint) extend(ctx context.Context, key, token string, ttl time.Durat
 		return driver.Lease{}, err
 	}
 	return e.lease(start, ttl, fence), nil
+}
+
+// acquired returns the fence of an acquisition of key by token (a hand-off
+// from from, when not empty) whose script replied r, or failed with err.
+// When the script may have run though its reply is lost or malformed, the
+// lock is given back (undo) until expires.
+func (e *endpoint) acquired(ctx context.Context, key, token, from string, expires time.Time, r []int64, err error) (int64, error) {
+	code, v, ok := verdict(r)
+	if err == nil && (!ok || len(r) > 2 || code < replyRefused || code > replyQuarantined) {
+		err = errReply(r)
+	}
+	if err != nil {
+		err := &nodeError{Node: e.name, Op: "acquire", Err: err}
+		if !notRun(err) {
+			e.undo(ctx, key, token, expires)
+		}
+		return 0, fmt.Errorf("%w: %w", dlm.ErrNotAcquired, err)
+	}
+	if code != replyGranted {
+		return 0, refusal(key, from, e.name, code, v)
+	}
+	return v, nil
+}
+
+// timelyLease returns the lease of key's lock granted with fence to an
+// acquisition of ttl sent at start; when the grant (or the replicas'
+// acknowledgements) came after that lease's validity ended, nobody may
+// trust the lock: it is given back and the error matches
+// dlm.ErrNotAcquired.
+func (e *endpoint) timelyLease(ctx context.Context, key, token string, start time.Time, ttl time.Duration, fence int64) (driver.Lease, error) {
+	l := e.lease(start, ttl, fence)
+	if took := time.Since(start); !l.Until.After(start.Add(took)) {
+		e.undo(ctx, key, token, start.Add(ttl))
+		return driver.Lease{}, fmt.Errorf("%w: %q: %s answered after %v, past the lease's validity of %v",
+			dlm.ErrNotAcquired, key, e.name, took.Round(time.Millisecond), ttl-e.cfg.driftMargin(ttl))
+	}
+	return l, nil
+}
+
+// extended returns the fence of an extension of key whose script replied
+// r, or failed with err, or why the lock was not extended.
+func (e *endpoint) extended(key string, r []int64, err error) (int64, error) {
+	code, fence, ok := verdict(r)
+	if err == nil && (!ok || len(r) > 2) {
+		err = errReply(r)
+	}
+	switch {
+	case err != nil:
+		return 0, &nodeError{Node: e.name, Op: "extend", Err: err}
+	case code == replyGranted:
+		return fence, nil
+	case code == replyRevoked:
+		return 0, errRevoked(key, e.name)
+	}
+	return 0, errNotHeld(key, e.name)
+}
+
+// lease is valid for ttl less the drift margin, counted from before the
+// request was sent (so a Failover's wait for replicas is taken off).
+func (e *endpoint) lease(start time.Time, ttl time.Duration, fence int64) driver.Lease {
+	return driver.Lease{Fence: uint64(fence), Until: start.Add(ttl - e.cfg.driftMargin(ttl))}
+}
+
+// notRun reports whether the node refused a call before running it because
+// its hash slot is moving (TRYAGAIN): there is nothing to undo.
+func notRun(err *nodeError) bool {
+	_, moving := err.RetryAfter()
+	return moving
+}
+
+// refusal is the error of an acquisition the acquire script refused with
+// code (replyRefused or replyQuarantined) and value v; from is the token of
+// a hand-off, or empty.
+func refusal(key, from, node string, code, v int64) error {
+	if from != "" && code == replyRefused {
+		return fmt.Errorf("%w: %w: hand-off of %q: the token handing it off does not hold it on %s", dlm.ErrNotAcquired, dlm.ErrNotHeld, key, node)
+	}
+	return &heldError{Key: key, Remaining: time.Duration(v) * time.Millisecond, Quarantined: code == replyQuarantined}
 }
 
 // extendBatch is Single's ExtendMany: the extensions of locks in one

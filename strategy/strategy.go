@@ -38,7 +38,7 @@ import (
 	"github.com/dlmgo/dlm/driver"
 
 	"github.com/dlmgo/dlm"
-	"github.com/dlmgo/dlm/internal/coalesce"
+	"github.com/dlmgo/dlm/internal/eval"
 	"github.com/dlmgo/dlm/nodekit"
 )
 
@@ -47,12 +47,12 @@ var scriptFS embed.FS
 
 // mustScript returns the embedded script file name with the files of
 // prelude (helper functions: a script reading a lock's value uses
-// "held.lua"), and the line coalesce.BodyMark unless the file has one of
+// "held.lua"), and the line eval.BodyMark unless the file has one of
 // its own. The prelude goes at the file's line preludeMark when it has one
 // (so that its functions are made only on the runs that reach it), else
 // before the file.
-func mustScript(name string, prelude ...string) *nodekit.Script {
-	return nodekit.NewScript(scriptSource("", name, prelude...))
+func mustScript(name string, prelude ...string) *eval.Script {
+	return eval.NewScript(scriptSource("", name, prelude...))
 }
 
 // preludeMark is the line of a script file where mustScript puts its
@@ -78,8 +78,8 @@ func scriptSource(head, name string, prelude ...string) string {
 		body = strings.Replace(body, preludeMark, pre.String(), 1)
 		pre.Reset()
 	}
-	if !strings.Contains(body, coalesce.BodyMark) {
-		body = coalesce.BodyMark + head + body
+	if !strings.Contains(body, eval.BodyMark) {
+		body = eval.BodyMark + head + body
 	} else if head != "" {
 		panic("strategy: a head for " + name + ", which has a body mark")
 	}
@@ -95,15 +95,15 @@ var (
 // releaseScripts are release.lua for each announce mode (announce.lua):
 // asking the server, 'p' and 's'. The mode is in the script rather than an
 // argument, which the server would turn into a Lua string on every run.
-var releaseScripts = [...]*nodekit.Script{
-	nodekit.NewScript(scriptSource("local mode = nil\n", "release.lua", "announce.lua")),
-	nodekit.NewScript(scriptSource("local mode = 'p'\n", "release.lua", "announce.lua")),
-	nodekit.NewScript(scriptSource("local mode = 's'\n", "release.lua", "announce.lua")),
+var releaseScripts = [...]*eval.Script{
+	eval.NewScript(scriptSource("local mode = nil\n", "release.lua", "announce.lua")),
+	eval.NewScript(scriptSource("local mode = 'p'\n", "release.lua", "announce.lua")),
+	eval.NewScript(scriptSource("local mode = 's'\n", "release.lua", "announce.lua")),
 }
 
 // releaseScript returns the release script for the announce mode given
 // (publishArg's).
-func releaseScript(mode string) *nodekit.Script {
+func releaseScript(mode string) *eval.Script {
 	switch mode {
 	case "p":
 		return releaseScripts[1]
@@ -121,9 +121,9 @@ var (
 	probeScript           = mustScript("failover_probe.lua")
 )
 
-func wrapReplicas(s *nodekit.Script) *nodekit.Script {
+func wrapReplicas(s *eval.Script) *eval.Script {
 	tail := mustScript("failover_replicas.lua").Source()
-	return nodekit.NewScript("local function dlm_script()\n" + s.Source() + "\nend\nlocal r = dlm_script()\n" + tail)
+	return eval.NewScript("local function dlm_script()\n" + s.Source() + "\nend\nlocal r = dlm_script()\n" + tail)
 }
 
 // coalesced returns node with its calls coalesced, unless
@@ -137,11 +137,11 @@ func (c *config) coalesced(node driver.Node) driver.Node {
 
 // coalescing returns the coalescing layer over node, or nil when
 // WithCoalescing(false) was given.
-func (c *config) coalescing(node driver.Node) *coalesce.Node {
+func (c *config) coalescing(node driver.Node) *eval.Node {
 	if c.alone {
 		return nil
 	}
-	return coalesce.New(node, 0, acquireScript, extendScript, releaseScripts[0], releaseScripts[1], releaseScripts[2])
+	return eval.Coalesce(node, 0, acquireScript, extendScript, releaseScripts[0], releaseScripts[1], releaseScripts[2])
 }
 
 // isNil reports whether n is nil or a nil pointer in an interface.
@@ -337,7 +337,7 @@ func acquireCall(key, token, from string, ttl, maxTTL time.Duration) (keys, args
 		n = 3
 	}
 	keys, args = lockCall(key, token, ttl, n)
-	slot := nodekit.Slot(keys[0])
+	slot := eval.Slot(keys[0])
 	keys[1] = fenceName(slot)
 	if maxTTL > 0 {
 		keys[2] = quarantineName(slot)
@@ -363,7 +363,7 @@ func heldCall(key, token string, ttl time.Duration) (keys, args []string) {
 // by token over node: the script for how node's client reaches its
 // server, when it says, so that it publishes where its waiters listen
 // without asking the server (release.lua).
-func releaseCall(key, token string, node driver.Node) (s *nodekit.Script, keys, args []string) {
+func releaseCall(key, token string, node driver.Node) (s *eval.Script, keys, args []string) {
 	keys, args = lockCall(key, token, 0, 1)
 	return releaseScript(publishArg(nodekit.RoutingOf(node))), keys, args
 }
@@ -448,7 +448,7 @@ var fenceNames = sync.OnceValue(func() string {
 		for _, b := range []byte(alphabet) {
 			for _, c := range []byte(alphabet) {
 				tag := [3]byte{a, b, c}
-				if s := nodekit.Slot(string(tag[:])); tags[s][0] == 0 {
+				if s := eval.Slot(string(tag[:])); tags[s][0] == 0 {
 					tags[s] = tag
 					found++
 				}

@@ -8,8 +8,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlmgo/dlm/internal/eval"
 	"github.com/dlmgo/dlm/internal/redistest"
-	"github.com/dlmgo/dlm/nodekit"
 )
 
 // On a Cluster, Watch subscribes each channel on the master of its slot
@@ -31,7 +31,7 @@ func TestClusterWatchOnTheSlotsMaster(t *testing.T) {
 		stop, err := n.Watch(wctx, ch, func(p string) { got <- p })
 		cancel()
 		if err != nil {
-			t.Errorf("%d %s slot %d after %v: %v", i, ch, nodekit.Slot(ch), time.Since(start), err)
+			t.Errorf("%d %s slot %d after %v: %v", i, ch, eval.Slot(ch), time.Since(start), err)
 			continue
 		}
 		if err := cc.SPublish(ctx, ch, "x").Err(); err != nil {

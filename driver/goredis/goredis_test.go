@@ -14,8 +14,8 @@ import (
 
 	"github.com/dlmgo/dlm"
 	"github.com/dlmgo/dlm/driver/goredis"
+	"github.com/dlmgo/dlm/internal/eval"
 	"github.com/dlmgo/dlm/internal/redistest"
-	"github.com/dlmgo/dlm/nodekit"
 	"github.com/dlmgo/dlm/strategy"
 )
 
@@ -88,7 +88,7 @@ func TestNoScriptIsMapped(t *testing.T) {
 	c := redistest.Start(t).Client(t)
 	n := goredis.New(c)
 	ctx := context.Background()
-	sc := nodekit.NewScript("return {1, -2, 9007199254740992}")
+	sc := eval.NewScript("return {1, -2, 9007199254740992}")
 	_, err := run(ctx, n, driver.Call{SHA1: sc.SHA1()})
 	require.ErrorIs(t, err, driver.ErrNoScript)
 	r, err := sc.Run(ctx, n, nil)

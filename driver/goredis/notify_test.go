@@ -15,8 +15,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlmgo/dlm/driver/goredis"
+	"github.com/dlmgo/dlm/internal/eval"
 	"github.com/dlmgo/dlm/internal/redistest"
-	"github.com/dlmgo/dlm/nodekit"
 )
 
 // pubsubClients counts the server's connections in pub/sub mode.
@@ -134,7 +134,7 @@ func TestRunMany(t *testing.T) {
 // does not fail the others. With deadline the context has one.
 func runMany(t *testing.T, c redis.UniversalClient, deadline bool) {
 	n := goredis.New(c)
-	s := nodekit.NewScript("return {tonumber(ARGV[1]), redis.call('INCR', KEYS[1])}")
+	s := eval.NewScript("return {tonumber(ARGV[1]), redis.call('INCR', KEYS[1])}")
 	ctx := context.Background()
 	if deadline {
 		var cancel context.CancelFunc
@@ -157,7 +157,7 @@ func runMany(t *testing.T, c redis.UniversalClient, deadline bool) {
 		assert.Equal(t, perKey[calls[i].Keys[0]], r.Reply[1], "call %d ran once, in order", i)
 	}
 	// A call that fails does not fail the others.
-	bad := nodekit.NewScript("if ARGV[1] == 'x' then return redis.error_reply('boom') end return {1}")
+	bad := eval.NewScript("if ARGV[1] == 'x' then return redis.error_reply('boom') end return {1}")
 	res := []driver.Call{{Keys: []string{"a"}, Args: []string{"1"}}, {Keys: []string{"a"}, Args: []string{"x"}}, {Keys: []string{"a"}, Args: []string{"2"}}}
 	bad.RunMany(ctx, n, res)
 	assert.NoError(t, res[0].Err)

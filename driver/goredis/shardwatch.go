@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlmgo/dlm/internal/eval"
 	"github.com/dlmgo/dlm/nodekit"
 )
 
@@ -19,7 +20,7 @@ import (
 // scripts publish on shard channels there (strategy's release.lua), so
 // that a message stays in its shard.
 func (n *node) slotHub(cc *redis.ClusterClient, channel string) *nodekit.Hub {
-	slot := nodekit.Slot(channel)
+	slot := eval.Slot(channel)
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	h := n.slots[slot]

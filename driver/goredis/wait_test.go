@@ -13,8 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlmgo/dlm/driver/goredis"
+	"github.com/dlmgo/dlm/internal/eval"
 	"github.com/dlmgo/dlm/internal/redistest"
-	"github.com/dlmgo/dlm/nodekit"
 )
 
 // incr writes, so WAIT after it has something to count.
@@ -51,11 +51,11 @@ func TestRunWait(t *testing.T) {
 		assert.Equal(t, []int64{1}, calls[1].Reply)
 		assert.Equal(t, driver.Acks{Replicas: 1}, acks, "one WAIT after several calls")
 
-		calls = []driver.Call{{SHA1: nodekit.NewScript("return {7}").SHA1()}}
+		calls = []driver.Call{{SHA1: eval.NewScript("return {7}").SHA1()}}
 		_, err = n.RunWait(ctx, calls, w)
 		assert.ErrorIs(t, err, driver.ErrNoScript)
 		assert.ErrorIs(t, calls[0].Err, driver.ErrNoScript)
-		r, _, err = nodekit.NewScript("return {7}").RunWait(ctx, n, w, nil)
+		r, _, err = eval.NewScript("return {7}").RunWait(ctx, n, w, nil)
 		require.NoError(t, err, "RunWait falls back to EVAL")
 		assert.Equal(t, []int64{7}, r)
 	})

@@ -15,6 +15,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/dlmgo/dlm/driver/redigo"
+	"github.com/dlmgo/dlm/internal/eval"
 	"github.com/dlmgo/dlm/internal/redistest"
 	"github.com/dlmgo/dlm/nodekit"
 	"github.com/dlmgo/dlm/strategy"
@@ -61,8 +62,8 @@ func TestRunWait(t *testing.T) {
 				t.Errorf("replica %s has ew=%q after the acknowledgement, want 1", rep.Addr, v)
 			}
 		}
-		sc := nodekit.NewScript(incr)
-		unknown := []driver.Call{{SHA1: nodekit.NewScript("return {7} -- new").SHA1()}}
+		sc := eval.NewScript(incr)
+		unknown := []driver.Call{{SHA1: eval.NewScript("return {7} -- new").SHA1()}}
 		if _, err := n.RunWait(ctx, unknown, all); !errors.Is(err, driver.ErrNoScript) || !errors.Is(unknown[0].Err, driver.ErrNoScript) {
 			t.Errorf("RunWait of an unknown script: %v (call: %v), want ErrNoScript", err, unknown[0].Err)
 		}
@@ -71,7 +72,7 @@ func TestRunWait(t *testing.T) {
 			t.Fatalf("RunWait: %v %+v %v, want [2] 2 replicas", r, acks, err)
 		}
 		// The connection went back to the pool in step: a plain call on it works.
-		if r, err := eval(ctx, n, "return {5}", nil); err != nil || !slices.Equal(r, []int64{5}) {
+		if r, err := runSource(ctx, n, "return {5}", nil); err != nil || !slices.Equal(r, []int64{5}) {
 			t.Fatalf("Run after RunWait: %v %v", r, err)
 		}
 	})
@@ -81,7 +82,7 @@ func TestRunWait(t *testing.T) {
 		if err == nil || errors.Is(err, driver.ErrNoScript) || acks != (driver.Acks{}) {
 			t.Fatalf("RunWait of an erroring script: %+v %v", acks, err)
 		}
-		if r, err := eval(ctx, n, "return {6}", nil); err != nil || !slices.Equal(r, []int64{6}) {
+		if r, err := runSource(ctx, n, "return {6}", nil); err != nil || !slices.Equal(r, []int64{6}) {
 			t.Fatalf("Run after a script error: %v %v (WAIT's reply left unread?)", r, err)
 		}
 	})
@@ -143,7 +144,7 @@ func TestRunMany(t *testing.T) {
 	ctx := context.Background()
 	pool := newPool(t, srv.Addr)
 	n := redigo.New(pool).WithName(srv.Addr)
-	sc := nodekit.NewScript("return {tonumber(ARGV[1]), redis.call('INCR', KEYS[1])}")
+	sc := eval.NewScript("return {tonumber(ARGV[1]), redis.call('INCR', KEYS[1])}")
 	calls := make([]driver.Call, 500)
 	for i := range calls {
 		calls[i] = driver.Call{SHA1: sc.SHA1(), Keys: []string{"m" + strconv.Itoa(i%7)}, Args: []string{strconv.Itoa(i)}}
@@ -184,7 +185,7 @@ func TestRunMany(t *testing.T) {
 	// caller, whose connection must not be the one they arrive on.
 	for i := range 50 {
 		arg := "late" + strconv.Itoa(i)
-		if r, err := eval(ctx, n, "return {tonumber(string.sub(ARGV[1], 5))}", nil, arg); err != nil || !slices.Equal(r, []int64{int64(i)}) {
+		if r, err := runSource(ctx, n, "return {tonumber(string.sub(ARGV[1], 5))}", nil, arg); err != nil || !slices.Equal(r, []int64{int64(i)}) {
 			t.Fatalf("call %d after a batch cut short: %v %v, want [%d] (a reply of the earlier batch?)", i, r, err, i)
 		}
 	}
@@ -196,9 +197,9 @@ func TestWatch(t *testing.T) {
 	n := newNode(t, srv.Addr)
 	pub := func(ch, msg string) {
 		t.Helper()
-		_, err := eval(ctx, n, "redis.call('PUBLISH', KEYS[1], ARGV[1]) return {}", []string{ch}, msg)
+		_, err := runSource(ctx, n, "redis.call('PUBLISH', KEYS[1], ARGV[1]) return {}", []string{ch}, msg)
 		if err != nil { // a pooled connection from before a restart: once more
-			_, err = eval(ctx, n, "redis.call('PUBLISH', KEYS[1], ARGV[1]) return {}", []string{ch}, msg)
+			_, err = runSource(ctx, n, "redis.call('PUBLISH', KEYS[1], ARGV[1]) return {}", []string{ch}, msg)
 		}
 		if err != nil {
 			t.Fatal(err)
@@ -348,7 +349,7 @@ func TestWatchChurn(t *testing.T) {
 					if err != nil {
 						return err
 					}
-					if _, err := eval(ctx, n, "redis.call('PUBLISH', KEYS[1], ARGV[1]) return {}", []string{ch}, want); err != nil {
+					if _, err := runSource(ctx, n, "redis.call('PUBLISH', KEYS[1], ARGV[1]) return {}", []string{ch}, want); err != nil {
 						stop()
 						return err
 					}

@@ -21,8 +21,8 @@ import (
 	"github.com/dlmgo/dlm/strategy"
 )
 
-// eval runs src once on n with EVAL.
-func eval(ctx context.Context, n driver.Node, src string, keys []string, args ...string) ([]int64, error) {
+// runSource runs src once on n with EVAL.
+func runSource(ctx context.Context, n driver.Node, src string, keys []string, args ...string) ([]int64, error) {
 	c := []driver.Call{{Source: src, Keys: keys, Args: args}}
 	n.Run(ctx, c)
 	return c[0].Reply, c[0].Err
@@ -62,7 +62,7 @@ func TestNilPool(t *testing.T) {
 func TestDeadlineOnFrozenServer(t *testing.T) {
 	srv := redistest.Start(t)
 	n := newNode(t, srv.Addr)
-	if _, err := eval(context.Background(), n, "return {1}", nil); err != nil {
+	if _, err := runSource(context.Background(), n, "return {1}", nil); err != nil {
 		t.Fatal(err)
 	}
 	srv.Freeze(t)
@@ -70,7 +70,7 @@ func TestDeadlineOnFrozenServer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	_, err := eval(ctx, n, "return {1}", nil)
+	_, err := runSource(ctx, n, "return {1}", nil)
 	if took := time.Since(start); !errors.Is(err, context.DeadlineExceeded) || took > 2*time.Second {
 		t.Fatalf("Run on a frozen server: %v after %v, want context.DeadlineExceeded near 100ms", err, took)
 	}

@@ -16,20 +16,20 @@ import (
 func TestCancelOnFrozenServer(t *testing.T) {
 	srv := redistest.Start(t)
 	n := newNode(t, srv.Addr)
-	if _, err := eval(context.Background(), n, "return {1}", nil); err != nil {
+	if _, err := runSource(context.Background(), n, "return {1}", nil); err != nil {
 		t.Fatal(err)
 	}
 	srv.Freeze(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	stop := time.AfterFunc(50*time.Millisecond, cancel)
 	defer stop.Stop()
-	_, err := eval(ctx, n, "return {1}", nil)
+	_, err := runSource(ctx, n, "return {1}", nil)
 	var ne interface{ Timeout() bool }
 	if !errors.Is(err, context.Canceled) || errors.As(err, &ne) && ne.Timeout() {
 		t.Fatalf("Run cancelled on a frozen server: %v, want context.Canceled from a closed connection", err)
 	}
 	srv.Thaw(t)
-	if r, err := eval(context.Background(), n, "return {7}", nil); err != nil || len(r) != 1 || r[0] != 7 {
+	if r, err := runSource(context.Background(), n, "return {7}", nil); err != nil || len(r) != 1 || r[0] != 7 {
 		t.Fatalf("Run after the thaw: %v, %v, want [7]", r, err)
 	}
 }

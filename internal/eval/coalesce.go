@@ -1,5 +1,10 @@
-// Package coalesce sends concurrent script calls bound for one node
-// together: while a node's calls are in flight, the calls that arrive wait,
+// Package eval is how dlm's strategies and helpers run their Lua scripts
+// on a driver.Node: a Script runs by its SHA1 (EVALSHA), by its source when
+// the server lacks it; Slot names the Cluster hash slot a key lives in; and
+// a Node (Coalesce) sends the concurrent script calls bound for one node
+// together. Drivers do not use it: what they share is in nodekit.
+//
+// Coalescing: while a node's calls are in flight, the calls that arrive wait,
 // and go out as one Run — one pipelined round trip — as soon as a slot
 // frees, or after 10ms (or four times the node's typical run time, if
 // longer, but not past a quarter of the time a caller's context leaves it)
@@ -15,7 +20,7 @@
 // deadlines; see docs/performance.md.) On a node that routes every call
 // to one server (nodekit.RoutingOneServer), RunWait calls with the same
 // Wait are coalesced likewise: their calls, then one WAIT that covers them
-// all. Calls of the scripts New was given are merged where the node's
+// all. Calls of the scripts Coalesce was given are merged where the node's
 // routing allows (see Merging, below).
 //
 // Each caller keeps its own deadline, and does not spend it waiting for a
@@ -30,7 +35,7 @@
 // callers' deadlines passes, or when every caller has gone; Callers finds
 // the callers' own contexts through it (for their values, such as a trace
 // span).
-package coalesce
+package eval
 
 import (
 	"context"
@@ -82,7 +87,7 @@ type Node struct {
 // New returns a Node that coalesces node's calls, with at most inFlight
 // runs in flight (DefaultInFlight when inFlight < 1), and merges calls of
 // the scripts given (see BodyMark) where node's routing allows.
-func New(node driver.Node, inFlight int, merge ...*nodekit.Script) *Node {
+func Coalesce(node driver.Node, inFlight int, merge ...*Script) *Node {
 	if inFlight < 1 {
 		inFlight = DefaultInFlight
 	}
@@ -186,74 +191,6 @@ func (n *Node) run(ctx context.Context, calls []driver.Call, w *driver.Wait) (dr
 	return driver.Acks{}, ctx.Err()
 }
 
-// goAlone is how many of the node's typical run times a call's context
-// must leave it for the call to wait for a slot: it waits for the end of a
-// run in flight, then its batch runs. A call with less time left goes out
-// at once by itself, unless inFlight such calls are out already: on a
-// loaded machine the typical run grows, and if every call then went alone
-// the node would get more round trips, each slower, and the runs would
-// grow longer still.
-const goAlone = 2
-
-// pressed reports whether ctx leaves a call that arrives at now too
-// little time to wait for a slot (see goAlone), and a run beyond the slots
-// is left for it. It is asked, with n.mu held, only when no slot is free.
-func (n *Node) pressed(ctx context.Context, now time.Time) bool {
-	if n.busy >= 2*n.inFlight {
-		return false
-	}
-	d, ok := ctx.Deadline()
-	return ok && d.Sub(now) < goAlone*time.Duration(n.runTime.Load())
-}
-
-// queueLocked puts wt in the queue for the next batch. Called with n.mu
-// held.
-func (n *Node) queueLocked(ctx context.Context, wt *waiter, now time.Time) *waiter {
-	// A node whose runs take long waits longer before spilling, but never
-	// past a quarter of the time the caller has: runs kept past their
-	// callers' deadlines (a driver ignoring them) hold their slots, a call
-	// with a short deadline would otherwise never be sent, and a call's
-	// deadline is for its run, not for the wait.
-	wait := max(spillAfter, 4*time.Duration(n.runTime.Load()))
-	if d, ok := ctx.Deadline(); ok {
-		wait = min(wait, d.Sub(now)/4)
-	}
-	wt.spillAt = now.Add(wait)
-	n.queue = append(n.queue, wt)
-	n.armSpillLocked(wt.spillAt)
-	return wt
-}
-
-// A Notifier is told when calls it queued with Enqueue hold their replies.
-type Notifier interface {
-	Notify(tag int)
-}
-
-// Enqueue is Run for a caller that does not wait for the results itself:
-// when no slot is free, it puts calls in the queue for
-// the next batch and reports true, and to.Notify(tag) is then called once,
-// from the batch's goroutine, when calls hold their replies (or ctx's
-// error, when ctx ended before the batch was sent); when a slot is free it
-// does nothing (it allocates nothing) and reports false, and the caller
-// sends calls with Run. A caller that waits for several nodes at once (a
-// Redlock round) so saves a goroutine's two hand-offs per queued call.
-// Unlike a Run's, ctx's cancellation does not cut short a batch already
-// sent, which ends at its calls' latest deadline.
-func (n *Node) Enqueue(ctx context.Context, calls []driver.Call, to Notifier, tag int) bool {
-	if len(calls) == 0 {
-		return false
-	}
-	now := time.Now()
-	n.mu.Lock()
-	if n.busy < n.inFlight || n.busy-n.overdueLocked() < n.inFlight || n.pressed(ctx, now) {
-		n.mu.Unlock()
-		return false
-	}
-	n.queueLocked(ctx, &waiter{ctx: ctx, calls: calls, notify: to, tag: tag}, now)
-	n.mu.Unlock()
-	return true
-}
-
 // finish records a caller's own run that began at start, and frees its
 // slot or hands it on.
 func (n *Node) finish(start time.Time, seq uint64) {
@@ -273,6 +210,19 @@ func (n *Node) finish(start time.Time, seq uint64) {
 		n.mu.Unlock()
 	}
 	n.next()
+}
+
+// next frees a slot of a run that ended, or hands it to the calls that
+// wait. A slot beyond inFlight (a spill's or a pressed call's) is freed, so
+// that the runs in flight come back to inFlight.
+func (n *Node) next() {
+	n.mu.Lock()
+	if len(n.queue) == 0 || n.busy > n.inFlight {
+		n.busy--
+		n.mu.Unlock()
+		return
+	}
+	n.dispatch()
 }
 
 // A flight is a caller's own run in flight, with its context's deadline.

@@ -1,7 +1,7 @@
 // The batch form of a merged script: the Lua that runs each call of a
 // batch in turn.
 
-package coalesce
+package eval
 
 import "strings"
 

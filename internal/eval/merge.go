@@ -1,6 +1,6 @@
 // Merging calls of one script into one invocation of its batch form.
 
-package coalesce
+package eval
 
 import (
 	"context"
@@ -39,20 +39,20 @@ type merger struct {
 
 // A batch is the batch form of a script.
 type batch struct {
-	*nodekit.Script
+	*Script
 	// cached: the server ran it by EVALSHA, or by EVAL since it last
 	// replied NOSCRIPT; until then it goes by EVAL, so that a RunWait
 	// never meets NOSCRIPT in steady state (its WAIT would then be lost).
 	cached atomic.Bool
 }
 
-func newMerger(routing nodekit.Routing, scripts []*nodekit.Script) *merger {
+func newMerger(routing nodekit.Routing, scripts []*Script) *merger {
 	if routing == nodekit.RoutingUnknown || len(scripts) == 0 {
 		return nil
 	}
 	m := &merger{batch: make(map[string]*batch, len(scripts)), slots: routing == nodekit.RoutingBySlot}
 	for _, s := range scripts {
-		m.batch[s.SHA1()] = &batch{Script: nodekit.NewScript(batchOf(s.Source()))}
+		m.batch[s.SHA1()] = &batch{Script: NewScript(batchOf(s.Source()))}
 	}
 	return m
 }
@@ -137,7 +137,7 @@ func (m *merger) groups(calls []driver.Call) []group {
 		}
 		k := groupKey{sha: c.SHA1, nk: len(c.Keys), na: len(c.Args), slot: -1}
 		if bySlot {
-			k.slot = nodekit.Slot(c.Keys[0])
+			k.slot = Slot(c.Keys[0])
 		}
 		g, ok := index.find(k)
 		if !ok {
@@ -214,7 +214,7 @@ func seenKey(seen map[string]struct{}, before []driver.Call, key string) bool {
 // then the least of the runs', and the error the first run's when it had
 // one (a RunWait's caller then undoes its calls). A batch that
 // met NOSCRIPT is sent again by EVAL after a Run; after a RunWait its
-// calls fail with NOSCRIPT, which their callers handle (nodekit.Script).
+// calls fail with NOSCRIPT, which their callers handle (Script).
 func (m *merger) runMerged(ctx context.Context, calls []driver.Call, waits bool, run func(sent []driver.Call, where []int) (driver.Acks, error)) (driver.Acks, error) {
 	sent, groups := m.plan(calls)
 	if groups == nil {

@@ -1,4 +1,4 @@
-package coalesce_test
+package eval_test
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlmgo/dlm/driver/goredis"
-	"github.com/dlmgo/dlm/internal/coalesce"
+	"github.com/dlmgo/dlm/internal/eval"
 	"github.com/dlmgo/dlm/internal/redistest"
 	"github.com/dlmgo/dlm/nodekit"
 )
@@ -38,24 +38,24 @@ func (s *spy) Run(ctx context.Context, calls []driver.Call) {
 
 // fails raises a server error for the argument "boom" (INCR of a string),
 // and otherwise replies like incr, from a prelude function.
-var fails = nodekit.NewScript(`local function count(key) return redis.call('INCR', key) end
-` + coalesce.BodyMark + `if ARGV[1] == 'boom' then
+var fails = eval.NewScript(`local function count(key) return redis.call('INCR', key) end
+` + eval.BodyMark + `if ARGV[1] == 'boom' then
   redis.call('SET', KEYS[1], 'text')
 end
 return {tonumber(ARGV[1]) or -7, count(KEYS[1])}`)
 
-func mergingNode(t *testing.T, addr string, scripts ...*nodekit.Script) (*coalesce.Node, *spy) {
+func mergingNode(t *testing.T, addr string, scripts ...*eval.Script) (*eval.Node, *spy) {
 	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1})
 	t.Cleanup(func() { _ = c.Close() })
 	s := &spy{Node: goredis.New(c)}
-	return coalesce.New(s, 0, scripts...), s
+	return eval.Coalesce(s, 0, scripts...), s
 }
 
 // A merged script that replies with an integer (or with an array, by
 // turns) gives each call what it would get alone: []int64{n} for n.
 func TestMergedIntegerReplies(t *testing.T) {
 	srv := redistest.Start(t)
-	either := nodekit.NewScript("local n = redis.call('INCRBY', KEYS[1], tonumber(ARGV[1])) if n % 2 == 0 then return {n, -n} end return n")
+	either := eval.NewScript("local n = redis.call('INCRBY', KEYS[1], tonumber(ARGV[1])) if n % 2 == 0 then return {n, -n} end return n")
 	n, sp := mergingNode(t, srv.Addr, either)
 	calls := make([]driver.Call, 10)
 	for i := range calls {
@@ -147,7 +147,7 @@ func TestMergedCallErrsAlone(t *testing.T) {
 }
 
 // loadAll makes the server cache the scripts and their batch forms.
-func loadAll(t *testing.T, srv *redistest.Server, n *coalesce.Node, scripts ...*nodekit.Script) {
+func loadAll(t *testing.T, srv *redistest.Server, n *eval.Node, scripts ...*eval.Script) {
 	for _, s := range scripts {
 		_, err := s.Run(context.Background(), n, []string{"load"}, "0")
 		require.NoError(t, err)

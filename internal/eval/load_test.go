@@ -1,4 +1,4 @@
-package coalesce_test
+package eval_test
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/dlmgo/dlm/internal/coalesce"
+	"github.com/dlmgo/dlm/internal/eval"
 	"github.com/dlmgo/dlm/internal/runner"
 )
 
@@ -62,7 +62,7 @@ func (n *timedNode) Watch(context.Context, string, func(string)) (func(), error)
 func TestSerialCallAllocatesNothing(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 	defer cancel()
-	n := coalesce.New(&timedNode{reply: []int64{1}}, 0)
+	n := eval.Coalesce(&timedNode{reply: []int64{1}}, 0)
 	calls := []driver.Call{{SHA1: "x", Keys: []string{"k"}}}
 	allocs := testing.AllocsPerRun(200, func() { n.Run(ctx, calls) })
 	assert.Zero(t, allocs, "allocations per call")
@@ -78,7 +78,7 @@ func TestSerialCallAllocatesNothing(t *testing.T) {
 func TestPressedCallGoesAlone(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const run = 40 * time.Millisecond
-		n := coalesce.New(&timedNode{perRun: run, reply: []int64{1}}, 2)
+		n := eval.Coalesce(&timedNode{perRun: run, reply: []int64{1}}, 2)
 		call := func(ctx context.Context) error {
 			calls := []driver.Call{{SHA1: "x", Keys: []string{"k"}}}
 			n.Run(ctx, calls)
@@ -178,7 +178,7 @@ func (n *crowdedNode) Watch(context.Context, string, func(string)) (func(), erro
 func TestCrowdedNodeFailsNoCall(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		node := &crowdedNode{perRun: time.Millisecond, timeout: 100 * time.Millisecond}
-		n := coalesce.New(node, 2)
+		n := eval.Coalesce(node, 2)
 		var failed, done atomic.Int64
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

@@ -1,4 +1,4 @@
-package nodekit
+package eval
 
 import (
 	"context"

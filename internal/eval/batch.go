@@ -1,7 +1,7 @@
 // Batches: sending the calls that waited, in one Run, under a context
 // that lives as long as their callers need it.
 
-package coalesce
+package eval
 
 import (
 	"context"

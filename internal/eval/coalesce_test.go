@@ -1,4 +1,4 @@
-package coalesce_test
+package eval_test
 
 import (
 	"context"
@@ -17,25 +17,24 @@ import (
 
 	"github.com/dlmgo/dlm/conformance/harness"
 	"github.com/dlmgo/dlm/driver/goredis"
-	"github.com/dlmgo/dlm/internal/coalesce"
+	"github.com/dlmgo/dlm/internal/eval"
 	"github.com/dlmgo/dlm/internal/redistest"
-	"github.com/dlmgo/dlm/nodekit"
 )
 
 // incr counts its calls in KEYS[1] and replies with its argument and the
 // count.
-var incr = nodekit.NewScript("return {tonumber(ARGV[1]), redis.call('INCR', KEYS[1])}")
+var incr = eval.NewScript("return {tonumber(ARGV[1]), redis.call('INCR', KEYS[1])}")
 
-func newNode(t *testing.T, addr string, inFlight int) *coalesce.Node {
+func newNode(t *testing.T, addr string, inFlight int) *eval.Node {
 	c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 64, ContextTimeoutEnabled: true, MaxRetries: -1})
 	t.Cleanup(func() { _ = c.Close() })
-	n := coalesce.New(goredis.New(c), inFlight, incr)
+	n := eval.Coalesce(goredis.New(c), inFlight, incr)
 	return n
 }
 
 // warm loads incr into the server's script cache (so that each call below
 // is one EVALSHA) and returns the node's Stats after that.
-func warm(t *testing.T, n *coalesce.Node) (runs, carried int64) {
+func warm(t *testing.T, n *eval.Node) (runs, carried int64) {
 	_, err := incr.Run(context.Background(), n, []string{"warm"}, "0")
 	require.NoError(t, err)
 	return n.Stats()
@@ -176,7 +175,7 @@ func TestStuckCallDoesNotHoldBackTheNode(t *testing.T) {
 	srv := redistest.Start(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer c.Close()
-	n := coalesce.New(deafNode{goredis.New(c)}, 1)
+	n := eval.Coalesce(deafNode{goredis.New(c)}, 1)
 	runs0, _ := warm(t, n)
 	stuck := make(chan struct{})
 	go func() {
@@ -217,19 +216,19 @@ func (n *holdNode) Run(ctx context.Context, calls []driver.Call) {
 
 // newHoldNode returns a coalescing node of one slot over a holdNode, with
 // incr loaded, and a client of its server.
-func newHoldNode(t *testing.T) (*coalesce.Node, *holdNode, *redis.Client) {
+func newHoldNode(t *testing.T) (*eval.Node, *holdNode, *redis.Client) {
 	srv := redistest.Start(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	t.Cleanup(func() { _ = c.Close() })
 	hn := &holdNode{Node: goredis.New(c), release: make(chan struct{})}
-	n := coalesce.New(hn, 1)
+	n := eval.Coalesce(hn, 1)
 	warm(t, n)
 	return n, hn, c
 }
 
 // hold takes n's one slot with a call on key "hold", and returns a channel
 // closed once that call returned (after hn.release is closed).
-func hold(t *testing.T, n *coalesce.Node) <-chan struct{} {
+func hold(t *testing.T, n *eval.Node) <-chan struct{} {
 	runs0, _ := n.Stats()
 	held := make(chan struct{})
 	go func() {
@@ -287,7 +286,7 @@ func TestWaitsGoTogether(t *testing.T) {
 	topo := redistest.StartReplicated(t, redistest.ReplicatedOptions{Replicas: 1})
 	c := redis.NewClient(&redis.Options{Addr: topo.Primary.Addr, PoolSize: 64})
 	defer c.Close()
-	n := coalesce.New(goredis.New(c), 1, incr)
+	n := eval.Coalesce(goredis.New(c), 1, incr)
 	ctx := context.Background()
 	w := driver.Wait{Replicas: 1, Timeout: 300 * time.Millisecond}
 	_, acks, err := incr.RunWait(ctx, n, w, []string{"warm"}, "0")
