@@ -187,8 +187,8 @@ func (c *strategyCase) acquire(t *testing.T, key, token string, ttl time.Duratio
 	return l
 }
 
-// acquireShort is acquire for a lease of a short TTL (a few hundred
-// milliseconds), which a loaded machine may use up before the strategy
+// acquireShort is acquire for a lease of a short TTL (a second or less),
+// which a loaded machine may use up before the strategy
 // grants it (Redlock refuses a lease whose validity the calls used up): an
 // Acquire refused with dlm.ErrNotAcquired after taking half the TTL or
 // more is made again, once what it granted expired, up to 10 times; one
@@ -395,7 +395,7 @@ func testStrategyExpiry(t *testing.T, c *strategyCase) {
 func testExtendOwnerOnly(t *testing.T, c *strategyCase) {
 	k := c.key("k")
 	const short = time.Second
-	l := c.acquire(t, k, "A", short)
+	l := c.acquireShort(t, k, "A", short)
 	if _, err := c.Extend(ctx(t), k, "B", ttl); !errors.Is(err, dlm.ErrNotHeld) {
 		t.Errorf("Extend by a token that does not hold the key: error %v, want one matching dlm.ErrNotHeld", err)
 	}
