@@ -16,8 +16,8 @@ import (
 func testBatchExtend(t *testing.T, c *strategyCase) {
 	const short = time.Second
 	mine, theirs := c.key("mine"), c.key("theirs")
-	l := c.acquire(t, mine, "A", short)
-	c.acquire(t, theirs, "B", short)
+	l := c.acquireShort(t, mine, "A", short)
+	c.acquireShort(t, theirs, "B", short)
 	before := time.Now()
 	res := c.ExtendMany(ctx(t), []driver.HeldKey{
 		{Key: mine, Token: "A"},

@@ -23,7 +23,11 @@ func testInspectRevoke(t *testing.T, c *strategyCase) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	const ttl = time.Second
+	// A lease of 3s, renewed every 0.9s: long enough that a renewal a
+	// loaded machine makes late does not lose the lease before Revoke
+	// (with 1s, the holder's Context ended by its validity running out,
+	// not by the revocation).
+	const ttl = 3 * time.Second
 	key := c.key("inspect")
 	holder := c.manager(t, dlm.WithOwner("conformance holder #1"), dlm.WithTTL(ttl), dlm.WithAutoRenew(0.3, time.Minute))
 	waiter := c.manager(t, dlm.WithOwner("conformance waiter"), dlm.WithTTL(ttl))

@@ -139,8 +139,9 @@ func Of(locks ...*dlm.Lock) *Set {
 }
 
 func newSet(locks []*dlm.Lock) *Set {
-	ctx, cancel := context.WithCancelCause(context.Background())
-	s := &Set{locks: locks, ctx: ctx, cancel: cancel}
+	inner, cancel := context.WithCancelCause(context.Background())
+	s := &Set{locks: locks, cancel: cancel}
+	s.ctx = &setCtx{Context: inner, s: s}
 	for _, l := range locks {
 		lctx := l.Context()
 		context.AfterFunc(lctx, func() { cancel(context.Cause(lctx)) })
@@ -188,8 +189,36 @@ func (s *Set) Until() time.Time {
 
 // Context returns a context that ends as soon as any of the Set's locks'
 // contexts ends (see dlm.Lock.Context), with that lock's cause: an error
-// matching dlm.ErrLost, or dlm.ErrUnlocked after Unlock.
+// matching dlm.ErrLost, or dlm.ErrUnlocked after Unlock. As a lock's, its
+// Err and Value check the locks' validity against the clock first, so it
+// has ended once a lock's validity ran out, however late a loaded machine
+// runs the timers; Deadline reports Until.
 func (s *Set) Context() context.Context { return s.ctx }
+
+// setCtx is the Set's cancel-cause context, whose Err and Value (hence
+// context.Cause) first end it when a lock's context ended (each lock's
+// Err checks its validity against the clock).
+type setCtx struct {
+	context.Context
+	s *Set
+}
+
+func (c *setCtx) Deadline() (time.Time, bool) { return c.s.Until(), true }
+func (c *setCtx) Err() error                  { c.check(); return c.Context.Err() }
+func (c *setCtx) Value(key any) any           { c.check(); return c.Context.Value(key) }
+func (c *setCtx) String() string              { return "multilock.Set.Context" }
+
+func (c *setCtx) check() {
+	if c.Context.Err() != nil {
+		return
+	}
+	for _, l := range c.s.locks {
+		if lctx := l.Context(); lctx.Err() != nil {
+			c.s.cancel(context.Cause(lctx))
+			return
+		}
+	}
+}
 
 // Unlock releases every key, all at once, and ends the Set's context with
 // dlm.ErrUnlocked. The error joins those of the keys whose release failed

@@ -43,7 +43,11 @@ func TestPipeNodeFailoverSentinel(t *testing.T) {
 		})
 
 		t.Run("granted once both replicas hold the lock", func(t *testing.T) {
-			f, err := strategy.NewFailover(node)
+			// WAIT's timeout is 2s, not the default 100ms: the subject is
+			// what both replicas hold, and on a loaded machine one
+			// replica's acknowledgement came after 100ms (the frozen
+			// replica below is refused after it).
+			f, err := strategy.NewFailover(node, strategy.WithWaitTimeout(2*time.Second))
 			require.NoError(t, err)
 			lease, err := f.Acquire(ctx, "both", "tok", ttl)
 			require.NoError(t, err)

@@ -137,11 +137,14 @@ func TestDialTLSToPlainRedis(t *testing.T) {
 		assert.Contains(t, err.Error(), "TLS with "+addr+": the server does not speak TLS")
 	}
 	// A TLS server is not mistaken for a plain one, even when the
-	// handshake is slow enough to probe it.
+	// handshake is slow enough to probe it. The server's replies are held
+	// back far longer than probeAfter (250ms), so that the probe is made
+	// however late a loaded machine runs its timer (with 400ms, the
+	// server's hello arrived first under load, and no probe was made).
 	certs := redistest.NewCerts(t)
 	tlsSrv := redistest.StartTLS(t, certs)
 	proxy := redistest.StartProxy(t, tlsSrv.Addr)
-	proxy.SetDelay(400 * time.Millisecond)
+	proxy.SetDelay(2 * time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	conn, err := nodekit.Dialer(certs.ClientConfig(), 0)(ctx, "tcp", proxy.Addr)

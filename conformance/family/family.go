@@ -206,7 +206,9 @@ func testSemaphoreLapsedPermit(t *testing.T, c *familyCase) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	renewed, err := semaphore.New(c.manager(t, dlm.WithTTL(lease), dlm.WithAutoRenew(0.3, time.Minute)), c.key("sem"), 2)
+	// The live holder's lease is long, so that a renewal a loaded machine
+	// makes late does not lose it (its permit was then granted instead).
+	renewed, err := semaphore.New(c.manager(t, dlm.WithTTL(10*lease), dlm.WithAutoRenew(0.3, time.Minute)), c.key("sem"), 2)
 	if err != nil {
 		t.Fatal(err)
 	}

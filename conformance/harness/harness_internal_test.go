@@ -12,6 +12,7 @@ import (
 // (the rule running and every later one say so); before that, not; and a
 // stall of a crashed server fails.
 func TestCrashedReportsTheCrash(t *testing.T) {
+	t.Parallel() // its server is its own; the crash report takes seconds
 	srv := startServer(t, config{})
 	tr := newFaultPoint(t, srv, config{})
 	if err := tr.Crashed(); err != nil {

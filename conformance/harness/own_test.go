@@ -44,6 +44,7 @@ func TestOwn(t *testing.T) {
 	if os.Getenv(ownEnv) != "" {
 		t.Skip("in the subprocess")
 	}
+	t.Parallel() // its subprocess's servers are its own
 	cmd := exec.Command(os.Args[0], "-test.run=^TestOwnSubprocess$/^(NoRetry|DialDeadline|SetNX)$", "-test.v", "-test.count=1", "-test.timeout=2m")
 	cmd.Env = redistest.SubprocessEnv(t, ownEnv+"=1")
 	out, err := cmd.CombinedOutput()
@@ -86,6 +87,7 @@ func TestStallRulesNameTwoServers(t *testing.T) {
 		t.Skip("in the subprocess")
 	}
 	redistest.Binary(t, "redis-server")
+	t.Parallel() // its subprocess's servers are its own
 	cmd := exec.Command(os.Args[0], "-test.run=^TestTwoServersSubprocess$/^Deadline$", "-test.v", "-test.count=1", "-test.timeout=2m")
 	cmd.Env = redistest.SubprocessEnv(t, twoServersEnv+"=1")
 	out, _ := cmd.CombinedOutput()

@@ -24,6 +24,10 @@ var exampleAddr string
 
 func TestMain(m *testing.M) {
 	flag.Parse()
+	// Up to 8 tests at a time, not GOMAXPROCS: the suites (TestServerMatrix's
+	// nine among them) mostly wait, on stalled servers, deadlines and
+	// expiry, and each test owns its servers.
+	redistest.WaitingParallel(8)
 	stop := startExampleServer()
 	code := m.Run()
 	stop()
