@@ -32,6 +32,7 @@ const fipsChildEnv = "DLM_TEST_FIPS140_CHILD"
 // Redis's name for it, is computed without it). ./test.sh also runs
 // GODEBUG=fips140=only go test -run Example . as issue 51 asks.
 func TestFIPS140Only(t *testing.T) {
+	t.Parallel() // its child process runs beside the other parallel tests
 	if os.Getenv(fipsChildEnv) != "" {
 		t.Skip("the child process runs the cases, not this test")
 	}

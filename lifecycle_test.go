@@ -486,6 +486,7 @@ func TestWaitCancelled(t *testing.T) {
 // TestRenewTenThousandLocks holds 10,000 locks on one node with
 // auto-renewal and counts the round trips renewal makes per period.
 func TestRenewTenThousandLocks(t *testing.T) {
+	t.Parallel() // virtual time, CPU-bound: it overlaps with the other parallel tests
 	if testing.Short() {
 		t.Skip("10,000 locks")
 	}

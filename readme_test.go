@@ -165,6 +165,7 @@ func exampleRegion(src, name string) (string, error) {
 // Every relative link of README.md and docs/*.md names a file that exists,
 // and every #anchor a heading of the file it points into.
 func TestLinksResolve(t *testing.T) {
+	t.Parallel() // reads files: it overlaps with the other parallel tests
 	files, err := filepath.Glob("docs/*.md")
 	if err != nil {
 		t.Fatal(err)

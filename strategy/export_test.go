@@ -53,3 +53,14 @@ const (
 // DefaultNodeTimeoutForTest is a Redlock's per-node timeout before it
 // learns its nodes' latency.
 const DefaultNodeTimeoutForTest = defaultNodeTimeout
+
+// ScriptSourcesForTest returns the scripts a Redlock runs, for tests that
+// load them into a server beforehand (SCRIPT LOAD) so that a first call
+// does not pay for EVALSHA's fallback to EVAL.
+func ScriptSourcesForTest() []string {
+	out := []string{acquireScript.Source(), extendScript.Source(), fenceScript.Source(), serverIDScript.Source()}
+	for _, r := range releaseScripts {
+		out = append(out, r.Source())
+	}
+	return out
+}

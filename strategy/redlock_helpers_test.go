@@ -61,6 +61,7 @@ func startClusterWith(t testing.TB, n int, newClient func(testing.TB, string) *r
 	c := &cluster{servers: redistest.StartN(t, n, args...), frozen: map[int]bool{}}
 	for _, s := range c.servers {
 		cl := newClient(t, s.Addr)
+		warmServer(t, cl)
 		c.clients = append(c.clients, cl)
 		c.nodes = append(c.nodes, goredis.New(cl))
 	}
@@ -72,6 +73,26 @@ func startClusterWith(t testing.TB, n int, newClient func(testing.TB, string) *r
 		}
 	})
 	return c
+}
+
+// warmServer opens a connection of cl and loads the strategy's scripts into its
+// server, retrying for at most 30s, so that a test's first call, bounded by
+// a per-node timeout of 50–300ms, neither dials nor falls back from
+// EVALSHA to EVAL: on a loaded machine under the race detector that first
+// call outlasted its timeout.
+func warmServer(t testing.TB, cl *redis.Client) {
+	t.Helper()
+	ctx := context.Background()
+	for _, src := range strategy.ScriptSourcesForTest() {
+		var err error
+		for until := time.Now().Add(30 * time.Second); ; {
+			if err = cl.ScriptLoad(ctx, src).Err(); err == nil || time.Now().After(until) {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		require.NoError(t, err, "SCRIPT LOAD on %s", cl.Options().Addr)
+	}
 }
 
 // freeze stops server i with SIGSTOP.
