@@ -72,6 +72,7 @@ func minGrants(c Cell) int {
 // what the documentation promises. The full matrix is `go run
 // ./faults/cmd/dlmfaults` (from the repository root).
 func TestShortMatrix(t *testing.T) {
+	t.Parallel()
 	needRoot(t)
 	cells := []Cell{
 		shortCell("redlock", "stop-minority"),
@@ -134,8 +135,10 @@ func TestShortMatrix(t *testing.T) {
 // The suite finds a bug planted on purpose: leases that outlive the
 // servers' keys (a strategy that skips the validity check) give two
 // holders of a lock at once, and more holders than a semaphore has
-// permits, when a holder pauses.
+// permits, when a holder pauses. Each cell is a parallel subtest on a
+// network of its own.
 func TestFindsPlantedBug(t *testing.T) {
+	t.Parallel()
 	needRoot(t)
 	for _, cell := range []Cell{
 		shortCell("redlock", "pause-holder"),
@@ -143,30 +146,39 @@ func TestFindsPlantedBug(t *testing.T) {
 		primitiveCell("semaphore", "redlock", "pause-holder"),
 	} {
 		cell.Plant = "stale-lease"
-		// The nemesis strikes a client in the middle of a long hold; on a
-		// loaded machine it may find none within its wait (CI once saw
-		// this). A run where it never struck shows nothing: run it again.
-		var c Counts
-		for try := 1; ; try++ {
-			events, err := RunCell(cell, t.TempDir())
-			if err != nil {
-				t.Fatal(err)
-			}
-			c = Check(events)
-			if slices.ContainsFunc(events, func(e Event) bool { return e.Kind == Fault }) {
-				break
-			}
-			if try == 3 {
-				t.Fatalf("%s × %s: the nemesis never struck in %d runs", cell.Taken(), cell.Nemesis, try)
-			}
-			t.Logf("%s × %s: the nemesis never struck; run again", cell.Taken(), cell.Nemesis)
-		}
-		if keeps(cell.promise(), c) {
-			t.Errorf("%s × %s: the planted bug went unnoticed: %+v", cell.Taken(), cell.Nemesis, c)
-		}
-		if cell.holders() > 1 && c.MostHolders <= cell.holders() {
-			t.Errorf("%s × %s: never more holders than permits: %+v", cell.Taken(), cell.Nemesis, c)
-		}
-		t.Logf("%s × %s with stale leases: %+v", cell.Taken(), cell.Nemesis, c)
+		t.Run(cell.Taken()+"×"+cell.Nemesis, func(t *testing.T) {
+			t.Parallel()
+			findsPlantedBug(t, cell)
+		})
 	}
+}
+
+// findsPlantedBug runs cell, which has a bug planted, until the nemesis
+// strikes, and checks that the suite saw the bug.
+func findsPlantedBug(t *testing.T, cell Cell) {
+	// The nemesis strikes a client in the middle of a long hold; on a
+	// loaded machine it may find none within its wait (CI once saw
+	// this). A run where it never struck shows nothing: run it again.
+	var c Counts
+	for try := 1; ; try++ {
+		events, err := RunCell(cell, t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c = Check(events)
+		if slices.ContainsFunc(events, func(e Event) bool { return e.Kind == Fault }) {
+			break
+		}
+		if try == 3 {
+			t.Fatalf("%s × %s: the nemesis never struck in %d runs", cell.Taken(), cell.Nemesis, try)
+		}
+		t.Logf("%s × %s: the nemesis never struck; run again", cell.Taken(), cell.Nemesis)
+	}
+	if keeps(cell.promise(), c) {
+		t.Errorf("%s × %s: the planted bug went unnoticed: %+v", cell.Taken(), cell.Nemesis, c)
+	}
+	if cell.holders() > 1 && c.MostHolders <= cell.holders() {
+		t.Errorf("%s × %s: never more holders than permits: %+v", cell.Taken(), cell.Nemesis, c)
+	}
+	t.Logf("%s × %s with stale leases: %+v", cell.Taken(), cell.Nemesis, c)
 }
