@@ -164,12 +164,13 @@ func (n *Net) Close() {
 	n.hosts = nil
 	kill(n.router) // takes the links, the runner's address and its route along
 	// The kernel dismantles a namespace in the background: wait, so that
-	// a caller that returns leaves nothing behind.
-	for range 100 {
+	// a caller that returns leaves nothing behind (a later Net of this
+	// process may take the same link names). Under load this took over
+	// the 2s once waited here; 30s bounds a kernel that never finishes.
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		if exec.Command("ip", "link", "show", n.link+"h0b").Run() != nil {
 			return
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 
