@@ -106,8 +106,8 @@ rm -rf "$staticcheck_bin"
 
 # The tests of every module but bench, with the race detector, in one go
 # command: a module's slow packages run beside another's. -p 4 runs four
-# test binaries at a time on 2 cores, measured: most tests wait on servers,
-# timers and child processes rather than burn CPU.
+# test binaries at a time on 2 cores (the default is 2): most tests wait on
+# servers, timers and child processes rather than burn CPU.
 race_pkgs=$(echo "$pkgs" | grep -vx './bench/...')
 echo "test.sh: go test -race" $race_pkgs >&2
 go test -race -count=1 -p 4 -timeout 30m "$@" $race_pkgs
