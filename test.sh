@@ -65,9 +65,11 @@ fi
 # DLM_REQUIRE_REDIS=1.
 ./.ci/servers.sh
 # A program run with GODEBUG=fips140=only, where crypto/sha1 panics, takes
-# locks: the README's Example (TestFIPS140Only adds a Redlock lock).
+# locks: the README's Example (TestFIPS140Only adds a Redlock lock). Built
+# with -race, as the root package's tests are below, so that the two share
+# the compiled packages.
 echo "test.sh: GODEBUG=fips140=only go test -run Example ." >&2
-GODEBUG=fips140=only go test -count=1 -run 'Example' .
+GODEBUG=fips140=only go test -race -count=1 -run 'Example' .
 # ---- end: server matrix and FIPS (issue 51) ----
 
 unformatted=$(gofmt -l .)
@@ -79,14 +81,14 @@ fi
 # Every module of the repository, as go.work lists them: the core, and the
 # tools and integrations that are modules of their own so that their
 # dependencies stay out of the core's go.mod (bench, cmd/dlm, dlmotel,
-# faults, fencing/pgtest). `go test ./...` at the root does not cross into a
-# nested module, so each is vetted and tested in its own directory.
+# faults, fencing/pgtest). `./...` at the root does not cross into a nested
+# module, so each module is named by a pattern of its own (./cmd/dlm/...);
+# in workspace mode one go command takes them all, and runs the packages of
+# every module side by side.
 export GOWORK="$PWD/go.work"
-dirs=$(go list -m | sed 's|^github.com/dlmgo/dlm|.|')
-for dir in $dirs; do
-	echo "test.sh: go vet in $dir" >&2
-	(cd "$dir" && go vet ./...)
-done
+pkgs=$(go list -m -f '{{.Dir}}/...' | sed "s|^$PWD/|./|")
+echo "test.sh: go vet" $pkgs >&2
+go vet $pkgs
 
 # --- release checks (issue 51) ---------------------------------------------
 # staticcheck, at a pinned version, on every module. It is installed once
@@ -97,16 +99,18 @@ staticcheck_version=v0.8.2 # staticcheck 2026.2.2, which supports Go 1.26
 staticcheck_bin=$(mktemp -d)
 echo "test.sh: installing staticcheck $staticcheck_version" >&2
 GOBIN="$staticcheck_bin" go install "honnef.co/go/tools/cmd/staticcheck@$staticcheck_version"
-for dir in $dirs; do
-	echo "test.sh: staticcheck in $dir" >&2
-	(cd "$dir" && "$staticcheck_bin/staticcheck" ./...)
-done
+echo "test.sh: staticcheck" $pkgs >&2
+"$staticcheck_bin/staticcheck" $pkgs
 rm -rf "$staticcheck_bin"
 # --- end of release checks -------------------------------------------------
-for dir in $dirs; do
-	echo "test.sh: go test in $dir" >&2
-	case "$dir" in
-	./bench) (cd "$dir" && go test -count=1 -timeout 5m ./...) ;; # a smoke run of the comparison, without -race
-	*) (cd "$dir" && go test -race -count=1 -timeout 30m "$@" ./...) ;;
-	esac
-done
+
+# The tests of every module but bench, with the race detector, in one go
+# command: a module's slow packages run beside another's. -p 4 runs four
+# test binaries at a time on 2 cores (the default is 2): most tests wait on
+# servers, timers and child processes rather than burn CPU.
+race_pkgs=$(echo "$pkgs" | grep -vx './bench/...')
+echo "test.sh: go test -race" $race_pkgs >&2
+go test -race -count=1 -p 4 -timeout 30m "$@" $race_pkgs
+# bench: a smoke run of the comparison, without -race.
+echo "test.sh: go test ./bench/..." >&2
+go test -count=1 -timeout 5m ./bench/...

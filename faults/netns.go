@@ -6,7 +6,6 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -25,6 +24,7 @@ import (
 type Net struct {
 	prefix string // the /24's first three octets and a dot: host i has .4i+2, the router .4i+1
 	link   string // prefix of link names, unique to the run
+	slot   int    // of nets, this process's: freed when Close returns
 	router *exec.Cmd
 	Runner string // the runner's address on the network
 
@@ -42,12 +42,16 @@ type Host struct {
 
 // NewNet creates a network for this process' run.
 func NewNet() (*Net, error) {
-	id := os.Getpid()*8 + int(nets.Add(1)%8)
+	slot, err := takeSlot()
+	if err != nil {
+		return nil, err
+	}
+	id := os.Getpid()*8 + slot
 	n := &Net{
+		slot:   slot,
 		prefix: fmt.Sprintf("10.%d.%d.", 200+(id/250)%50, id%250),
 		link:   fmt.Sprintf("df%d", id%1000000),
 	}
-	var err error
 	if n.router, err = holder(); err != nil {
 		return nil, err
 	}
@@ -164,17 +168,48 @@ func (n *Net) Close() {
 	n.hosts = nil
 	kill(n.router) // takes the links, the runner's address and its route along
 	// The kernel dismantles a namespace in the background: wait, so that
-	// a caller that returns leaves nothing behind.
-	for range 100 {
+	// a caller that returns leaves nothing behind (a later Net of this
+	// process may take the same link names). Under load this took over
+	// the 2s once waited here; 30s bounds a kernel that never finishes.
+	// Its slot is freed only then: one whose links linger stays taken.
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		if exec.Command("ip", "link", "show", n.link+"h0b").Run() != nil {
+			if n.slot >= 0 {
+				freeSlot(n.slot)
+				n.slot = -1
+			}
 			return
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 
-// nets numbers the networks of this process.
-var nets atomic.Int64
+// nets are the slots of this process's networks (its link names and
+// addresses): a slot is taken until its Net's Close returns, so that
+// networks that live side by side never share one (a counter modulo 8
+// did, once tests beside the short matrix made nets while one of its
+// cells ran).
+var (
+	netsMu sync.Mutex
+	nets   [8]bool
+)
+
+func takeSlot() (int, error) {
+	netsMu.Lock()
+	defer netsMu.Unlock()
+	for i, used := range nets {
+		if !used {
+			nets[i] = true
+			return i, nil
+		}
+	}
+	return 0, fmt.Errorf("faults: more than %d networks at once in one process", len(nets))
+}
+
+func freeSlot(i int) {
+	netsMu.Lock()
+	defer netsMu.Unlock()
+	nets[i] = false
+}
 
 // holder starts a process that does nothing in a new network namespace,
 // which lives as long as it does.

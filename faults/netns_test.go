@@ -9,6 +9,7 @@ import (
 // Hosts reach the runner; a partition makes a new connection hang (not
 // fail) until it heals.
 func TestNet(t *testing.T) {
+	t.Parallel()
 	n, err := NewNet()
 	if err != nil {
 		t.Fatal(err)

@@ -85,14 +85,15 @@ type run struct {
 	mu       sync.Mutex
 	events   []Event
 	attempts int      // Acquire events so far
-	struck   bool     // the nemesis has struck (a Fault event)
+	struck   bool     // the nemesis has struck and healed (a Heal event)
 	granted  chan int // the client of each grant, when a nemesis waits for one
 }
 
 // stopWhenDone ends the run once it has lasted until from, the clients
-// have made min Lock calls and the nemesis (if any) has struck: the
-// clients finish their operation and stop (SIGTERM), and the nemesis
-// strikes no more. On a loaded machine the nemesis's first strike, which
+// have made min Lock calls and the nemesis (if any) has struck and healed
+// (a run stopped in the middle of a fault would miss what the fault
+// does): the clients finish their operation and stop (SIGTERM), and the
+// nemesis strikes no more. On a loaded machine the nemesis's first strike, which
 // waits for a long hold to be granted, can come after from.
 func (r *run) stopWhenDone(from int64, min int) {
 	for {
@@ -250,7 +251,7 @@ func (r *run) record(e Event) {
 	switch e.Kind {
 	case Acquire:
 		r.attempts++
-	case Fault:
+	case Heal:
 		r.struck = true
 	}
 	if e.Kind == Granted && e.Info == grantedLong {

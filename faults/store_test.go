@@ -70,7 +70,10 @@ func runLate(t *testing.T, cell Cell) Counts {
 // after its pause began, long after another client took the lock and
 // wrote: the store must have refused it. In a failover no lock is granted
 // until a replica is promoted, so a late write may rightly be accepted.
+//
+// Each cell is a parallel subtest on a network of its own.
 func TestStoreRegisterCells(t *testing.T) {
+	t.Parallel()
 	needRoot(t)
 	needPostgres(t)
 	for _, cell := range []Cell{
@@ -78,17 +81,20 @@ func TestStoreRegisterCells(t *testing.T) {
 		storeCell("redis", "single", "partition-holder"),
 		storeCell("postgres", "failover-ack-all", "failover"),
 	} {
-		c := runLate(t, cell)
-		p := cell.promise()
-		if !p.Fences || !keeps(p, c) {
-			t.Errorf("%s × %s broke its promise: %+v", cell.Taken(), cell.Nemesis, c)
-		}
-		if c.StoreErrors > 0 || c.StoreAccepted == 0 {
-			t.Errorf("%s × %s: the store accepted %d writes and failed %d", cell.Taken(), cell.Nemesis, c.StoreAccepted, c.StoreErrors)
-		}
-		if cell.Nemesis == "pause-holder" && c.LateRefused == 0 {
-			t.Errorf("%s × %s: no late write refused by the store: %+v", cell.Taken(), cell.Nemesis, c)
-		}
+		t.Run(cell.Taken()+"×"+cell.Nemesis, func(t *testing.T) {
+			t.Parallel()
+			c := runLate(t, cell)
+			p := cell.promise()
+			if !p.Fences || !keeps(p, c) {
+				t.Errorf("%s × %s broke its promise: %+v", cell.Taken(), cell.Nemesis, c)
+			}
+			if c.StoreErrors > 0 || c.StoreAccepted == 0 {
+				t.Errorf("%s × %s: the store accepted %d writes and failed %d", cell.Taken(), cell.Nemesis, c.StoreAccepted, c.StoreErrors)
+			}
+			if cell.Nemesis == "pause-holder" && c.LateRefused == 0 {
+				t.Errorf("%s × %s: no late write refused by the store: %+v", cell.Taken(), cell.Nemesis, c)
+			}
+		})
 	}
 }
 
@@ -97,6 +103,7 @@ func TestStoreRegisterCells(t *testing.T) {
 // holder got a larger fence and wrote: the cell reports lost writes and
 // a broken promise.
 func TestStoreRegisterFindsUnfencedStore(t *testing.T) {
+	t.Parallel()
 	needRoot(t)
 	needPostgres(t)
 	cell := storeCell("postgres", "single", "pause-holder")

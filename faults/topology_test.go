@@ -16,6 +16,7 @@ import (
 // redis.log, and a kill with a wipe and a restart bring it back empty on
 // the same address.
 func TestTopologyKillRestart(t *testing.T) {
+	t.Parallel()
 	needRoot(t)
 	n, err := NewNet()
 	if err != nil {

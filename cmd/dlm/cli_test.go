@@ -60,6 +60,7 @@ func runDLM(t *testing.T, args ...string) (int, string) {
 }
 
 func TestRunPassesFenceAndStatus(t *testing.T) {
+	t.Parallel()
 	url := "single://" + redistest.Start(t).Addr
 	code, out := runDLM(t, "run", "--url", url, "--key", "job", "--", "sh", "-c", `echo "key=$DLM_KEY fence=$DLM_FENCE"; exit 3`)
 	assert.Equal(t, 3, code, out)
@@ -111,11 +112,13 @@ func raceRun(t *testing.T, n int, url string) []int {
 }
 
 func TestRunRacingProcesses(t *testing.T) {
+	t.Parallel()
 	raceRun(t, 2, "single://"+redistest.Start(t).Addr)
 }
 
 // Two processes racing for one key over Redlock on three real servers.
 func TestRunRedlockRacingProcesses(t *testing.T) {
+	t.Parallel()
 	servers := redistest.StartN(t, 3)
 	addrs := []string{servers[0].Addr, servers[1].Addr, servers[2].Addr}
 	// A generous per-node timeout: the machine running the tests may be loaded.
@@ -145,6 +148,7 @@ func TestRunRedlockRacingProcesses(t *testing.T) {
 // and passes the fence; dlm doctor checks the primary and the replica it
 // found, and dlm demo runs on it.
 func TestSentinelDeployment(t *testing.T) {
+	t.Parallel()
 	topo := redistest.StartReplicated(t, redistest.ReplicatedOptions{Replicas: 1, Sentinels: 1, SentinelPassword: "s3ntinel"})
 	noAuth := "sentinel://" + strings.Join(topo.SentinelAddrs(), ",") + "/" + topo.Master + "?ack=all&replicas=1&wait_timeout=1s"
 	url := noAuth + "&sentinel_password=s3ntinel"
@@ -185,6 +189,7 @@ func TestSentinelDeployment(t *testing.T) {
 // Configuration errors exit 2 with a message naming the field, whichever way
 // the configuration comes.
 func TestConfigErrors(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "bad.json")
 	require.NoError(t, os.WriteFile(bad, []byte(`{"strategy":"redlock","addrs":["127.0.0.1:1"],"max_hold":"forever"}`), 0o644))
@@ -225,6 +230,7 @@ func TestConfigErrors(t *testing.T) {
 }
 
 func TestRunHelpNamesTheFence(t *testing.T) {
+	t.Parallel()
 	code, out := runDLM(t, "run", "-h")
 	assert.Equal(t, 0, code)
 	assert.Contains(t, out, "DLM_FENCE")
@@ -234,6 +240,7 @@ func TestRunHelpNamesTheFence(t *testing.T) {
 }
 
 func TestRunCouldNotLock(t *testing.T) {
+	t.Parallel()
 	url := "single://" + redistest.Start(t).Addr
 	holder := exec.Command(dlmBin, "run", "--url", url, "--key", "busy", "--", "sleep", "3")
 	require.NoError(t, holder.Start())
@@ -249,6 +256,7 @@ func TestRunCouldNotLock(t *testing.T) {
 }
 
 func TestRunLockLost(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	c := srv.Client(t)
 	url := "single://" + srv.Addr
@@ -273,6 +281,7 @@ func TestRunLockLost(t *testing.T) {
 // --max-hold bounds the renewal: the lease runs out and the command is
 // stopped as for a lost lock.
 func TestRunMaxHold(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	start := time.Now()
 	code, out := runDLM(t, "run", "--url", "single://"+srv.Addr, "--key", "held", "--ttl", "600ms", "--max-hold", "1s",
@@ -286,6 +295,7 @@ func TestRunMaxHold(t *testing.T) {
 
 // --on-lost ignore lets the command finish, with its own status.
 func TestRunLockLostIgnored(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	c := srv.Client(t)
 	ready := filepath.Join(t.TempDir(), "ready")
@@ -306,6 +316,7 @@ func TestRunLockLostIgnored(t *testing.T) {
 // A server that stops answering: renewals fail until the lease runs out,
 // and then the lock counts as lost.
 func TestRunLockLostToSilentServer(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	ready := filepath.Join(t.TempDir(), "ready")
 	cmd := exec.Command(dlmBin, "run", "--url", "single://"+srv.Addr+"?timeout=300ms", "--key", "silent", "--ttl", "1s", "--on-lost", "kill", "--",
@@ -326,6 +337,7 @@ func TestRunLockLostToSilentServer(t *testing.T) {
 }
 
 func TestRunConfigFileAndEnv(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	file := filepath.Join(t.TempDir(), "lock.json")
 	require.NoError(t, os.WriteFile(file, []byte(`{"strategy":"single","addrs":["`+srv.Addr+`"],"ttl":"7s"}`), 0o644))
@@ -341,6 +353,7 @@ func TestRunConfigFileAndEnv(t *testing.T) {
 }
 
 func TestRunSignalIsForwarded(t *testing.T) {
+	t.Parallel()
 	url := "single://" + redistest.Start(t).Addr
 	ready := filepath.Join(t.TempDir(), "ready")
 	cmd := exec.Command(dlmBin, "run", "--url", url, "--key", "sig", "--", "sh", "-c",
@@ -358,6 +371,7 @@ func TestRunSignalIsForwarded(t *testing.T) {
 }
 
 func TestRunUsage(t *testing.T) {
+	t.Parallel()
 	for _, args := range [][]string{
 		{"run", "--", "true"},
 		{"run", "--key", "k"},
@@ -373,6 +387,7 @@ func TestRunUsage(t *testing.T) {
 }
 
 func TestDoctor(t *testing.T) {
+	t.Parallel()
 	bare := redistest.Start(t, "--maxmemory-policy", "allkeys-lru")
 	code, out := runDLM(t, "doctor", "--url", "single://"+bare.Addr)
 	assert.Equal(t, 1, code, out)
@@ -393,6 +408,7 @@ func TestDoctor(t *testing.T) {
 // Doctor on Redlock checks every master, and notices one server given under
 // two names.
 func TestDoctorRedlock(t *testing.T) {
+	t.Parallel()
 	safe := redistest.Start(t, "--appendonly", "yes", "--appendfsync", "always")
 	bare := redistest.Start(t)
 	url := "redlock://" + safe.Addr + "," + bare.Addr + ",localhost:" + strconv.Itoa(bare.Port)
@@ -409,6 +425,7 @@ func TestDoctorRedlock(t *testing.T) {
 // name, too few or an even number of Redlock masters, a memory limit with
 // noeviction.
 func TestDoctorFindings(t *testing.T) {
+	t.Parallel()
 	primary := redistest.Start(t)
 	sentinel := redistest.StartSentinel(t, "mymaster", primary, 1, 5*time.Second)
 	secret := redistest.Start(t, "--requirepass", "pw")
@@ -435,6 +452,7 @@ func TestDoctorFindings(t *testing.T) {
 // Each command's help says what it uses when no deployment is given: the
 // demo its embedded nodes, the others the local default server.
 func TestHelpNamesTheDefaultDeployment(t *testing.T) {
+	t.Parallel()
 	code, out := runDLM(t, "demo", "-h")
 	assert.Equal(t, 0, code)
 	assert.Contains(t, out, "else five embedded in-process nodes")
@@ -454,6 +472,7 @@ func fenceOf(key string) string {
 // set) is refused with exit 2 by every command that takes them; it does not
 // fall back to DLM_URL, here a live server, or the default.
 func TestEmptyTargetFlagRefused(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	for _, args := range [][]string{
 		{"run", "--url", "", "--key", "k", "--", "true"},
@@ -487,6 +506,7 @@ func TestEmptyTargetFlagRefused(t *testing.T) {
 // and doctor names it instead of blaming the password. A number Redis never
 // takes (above 2^31-1) is refused when the URL is parsed.
 func TestDBOutOfRange(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	u := "single://" + srv.Addr + "?db=16"
 	for _, d := range []string{"goredis", "redigo", "rueidis", "valkeygo"} {
@@ -510,6 +530,7 @@ func TestDBOutOfRange(t *testing.T) {
 // unknown URL parameter, flag value, flag name or command comes back as its
 // first bytes and its length (exit 2 in every case).
 func TestErrorsBoundTheirEchoes(t *testing.T) {
+	t.Parallel()
 	long := strings.Repeat("x", 100_000)
 	for _, args := range [][]string{
 		{"run", "--url", "single://127.0.0.1:1?" + long + "=1", "--key", "k", "--", "true"},

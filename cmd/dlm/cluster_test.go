@@ -21,6 +21,7 @@ import (
 // doctor checks every master and replica, and tells a user who gave a
 // Cluster node as single:// what to write instead.
 func TestCluster(t *testing.T) {
+	t.Parallel()
 	cl := redistest.StartClusterReplicas(t, 1, 1, 1)
 	url := "cluster://" + cl.Masters[0].Addr
 
@@ -105,6 +106,7 @@ func TestCluster(t *testing.T) {
 }
 
 func TestClusterUsageErrors(t *testing.T) {
+	t.Parallel()
 	for _, args := range [][]string{
 		{"demo", "--strategy", "cluster"},
 		{"demo", "--strategy", "cluster", "--addr", "127.0.0.1:1,127.0.0.1:1"},

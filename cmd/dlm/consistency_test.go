@@ -81,6 +81,7 @@ func holdWhile(t *testing.T, args ...string) *exec.Cmd {
 // While dlm run waits for a lock, SIGINT, SIGTERM and SIGHUP end the wait:
 // dlm says so and exits 128+N, having taken nothing.
 func TestSignalsWhileWaiting(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	url := "single://" + srv.Addr
 	s := openStrategy(t, url)
@@ -110,6 +111,7 @@ func TestSignalsWhileWaiting(t *testing.T) {
 // While COMMAND runs, dlm forwards SIGTERM and SIGHUP to it, releases the
 // lock once it exits, and exits with COMMAND's status.
 func TestSignalsWhileHolding(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	url := "single://" + srv.Addr
 	s := openStrategy(t, url)
@@ -145,6 +147,7 @@ func TestSignalsWhileHolding(t *testing.T) {
 // --wait 0 is one attempt in dlm elect too, as in dlm run: a second
 // campaigner gives up (75) instead of campaigning forever.
 func TestElectWaitZeroIsOneAttempt(t *testing.T) {
+	t.Parallel()
 	url := "single://" + redistest.Start(t).Addr
 	holdWhile(t, "elect", "--url", url, "--name", "e")
 	code, out := runDLM(t, "elect", "--url", url, "--name", "e", "--wait", "0", "--", "true")
@@ -156,6 +159,7 @@ func TestElectWaitZeroIsOneAttempt(t *testing.T) {
 // --wait 0 against a server that stopped answering ends within its
 // documented bound with exit 75, naming the deadline.
 func TestWaitZeroAgainstAStalledServer(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	srv.Freeze(t)
 	defer srv.Thaw(t)
@@ -167,6 +171,7 @@ func TestWaitZeroAgainstAStalledServer(t *testing.T) {
 // dlm revoke says the state is unknown when its server did not answer,
 // not that no lock was held.
 func TestRevokeStateUnknown(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	url := "single://" + srv.Addr + "?timeout=300ms"
 	code, out := runDLM(t, "revoke", "--url", url, "--reason", "test", "k")
@@ -182,6 +187,7 @@ func TestRevokeStateUnknown(t *testing.T) {
 
 // dlm help CMD prints the command's help on stdout, dlm version the build.
 func TestHelpAndVersion(t *testing.T) {
+	t.Parallel()
 	for name := range commands {
 		var out, errOut bytes.Buffer
 		assert.Equal(t, 0, run(context.Background(), []string{"help", name}, &out, &errOut), "dlm help %s: %s", name, errOut.String())
@@ -198,6 +204,7 @@ func TestHelpAndVersion(t *testing.T) {
 
 // The package table (docs/usage.md) names every subcommand.
 func TestPackageTableListsEveryCommand(t *testing.T) {
+	t.Parallel()
 	b, err := os.ReadFile("../../docs/usage.md")
 	require.NoError(t, err)
 	var row string
@@ -216,6 +223,7 @@ func TestPackageTableListsEveryCommand(t *testing.T) {
 // A master name no Sentinel knows: dlm run says so at once, whatever
 // --wait allows.
 func TestRunUnknownMasterName(t *testing.T) {
+	t.Parallel()
 	sentinel := redistest.StartSentinel(t, "mymaster", redistest.Start(t), 1, 5*time.Second)
 	code, out := runDLM(t, "run", "--url", "sentinel://"+sentinel.Addr+"/nosuchmaster", "--key", "k", "--wait", "10m", "--", "true")
 	assert.Equal(t, exitNotLocked, code, out)

@@ -13,6 +13,7 @@ import (
 
 // Stopping three of five leaves no quorum: the demo says so and fails.
 func TestDemoRedlockQuorumLost(t *testing.T) {
+	t.Parallel()
 	var out, errOut bytes.Buffer
 	code := run(context.Background(), []string{"demo", "--duration", "1s", "--workers", "2", "--stop", "3", "--node-timeout", "2s"}, &out, &errOut)
 	s := out.String()
@@ -23,6 +24,7 @@ func TestDemoRedlockQuorumLost(t *testing.T) {
 }
 
 func TestDemoRedlockRealServers(t *testing.T) {
+	t.Parallel()
 	servers := redistest.StartN(t, 3)
 	addrs := []string{servers[0].Addr, servers[1].Addr, servers[2].Addr}
 	var out, errOut bytes.Buffer
@@ -35,6 +37,7 @@ func TestDemoRedlockRealServers(t *testing.T) {
 }
 
 func TestDemoSingleEmbedded(t *testing.T) {
+	t.Parallel()
 	var out, errOut bytes.Buffer
 	code := run(context.Background(), []string{"demo", "--strategy", "single", "--duration", "500ms"}, &out, &errOut)
 	assert.Equal(t, 0, code, out.String())
@@ -42,6 +45,7 @@ func TestDemoSingleEmbedded(t *testing.T) {
 }
 
 func TestDemoStrategyUsageErrors(t *testing.T) {
+	t.Parallel()
 	for _, args := range [][]string{
 		{"--strategy", "paxos"},
 		{"--strategy", "single", "--addr", "127.0.0.1:1,127.0.0.1:2"},

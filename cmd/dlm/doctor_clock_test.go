@@ -14,6 +14,7 @@ import (
 // doctor names a server whose wall clock is off this machine's by more
 // than a tenth of the TTL, and is quiet about one in step.
 func TestDoctorClock(t *testing.T) {
+	t.Parallel()
 	s, clock := redistest.StartClocked(t, "--appendonly", "yes", "--appendfsync", "always")
 	require.NoError(t, s.Client(t).ConfigSet(context.Background(), "maxmemory-policy", "noeviction").Err())
 	url := "single://" + s.Addr

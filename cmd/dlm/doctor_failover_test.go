@@ -18,6 +18,7 @@ import (
 // too long for dlm run's default TTL, a Cluster's default node timeout
 // (15s) is not, and a 10s TTL is too short for it.
 func TestDoctorFailoverTime(t *testing.T) {
+	t.Parallel()
 	topo := redistest.StartReplicated(t, redistest.ReplicatedOptions{Replicas: 1, Sentinels: 1, DownAfter: 30 * time.Second, FailoverTimeout: 180 * time.Second})
 	url := "sentinel://127.0.0.1:1," + strings.Join(topo.SentinelAddrs(), ",") + "/" + topo.Master // the first Sentinel is down
 	_, out := runDLM(t, "doctor", "--timeout", "1s", "--url", url)
@@ -46,6 +47,7 @@ func TestDoctorFailoverTime(t *testing.T) {
 // not counted in sync: doctor says so, and that ack all then refuses every
 // lock, instead of "2 connected replica(s) ... ack all ok".
 func TestDoctorReplicaNotInSync(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	topo := redistest.StartReplicated(t, redistest.ReplicatedOptions{Replicas: 1, Sentinels: 1})
 	primary := topo.Primary.Client(t)
@@ -72,6 +74,7 @@ func TestDoctorReplicaNotInSync(t *testing.T) {
 
 // The rule at the defaults and at its edges.
 func TestRideThrough(t *testing.T) {
+	t.Parallel()
 	assert.Equal(t, 23398*time.Millisecond, rideThrough(runDefaultTTL, runGrace(runDefaultTTL, defaultGrace), 0.01))
 	// A TTL below 3s renews every TTL/3 and stops at TTL/3 before the end.
 	assert.Equal(t, time.Second-2*time.Second/3-12*time.Millisecond-50*time.Millisecond-time.Second/12, rideThrough(time.Second, runGrace(time.Second, defaultGrace), 0.01))

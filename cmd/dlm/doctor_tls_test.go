@@ -17,6 +17,7 @@ import (
 // once expired), a plain client at a TLS port, and plain text to an
 // address off loopback.
 func TestDoctorTLS(t *testing.T) {
+	t.Parallel()
 	certs := redistest.NewCerts(t)
 	srv := redistest.StartTLS(t, certs, "--appendonly", "yes", "--appendfsync", "always")
 	tlsURL := "single://" + srv.Addr + "?tls=true&tls_ca=" + certs.CA + "&tls_cert=" + certs.ClientCert + "&tls_key=" + certs.ClientKey
@@ -78,6 +79,7 @@ func TestDoctorTLS(t *testing.T) {
 // Doctor through TLS Sentinels checks the Sentinels' certificates and
 // the primary's and replica's.
 func TestDoctorSentinelTLS(t *testing.T) {
+	t.Parallel()
 	certs := redistest.NewCerts(t)
 	topo := redistest.StartReplicated(t, redistest.ReplicatedOptions{Replicas: 1, Sentinels: 1, TLS: certs})
 	files := "tls_ca=" + certs.CA + "&tls_cert=" + certs.ClientCert + "&tls_key=" + certs.ClientKey
@@ -101,6 +103,7 @@ func TestDoctorSentinelTLS(t *testing.T) {
 // Doctor on a Cluster over TLS finds the nodes (their TLS ports) and checks
 // each one's certificate.
 func TestDoctorClusterTLS(t *testing.T) {
+	t.Parallel()
 	certs := redistest.NewCerts(t)
 	cl := redistest.StartClusterTLS(t, certs, 0, 0, 0)
 	u := "cluster://" + cl.Masters[0].Addr + "?tls=true&tls_ca=" + certs.CA + "&tls_cert=" + certs.ClientCert + "&tls_key=" + certs.ClientKey
@@ -116,6 +119,7 @@ func TestDoctorClusterTLS(t *testing.T) {
 // naming TLS, over every driver, instead of waiting out --wait and saying
 // "context deadline exceeded".
 func TestTLSClientAtPlainPort(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	u := "single://" + srv.Addr + "?tls=true&tls_insecure=true"
 	for _, d := range []string{"goredis", "redigo", "rueidis", "valkeygo"} {

@@ -15,6 +15,7 @@ import (
 // Issue 33, finding 7: doctor's findings fit the server's version, and a
 // dead seed does not fail a healthy Cluster.
 func TestDoctorClusterDeadSeedAndVersion(t *testing.T) {
+	t.Parallel()
 	cl := redistest.StartClusterReplicas(t, 1, 1, 1)
 	for _, group := range append([][]*redistest.Server{cl.Masters}, cl.Replicas...) {
 		for _, s := range group { // nothing left to change: AOF with fsync always
@@ -43,6 +44,7 @@ func TestDoctorClusterDeadSeedAndVersion(t *testing.T) {
 
 // single:// given a Cluster node: dlm run's MOVED comes with a hint.
 func TestRunSingleOnAClusterNodeHints(t *testing.T) {
+	t.Parallel()
 	cl := redistest.StartCluster(t, 3)
 	for i := range 6 { // some key's slot is on another master
 		code, out := runDLM(t, "run", "--url", "single://"+cl[0].Addr, "--key", "k"+strings.Repeat("x", i), "--", "true")
@@ -60,6 +62,7 @@ func TestRunSingleOnAClusterNodeHints(t *testing.T) {
 // Issue 51: a server below Redis 6.0 fails doctor's version check, saying
 // that dlm needs 6.0 (SET KEEPTTL); 6.0 and later pass it.
 func TestDoctorVersionMinimum(t *testing.T) {
+	t.Parallel()
 	f := versionFinding("5.0.14", config.Config{})
 	assert.Equal(t, "fail", f.level)
 	assert.Contains(t, f.text, "Redis 5.0.14: dlm needs Redis 6.0 or later (SET KEEPTTL)")

@@ -14,6 +14,7 @@ import (
 // --driver picks the client: each one takes the lock in turn (the fence
 // moves on once per driver), and an unknown name is a usage error.
 func TestDriverFlag(t *testing.T) {
+	t.Parallel()
 	url := "single://" + redistest.Start(t).Addr
 	for i, d := range []string{"goredis", "redigo", "rueidis", "valkeygo"} {
 		code, out := runDLM(t, "run", "--driver", d, "--url", url, "--key", "job", "--", "sh", "-c", `echo "fence=$DLM_FENCE"`)
@@ -29,6 +30,7 @@ func TestDriverFlag(t *testing.T) {
 }
 
 func TestDemoDriver(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	var out, errOut bytes.Buffer
 	code := run(context.Background(), []string{"demo", "--driver", "valkeygo", "--addr", srv.Addr, "--duration", "500ms"}, &out, &errOut)

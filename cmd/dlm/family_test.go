@@ -117,6 +117,7 @@ func mostAtOnce(spans []span) int {
 // TestRunPermits: three dlm run on a semaphore of two permits: two run at
 // once, never three.
 func TestRunPermits(t *testing.T) {
+	t.Parallel()
 	url := "single://" + redistest.Start(t).Addr
 	dir := t.TempDir()
 	var cmds []*background
@@ -134,6 +135,7 @@ func TestRunPermits(t *testing.T) {
 
 // TestRunReadersAndWriter: readers run side by side; a writer runs alone.
 func TestRunReadersAndWriter(t *testing.T) {
+	t.Parallel()
 	url := "single://" + redistest.Start(t).Addr
 	readers, writers := t.TempDir(), t.TempDir()
 	var cmds []*background
@@ -160,6 +162,7 @@ func TestRunReadersAndWriter(t *testing.T) {
 // that grow; when the leader is killed (SIGKILL, with its COMMAND) the
 // other leads within the TTL and a little.
 func TestElect(t *testing.T) {
+	t.Parallel()
 	url := "single://" + redistest.Start(t).Addr
 	dir := t.TempDir()
 	elect := func(value string) *background {
@@ -195,6 +198,7 @@ func TestElect(t *testing.T) {
 }
 
 func TestFamilyUsageErrors(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -246,6 +250,7 @@ func tryOnce(t *testing.T, url string, keys ...string) {
 // gives back what it took before dlm exits: once the readers that held are
 // gone, the gate and every permit are free at the first attempt.
 func TestRunGivingUpReleases(t *testing.T) {
+	t.Parallel()
 	url := "single://" + redistest.Start(t).Addr
 	permits := func(name string, n int) []string {
 		keys := []string{name + ":gate"}
@@ -279,6 +284,7 @@ func TestRunGivingUpReleases(t *testing.T) {
 // A --permits or --readers count other than that of the key's other users
 // is refused (exit 2, with a message saying so), not admitted beside them.
 func TestRunMismatchedCountRefused(t *testing.T) {
+	t.Parallel()
 	url := "single://" + redistest.Start(t).Addr
 	release := filepath.Join(t.TempDir(), "release")
 	holders := holdUntil(t, 2, url, "sem", release, "--permits", "2")
@@ -304,6 +310,7 @@ func TestRunMismatchedCountRefused(t *testing.T) {
 // slot (the permits are spread over the masters): a mismatch is refused
 // there too.
 func TestRunMismatchedCountRefusedCluster(t *testing.T) {
+	t.Parallel()
 	nodes := redistest.StartCluster(t, 3)
 	url := "cluster://" + nodes[0].Addr
 	release := filepath.Join(t.TempDir(), "release")

@@ -67,6 +67,7 @@ func startWithGrandchild(t *testing.T, url, key string, flags ...string) (*exec.
 // A lost lock stops the whole group, the grandchild included, before the
 // lease's validity ends; the next holder finds nothing of it running.
 func TestRunLostStopsTheGroup(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	url := "single://" + srv.Addr + "?timeout=200ms"
 	// SIGTERM comes a grace (1s) before the validity ends, so the group is
@@ -89,6 +90,7 @@ func TestRunLostStopsTheGroup(t *testing.T) {
 // dlm killed with SIGKILL: the group dies with it, before the lease could
 // pass to anyone else.
 func TestRunKilledTakesTheGroupAlong(t *testing.T) {
+	t.Parallel()
 	url := "single://" + redistest.Start(t).Addr
 	cmd, _, pid := startWithGrandchild(t, url, "group-killed", "--ttl", "2s")
 	require.NoError(t, cmd.Process.Kill())
@@ -107,6 +109,7 @@ func TestRunKilledTakesTheGroupAlong(t *testing.T) {
 // What COMMAND leaves running in its group is killed, and confirmed gone,
 // before the lock is released.
 func TestRunLeftoversKilledBeforeUnlock(t *testing.T) {
+	t.Parallel()
 	url := "single://" + redistest.Start(t).Addr
 	pidFile := filepath.Join(t.TempDir(), "pid")
 	code, text := runDLM(t, "run", "--url", url, "--key", "leftover", "--", "sh", "-c", "sleep 60 & echo $! > "+pidFile)
@@ -121,6 +124,7 @@ func TestRunLeftoversKilledBeforeUnlock(t *testing.T) {
 // A TTL too short to stop COMMAND within the lease is refused before any
 // connection; Ctrl-C while waiting exits 130.
 func TestRunExitCodes(t *testing.T) {
+	t.Parallel()
 	code, text := runDLM(t, "run", "--url", "single://127.0.0.1:1", "--key", "k", "--ttl", "100ms", "--", "true")
 	assert.Equal(t, 2, code, text)
 	assert.Contains(t, text, "too short")
@@ -245,7 +249,10 @@ func childrenOf(t *testing.T, pid int) []int {
 func secondHolder(t *testing.T, url, key string, g firstGroup) (int, string) {
 	t.Helper()
 	pids := strings.Trim(fmt.Sprint(g.pids), "[]")
-	check := fmt.Sprintf(`for p in %s; do if [ -r /proc/$p/stat ] && ! grep -q ') Z' /proc/$p/stat; then echo "OVERLAP $p"; exit 9; fi; done; echo clean`, pids)
+	// Each process's stat is read once: one that was a zombie when
+	// tested may be reaped, and its stat gone, before a second read (seen
+	// under load).
+	check := fmt.Sprintf(`for p in %s; do s=$(cat /proc/$p/stat 2>/dev/null) || continue; case "$s" in *") Z "*) ;; *) echo "OVERLAP $p"; exit 9 ;; esac; done; echo clean`, pids)
 	return runDLM(t, "run", "--url", url, "--key", key, "--wait", "20s", "--", "sh", "-c", check)
 }
 
@@ -253,6 +260,7 @@ func secondHolder(t *testing.T, url, key string, g firstGroup) (int, string) {
 // killer does): dlm stops COMMAND's whole group before it releases the
 // lock, so the next holder finds nothing of it running.
 func TestRunSupervisorKilled(t *testing.T) {
+	t.Parallel()
 	url := "single://" + redistest.Start(t).Addr
 	g := startFirstGroup(t, dlmBin, url, "sup-killed", "--ttl", "2s")
 	sups := childrenOf(t, g.dlm.Process.Pid)
@@ -270,6 +278,7 @@ func TestRunSupervisorKilled(t *testing.T) {
 // never released, passes on only when its lease ends; the next holder
 // finds nothing of the group running.
 func TestRunKilledSecondHolder(t *testing.T) {
+	t.Parallel()
 	url := "single://" + redistest.Start(t).Addr
 	g := startFirstGroup(t, dlmBin, url, "dlm-killed", "--ttl", "1s")
 	require.NoError(t, g.dlm.Process.Kill())
@@ -281,6 +290,7 @@ func TestRunKilledSecondHolder(t *testing.T) {
 // The dlm binary replaced or deleted on disk while dlm run waits for the
 // lock: the supervisor is still the binary dlm runs from, and COMMAND runs.
 func TestRunBinaryReplaced(t *testing.T) {
+	t.Parallel()
 	url := "single://" + redistest.Start(t).Addr
 	for _, tc := range []struct {
 		name    string
@@ -326,6 +336,7 @@ func TestRunBinaryReplaced(t *testing.T) {
 // acts before both die): the watchdog in COMMAND's group kills the group,
 // and the next holder, after the lease, finds nothing of it running.
 func TestRunKilledWithSupervisor(t *testing.T) {
+	t.Parallel()
 	url := "single://" + redistest.Start(t).Addr
 	g := startFirstGroup(t, dlmBin, url, "both-killed", "--ttl", "1s")
 	sups := childrenOf(t, g.dlm.Process.Pid)
@@ -345,6 +356,7 @@ func TestRunKilledWithSupervisor(t *testing.T) {
 // COMMAND's group itself, then the supervisor, and exits as having lost
 // the lock; the next holder finds nothing of the group running.
 func TestRunSupervisorStopped(t *testing.T) {
+	t.Parallel()
 	url := "single://" + redistest.Start(t).Addr
 	g := startFirstGroup(t, dlmBin, url, "sup-stopped", "--ttl", "1s", "--max-hold", "500ms", "--grace", "100ms")
 	sups := childrenOf(t, g.dlm.Process.Pid)
@@ -365,6 +377,7 @@ func TestRunSupervisorStopped(t *testing.T) {
 // at the validity dlm last confirmed, so the next holder finds nothing of
 // it running. Resumed, dlm reports the lock lost.
 func TestRunDLMStopped(t *testing.T) {
+	t.Parallel()
 	url := "single://" + redistest.Start(t).Addr
 	g := startFirstGroup(t, dlmBin, url, "dlm-stopped", "--ttl", "1s")
 	require.NoError(t, syscall.Kill(g.dlm.Process.Pid, syscall.SIGSTOP))
@@ -385,6 +398,7 @@ func TestRunDLMStopped(t *testing.T) {
 // same session, as a shell's job is: the kernel drops SIGTSTP sent to an
 // orphaned process group.
 func TestRunStoppedByCtrlZ(t *testing.T) {
+	t.Parallel()
 	url := "single://" + redistest.Start(t).Addr
 	g := startScriptGroupAttr(t, &syscall.SysProcAttr{Setpgid: true}, dlmBin, url, "ctrl-z", "sleep 60 & echo $$ $! > %s; wait", 2, "--ttl", "1s")
 	sups := childrenOf(t, g.dlm.Process.Pid)
@@ -407,6 +421,7 @@ func TestRunStoppedByCtrlZ(t *testing.T) {
 // dlm stopped while COMMAND has started a process outside its group
 // (setsid): the watchdog kills that one too.
 func TestRunDLMStoppedEscaped(t *testing.T) {
+	t.Parallel()
 	url := "single://" + redistest.Start(t).Addr
 	g := startScriptGroup(t, dlmBin, url, "stopped-escaped", "setsid sleep 60 & echo $$ $! > %s; wait", 2, "--ttl", "1s")
 	require.NoError(t, syscall.Kill(g.dlm.Process.Pid, syscall.SIGSTOP))
@@ -421,6 +436,7 @@ func TestRunDLMStoppedEscaped(t *testing.T) {
 // dlm, the orphan's new parent, kills and reaps it before it releases the
 // lock, so a holder waiting for the lock finds nothing of it running.
 func TestRunEscapedProcess(t *testing.T) {
+	t.Parallel()
 	url := "single://" + redistest.Start(t).Addr
 	for _, tc := range []struct{ name, script string }{
 		{"setsid", "setsid sleep 60 & echo $! > %[1]s; sleep 0.5"},
@@ -443,6 +459,7 @@ func TestRunEscapedProcess(t *testing.T) {
 // exits with its status, releasing the lock instead of renewing it for a
 // command that no longer runs.
 func TestRunSupervisorStoppedCommandEnds(t *testing.T) {
+	t.Parallel()
 	url := "single://" + redistest.Start(t).Addr
 	gate := filepath.Join(t.TempDir(), "gate")
 	g := startScriptGroup(t, dlmBin, url, "sup-stopped-ends", "echo $$ > %s; while [ ! -e "+gate+" ]; do sleep 0.02; done; exit 7", 1)

@@ -24,6 +24,7 @@ import (
 // so); the others exit 75 without running it. Once the key has expired, a
 // fourth runs.
 func TestRunHoldAtLeast(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	url := "single://" + srv.Addr
 	rc := redis.NewClient(&redis.Options{Addr: srv.Addr})
@@ -83,6 +84,7 @@ func TestRunHoldAtLeast(t *testing.T) {
 
 // A hold the configuration cannot keep is refused before anything is taken.
 func TestRunHoldAtLeastRefused(t *testing.T) {
+	t.Parallel()
 	for _, args := range [][]string{
 		{"--hold-at-least", "-1s"},
 		{"--hold-at-least", "2m", "--max-hold", "1m"},

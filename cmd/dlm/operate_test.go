@@ -19,6 +19,7 @@ import (
 // count the one waiting; dlm revoke ends the holder's run ("revoked") and
 // the waiter goes ahead with a larger fence.
 func TestStuckJobFromTheShell(t *testing.T) {
+	t.Parallel()
 	for _, d := range []struct {
 		name  string
 		url   func(t *testing.T) string
@@ -62,7 +63,9 @@ func TestStuckJobFromTheShell(t *testing.T) {
 				require.Equal(t, 0, code, out)
 				require.NoError(t, json.Unmarshal([]byte(out), &info), out)
 				return info.Waiters > 0
-			}, 10*time.Second, 50*time.Millisecond, "dlm inspect never counted the waiter")
+				// As long as the waiter may wait (--wait 30s): under load a
+				// waiter took over 10s to start and register.
+			}, 30*time.Second, 50*time.Millisecond, "dlm inspect never counted the waiter")
 			assert.True(t, info.Held)
 			assert.True(t, strings.HasPrefix(info.Owner, owner), info.Owner)
 			assert.Equal(t, int64(2000), info.LeaseMillis)
@@ -98,6 +101,7 @@ func TestStuckJobFromTheShell(t *testing.T) {
 }
 
 func TestOperatorUsage(t *testing.T) {
+	t.Parallel()
 	url := "single://" + redistest.Start(t).Addr
 	for _, c := range []struct {
 		args []string
@@ -117,6 +121,7 @@ func TestOperatorUsage(t *testing.T) {
 }
 
 func TestGlob(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		glob, key string
 		match     bool

@@ -17,6 +17,7 @@ import (
 )
 
 func TestDisplayKey(t *testing.T) {
+	t.Parallel()
 	for k, want := range map[string]string{
 		"orders:42":         "orders:42",
 		`back\slash`:        `back\slash`,
@@ -39,6 +40,7 @@ func TestDisplayKey(t *testing.T) {
 }
 
 func TestBoundLines(t *testing.T) {
+	t.Parallel()
 	var b bytes.Buffer
 	w := boundLines(&b)
 	_, _ = w.Write([]byte("short line\nlong: "))
@@ -55,6 +57,7 @@ func TestBoundLines(t *testing.T) {
 // quoted (no forged row), --json keeps their bytes in key_b64, and inspect
 // and revoke take them back by --key-quoted and --key-b64.
 func TestOperatorOddKeys(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	url := "single://" + redistest.Start(t).Addr
 	m, closer, err := config.Open(ctx, url+"?ttl=1m", goredis.Dial)
