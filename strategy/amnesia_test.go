@@ -168,6 +168,10 @@ func TestMaxTTLBoundsTheTTL(t *testing.T) {
 // x.9s, it reports an uptime of 1s at (x+1).1s. The guard takes that second
 // against the lease: a lock held before the restart is not granted again
 // while its lease runs (without the correction it was, in the fault suite).
+// The wall clock is the subject: the lock must be taken, and the server
+// restarted, within one second of it, which a loaded machine may miss a
+// few times (a kill and restart then takes over 200ms), so it tries up to
+// 20 times.
 func TestAmnesiaUptimeRounding(t *testing.T) {
 	const maxTTL = time.Second
 	srv := redistest.Start(t)
@@ -176,7 +180,7 @@ func TestAmnesiaUptimeRounding(t *testing.T) {
 	require.NoError(t, err)
 	acquireWhenFree(t, s, "warm-up", "W", maxTTL, 10*maxTTL) // a fresh server's quarantine
 	for try := 0; ; try++ {
-		require.Less(t, try, 5, "never restarted late enough in a second")
+		require.Less(t, try, 20, "never restarted late enough in a second")
 		if try > 0 {
 			// The restarted server's quarantine, waited out by asking it.
 			acquireWhenFree(t, s, "warm-up-"+strconv.Itoa(try), "W", maxTTL, 10*maxTTL)

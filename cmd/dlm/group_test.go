@@ -70,10 +70,13 @@ func TestRunLostStopsTheGroup(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	url := "single://" + srv.Addr + "?timeout=200ms"
-	// SIGTERM comes a grace (1s) before the validity ends, so the group is
-	// gone well inside the 3s lease that the last renewal before the
-	// freeze granted.
-	cmd, out, pid := startWithGrandchild(t, url, "group-lost", "--ttl", "3s", "--grace", "1s")
+	// SIGTERM comes a grace (2s, a third of the TTL) before the validity
+	// ends, so the group is gone well inside the 6s lease that the last
+	// renewal before the freeze granted. The time is the subject: the
+	// group must be gone before the lease could pass to another holder,
+	// and the grace is what a loaded machine may spend of it (with a 1s
+	// grace, two busy loops beside the race detector took 3.2s of 3s).
+	cmd, out, pid := startWithGrandchild(t, url, "group-lost", "--ttl", "6s", "--grace", "2s")
 	srv.Freeze(t) // renewals fail: the lease runs out
 	frozen := time.Now()
 	err := cmd.Wait()
@@ -81,7 +84,7 @@ func TestRunLostStopsTheGroup(t *testing.T) {
 	require.ErrorAs(t, err, &ee, out.String())
 	assert.Equal(t, exitLost, ee.ExitCode(), out.String())
 	assert.False(t, alive(pid), "the grandchild outlived the lost lock")
-	assert.Less(t, time.Since(frozen), 3*time.Second, "stopped within the lease (3s TTL) whose last renewal came before the freeze")
+	assert.Less(t, time.Since(frozen), 6*time.Second, "stopped within the lease (6s TTL) whose last renewal came before the freeze")
 	srv.Thaw(t)
 	code, text := runDLM(t, "run", "--url", url, "--key", "group-lost", "--wait", "5s", "--", "true")
 	assert.Equal(t, 0, code, text)
@@ -358,7 +361,10 @@ func TestRunKilledWithSupervisor(t *testing.T) {
 func TestRunSupervisorStopped(t *testing.T) {
 	t.Parallel()
 	url := "single://" + redistest.Start(t).Addr
-	g := startFirstGroup(t, dlmBin, url, "sup-stopped", "--ttl", "1s", "--max-hold", "500ms", "--grace", "100ms")
+	// The lease ends at the maximum hold time, 3s: time enough for a loaded
+	// machine to find and stop the supervisor first (with 500ms it had
+	// acted and gone before the test stopped it).
+	g := startFirstGroup(t, dlmBin, url, "sup-stopped", "--ttl", "1s", "--max-hold", "3s", "--grace", "100ms")
 	sups := childrenOf(t, g.dlm.Process.Pid)
 	require.Len(t, sups, 1, "dlm run's supervisor")
 	require.NoError(t, syscall.Kill(sups[0], syscall.SIGSTOP))
