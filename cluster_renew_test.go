@@ -24,6 +24,11 @@ import (
 // spans masters keeps the replies that arrived.
 func TestClusterStalledMasterCostsNoOtherLocks(t *testing.T) {
 	servers := redistest.StartCluster(t, 3)
+	// The freeze (2×TTL) must not fail the master over, nor the Cluster
+	// down, for the next subtest: a node timeout far above it.
+	for _, s := range servers {
+		require.NoError(t, s.Client(t).ConfigSet(context.Background(), "cluster-node-timeout", "20000").Err())
+	}
 	// Where each key lives, asked of a client of its own.
 	router := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{servers[0].Addr}})
 	t.Cleanup(func() { _ = router.Close() })
