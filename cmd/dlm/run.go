@@ -356,11 +356,12 @@ func watchLease(lock held, onLost string, grace time.Duration, g *commandGroup, 
 		select {
 		case <-g.exited:
 			// Stopped by dlm because the lease was ending counts as lost,
-			// and so does an end after the lease's (dlm was stopped, and
-			// the watchdog acted).
-			if onLost != "ignore" && !wasLost && !time.Now().Before(lock.Until().Add(-stopMargin)) {
-				wasLost = true
-				reportLost(errors.New("its lease ended while dlm could not renew it (stopped?): the watchdog stopped COMMAND"))
+			// and so does an end by the watchdog.
+			if onLost != "ignore" && !wasLost {
+				if why := watchdogEnded(time.Now(), lock.Until(), confirmed, g.status()); why != "" {
+					wasLost = true
+					reportLost(errors.New(why))
+				}
 			}
 			if (wasLost || killed || !termed.IsZero()) && onLost != "ignore" {
 				return exitLost
@@ -405,6 +406,22 @@ func watchLease(lock held, onLost string, grace time.Duration, g *commandGroup, 
 			termed = time.Now()
 		}
 	}
+}
+
+// watchdogEnded says why COMMAND, which ended with status at now, was
+// stopped by the watchdog, or returns "" when it ended by itself. The
+// watchdog acts once the validity dlm last wrote to it (confirmed) has
+// passed: after the lease's end (until) when dlm was stopped, or before it
+// when dlm, on a loaded machine, passed a renewal on too late; its
+// SIGKILL then tells its act from COMMAND's own end.
+func watchdogEnded(now, until, confirmed time.Time, status int) string {
+	switch {
+	case !now.Before(until.Add(-stopMargin)):
+		return "its lease ended while dlm could not renew it (stopped?): the watchdog stopped COMMAND"
+	case !now.Before(confirmed.Add(-stopMargin)) && status == 128+int(syscall.SIGKILL):
+		return "dlm passed a renewal on to the watchdog too late (a loaded machine?): the watchdog stopped COMMAND at the validity it knew"
+	}
+	return ""
 }
 
 // A commandGroup is COMMAND under its supervisor, as dlm run drives it.
