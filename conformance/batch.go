@@ -188,6 +188,7 @@ func testPartReadBatch(t *testing.T, c *nodeCase) {
 	// before it took most of the deadline to arrive, the batch is cut
 	// again with a longer deadline, so that the check is made rather than
 	// skipped (a driver that drops the replies passed it under load).
+	lates := 0
 	for attempt := 1; ; attempt++ {
 		calls, start, kept, late := p.runCut(t)
 		// The caller owns the calls again: what it writes stays.
@@ -212,17 +213,23 @@ func testPartReadBatch(t *testing.T, c *nodeCase) {
 				break
 			}
 		}
-		if late != "" && attempt == cutAttempts {
+		// A loaded machine may return one cut late; a driver that keeps
+		// reading past its deadline does so every time. A late cut is
+		// made again with the same deadline, and a second one fails.
+		if late != "" {
+			lates++
+		}
+		if late != "" && (lates == 2 || attempt == cutAttempts) {
 			t.Error(late)
 		}
 		if checked && late == "" || attempt == cutAttempts || t.Failed() {
 			break
 		}
-		why := "the replies kept were not checked"
-		if late != "" {
-			why = "it returned late (" + late + ")"
+		why := "it returned late (" + late + ")"
+		if late == "" {
+			why = "the replies kept were not checked"
+			p.deadline = min(2*p.deadline, p.maxDeadline)
 		}
-		p.deadline = min(2*p.deadline, p.maxDeadline)
 		p.slow = p.deadline + p.margin
 		p.busyAt = c.key("busyat" + strconv.Itoa(attempt+1))
 		t.Logf("%s %s: the batch is cut again with a %v deadline", p.what, why, p.deadline.Round(time.Millisecond))
